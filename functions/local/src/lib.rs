@@ -1,0 +1,205 @@
+//! The local runtime plays the parts AWS plays around the Lambda functions: API Gateway (an
+//! HTTP server on the same axum router), the SQS event source mapping (pollers that feed
+//! deliver batches of up to 10 with partial-batch semantics) and the one-minute schedule (the
+//! sweeper on an interval). Everything else is the same code the Lambdas run.
+
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use webhooks::App;
+use webhooks::service::{deliver, sweep};
+
+/// How the local runtime runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Where the HTTP API listens (port 0 picks a free one).
+    pub listen: SocketAddr,
+    /// Concurrent SQS pollers, like the event source mapping's concurrency.
+    pub pollers: usize,
+    /// Long-poll wait of each ReceiveMessage, seconds (0 to 20).
+    pub poll_wait_seconds: i32,
+    /// Whether to run the sweeper on `config.sweep_interval`.
+    pub sweeper: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 3000)),
+            pollers: 4,
+            poll_wait_seconds: 1,
+            sweeper: true,
+        }
+    }
+}
+
+/// A running local runtime. Dropping it does not stop it; call [`Running::stop`].
+pub struct Running {
+    /// Where the HTTP API listens.
+    pub addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    /// Stops every task and waits for them.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+/// A local runtime could not start.
+#[derive(Debug)]
+pub struct StartError(pub String);
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "local runtime: {}", self.0)
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// Starts the HTTP API, the pollers and the sweeper.
+///
+/// # Errors
+/// [`StartError`] when the listen address cannot be bound.
+pub async fn start(
+    app: App,
+    sqs: aws_sdk_sqs::Client,
+    options: Options,
+) -> Result<Running, StartError> {
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .map_err(|e| StartError(format!("bind {}: {e}", options.listen)))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| StartError(e.to_string()))?;
+    let (stop, stopped) = watch::channel(false);
+    let mut tasks = Vec::new();
+
+    let router = webhooks::api::router(app.clone());
+    let mut rx = stopped.clone();
+    tasks.push(tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        if let Err(e) = axum::serve(listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!(error = %e, "http server stopped");
+        }
+    }));
+
+    for _ in 0..options.pollers.max(1) {
+        let (app, sqs, mut rx) = (app.clone(), sqs.clone(), stopped.clone());
+        let wait = options.poll_wait_seconds;
+        tasks.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stopped_signal(&mut rx) => break,
+                    r = poll_once(&app, &sqs, wait) => if let Err(e) = r {
+                        tracing::warn!(error = %e, "poll failed");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    },
+                }
+            }
+        }));
+    }
+
+    if options.sweeper {
+        let (app, mut rx) = (app.clone(), stopped.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(app.config.sweep_interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = stopped_signal(&mut rx) => break,
+                    _ = tick.tick() => if let Err(e) = sweep::sweep(&app).await {
+                        tracing::warn!(error = %e, "sweep failed");
+                    },
+                }
+            }
+        }));
+    }
+    Ok(Running { addr, stop, tasks })
+}
+
+async fn stopped_signal(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}
+
+/// One ReceiveMessage (up to 10) handed to deliver as a Lambda SQS event; messages deliver
+/// did not report as failed are deleted, failed ones come back after the visibility timeout.
+/// Returns the number of messages received.
+///
+/// # Errors
+/// The SQS error, as text.
+pub async fn poll_once(
+    app: &App,
+    sqs: &aws_sdk_sqs::Client,
+    wait_seconds: i32,
+) -> Result<usize, String> {
+    let out = sqs
+        .receive_message()
+        .queue_url(&app.config.queue_url)
+        .max_number_of_messages(10)
+        .wait_time_seconds(wait_seconds)
+        .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
+        .send()
+        .await
+        .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
+    let messages = out.messages.unwrap_or_default();
+    if messages.is_empty() {
+        return Ok(0);
+    }
+    let mut event = SqsEvent::default();
+    let mut receipts = Vec::new();
+    for m in &messages {
+        let mut record = SqsMessage::default();
+        record.message_id = m.message_id.clone();
+        record.receipt_handle = m.receipt_handle.clone();
+        record.body = m.body.clone();
+        record.event_source = Some("aws:sqs".into());
+        event.records.push(record);
+        receipts.push((
+            m.message_id.clone().unwrap_or_default(),
+            m.receipt_handle.clone().unwrap_or_default(),
+        ));
+    }
+    let response = deliver::deliver_batch(app, event).await;
+    let failed: HashSet<String> = response
+        .batch_item_failures
+        .into_iter()
+        .map(|f| f.item_identifier)
+        .collect();
+    let entries: Vec<_> = receipts
+        .into_iter()
+        .filter(|(id, _)| !failed.contains(id))
+        .enumerate()
+        .filter_map(|(i, (_, receipt))| {
+            DeleteMessageBatchRequestEntry::builder()
+                .id(i.to_string())
+                .receipt_handle(receipt)
+                .build()
+                .ok()
+        })
+        .collect();
+    if !entries.is_empty() {
+        sqs.delete_message_batch()
+            .queue_url(&app.config.queue_url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
+    }
+    Ok(messages.len())
+}

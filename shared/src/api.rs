@@ -1,0 +1,228 @@
+//! The HTTP API (ingest and admin) as an axum router, served by API Gateway through
+//! `lambda_http` in the Lambda binaries and by the local runtime directly.
+//!
+//! | route | answer |
+//! |---|---|
+//! | `POST /v1/events` | 202 [`ingest::Accepted`] |
+//! | `POST /v1/endpoints` | 201 [`admin::EndpointView`] with the secret |
+//! | `GET /v1/endpoints/{id}` | 200 [`admin::EndpointView`] |
+//! | `GET /v1/deliveries/{id}` | 200 [`admin::DeliveryView`] |
+//! | `GET /v1/deliveries?status=&endpoint_id=&limit=&cursor=` | 200 `{"data", "next_cursor"}` |
+//! | `POST /v1/deliveries/{id}/replay` | 202 [`admin::DeliveryView`] |
+//!
+//! Every error is `{"error": {"code", "message"}}` with the status of [`ServiceError`].
+
+use crate::App;
+use crate::config::MAX_PAYLOAD_BYTES;
+use crate::error::ServiceError;
+use crate::model::DeliveryStatus;
+use crate::service::{admin, ingest};
+use crate::store::DeliveryQuery;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use bytes::Bytes;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
+
+/// Largest request body read, in bytes: room for a 256 KiB payload and its envelope. Larger
+/// bodies get 413 before they are parsed.
+pub const MAX_BODY_BYTES: usize = MAX_PAYLOAD_BYTES + 64 * 1024;
+
+impl IntoResponse for ServiceError {
+    fn into_response(self) -> Response {
+        let status =
+            StatusCode::from_u16(self.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if status.is_server_error() {
+            tracing::error!(error = %self, "request failed");
+        }
+        (status, Json(self.body())).into_response()
+    }
+}
+
+/// Reads a JSON body: 413 when over [`MAX_BODY_BYTES`], 400 when it is not JSON, 422 naming
+/// the field when it does not fit `T`.
+fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ServiceError> {
+    let bytes = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ServiceError::TooLarge(format!(
+                "request body is over the limit of {MAX_BODY_BYTES} bytes"
+            ))
+        } else {
+            ServiceError::InvalidJson(e.body_text())
+        }
+    })?;
+    let mut de = serde_json::Deserializer::from_slice(&bytes);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        match inner.classify() {
+            serde_json::error::Category::Data => {
+                if path == "." {
+                    ServiceError::Validation(inner.to_string())
+                } else {
+                    ServiceError::Validation(format!("{path}: {inner}"))
+                }
+            }
+            _ => ServiceError::InvalidJson(format!("request body is not valid JSON: {inner}")),
+        }
+    })
+}
+
+fn required<T>(value: Option<T>, field: &str) -> Result<T, ServiceError> {
+    value.ok_or_else(|| ServiceError::Validation(format!("{field}: is required")))
+}
+
+#[derive(Deserialize)]
+struct EventBody {
+    tenant_id: Option<String>,
+    event_type: Option<String>,
+    payload: Option<Box<RawValue>>,
+    id: Option<String>,
+}
+
+async fn post_event(
+    State(app): State<App>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ServiceError> {
+    let b: EventBody = parse_body(body)?;
+    let event = ingest::NewEvent {
+        tenant_id: required(b.tenant_id, "tenant_id")?,
+        event_type: required(b.event_type, "event_type")?,
+        payload: required(b.payload, "payload")?.get().to_string(),
+        id: b.id,
+    };
+    let accepted = ingest::ingest(&app, event).await?;
+    Ok((StatusCode::ACCEPTED, Json(accepted)).into_response())
+}
+
+#[derive(Deserialize)]
+struct EndpointBody {
+    tenant_id: Option<String>,
+    url: Option<String>,
+    event_types: Option<Vec<String>>,
+    retry_policy: Option<serde_json::Value>,
+    secret: Option<String>,
+}
+
+async fn post_endpoint(
+    State(app): State<App>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ServiceError> {
+    let b: EndpointBody = parse_body(body)?;
+    let new = admin::NewEndpoint {
+        tenant_id: required(b.tenant_id, "tenant_id")?,
+        url: required(b.url, "url")?,
+        event_types: b.event_types,
+        retry_policy: b.retry_policy,
+        secret: b.secret,
+    };
+    let created = admin::create_endpoint(&app, new).await?;
+    Ok((StatusCode::CREATED, Json(created)).into_response())
+}
+
+async fn get_endpoint(
+    State(app): State<App>,
+    Path(id): Path<String>,
+) -> Result<Response, ServiceError> {
+    Ok(Json(admin::get_endpoint(&app, &id).await?).into_response())
+}
+
+async fn get_delivery(
+    State(app): State<App>,
+    Path(id): Path<String>,
+) -> Result<Response, ServiceError> {
+    Ok(Json(admin::get_delivery(&app, &id).await?).into_response())
+}
+
+#[derive(Deserialize)]
+struct ListParams {
+    status: Option<String>,
+    endpoint_id: Option<String>,
+    limit: Option<usize>,
+    cursor: Option<String>,
+}
+
+async fn list_deliveries(
+    State(app): State<App>,
+    params: Result<Query<ListParams>, QueryRejection>,
+) -> Result<Response, ServiceError> {
+    let Query(p) = params.map_err(|e| ServiceError::Validation(e.body_text()))?;
+    let status = match p.status.as_deref().filter(|s| !s.is_empty()) {
+        None => None,
+        Some(s) => Some(DeliveryStatus::parse(s).ok_or_else(|| {
+            ServiceError::Validation(format!(
+                "status: {s:?} is not one of scheduled, sending, delivered, exhausted, held"
+            ))
+        })?),
+    };
+    let limit = p.limit.unwrap_or(50);
+    if !(1..=100).contains(&limit) {
+        return Err(ServiceError::Validation(
+            "limit: must be from 1 to 100".into(),
+        ));
+    }
+    let query = DeliveryQuery {
+        endpoint_id: p.endpoint_id.filter(|s| !s.is_empty()),
+        status,
+        limit,
+        cursor: p.cursor.filter(|s| !s.is_empty()),
+    };
+    Ok(Json(admin::list_deliveries(&app, query).await?).into_response())
+}
+
+async fn replay(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ServiceError> {
+    let d = admin::replay(&app, &id).await?;
+    Ok((StatusCode::ACCEPTED, Json(d)).into_response())
+}
+
+async fn no_route(method: Method, uri: Uri) -> ServiceError {
+    ServiceError::NotFound(format!("no route {method} {}", uri.path()))
+}
+
+async fn wrong_method(method: Method, uri: Uri) -> Response {
+    let e = ServiceError::NotFound(format!("{method} is not allowed on {}", uri.path()));
+    let body =
+        serde_json::json!({"error": {"code": "method_not_allowed", "message": e.to_string()}});
+    (StatusCode::METHOD_NOT_ALLOWED, Json(body)).into_response()
+}
+
+fn finish(router: Router<App>, app: App) -> Router {
+    router
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(app)
+}
+
+fn ingest_routes() -> Router<App> {
+    Router::new().route("/v1/events", post(post_event))
+}
+
+fn admin_routes() -> Router<App> {
+    Router::new()
+        .route("/v1/endpoints", post(post_endpoint))
+        .route("/v1/endpoints/{id}", get(get_endpoint))
+        .route("/v1/deliveries", get(list_deliveries))
+        .route("/v1/deliveries/{id}", get(get_delivery))
+        .route("/v1/deliveries/{id}/replay", post(replay))
+}
+
+/// The ingest function's routes.
+pub fn ingest_router(app: App) -> Router {
+    finish(ingest_routes(), app)
+}
+
+/// The admin function's routes.
+pub fn admin_router(app: App) -> Router {
+    finish(admin_routes(), app)
+}
+
+/// Every route (the local runtime).
+pub fn router(app: App) -> Router {
+    finish(ingest_routes().merge(admin_routes()), app)
+}

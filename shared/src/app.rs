@@ -1,0 +1,109 @@
+//! The dependencies every service takes: store, queue, sender, clock, randomness, config.
+
+use crate::clock::{Clock, Random, SystemClock};
+use crate::config::Config;
+use crate::model::Endpoint;
+use crate::queue::{Queue, SqsQueue};
+use crate::sender::{HttpSender, Sender};
+use crate::store::{DynamoStore, Store, StoreError};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// The service context. Cheap to clone (every field is shared).
+#[derive(Clone)]
+pub struct App {
+    /// Configuration.
+    pub config: Arc<Config>,
+    /// Endpoints and deliveries.
+    pub store: Arc<dyn Store>,
+    /// The attempt queue.
+    pub queue: Arc<dyn Queue>,
+    /// The HTTP sender.
+    pub sender: Arc<dyn Sender>,
+    /// Now.
+    pub clock: Arc<dyn Clock>,
+    /// Jitter, ids and secrets.
+    pub random: Arc<Random>,
+    endpoints: Arc<Mutex<HashMap<(String, String), (Instant, Option<Endpoint>)>>>,
+}
+
+/// The AWS clients could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[error("setup: {0}")]
+pub struct SetupError(pub String);
+
+impl App {
+    /// An app over the given parts.
+    pub fn new(
+        config: Config,
+        store: Arc<dyn Store>,
+        queue: Arc<dyn Queue>,
+        sender: Arc<dyn Sender>,
+        clock: Arc<dyn Clock>,
+        random: Arc<Random>,
+    ) -> Self {
+        Self {
+            config: Arc::new(config),
+            store,
+            queue,
+            sender,
+            clock,
+            random,
+            endpoints: Arc::default(),
+        }
+    }
+
+    /// The real thing: DynamoDB, SQS and HTTP clients from the SDK's standard configuration
+    /// (region, credentials and `AWS_ENDPOINT_URL` from the environment), the system clock
+    /// and an OS-seeded random source.
+    ///
+    /// # Errors
+    /// [`SetupError`] when the HTTP client cannot be built.
+    pub async fn from_aws(config: Config) -> Result<Self, SetupError> {
+        let sdk = aws_config::load_from_env().await;
+        let store = DynamoStore::new(
+            aws_sdk_dynamodb::Client::new(&sdk),
+            &config.table,
+            config.due_shards,
+        );
+        let queue = SqsQueue::new(aws_sdk_sqs::Client::new(&sdk), &config.queue_url);
+        let sender = HttpSender::new(config.request_timeout, config.allow_private_destinations)
+            .map_err(|e| SetupError(e.to_string()))?;
+        Ok(Self::new(
+            config,
+            Arc::new(store),
+            Arc::new(queue),
+            Arc::new(sender),
+            Arc::new(SystemClock),
+            Arc::new(Random::from_os()),
+        ))
+    }
+
+    /// An endpoint's configuration, served from memory for `config.endpoint_cache` after a
+    /// read (deliver's steady state makes no endpoint read per attempt).
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn endpoint(
+        &self,
+        tenant_id: &str,
+        id: &str,
+    ) -> Result<Option<Endpoint>, StoreError> {
+        let key = (tenant_id.to_string(), id.to_string());
+        if let Ok(cache) = self.endpoints.lock()
+            && let Some((at, ep)) = cache.get(&key)
+            && at.elapsed() < self.config.endpoint_cache
+        {
+            return Ok(ep.clone());
+        }
+        let ep = self.store.get_endpoint(tenant_id, id).await?;
+        if let Ok(mut cache) = self.endpoints.lock() {
+            if cache.len() > 10_000 {
+                cache.clear();
+            }
+            cache.insert(key, (Instant::now(), ep.clone()));
+        }
+        Ok(ep)
+    }
+}

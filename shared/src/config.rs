@@ -1,0 +1,206 @@
+//! Configuration from the environment, read and validated once at cold start.
+
+use std::time::Duration;
+
+/// Everything the services need to know about their surroundings.
+///
+/// Built by [`Config::from_env`] in the Lambda binaries and the local runtime; tests build it
+/// directly (the process environment is shared between parallel tests).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// DynamoDB table name (`WEBHOOKS_TABLE`, required).
+    pub table: String,
+    /// SQS queue URL the deliver function consumes (`WEBHOOKS_QUEUE_URL`, required).
+    pub queue_url: String,
+    /// Per-attempt HTTP timeout (`WEBHOOKS_REQUEST_TIMEOUT_MS`, milliseconds, default 10000:
+    /// "2xx within 10 s" from the payment provider's retry docs).
+    pub request_timeout: Duration,
+    /// The longest wait sent to SQS as `DelaySeconds` (`WEBHOOKS_SQS_MAX_DELAY_SECONDS`,
+    /// seconds, default 900 = SQS's own limit). Longer waits go through the sweeper's due index.
+    pub sqs_max_delay_seconds: u32,
+    /// Local runtime only: seconds between sweeper ticks (`WEBHOOKS_SWEEP_INTERVAL_SECONDS`,
+    /// default 60, the one-minute schedule of the deployed sweeper).
+    pub sweep_interval: Duration,
+    /// Whether the HTTP sender may connect to loopback, private and link-local addresses
+    /// (`WEBHOOKS_ALLOW_PRIVATE_DESTINATIONS`, default false). Only the local runtime sets it.
+    pub allow_private_destinations: bool,
+    /// Added to the request timeout to form a claim's lease (`WEBHOOKS_LEASE_MARGIN_MS`,
+    /// milliseconds, default 5000).
+    pub lease_margin: Duration,
+    /// How long past its due time a scheduled delivery whose SQS message is already out may
+    /// stay unclaimed before the sweeper sends another message (`WEBHOOKS_REDRIVE_AFTER_SECONDS`,
+    /// seconds, default 300). Covers a lost message or a crash between write and send.
+    pub redrive_after_seconds: u32,
+    /// Most items one sweeper tick handles (`WEBHOOKS_SWEEP_BATCH`, default 1000).
+    pub sweep_batch: usize,
+    /// Number of partitions of the due index (`WEBHOOKS_DUE_SHARDS`, default 8). A sweeper
+    /// tick queries each one.
+    pub due_shards: u32,
+    /// How long deliver keeps an endpoint's configuration in memory
+    /// (`WEBHOOKS_ENDPOINT_CACHE_SECONDS`, seconds, default 5).
+    pub endpoint_cache: Duration,
+    /// The field of an EventBridge event's `detail` that names the tenant
+    /// (`WEBHOOKS_EVENTBRIDGE_TENANT_FIELD`, default `tenant_id`).
+    pub eventbridge_tenant_field: String,
+    /// Days a delivered delivery is kept before DynamoDB TTL removes it
+    /// (`WEBHOOKS_DELIVERED_RETENTION_DAYS`, default 30).
+    pub delivered_retention_days: u32,
+    /// Days an exhausted delivery (a dead letter) is kept (`WEBHOOKS_EXHAUSTED_RETENTION_DAYS`,
+    /// default 14, from the payment provider's docs).
+    pub exhausted_retention_days: u32,
+}
+
+/// Largest accepted event payload in bytes (256 KiB, SQS's and EventBridge's own limit).
+pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
+
+/// A configuration variable that is missing or does not parse.
+#[derive(Debug, thiserror::Error)]
+#[error("configuration: {name}: {problem}")]
+pub struct ConfigError {
+    /// The environment variable's name.
+    pub name: &'static str,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+impl Config {
+    /// A configuration with every default, for the given table and queue.
+    pub fn new(table: impl Into<String>, queue_url: impl Into<String>) -> Self {
+        Self {
+            table: table.into(),
+            queue_url: queue_url.into(),
+            request_timeout: Duration::from_millis(10_000),
+            sqs_max_delay_seconds: 900,
+            sweep_interval: Duration::from_secs(60),
+            allow_private_destinations: false,
+            lease_margin: Duration::from_millis(5_000),
+            redrive_after_seconds: 300,
+            sweep_batch: 1000,
+            due_shards: 8,
+            endpoint_cache: Duration::from_secs(5),
+            eventbridge_tenant_field: "tenant_id".to_string(),
+            delivered_retention_days: 30,
+            exhausted_retention_days: 14,
+        }
+    }
+
+    /// Reads the `WEBHOOKS_*` variables.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the first variable that is missing (table and queue URL only)
+    /// or fails to parse.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Like [`Config::from_env`], reading variables through `get`.
+    ///
+    /// # Errors
+    /// As [`Config::from_env`].
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let required = |name: &'static str| {
+            get(name).filter(|v| !v.is_empty()).ok_or(ConfigError {
+                name,
+                problem: "is required".into(),
+            })
+        };
+        let mut c = Self::new(required("WEBHOOKS_TABLE")?, required("WEBHOOKS_QUEUE_URL")?);
+        c.request_timeout =
+            Duration::from_millis(parse(&get, "WEBHOOKS_REQUEST_TIMEOUT_MS", 10_000)?);
+        c.sqs_max_delay_seconds = parse(&get, "WEBHOOKS_SQS_MAX_DELAY_SECONDS", 900)?;
+        if c.sqs_max_delay_seconds > 900 {
+            return Err(ConfigError {
+                name: "WEBHOOKS_SQS_MAX_DELAY_SECONDS",
+                problem: "must be at most 900 (the SQS DelaySeconds limit)".into(),
+            });
+        }
+        c.sweep_interval = Duration::from_secs(parse(&get, "WEBHOOKS_SWEEP_INTERVAL_SECONDS", 60)?);
+        c.allow_private_destinations = parse(&get, "WEBHOOKS_ALLOW_PRIVATE_DESTINATIONS", false)?;
+        c.lease_margin = Duration::from_millis(parse(&get, "WEBHOOKS_LEASE_MARGIN_MS", 5_000)?);
+        c.redrive_after_seconds = parse(&get, "WEBHOOKS_REDRIVE_AFTER_SECONDS", 300)?;
+        c.sweep_batch = parse(&get, "WEBHOOKS_SWEEP_BATCH", 1000)?;
+        c.due_shards = parse(&get, "WEBHOOKS_DUE_SHARDS", 8)?;
+        if c.due_shards == 0 {
+            return Err(ConfigError {
+                name: "WEBHOOKS_DUE_SHARDS",
+                problem: "must be at least 1".into(),
+            });
+        }
+        c.endpoint_cache = Duration::from_secs(parse(&get, "WEBHOOKS_ENDPOINT_CACHE_SECONDS", 5)?);
+        if let Some(field) = get("WEBHOOKS_EVENTBRIDGE_TENANT_FIELD").filter(|v| !v.is_empty()) {
+            c.eventbridge_tenant_field = field;
+        }
+        c.delivered_retention_days = parse(&get, "WEBHOOKS_DELIVERED_RETENTION_DAYS", 30)?;
+        c.exhausted_retention_days = parse(&get, "WEBHOOKS_EXHAUSTED_RETENTION_DAYS", 14)?;
+        Ok(c)
+    }
+
+    /// A claim's lease: the request timeout plus the margin.
+    pub fn lease(&self) -> Duration {
+        self.request_timeout + self.lease_margin
+    }
+}
+
+fn parse<T: std::str::FromStr>(
+    get: &impl Fn(&str) -> Option<String>,
+    name: &'static str,
+    default: T,
+) -> Result<T, ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    match get(name).filter(|v| !v.is_empty()) {
+        None => Ok(default),
+        Some(v) => v.trim().parse().map_err(|e: T::Err| ConfigError {
+            name,
+            problem: format!("{v:?} does not parse: {e}"),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn defaults_and_overrides() {
+        let c = Config::from_lookup(lookup(&[
+            ("WEBHOOKS_TABLE", "t"),
+            ("WEBHOOKS_QUEUE_URL", "q"),
+            ("WEBHOOKS_SQS_MAX_DELAY_SECONDS", "3"),
+        ]))
+        .unwrap();
+        assert_eq!(c.request_timeout, Duration::from_secs(10));
+        assert_eq!(c.sqs_max_delay_seconds, 3);
+        assert!(!c.allow_private_destinations);
+    }
+
+    #[test]
+    fn missing_table_and_bad_numbers_are_named() {
+        let e = Config::from_lookup(lookup(&[("WEBHOOKS_QUEUE_URL", "q")])).unwrap_err();
+        assert_eq!(e.name, "WEBHOOKS_TABLE");
+        let e = Config::from_lookup(lookup(&[
+            ("WEBHOOKS_TABLE", "t"),
+            ("WEBHOOKS_QUEUE_URL", "q"),
+            ("WEBHOOKS_REQUEST_TIMEOUT_MS", "ten"),
+        ]))
+        .unwrap_err();
+        assert_eq!(e.name, "WEBHOOKS_REQUEST_TIMEOUT_MS");
+        let e = Config::from_lookup(lookup(&[
+            ("WEBHOOKS_TABLE", "t"),
+            ("WEBHOOKS_QUEUE_URL", "q"),
+            ("WEBHOOKS_SQS_MAX_DELAY_SECONDS", "901"),
+        ]))
+        .unwrap_err();
+        assert_eq!(e.name, "WEBHOOKS_SQS_MAX_DELAY_SECONDS");
+    }
+}

@@ -1,0 +1,89 @@
+//! Error helpers shared by the services.
+
+/// An error and its sources, joined with `: `, for logs and attempt records.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// Why a service call did not succeed, with the HTTP status and the stable `code` the API
+/// answers with (`{"error": {"code", "message"}}`).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ServiceError {
+    /// The request body is not JSON (400 `invalid_json`).
+    #[error("{0}")]
+    InvalidJson(String),
+    /// A field is missing or invalid (422 `validation_error`); the message names the field.
+    #[error("{0}")]
+    Validation(String),
+    /// The payload is over the size limit (413 `payload_too_large`).
+    #[error("{0}")]
+    TooLarge(String),
+    /// No such item (404 `not_found`).
+    #[error("{0}")]
+    NotFound(String),
+    /// The item is not in a state that allows this (409 `conflict`).
+    #[error("{0}")]
+    Conflict(String),
+    /// An AWS call failed; nothing the caller did (503 `unavailable`). Safe to retry.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl ServiceError {
+    /// The HTTP status.
+    pub fn status(&self) -> u16 {
+        match self {
+            Self::InvalidJson(_) => 400,
+            Self::Validation(_) => 422,
+            Self::TooLarge(_) => 413,
+            Self::NotFound(_) => 404,
+            Self::Conflict(_) => 409,
+            Self::Unavailable(_) => 503,
+        }
+    }
+
+    /// The stable error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::InvalidJson(_) => "invalid_json",
+            Self::Validation(_) => "validation_error",
+            Self::TooLarge(_) => "payload_too_large",
+            Self::NotFound(_) => "not_found",
+            Self::Conflict(_) => "conflict",
+            Self::Unavailable(_) => "unavailable",
+        }
+    }
+
+    /// The JSON error body.
+    pub fn body(&self) -> serde_json::Value {
+        serde_json::json!({"error": {"code": self.code(), "message": self.to_string()}})
+    }
+}
+
+impl From<crate::store::StoreError> for ServiceError {
+    fn from(e: crate::store::StoreError) -> Self {
+        match e {
+            crate::store::StoreError::InvalidCursor => {
+                Self::Validation("cursor: not a cursor this API returned".into())
+            }
+            crate::store::StoreError::Unsupported(m) => Self::Validation(m),
+            other => Self::Unavailable(other.to_string()),
+        }
+    }
+}
+
+impl From<crate::queue::QueueError> for ServiceError {
+    fn from(e: crate::queue::QueueError) -> Self {
+        Self::Unavailable(e.to_string())
+    }
+}

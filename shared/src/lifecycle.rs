@@ -1,0 +1,517 @@
+//! The one place that owns a delivery's state transitions.
+//!
+//! ```text
+//! scheduled --claim--> sending --2xx--> delivered
+//!     ^                   |--retryable failure, attempts left--> scheduled (next_attempt_at set)
+//!     |                   |--final failure / attempts used up--> exhausted (dead letter)
+//!     |                   '--lease expired (worker lost)--> scheduled, due now
+//!     '---- replay ---- exhausted, held
+//! ```
+//!
+//! Each function here returns a [`Transition`]: the state the item must be in (a guard the
+//! store turns into a DynamoDB condition) and what changes. A transition whose guard no longer
+//! holds is lost by whoever came second, which is how a duplicate SQS message, two sweeper
+//! ticks at once or a retried Lambda batch are turned away: "what can now happen twice" has
+//! one answer, the guard.
+//!
+//! The due index (`due_at`, milliseconds since the epoch) says when the sweeper must next look
+//! at an in-flight item:
+//! - `scheduled`, message already in SQS: `next_attempt_at + redrive_after` (a lost message is
+//!   re-driven then);
+//! - `scheduled`, wait longer than SQS's delay limit: `next_attempt_at - sqs_max_delay` (the
+//!   sweeper then sends it with the exact remaining delay);
+//! - `sending`: `lease_until` (a lost worker is noticed then);
+//! - final and held states are not in the index.
+
+use crate::config::Config;
+use crate::model::{Attempt, Delivery, DeliveryStatus};
+use chrono::{DateTime, Duration, Utc};
+
+/// A change to one attribute.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Field<T> {
+    /// Leave as it is.
+    Keep,
+    /// Set to a value.
+    Set(T),
+    /// Remove the attribute.
+    Remove,
+}
+
+/// The state an item must be in for a transition to apply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Guard {
+    /// Any of these statuses.
+    pub status: Vec<DeliveryStatus>,
+    /// `attempt_count` equal to this.
+    pub attempt_count: u32,
+    /// `due_at` equal to this (milliseconds), when set: the sweeper acts only on what it read.
+    pub due_at: Option<i64>,
+}
+
+/// A guarded change of a delivery's state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transition {
+    /// What must hold before.
+    pub guard: Guard,
+    /// The new status.
+    pub status: DeliveryStatus,
+    /// The new `attempt_count`.
+    pub attempt_count: Option<u32>,
+    /// The new `attempts_base`.
+    pub attempts_base: Field<u32>,
+    /// Add one to `attempts_base` (a lost attempt does not count against the policy).
+    pub forgive_attempt: bool,
+    /// The new `next_attempt_at`.
+    pub next_attempt_at: Field<DateTime<Utc>>,
+    /// The new `lease_until`.
+    pub lease_until: Field<DateTime<Utc>>,
+    /// The new due-index time (milliseconds since the epoch); `Remove` takes it out of the
+    /// index.
+    pub due_at: Field<i64>,
+    /// Appended to the attempt history.
+    pub append_attempt: Option<Attempt>,
+    /// The new TTL (unix seconds).
+    pub expires_at: Field<i64>,
+    /// When the change happens (`updated_at`).
+    pub now: DateTime<Utc>,
+}
+
+/// The SQS message that asks deliver to make attempt `attempt` of a delivery.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct AttemptMessage {
+    /// The delivery to attempt.
+    pub delivery_id: String,
+    /// The attempt number to make (the item's `attempt_count` + 1 when it is claimed).
+    pub attempt: u32,
+}
+
+/// A message to send, with its `DelaySeconds`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Enqueue {
+    /// The message.
+    pub message: AttemptMessage,
+    /// `DelaySeconds`, 0 to the configured maximum.
+    pub delay_seconds: u32,
+}
+
+fn ms(t: DateTime<Utc>) -> i64 {
+    t.timestamp_millis()
+}
+
+fn seconds_until(now: DateTime<Utc>, at: DateTime<Utc>) -> i64 {
+    // Round up so an attempt never starts before its due time.
+    let ms = (at - now).num_milliseconds();
+    if ms <= 0 { 0 } else { (ms + 999) / 1000 }
+}
+
+/// Where a delivery due at `next` waits: the due-index time and, when the wait fits in SQS's
+/// delay, the message to send now.
+fn wait_for(
+    cfg: &Config,
+    now: DateTime<Utc>,
+    next: DateTime<Utc>,
+    id: &str,
+    attempt: u32,
+) -> (i64, Option<Enqueue>) {
+    let wait = seconds_until(now, next);
+    if wait <= i64::from(cfg.sqs_max_delay_seconds) {
+        let due = ms(next) + i64::from(cfg.redrive_after_seconds) * 1000;
+        let enqueue = Enqueue {
+            message: AttemptMessage {
+                delivery_id: id.to_string(),
+                attempt,
+            },
+            delay_seconds: u32::try_from(wait).unwrap_or(0),
+        };
+        (due, Some(enqueue))
+    } else {
+        (ms(next) - i64::from(cfg.sqs_max_delay_seconds) * 1000, None)
+    }
+}
+
+/// A new delivery, accepted at `now` and due at once, with the message for attempt 1.
+#[allow(clippy::too_many_arguments)]
+pub fn new_delivery(
+    cfg: &Config,
+    now: DateTime<Utc>,
+    id: String,
+    event_id: &str,
+    event_type: &str,
+    tenant_id: &str,
+    endpoint_id: &str,
+    payload: &str,
+) -> (Delivery, i64, Enqueue) {
+    let due = ms(now) + i64::from(cfg.redrive_after_seconds) * 1000;
+    let enqueue = Enqueue {
+        message: AttemptMessage {
+            delivery_id: id.clone(),
+            attempt: 1,
+        },
+        delay_seconds: 0,
+    };
+    let d = Delivery {
+        id,
+        event_id: event_id.to_string(),
+        event_type: event_type.to_string(),
+        tenant_id: tenant_id.to_string(),
+        endpoint_id: endpoint_id.to_string(),
+        status: DeliveryStatus::Scheduled,
+        attempt_count: 0,
+        attempts_base: 0,
+        next_attempt_at: Some(now),
+        lease_until: None,
+        payload: payload.to_string(),
+        attempts: Vec::new(),
+        created_at: now,
+        updated_at: now,
+        expires_at: None,
+    };
+    (d, due, enqueue)
+}
+
+/// Claim a scheduled delivery for attempt `msg.attempt`, leasing it until `now + lease`.
+pub fn claim(cfg: &Config, now: DateTime<Utc>, msg: &AttemptMessage) -> Transition {
+    let lease_until = now + Duration::from_std(cfg.lease()).unwrap_or(Duration::seconds(15));
+    Transition {
+        guard: Guard {
+            status: vec![DeliveryStatus::Scheduled],
+            attempt_count: msg.attempt.saturating_sub(1),
+            due_at: None,
+        },
+        status: DeliveryStatus::Sending,
+        attempt_count: Some(msg.attempt),
+        attempts_base: Field::Keep,
+        forgive_attempt: false,
+        next_attempt_at: Field::Remove,
+        lease_until: Field::Set(lease_until),
+        due_at: Field::Set(ms(lease_until)),
+        append_attempt: None,
+        expires_at: Field::Keep,
+        now,
+    }
+}
+
+/// What the attempt's outcome asks for, decided by the retry policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Delivered.
+    Delivered,
+    /// Try again after this many seconds.
+    RetryIn(u64),
+    /// Final failure or attempts used up: the dead letter.
+    Exhausted,
+}
+
+fn finished(claimed: &Delivery) -> Guard {
+    Guard {
+        status: vec![DeliveryStatus::Sending],
+        attempt_count: claimed.attempt_count,
+        due_at: None,
+    }
+}
+
+/// Record the attempt on a claimed delivery and move it on.
+pub fn complete(
+    cfg: &Config,
+    now: DateTime<Utc>,
+    claimed: &Delivery,
+    attempt: Attempt,
+    next: Next,
+) -> (Transition, Option<Enqueue>) {
+    let days = |d: u32| Field::Set(now.timestamp() + i64::from(d) * 86_400);
+    let base = Transition {
+        guard: finished(claimed),
+        status: DeliveryStatus::Delivered,
+        attempt_count: None,
+        attempts_base: Field::Keep,
+        forgive_attempt: false,
+        next_attempt_at: Field::Remove,
+        lease_until: Field::Remove,
+        due_at: Field::Remove,
+        append_attempt: Some(attempt),
+        expires_at: Field::Keep,
+        now,
+    };
+    match next {
+        Next::Delivered => (
+            Transition {
+                expires_at: days(cfg.delivered_retention_days),
+                ..base
+            },
+            None,
+        ),
+        Next::Exhausted => (
+            Transition {
+                status: DeliveryStatus::Exhausted,
+                expires_at: days(cfg.exhausted_retention_days),
+                ..base
+            },
+            None,
+        ),
+        Next::RetryIn(seconds) => {
+            let at =
+                now + Duration::seconds(i64::try_from(seconds).unwrap_or(i64::MAX / 2_000_000));
+            let (due, enqueue) = wait_for(cfg, now, at, &claimed.id, claimed.attempt_count + 1);
+            let t = Transition {
+                status: DeliveryStatus::Scheduled,
+                next_attempt_at: Field::Set(at),
+                due_at: Field::Set(due),
+                ..base
+            };
+            (t, enqueue)
+        }
+    }
+}
+
+/// What the sweeper read from the due index for one item.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct DueItem {
+    /// Delivery id.
+    pub id: String,
+    /// Its status when read.
+    pub status: DeliveryStatus,
+    /// Its `attempt_count` when read.
+    pub attempt_count: u32,
+    /// Its due-index time when read, milliseconds.
+    pub due_at: i64,
+    /// Its next attempt time (scheduled items).
+    #[serde(default)]
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    /// Its lease (sending items).
+    #[serde(default)]
+    pub lease_until: Option<DateTime<Utc>>,
+}
+
+/// What the sweeper does with an item that has come due: the guarded change and the message
+/// to send once the change is written. `None` when the item needs nothing (not yet due, or
+/// in a state the index should not hold).
+pub fn sweep(cfg: &Config, now: DateTime<Utc>, item: &DueItem) -> Option<(Transition, Enqueue)> {
+    if item.due_at > ms(now) {
+        return None;
+    }
+    let guard = Guard {
+        status: vec![item.status],
+        attempt_count: item.attempt_count,
+        due_at: Some(item.due_at),
+    };
+    let redrive_due = ms(now) + i64::from(cfg.redrive_after_seconds) * 1000;
+    match item.status {
+        DeliveryStatus::Scheduled => {
+            // Either a long wait that now fits in SQS's delay (send with the exact remaining
+            // delay), or an overdue item whose message was lost (send now).
+            let next = item.next_attempt_at.unwrap_or(now);
+            let delay = u32::try_from(seconds_until(now, next))
+                .unwrap_or(0)
+                .min(cfg.sqs_max_delay_seconds);
+            let t = Transition {
+                guard,
+                status: DeliveryStatus::Scheduled,
+                attempt_count: None,
+                attempts_base: Field::Keep,
+                forgive_attempt: false,
+                next_attempt_at: Field::Keep,
+                lease_until: Field::Keep,
+                due_at: Field::Set(
+                    ms(next).max(ms(now)) + i64::from(cfg.redrive_after_seconds) * 1000,
+                ),
+                append_attempt: None,
+                expires_at: Field::Keep,
+                now,
+            };
+            let msg = AttemptMessage {
+                delivery_id: item.id.clone(),
+                attempt: item.attempt_count + 1,
+            };
+            Some((
+                t,
+                Enqueue {
+                    message: msg,
+                    delay_seconds: delay,
+                },
+            ))
+        }
+        DeliveryStatus::Sending => {
+            // The worker holding the lease is gone. Its attempt may or may not have reached
+            // the receiver, so that attempt number is spent; it is recorded as lost and not
+            // counted against the retry policy (the failure was ours, not the receiver's).
+            let lost = Attempt {
+                attempt: item.attempt_count,
+                at: item.lease_until.unwrap_or(now),
+                status_code: None,
+                error: Some("lease_expired".into()),
+                duration_ms: 0,
+                response_body: None,
+                next_wait_seconds: Some(0),
+            };
+            let t = Transition {
+                guard,
+                status: DeliveryStatus::Scheduled,
+                attempt_count: None,
+                attempts_base: Field::Keep,
+                forgive_attempt: true,
+                next_attempt_at: Field::Set(now),
+                lease_until: Field::Remove,
+                due_at: Field::Set(redrive_due),
+                append_attempt: Some(lost),
+                expires_at: Field::Keep,
+                now,
+            };
+            let msg = AttemptMessage {
+                delivery_id: item.id.clone(),
+                attempt: item.attempt_count + 1,
+            };
+            Some((
+                t,
+                Enqueue {
+                    message: msg,
+                    delay_seconds: 0,
+                },
+            ))
+        }
+        DeliveryStatus::Delivered | DeliveryStatus::Exhausted | DeliveryStatus::Held => None,
+    }
+}
+
+/// Replay an exhausted or held delivery: a fresh cycle of its retry policy, first attempt now.
+pub fn replay(cfg: &Config, now: DateTime<Utc>, d: &Delivery) -> Option<(Transition, Enqueue)> {
+    if !matches!(d.status, DeliveryStatus::Exhausted | DeliveryStatus::Held) {
+        return None;
+    }
+    let (due, enqueue) = wait_for(cfg, now, now, &d.id, d.attempt_count + 1);
+    let t = Transition {
+        guard: Guard {
+            status: vec![d.status],
+            attempt_count: d.attempt_count,
+            due_at: None,
+        },
+        status: DeliveryStatus::Scheduled,
+        attempt_count: None,
+        attempts_base: Field::Set(d.attempt_count),
+        forgive_attempt: false,
+        next_attempt_at: Field::Set(now),
+        lease_until: Field::Remove,
+        due_at: Field::Set(due),
+        append_attempt: None,
+        expires_at: Field::Remove,
+        now,
+    };
+    enqueue.map(|e| (t, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> Config {
+        let mut c = Config::new("t", "q");
+        c.sqs_max_delay_seconds = 900;
+        c.redrive_after_seconds = 300;
+        c
+    }
+
+    fn claimed(now: DateTime<Utc>) -> Delivery {
+        let (mut d, _, _) = new_delivery(
+            &cfg(),
+            now,
+            "dlv_1".into(),
+            "evt_1",
+            "order.paid",
+            "t1",
+            "ep_1",
+            "{}",
+        );
+        d.status = DeliveryStatus::Sending;
+        d.attempt_count = 1;
+        d
+    }
+
+    fn attempt(now: DateTime<Utc>) -> Attempt {
+        Attempt {
+            attempt: 1,
+            at: now,
+            status_code: Some(500),
+            error: None,
+            duration_ms: 3,
+            response_body: None,
+            next_wait_seconds: None,
+        }
+    }
+
+    #[test]
+    fn short_waits_go_to_sqs_and_long_waits_to_the_due_index() {
+        let now = Utc::now();
+        let (t, e) = complete(&cfg(), now, &claimed(now), attempt(now), Next::RetryIn(600));
+        let e = e.unwrap();
+        assert_eq!(e.delay_seconds, 600);
+        assert_eq!(e.message.attempt, 2);
+        assert_eq!(t.due_at, Field::Set(ms(now) + 900_000));
+
+        let (t, e) = complete(
+            &cfg(),
+            now,
+            &claimed(now),
+            attempt(now),
+            Next::RetryIn(3600),
+        );
+        assert!(e.is_none());
+        assert_eq!(t.due_at, Field::Set(ms(now) + 2_700_000));
+        assert_eq!(t.status, DeliveryStatus::Scheduled);
+    }
+
+    #[test]
+    fn sweeper_sends_long_waits_with_the_exact_remaining_delay() {
+        let now = Utc::now();
+        let next = now + Duration::seconds(700);
+        let item = DueItem {
+            id: "dlv_1".into(),
+            status: DeliveryStatus::Scheduled,
+            attempt_count: 1,
+            due_at: ms(next) - 900_000,
+            next_attempt_at: Some(next),
+            lease_until: None,
+        };
+        let (t, e) = sweep(&cfg(), now, &item).unwrap();
+        assert_eq!(e.delay_seconds, 700);
+        assert_eq!(t.guard.due_at, Some(item.due_at));
+        assert_eq!(t.due_at, Field::Set(ms(next) + 300_000));
+        let not_yet = DueItem {
+            due_at: ms(now) + 1,
+            ..item
+        };
+        assert!(sweep(&cfg(), now, &not_yet).is_none());
+    }
+
+    #[test]
+    fn expired_lease_is_recorded_lost_and_redriven_now() {
+        let now = Utc::now();
+        let item = DueItem {
+            id: "dlv_1".into(),
+            status: DeliveryStatus::Sending,
+            attempt_count: 3,
+            due_at: ms(now) - 1,
+            next_attempt_at: None,
+            lease_until: Some(now),
+        };
+        let (t, e) = sweep(&cfg(), now, &item).unwrap();
+        assert_eq!(e.message.attempt, 4);
+        assert_eq!(e.delay_seconds, 0);
+        assert!(t.forgive_attempt);
+        assert_eq!(
+            t.append_attempt.unwrap().error.as_deref(),
+            Some("lease_expired")
+        );
+    }
+
+    #[test]
+    fn replay_starts_a_fresh_cycle_only_from_exhausted_or_held() {
+        let now = Utc::now();
+        let mut d = claimed(now);
+        assert!(replay(&cfg(), now, &d).is_none());
+        d.status = DeliveryStatus::Exhausted;
+        d.attempt_count = 4;
+        let (t, e) = replay(&cfg(), now, &d).unwrap();
+        assert_eq!(t.attempts_base, Field::Set(4));
+        assert_eq!(e.message.attempt, 5);
+    }
+}

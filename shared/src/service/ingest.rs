@@ -1,0 +1,166 @@
+//! Ingest: validate an event, freeze its payload, fan it out to the tenant's subscribed
+//! endpoints (one delivery item each) and enqueue attempt 1.
+//!
+//! Idempotency rides on the delivery id, derived from (event id, endpoint id): ingesting the
+//! same event id twice loses the conditional put and creates nothing new. A delivery written
+//! but never enqueued (a crash or an SQS failure between the two) sits in the due index and is
+//! re-driven by the sweeper, so nothing accepted is lost.
+
+use crate::App;
+use crate::config::MAX_PAYLOAD_BYTES;
+use crate::error::ServiceError;
+use crate::lifecycle;
+use crate::model::delivery_id;
+use serde::Serialize;
+
+/// An event to deliver.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    /// The tenant whose endpoints receive it.
+    pub tenant_id: String,
+    /// The event type, e.g. `order.paid`.
+    pub event_type: String,
+    /// The JSON payload exactly as it will be POSTed.
+    pub payload: String,
+    /// The caller's event id; one is generated (`evt_` + ULID) when absent.
+    pub id: Option<String>,
+}
+
+/// A delivery created for an event.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeliveryRef {
+    /// Delivery id.
+    pub id: String,
+    /// The endpoint it goes to.
+    pub endpoint_id: String,
+}
+
+/// The answer to an accepted event (HTTP 202).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Accepted {
+    /// The event id (the caller's or a generated one).
+    pub event_id: String,
+    /// One delivery per subscribed, enabled endpoint; empty when none subscribes.
+    pub deliveries: Vec<DeliveryRef>,
+}
+
+const MAX_NAME: usize = 256;
+
+fn check_name(field: &str, value: &str) -> Result<(), ServiceError> {
+    if value.trim().is_empty() {
+        return Err(ServiceError::Validation(format!("{field}: is required")));
+    }
+    if value.len() > MAX_NAME {
+        return Err(ServiceError::Validation(format!(
+            "{field}: at most {MAX_NAME} bytes"
+        )));
+    }
+    Ok(())
+}
+
+/// Accepts an event.
+///
+/// # Errors
+/// - [`ServiceError::Validation`] for an empty or over-long `tenant_id`, `event_type` or `id`;
+/// - [`ServiceError::TooLarge`] for a payload over 256 KiB;
+/// - [`ServiceError::Unavailable`] when DynamoDB failed (retry with the same `id`: it is
+///   idempotent).
+pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError> {
+    check_name("tenant_id", &event.tenant_id)?;
+    check_name("event_type", &event.event_type)?;
+    if let Some(id) = &event.id {
+        check_name("id", id)?;
+    }
+    if event.payload.len() > MAX_PAYLOAD_BYTES {
+        return Err(ServiceError::TooLarge(format!(
+            "payload: {} bytes is over the limit of {MAX_PAYLOAD_BYTES} bytes",
+            event.payload.len()
+        )));
+    }
+    let now = app.clock.now();
+    let event_id = event
+        .id
+        .clone()
+        .unwrap_or_else(|| format!("evt_{}", app.random.ulid(now)));
+    let endpoints = app.store.tenant_endpoints(&event.tenant_id).await?;
+    let targets: Vec<_> = endpoints
+        .into_iter()
+        .filter(|ep| ep.enabled && ep.subscribes_to(&event.event_type))
+        .collect();
+
+    let writes = targets.iter().map(|ep| {
+        let (delivery, due_at, enqueue) = lifecycle::new_delivery(
+            &app.config,
+            now,
+            delivery_id(&event_id, &ep.id),
+            &event_id,
+            &event.event_type,
+            &event.tenant_id,
+            &ep.id,
+            &event.payload,
+        );
+        async move {
+            let created = app.store.insert_delivery(&delivery, due_at).await?;
+            Ok::<_, ServiceError>((
+                DeliveryRef {
+                    id: delivery.id,
+                    endpoint_id: ep.id.clone(),
+                },
+                created.then_some(enqueue),
+            ))
+        }
+    });
+    let results = futures::future::join_all(writes).await;
+    let mut deliveries = Vec::with_capacity(results.len());
+    let mut to_send = Vec::new();
+    for r in results {
+        let (reference, enqueue) = r?;
+        deliveries.push(reference);
+        to_send.extend(enqueue);
+    }
+    if !to_send.is_empty()
+        && let Err(e) = app.queue.send(&to_send).await
+    {
+        // The deliveries are written and in the due index: the sweeper re-drives them.
+        tracing::warn!(event_id, error = %e, "enqueue failed after write; the sweeper will re-drive");
+    }
+    tracing::info!(event_id, event_type = %event.event_type, deliveries = deliveries.len(), "event accepted");
+    Ok(Accepted {
+        event_id,
+        deliveries,
+    })
+}
+
+/// Accepts an EventBridge event: `detail-type` is the event type, `detail` the payload, `id`
+/// the event id, and the tenant is the string at `detail[config.eventbridge_tenant_field]`.
+///
+/// # Errors
+/// As [`ingest`], and [`ServiceError::Validation`] when the tenant field is missing.
+pub async fn ingest_eventbridge(
+    app: &App,
+    event: aws_lambda_events::eventbridge::EventBridgeEvent<serde_json::Value>,
+) -> Result<Accepted, ServiceError> {
+    let field = &app.config.eventbridge_tenant_field;
+    let tenant_id = event
+        .detail
+        .get(field)
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| {
+            ServiceError::Validation(format!(
+                "detail.{field}: is required (a string naming the tenant)"
+            ))
+        })?
+        .to_string();
+    let payload = serde_json::to_string(&event.detail)
+        .map_err(|e| ServiceError::Validation(format!("detail: {e}")))?;
+    ingest(
+        app,
+        NewEvent {
+            tenant_id,
+            event_type: event.detail_type,
+            payload,
+            id: event.id,
+        },
+    )
+    .await
+}

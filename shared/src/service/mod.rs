@@ -1,0 +1,7 @@
+//! The services the Lambda handlers and the local runtime call: plain async functions over an
+//! [`crate::App`].
+
+pub mod admin;
+pub mod deliver;
+pub mod ingest;
+pub mod sweep;

@@ -1,0 +1,460 @@
+//! The DynamoDB implementation of [`Store`].
+
+use super::keys::*;
+use super::{Applied, DeliveryQuery, DeliverySummary, Page, Store, StoreError};
+use crate::lifecycle::{DueItem, Field, Transition};
+use crate::model::{Delivery, DeliveryStatus, Endpoint};
+use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::DisplayErrorContext;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, ReturnValue, TransactWriteItem};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
+use std::collections::HashMap;
+
+type Item = HashMap<String, AttributeValue>;
+
+/// [`Store`] on one DynamoDB table (see the module docs of [`super`] for the layout).
+#[derive(Debug, Clone)]
+pub struct DynamoStore {
+    client: Client,
+    table: String,
+    due_shards: u32,
+}
+
+impl DynamoStore {
+    /// A store on `table`, with the due index split into `due_shards` partitions.
+    pub fn new(client: Client, table: impl Into<String>, due_shards: u32) -> Self {
+        Self {
+            client,
+            table: table.into(),
+            due_shards: due_shards.max(1),
+        }
+    }
+}
+
+fn aws<E: std::error::Error + 'static>(e: E) -> StoreError {
+    StoreError::Aws(DisplayErrorContext(e).to_string())
+}
+
+fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+fn n(v: impl ToString) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+fn to_item<T: serde::Serialize>(v: &T) -> Result<Item, StoreError> {
+    serde_dynamo::to_item(v).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+fn from_item<T: serde::de::DeserializeOwned>(item: Item) -> Result<T, StoreError> {
+    serde_dynamo::from_item(item).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+fn encode_cursor(key: Item) -> Result<String, StoreError> {
+    let json: serde_json::Value = from_item(key)?;
+    Ok(B64URL.encode(json.to_string()))
+}
+
+fn decode_cursor(cursor: &str) -> Result<Item, StoreError> {
+    let bytes = B64URL
+        .decode(cursor)
+        .map_err(|_| StoreError::InvalidCursor)?;
+    let json: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|_| StoreError::InvalidCursor)?;
+    if !json.is_object() {
+        return Err(StoreError::InvalidCursor);
+    }
+    serde_dynamo::to_item(json).map_err(|_| StoreError::InvalidCursor)
+}
+
+/// Builds an UpdateItem's expressions from a [`Transition`].
+#[derive(Default)]
+struct Update {
+    set: Vec<String>,
+    remove: Vec<String>,
+    values: Item,
+}
+
+impl Update {
+    fn set(&mut self, attr: &str, v: AttributeValue) {
+        let name = format!(":{attr}");
+        self.set.push(format!("{attr} = {name}"));
+        self.values.insert(name, v);
+    }
+
+    fn field<T>(&mut self, attr: &str, f: &Field<T>, conv: impl Fn(&T) -> AttributeValue) {
+        match f {
+            Field::Keep => {}
+            Field::Set(v) => self.set(attr, conv(v)),
+            Field::Remove => self.remove.push(attr.to_string()),
+        }
+    }
+
+    fn expression(&self) -> String {
+        let mut e = String::new();
+        if !self.set.is_empty() {
+            e.push_str("SET ");
+            e.push_str(&self.set.join(", "));
+        }
+        if !self.remove.is_empty() {
+            e.push_str(" REMOVE ");
+            e.push_str(&self.remove.join(", "));
+        }
+        e
+    }
+}
+
+fn time(t: &chrono::DateTime<chrono::Utc>) -> AttributeValue {
+    s(t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
+}
+
+#[async_trait]
+impl Store for DynamoStore {
+    async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
+        let mut item = to_item(endpoint)?;
+        item.insert(PK.into(), s(tenant_pk(&endpoint.tenant_id)));
+        item.insert(SK.into(), s(endpoint_key(&endpoint.id)));
+        let mut pointer = Item::new();
+        pointer.insert(PK.into(), s(endpoint_key(&endpoint.id)));
+        pointer.insert(SK.into(), s(ENDPOINT_POINTER_SK));
+        pointer.insert("tenant_id".into(), s(&endpoint.tenant_id));
+        let put = |item: Item| {
+            Put::builder()
+                .table_name(&self.table)
+                .set_item(Some(item))
+                .condition_expression("attribute_not_exists(pk)")
+                .build()
+                .map(|p| TransactWriteItem::builder().put(p).build())
+                .map_err(aws)
+        };
+        let result = self
+            .client
+            .transact_write_items()
+            .transact_items(put(item)?)
+            .transact_items(put(pointer)?)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|se| se.is_transaction_canceled_exception()) =>
+            {
+                Err(StoreError::AlreadyExists)
+            }
+            Err(e) => Err(aws(e)),
+        }
+    }
+
+    async fn get_endpoint(
+        &self,
+        tenant_id: &str,
+        id: &str,
+    ) -> Result<Option<Endpoint>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(PK, s(tenant_pk(tenant_id)))
+            .key(SK, s(endpoint_key(id)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(aws)?;
+        out.item.map(from_item).transpose()
+    }
+
+    async fn find_endpoint(&self, id: &str) -> Result<Option<Endpoint>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(PK, s(endpoint_key(id)))
+            .key(SK, s(ENDPOINT_POINTER_SK))
+            .send()
+            .await
+            .map_err(aws)?;
+        let Some(tenant) = out
+            .item
+            .as_ref()
+            .and_then(|i| i.get("tenant_id"))
+            .and_then(|v| v.as_s().ok())
+        else {
+            return Ok(None);
+        };
+        self.get_endpoint(tenant, id).await
+    }
+
+    async fn tenant_endpoints(&self, tenant_id: &str) -> Result<Vec<Endpoint>, StoreError> {
+        let mut out = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :pk AND begins_with(sk, :ep)")
+                .expression_attribute_values(":pk", s(tenant_pk(tenant_id)))
+                .expression_attribute_values(":ep", s("ENDPOINT#"))
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(aws)?;
+            for item in page.items.unwrap_or_default() {
+                out.push(from_item(item)?);
+            }
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    async fn insert_delivery(&self, delivery: &Delivery, due_at: i64) -> Result<bool, StoreError> {
+        let mut item = to_item(delivery)?;
+        item.insert(PK.into(), s(delivery_pk(&delivery.id)));
+        item.insert(SK.into(), s(DELIVERY_SK));
+        item.insert(
+            DUE_PK.into(),
+            s(due_pk(due_shard(&delivery.id, self.due_shards))),
+        );
+        item.insert(DUE_AT.into(), n(due_at));
+        item.insert(EP_PK.into(), s(&delivery.endpoint_id));
+        item.insert(EP_SK.into(), s(time_sk(delivery.created_at, &delivery.id)));
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(pk)")
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(aws(e)),
+        }
+    }
+
+    async fn get_delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(PK, s(delivery_pk(id)))
+            .key(SK, s(DELIVERY_SK))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(aws)?;
+        out.item.map(from_item).transpose()
+    }
+
+    async fn apply(
+        &self,
+        id: &str,
+        t: &Transition,
+        return_new: bool,
+    ) -> Result<Applied, StoreError> {
+        let mut u = Update::default();
+        u.set.push("#status = :status".into());
+        u.values.insert(":status".into(), s(t.status.as_str()));
+        u.set("updated_at", time(&t.now));
+        if let Some(c) = t.attempt_count {
+            u.set("attempt_count", n(c));
+        }
+        u.field("attempts_base", &t.attempts_base, |v| n(v));
+        if t.forgive_attempt {
+            u.set
+                .push("attempts_base = if_not_exists(attempts_base, :zero) + :one".into());
+            u.values.insert(":zero".into(), n(0));
+            u.values.insert(":one".into(), n(1));
+        }
+        u.field("next_attempt_at", &t.next_attempt_at, time);
+        u.field("lease_until", &t.lease_until, time);
+        u.field(TTL, &t.expires_at, |v| n(v));
+        match &t.due_at {
+            Field::Keep => {}
+            Field::Set(at) => {
+                u.set(DUE_AT, n(at));
+                u.set(DUE_PK, s(due_pk(due_shard(id, self.due_shards))));
+            }
+            Field::Remove => u.remove.extend([DUE_AT.to_string(), DUE_PK.to_string()]),
+        }
+        if let Some(a) = &t.append_attempt {
+            u.set
+                .push("attempts = list_append(if_not_exists(attempts, :empty), :attempt)".into());
+            u.values.insert(":empty".into(), AttributeValue::L(vec![]));
+            u.values.insert(
+                ":attempt".into(),
+                AttributeValue::L(vec![AttributeValue::M(to_item(a)?)]),
+            );
+        }
+        if matches!(t.status, DeliveryStatus::Exhausted | DeliveryStatus::Held) {
+            u.set(STATUS_KEY, s(t.status.as_str()));
+            u.set(STATUS_SK, s(time_sk(t.now, id)));
+        } else {
+            u.remove
+                .extend([STATUS_KEY.to_string(), STATUS_SK.to_string()]);
+        }
+        // The guard.
+        let mut cond = vec!["attribute_exists(pk)".to_string()];
+        let names: Vec<String> = t
+            .guard
+            .status
+            .iter()
+            .enumerate()
+            .map(|(i, st)| {
+                let name = format!(":g_status{i}");
+                u.values.insert(name.clone(), s(st.as_str()));
+                name
+            })
+            .collect();
+        cond.push(format!("#status IN ({})", names.join(", ")));
+        cond.push("attempt_count = :g_attempt_count".into());
+        u.values
+            .insert(":g_attempt_count".into(), n(t.guard.attempt_count));
+        if let Some(due) = t.guard.due_at {
+            cond.push(format!("{DUE_AT} = :g_due_at"));
+            u.values.insert(":g_due_at".into(), n(due));
+        }
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, s(delivery_pk(id)))
+            .key(SK, s(DELIVERY_SK))
+            .update_expression(u.expression())
+            .condition_expression(cond.join(" AND "))
+            .expression_attribute_names("#status", "status")
+            .set_expression_attribute_values(Some(u.values))
+            .return_values(if return_new {
+                ReturnValue::AllNew
+            } else {
+                ReturnValue::None
+            })
+            .send()
+            .await;
+        match result {
+            Ok(out) => match out.attributes {
+                Some(item) if return_new => Ok(Applied::Done(Some(Box::new(from_item(item)?)))),
+                _ => Ok(Applied::Done(None)),
+            },
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
+            {
+                Ok(Applied::Lost)
+            }
+            Err(e) => Err(aws(e)),
+        }
+    }
+
+    async fn due(
+        &self,
+        shard: u32,
+        until_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<DueItem>, StoreError> {
+        let mut out = Vec::new();
+        let mut start: Option<Item> = None;
+        while out.len() < limit {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(DUE_INDEX)
+                .key_condition_expression("due_pk = :p AND due_at <= :t")
+                .expression_attribute_values(":p", s(due_pk(shard)))
+                .expression_attribute_values(":t", n(until_ms))
+                .limit(i32::try_from(limit - out.len()).unwrap_or(i32::MAX))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(aws)?;
+            for item in page.items.unwrap_or_default() {
+                out.push(from_item(item)?);
+            }
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
+    async fn list_deliveries(
+        &self,
+        q: &DeliveryQuery,
+    ) -> Result<Page<DeliverySummary>, StoreError> {
+        let limit = q.limit.clamp(1, 100);
+        let mut start = q.cursor.as_deref().map(decode_cursor).transpose()?;
+        let mut data = Vec::new();
+        loop {
+            let mut req = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .scan_index_forward(false);
+            req = match (&q.endpoint_id, q.status) {
+                (Some(ep), status) => {
+                    let r = req
+                        .index_name(ENDPOINT_INDEX)
+                        .key_condition_expression("ep_pk = :k")
+                        .expression_attribute_values(":k", s(ep));
+                    match status {
+                        Some(st) => r
+                            .filter_expression("#status = :st")
+                            .expression_attribute_names("#status", "status")
+                            .expression_attribute_values(":st", s(st.as_str())),
+                        None => r,
+                    }
+                }
+                (None, Some(st)) => req
+                    .index_name(STATUS_INDEX)
+                    .key_condition_expression("status_key = :k")
+                    .expression_attribute_values(":k", s(st.as_str())),
+                (None, None) => {
+                    return Err(StoreError::Unsupported(
+                        "list deliveries by endpoint_id or by status".into(),
+                    ));
+                }
+            };
+            let page = req
+                .limit(i32::try_from(limit - data.len()).unwrap_or(100))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(aws)?;
+            for item in page.items.unwrap_or_default() {
+                data.push(from_item(item)?);
+            }
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => {
+                    if data.len() >= limit {
+                        return Ok(Page {
+                            data,
+                            next_cursor: Some(encode_cursor(k)?),
+                        });
+                    }
+                    start = Some(k);
+                }
+                _ => {
+                    return Ok(Page {
+                        data,
+                        next_cursor: None,
+                    });
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! Every DynamoDB key and index attribute, built in one place.
+
+use sha2::{Digest, Sha256};
+
+/// Partition key attribute.
+pub const PK: &str = "pk";
+/// Sort key attribute.
+pub const SK: &str = "sk";
+/// The due GSI's name.
+pub const DUE_INDEX: &str = "due";
+/// Due GSI partition key attribute.
+pub const DUE_PK: &str = "due_pk";
+/// Due GSI sort key attribute (number, milliseconds since the epoch).
+pub const DUE_AT: &str = "due_at";
+/// The by-endpoint GSI's name.
+pub const ENDPOINT_INDEX: &str = "by_endpoint";
+/// By-endpoint GSI partition key attribute.
+pub const EP_PK: &str = "ep_pk";
+/// By-endpoint GSI sort key attribute.
+pub const EP_SK: &str = "ep_sk";
+/// The by-status (dead letter) GSI's name.
+pub const STATUS_INDEX: &str = "by_status";
+/// By-status GSI partition key attribute.
+pub const STATUS_KEY: &str = "status_key";
+/// By-status GSI sort key attribute.
+pub const STATUS_SK: &str = "status_sk";
+/// The TTL attribute (unix seconds).
+pub const TTL: &str = "expires_at";
+
+/// `TENANT#{tenant_id}`: the partition holding a tenant's endpoints.
+pub fn tenant_pk(tenant_id: &str) -> String {
+    format!("TENANT#{tenant_id}")
+}
+
+/// `ENDPOINT#{id}`: an endpoint's sort key under its tenant, and its pointer's partition key.
+pub fn endpoint_key(id: &str) -> String {
+    format!("ENDPOINT#{id}")
+}
+
+/// Sort key of an endpoint pointer.
+pub const ENDPOINT_POINTER_SK: &str = "ENDPOINT";
+
+/// `DELIVERY#{id}`.
+pub fn delivery_pk(id: &str) -> String {
+    format!("DELIVERY#{id}")
+}
+
+/// Sort key of a delivery.
+pub const DELIVERY_SK: &str = "DELIVERY";
+
+/// The due-index shard of a delivery: the first four bytes of SHA-256(id), modulo `shards`.
+pub fn due_shard(id: &str, shards: u32) -> u32 {
+    let d = Sha256::digest(id.as_bytes());
+    u32::from_be_bytes([d[0], d[1], d[2], d[3]]) % shards.max(1)
+}
+
+/// `DUE#{shard}`.
+pub fn due_pk(shard: u32) -> String {
+    format!("DUE#{shard}")
+}
+
+/// A sortable `{time}#{id}` sort key (RFC 3339, milliseconds, `Z`).
+pub fn time_sk(at: chrono::DateTime<chrono::Utc>, id: &str) -> String {
+    format!(
+        "{}#{id}",
+        at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    )
+}

@@ -1,0 +1,152 @@
+//! Where endpoints and deliveries live: the [`Store`] trait and its DynamoDB implementation.
+//!
+//! The single-table layout (every key builder is in [`keys`]):
+//!
+//! | item | `pk` | `sk` | indexes |
+//! |---|---|---|---|
+//! | endpoint | `TENANT#{tenant_id}` | `ENDPOINT#{endpoint_id}` | - |
+//! | endpoint pointer | `ENDPOINT#{endpoint_id}` | `ENDPOINT` | - |
+//! | delivery | `DELIVERY#{delivery_id}` | `DELIVERY` | `due`, `by_endpoint`, `by_status` |
+//!
+//! Ingest finds a tenant's endpoints with one strongly consistent Query on the table itself
+//! (not a GSI), so an endpoint created a moment before an event is never missed. The pointer
+//! lets the admin API find an endpoint by id alone; it never changes after creation.
+//!
+//! GSIs (all sparse):
+//! - `due`: `due_pk` = `DUE#{shard}` (hash of the id, [`keys::due_shard`]), `due_at` (number,
+//!   milliseconds). Holds only in-flight deliveries; see [`crate::lifecycle`].
+//! - `by_endpoint`: `ep_pk` = endpoint id, `ep_sk` = `{created_at}#{id}`.
+//! - `by_status`: `status_key` = `exhausted` or `held` (only those states; the dead-letter
+//!   list), `status_sk` = `{updated_at}#{id}`.
+
+pub mod dynamo;
+pub mod keys;
+
+use crate::lifecycle::{DueItem, Transition};
+use crate::model::{Delivery, DeliveryStatus, Endpoint};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+pub use dynamo::DynamoStore;
+
+/// A store call that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The AWS call failed (after the SDK's own retries).
+    #[error("dynamodb: {0}")]
+    Aws(String),
+    /// An item could not be read back into the domain type.
+    #[error("corrupt item: {0}")]
+    Corrupt(String),
+    /// A pagination cursor that this store did not hand out.
+    #[error("invalid cursor")]
+    InvalidCursor,
+    /// A query this store cannot answer.
+    #[error("unsupported query: {0}")]
+    Unsupported(String),
+    /// A conditional create lost: the item already exists.
+    #[error("already exists")]
+    AlreadyExists,
+}
+
+/// A delivery as lists show it (no payload, no attempt history).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeliverySummary {
+    /// Delivery id.
+    pub id: String,
+    /// Event id.
+    pub event_id: String,
+    /// Event type.
+    pub event_type: String,
+    /// Tenant.
+    pub tenant_id: String,
+    /// Endpoint.
+    pub endpoint_id: String,
+    /// Status.
+    pub status: DeliveryStatus,
+    /// Attempts started.
+    pub attempt_count: u32,
+    /// Next attempt (scheduled only).
+    #[serde(default)]
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    /// Accepted at.
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+    /// TTL, unix seconds.
+    #[serde(default)]
+    pub expires_at: Option<i64>,
+}
+
+/// Which deliveries to list.
+#[derive(Debug, Clone, Default)]
+pub struct DeliveryQuery {
+    /// Deliveries of this endpoint.
+    pub endpoint_id: Option<String>,
+    /// In this status. Without `endpoint_id`, only `exhausted` or `held`.
+    pub status: Option<DeliveryStatus>,
+    /// Page size, 1 to 100.
+    pub limit: usize,
+    /// From a previous page's `next_cursor`.
+    pub cursor: Option<String>,
+}
+
+/// One page of a list.
+#[derive(Debug, Clone, Serialize)]
+pub struct Page<T> {
+    /// The items, newest first.
+    pub data: Vec<T>,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// Whether a guarded transition applied.
+#[derive(Debug, Clone)]
+pub enum Applied {
+    /// It applied; the item after the change when it was asked for.
+    Done(Option<Box<Delivery>>),
+    /// The guard did not hold (someone else got there first, or the item is gone).
+    Lost,
+}
+
+/// Persistence of endpoints and deliveries.
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// Creates an endpoint (and its id pointer).
+    ///
+    /// # Errors
+    /// [`StoreError::AlreadyExists`] when the id is taken.
+    async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError>;
+    /// An endpoint by tenant and id (strongly consistent).
+    async fn get_endpoint(&self, tenant_id: &str, id: &str)
+    -> Result<Option<Endpoint>, StoreError>;
+    /// An endpoint by id alone (reads its pointer first).
+    async fn find_endpoint(&self, id: &str) -> Result<Option<Endpoint>, StoreError>;
+    /// Every endpoint of a tenant: one strongly consistent Query (paged past 1 MB).
+    async fn tenant_endpoints(&self, tenant_id: &str) -> Result<Vec<Endpoint>, StoreError>;
+    /// Writes a new delivery with its due-index time unless one with that id exists.
+    /// Returns false when it already existed (an event ingested twice).
+    async fn insert_delivery(&self, delivery: &Delivery, due_at: i64) -> Result<bool, StoreError>;
+    /// A delivery by id, with payload and attempts.
+    async fn get_delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError>;
+    /// Applies a guarded transition; with `return_new`, the item after it.
+    async fn apply(
+        &self,
+        id: &str,
+        transition: &Transition,
+        return_new: bool,
+    ) -> Result<Applied, StoreError>;
+    /// Up to `limit` items of one due-index shard with `due_at <= until_ms`, earliest first.
+    async fn due(
+        &self,
+        shard: u32,
+        until_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<DueItem>, StoreError>;
+    /// A page of deliveries.
+    async fn list_deliveries(
+        &self,
+        query: &DeliveryQuery,
+    ) -> Result<Page<DeliverySummary>, StoreError>;
+}
