@@ -10,6 +10,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+/// Endpoint configurations by (tenant id, endpoint id), with when they were read.
+type EndpointCache = HashMap<(String, String), (Instant, Option<Endpoint>)>;
+
 /// The service context. Cheap to clone (every field is shared).
 #[derive(Clone)]
 pub struct App {
@@ -25,7 +28,7 @@ pub struct App {
     pub clock: Arc<dyn Clock>,
     /// Jitter, ids and secrets.
     pub random: Arc<Random>,
-    endpoints: Arc<Mutex<HashMap<(String, String), (Instant, Option<Endpoint>)>>>,
+    endpoints: Arc<Mutex<EndpointCache>>,
 }
 
 /// The AWS clients could not be set up.

@@ -13,19 +13,19 @@ use webhooks::{App, Config, api, service::ingest};
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum Trigger {
-    EventBridge(EventBridgeEvent<Value>),
-    Http(LambdaRequest),
+    EventBridge(Box<EventBridgeEvent<Value>>),
+    Http(Box<LambdaRequest>),
 }
 
 async fn handle(app: &App, event: LambdaEvent<Value>) -> Result<Value, Error> {
     let (payload, context) = event.into_parts();
     match serde_json::from_value::<Trigger>(payload)? {
         Trigger::EventBridge(e) => Ok(serde_json::to_value(
-            ingest::ingest_eventbridge(app, e).await?,
+            ingest::ingest_eventbridge(app, *e).await?,
         )?),
         Trigger::Http(request) => {
             let adapter = lambda_http::Adapter::from(api::ingest_router(app.clone()));
-            let response = adapter.oneshot(LambdaEvent::new(request, context)).await?;
+            let response = adapter.oneshot(LambdaEvent::new(*request, context)).await?;
             Ok(serde_json::to_value(response)?)
         }
     }

@@ -18,7 +18,8 @@ use webhooks::service::{deliver, sweep};
 pub struct Options {
     /// Where the HTTP API listens (port 0 picks a free one).
     pub listen: SocketAddr,
-    /// Concurrent SQS pollers, like the event source mapping's concurrency.
+    /// Concurrent SQS pollers, like the event source mapping's concurrency (0: none, for
+    /// tests that play the event source mapping themselves).
     pub pollers: usize,
     /// Long-poll wait of each ReceiveMessage, seconds (0 to 20).
     pub poll_wait_seconds: i32,
@@ -99,7 +100,7 @@ pub async fn start(
         }
     }));
 
-    for _ in 0..options.pollers.max(1) {
+    for _ in 0..options.pollers {
         let (app, sqs, mut rx) = (app.clone(), sqs.clone(), stopped.clone());
         let wait = options.poll_wait_seconds;
         tasks.push(tokio::spawn(async move {

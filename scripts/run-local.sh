@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# make run: the emulator (unless AWS_ENDPOINT_URL is set) and the local runtime in the
+# foreground. Ctrl-C stops both.
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+cd "$ROOT"
+mkdir -p .local
+if [ -z "${AWS_ENDPOINT_URL:-}" ]; then
+  ensure_moto
+  port="${MOTO_PORT:-4599}"
+  start_moto "$port" .local/moto.log
+  trap 'kill $MOTO_PID 2>/dev/null || true' EXIT
+  export AWS_ENDPOINT_URL="http://127.0.0.1:$port"
+  echo "emulator: moto $MOTO_VERSION on $AWS_ENDPOINT_URL (log in .local/moto.log)"
+fi
+export WEBHOOKS_LOG_FORMAT="${WEBHOOKS_LOG_FORMAT:-text}"
+cargo build -q -p webhooks-local
+"$ROOT/target/debug/webhooks-local"
