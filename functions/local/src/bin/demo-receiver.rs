@@ -1,0 +1,57 @@
+//! A webhook receiver for the local demo: prints every request it gets and answers with a
+//! chosen status. `--secret` verifies the Standard Webhooks signature.
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use bytes::Bytes;
+use clap::Parser;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// Prints webhooks it receives.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// Port on 127.0.0.1.
+    #[arg(long, default_value_t = 9000)]
+    port: u16,
+    /// HTTP status to answer with (try 500 to watch retries, 410 to see a final failure).
+    #[arg(long, default_value_t = 200)]
+    status: u16,
+    /// The endpoint's `whsec_` secret, to verify signatures.
+    #[arg(long)]
+    secret: Option<String>,
+}
+
+async fn receive(State(args): State<Arc<Args>>, headers: HeaderMap, body: Bytes) -> StatusCode {
+    let h = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("-").to_string();
+    let verdict = match &args.secret {
+        None => "not checked (no --secret)".to_string(),
+        Some(secret) => match standardwebhooks::Webhook::new(secret) {
+            Err(e) => format!("bad --secret: {e}"),
+            Ok(v) => match v.verify(&body, &headers) {
+                Ok(()) => "valid".to_string(),
+                Err(e) => format!("INVALID ({e})"),
+            },
+        },
+    };
+    println!(
+        "webhook-id={} attempt={} timestamp={} signature {verdict}\n  {}",
+        h("webhook-id"),
+        h("webhook-attempt"),
+        h("webhook-timestamp"),
+        String::from_utf8_lossy(&body)
+    );
+    StatusCode::from_u16(args.status).unwrap_or(StatusCode::OK)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Arc::new(Args::parse());
+    let addr = SocketAddr::from(([127, 0, 0, 1], args.port));
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    println!("demo receiver on http://{addr}/hook answering {}", args.status);
+    axum::serve(listener, Router::new().fallback(receive).with_state(args)).await?;
+    Ok(())
+}
