@@ -48,6 +48,9 @@ pub struct Config {
     /// Days an exhausted delivery (a dead letter) is kept (`WEBHOOKS_EXHAUSTED_RETENTION_DAYS`,
     /// default 14, from the payment provider's docs).
     pub exhausted_retention_days: u32,
+    /// Whether to print CloudWatch Embedded Metric Format lines (on when
+    /// `AWS_LAMBDA_FUNCTION_NAME` is set, i.e. in Lambda, or `WEBHOOKS_METRICS=emf`).
+    pub emit_metrics: bool,
 }
 
 /// Largest accepted event payload in bytes (256 KiB, SQS's and EventBridge's own limit).
@@ -81,6 +84,7 @@ impl Config {
             eventbridge_tenant_field: "tenant_id".to_string(),
             delivered_retention_days: 30,
             exhausted_retention_days: 14,
+            emit_metrics: false,
         }
     }
 
@@ -132,6 +136,8 @@ impl Config {
         }
         c.delivered_retention_days = parse(&get, "WEBHOOKS_DELIVERED_RETENTION_DAYS", 30)?;
         c.exhausted_retention_days = parse(&get, "WEBHOOKS_EXHAUSTED_RETENTION_DAYS", 14)?;
+        c.emit_metrics = get("AWS_LAMBDA_FUNCTION_NAME").is_some_and(|v| !v.is_empty())
+            || get("WEBHOOKS_METRICS").is_some_and(|v| v == "emf");
         Ok(c)
     }
 

@@ -16,6 +16,7 @@ pub mod clock;
 pub mod config;
 pub mod error;
 pub mod lifecycle;
+pub mod metrics;
 pub mod model;
 pub mod policy;
 pub mod queue;

@@ -7,7 +7,8 @@
 use crate::App;
 use crate::error::ServiceError;
 use crate::lifecycle::{self, AttemptMessage, Next};
-use crate::model::{Attempt, Delivery};
+use crate::metrics;
+use crate::model::{Attempt, Delivery, DeliveryStatus};
 use crate::policy::{Outcome, Verdict};
 use crate::queue;
 use crate::sender::SendResult;
@@ -144,10 +145,26 @@ pub async fn deliver_message(app: &App, msg: &AttemptMessage) -> Result<Handled,
             return Ok(Handled::Duplicate);
         }
     }
+    let status = transition.status;
+    let count = |s: DeliveryStatus| if status == s { 1.0 } else { 0.0 };
+    metrics::emit(
+        cfg.emit_metrics,
+        transition.now.timestamp_millis(),
+        &[
+            ("Delivered", count(DeliveryStatus::Delivered), "Count"),
+            (
+                "FailedAttempts",
+                1.0 - count(DeliveryStatus::Delivered),
+                "Count",
+            ),
+            ("Exhausted", count(DeliveryStatus::Exhausted), "Count"),
+            ("AttemptDuration", result.duration_ms as f64, "Milliseconds"),
+        ],
+    );
     if let Some(e) = enqueue {
         app.queue.send(&[e]).await?;
     }
-    Ok(Handled::Attempted(transition.status))
+    Ok(Handled::Attempted(status))
 }
 
 fn not_sent(error: &str) -> SendResult {

@@ -82,6 +82,18 @@ pub async fn sweep(app: &App) -> Result<SweepReport, ServiceError> {
     if let Some(e) = first_error {
         return Err(e.into());
     }
+    crate::metrics::emit(
+        cfg.emit_metrics,
+        now.timestamp_millis(),
+        &[
+            ("SweepEnqueued", report.enqueued as f64, "Count"),
+            (
+                "SweepRecoveredLeases",
+                report.recovered_leases as f64,
+                "Count",
+            ),
+        ],
+    );
     if report.examined > 0 {
         tracing::info!(?report, "sweep");
     }
