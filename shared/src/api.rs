@@ -3,9 +3,13 @@
 //!
 //! | route | answer |
 //! |---|---|
-//! | `POST /v1/events` | 202 [`ingest::Accepted`] |
+//! | `POST /v1/events` | 202 [`ingest::Accepted`]; with `"mode": "sync"`, 200 or 502 with the attempt |
 //! | `POST /v1/endpoints` | 201 [`admin::EndpointView`] with the secret |
 //! | `GET /v1/endpoints/{id}` | 200 [`admin::EndpointView`] |
+//! | `PATCH /v1/endpoints/{id}` | 200 [`admin::EndpointView`] |
+//! | `POST /v1/endpoints/{id}/disable` | 200 [`admin::EndpointView`]; its deliveries are held |
+//! | `POST /v1/endpoints/{id}/enable` | 200 [`admin::EndpointView`] + `release_job` |
+//! | `GET /v1/jobs/{id}` | 200 [`crate::model::Job`] (progress of a release, recover or probe) |
 //! | `GET /v1/deliveries/{id}` | 200 [`admin::DeliveryView`] |
 //! | `GET /v1/deliveries?status=&endpoint_id=&limit=&cursor=` | 200 `{"data", "next_cursor"}` |
 //! | `POST /v1/deliveries/{id}/replay` | 202 [`admin::DeliveryView`] |
@@ -35,8 +39,7 @@ pub const MAX_BODY_BYTES: usize = MAX_PAYLOAD_BYTES + 64 * 1024;
 
 impl IntoResponse for ServiceError {
     fn into_response(self) -> Response {
-        let status =
-            StatusCode::from_u16(self.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let status = StatusCode::from_u16(self.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         if status.is_server_error() {
             tracing::error!(error = %self, "request failed");
         }
@@ -49,9 +52,7 @@ impl IntoResponse for ServiceError {
 fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ServiceError> {
     let bytes = body.map_err(|e| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ServiceError::TooLarge(format!(
-                "request body is over the limit of {MAX_BODY_BYTES} bytes"
-            ))
+            ServiceError::TooLarge(format!("request body is over the limit of {MAX_BODY_BYTES} bytes"))
         } else {
             ServiceError::InvalidJson(e.body_text())
         }
@@ -83,59 +84,83 @@ struct EventBody {
     event_type: Option<String>,
     payload: Option<Box<RawValue>>,
     id: Option<String>,
+    mode: Option<String>,
 }
 
-async fn post_event(
-    State(app): State<App>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ServiceError> {
+async fn post_event(State(app): State<App>, body: Result<Bytes, BytesRejection>) -> Result<Response, ServiceError> {
     let b: EventBody = parse_body(body)?;
+    let sync = match b.mode.as_deref() {
+        None | Some("async") => false,
+        Some("sync") => true,
+        Some(other) => return Err(ServiceError::Validation(format!("mode: {other:?} is not async or sync"))),
+    };
     let event = ingest::NewEvent {
         tenant_id: required(b.tenant_id, "tenant_id")?,
         event_type: required(b.event_type, "event_type")?,
         payload: required(b.payload, "payload")?.get().to_string(),
         id: b.id,
+        sync,
     };
     let accepted = ingest::ingest(&app, event).await?;
-    Ok((StatusCode::ACCEPTED, Json(accepted)).into_response())
+    match &accepted.outcome {
+        None => Ok((StatusCode::ACCEPTED, Json(accepted)).into_response()),
+        Some(outcome) => {
+            let status =
+                if outcome.status == DeliveryStatus::Delivered { StatusCode::OK } else { StatusCode::BAD_GATEWAY };
+            let body = serde_json::json!({
+                "event_id": accepted.event_id,
+                "delivery_id": outcome.delivery_id,
+                "status": outcome.status,
+                "status_code": outcome.attempt.as_ref().and_then(|a| a.status_code),
+                "attempt": outcome.attempt,
+            });
+            Ok((status, Json(body)).into_response())
+        }
+    }
 }
 
-#[derive(Deserialize)]
-struct EndpointBody {
-    tenant_id: Option<String>,
-    url: Option<String>,
-    event_types: Option<Vec<String>>,
-    retry_policy: Option<serde_json::Value>,
-    secret: Option<String>,
-}
-
-async fn post_endpoint(
-    State(app): State<App>,
+fn parse_object(
     body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ServiceError> {
-    let b: EndpointBody = parse_body(body)?;
-    let new = admin::NewEndpoint {
-        tenant_id: required(b.tenant_id, "tenant_id")?,
-        url: required(b.url, "url")?,
-        event_types: b.event_types,
-        retry_policy: b.retry_policy,
-        secret: b.secret,
-    };
-    let created = admin::create_endpoint(&app, new).await?;
+) -> Result<serde_json::Map<String, serde_json::Value>, ServiceError> {
+    match parse_body::<serde_json::Value>(body)? {
+        serde_json::Value::Object(map) => Ok(map),
+        _ => Err(ServiceError::Validation("body: must be a JSON object".into())),
+    }
+}
+
+async fn post_endpoint(State(app): State<App>, body: Result<Bytes, BytesRejection>) -> Result<Response, ServiceError> {
+    let created = admin::create_endpoint(&app, &parse_object(body)?).await?;
     Ok((StatusCode::CREATED, Json(created)).into_response())
 }
 
-async fn get_endpoint(
+async fn patch_endpoint(
     State(app): State<App>,
     Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServiceError> {
+    Ok(Json(admin::update_endpoint(&app, &id, &parse_object(body)?).await?).into_response())
+}
+
+async fn enable_endpoint(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ServiceError> {
+    let (endpoint, job) = admin::enable_endpoint(&app, &id).await?;
+    let mut body = serde_json::to_value(endpoint).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+    body["release_job"] = serde_json::to_value(job).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+    Ok(Json(body).into_response())
+}
+
+async fn disable_endpoint(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ServiceError> {
+    Ok(Json(admin::disable_endpoint(&app, &id).await?).into_response())
+}
+
+async fn get_job(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ServiceError> {
+    Ok(Json(admin::get_job(&app, &id).await?).into_response())
+}
+
+async fn get_endpoint(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ServiceError> {
     Ok(Json(admin::get_endpoint(&app, &id).await?).into_response())
 }
 
-async fn get_delivery(
-    State(app): State<App>,
-    Path(id): Path<String>,
-) -> Result<Response, ServiceError> {
+async fn get_delivery(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ServiceError> {
     Ok(Json(admin::get_delivery(&app, &id).await?).into_response())
 }
 
@@ -143,8 +168,19 @@ async fn get_delivery(
 struct ListParams {
     status: Option<String>,
     endpoint_id: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
     limit: Option<usize>,
     cursor: Option<String>,
+}
+
+fn time_param(name: &str, value: Option<String>) -> Result<Option<chrono::DateTime<chrono::Utc>>, ServiceError> {
+    match value.filter(|v| !v.is_empty()) {
+        None => Ok(None),
+        Some(v) => chrono::DateTime::parse_from_rfc3339(&v)
+            .map(|t| Some(t.with_timezone(&chrono::Utc)))
+            .map_err(|e| ServiceError::Validation(format!("{name}: {v:?} is not an RFC 3339 time ({e})"))),
+    }
 }
 
 async fn list_deliveries(
@@ -162,13 +198,14 @@ async fn list_deliveries(
     };
     let limit = p.limit.unwrap_or(50);
     if !(1..=100).contains(&limit) {
-        return Err(ServiceError::Validation(
-            "limit: must be from 1 to 100".into(),
-        ));
+        return Err(ServiceError::Validation("limit: must be from 1 to 100".into()));
     }
     let query = DeliveryQuery {
         endpoint_id: p.endpoint_id.filter(|s| !s.is_empty()),
         status,
+        since: time_param("since", p.since)?,
+        until: time_param("until", p.until)?,
+        oldest_first: false,
         limit,
         cursor: p.cursor.filter(|s| !s.is_empty()),
     };
@@ -186,8 +223,7 @@ async fn no_route(method: Method, uri: Uri) -> ServiceError {
 
 async fn wrong_method(method: Method, uri: Uri) -> Response {
     let e = ServiceError::NotFound(format!("{method} is not allowed on {}", uri.path()));
-    let body =
-        serde_json::json!({"error": {"code": "method_not_allowed", "message": e.to_string()}});
+    let body = serde_json::json!({"error": {"code": "method_not_allowed", "message": e.to_string()}});
     (StatusCode::METHOD_NOT_ALLOWED, Json(body)).into_response()
 }
 
@@ -206,7 +242,10 @@ fn ingest_routes() -> Router<App> {
 fn admin_routes() -> Router<App> {
     Router::new()
         .route("/v1/endpoints", post(post_endpoint))
-        .route("/v1/endpoints/{id}", get(get_endpoint))
+        .route("/v1/endpoints/{id}", get(get_endpoint).patch(patch_endpoint))
+        .route("/v1/endpoints/{id}/enable", post(enable_endpoint))
+        .route("/v1/endpoints/{id}/disable", post(disable_endpoint))
+        .route("/v1/jobs/{id}", get(get_job))
         .route("/v1/deliveries", get(list_deliveries))
         .route("/v1/deliveries/{id}", get(get_delivery))
         .route("/v1/deliveries/{id}/replay", post(replay))

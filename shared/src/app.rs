@@ -3,6 +3,7 @@
 use crate::clock::{Clock, Random, SystemClock};
 use crate::config::Config;
 use crate::model::Endpoint;
+use crate::notify::{LogNotifier, Notifier, SnsNotifier};
 use crate::queue::{Queue, SqsQueue};
 use crate::sender::{HttpSender, Sender};
 use crate::store::{DynamoStore, Store, StoreError};
@@ -28,6 +29,8 @@ pub struct App {
     pub clock: Arc<dyn Clock>,
     /// Jitter, ids and secrets.
     pub random: Arc<Random>,
+    /// Owner notifications (log only unless set with [`App::with_notifier`]).
+    pub notifier: Arc<dyn Notifier>,
     endpoints: Arc<Mutex<EndpointCache>>,
 }
 
@@ -53,8 +56,27 @@ impl App {
             sender,
             clock,
             random,
+            notifier: Arc::new(LogNotifier),
             endpoints: Arc::default(),
         }
+    }
+
+    /// The same app with another notifier.
+    pub fn with_notifier(mut self, notifier: Arc<dyn Notifier>) -> Self {
+        self.notifier = notifier;
+        self
+    }
+
+    /// An endpoint's configuration read from the store, bypassing (and refreshing) the cache.
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn endpoint_fresh(&self, tenant_id: &str, id: &str) -> Result<Option<Endpoint>, StoreError> {
+        let ep = self.store.get_endpoint(tenant_id, id).await?;
+        if let Ok(mut cache) = self.endpoints.lock() {
+            cache.insert((tenant_id.to_string(), id.to_string()), (Instant::now(), ep.clone()));
+        }
+        Ok(ep)
     }
 
     /// The real thing: DynamoDB, SQS and HTTP clients from the SDK's standard configuration
@@ -65,14 +87,14 @@ impl App {
     /// [`SetupError`] when the HTTP client cannot be built.
     pub async fn from_aws(config: Config) -> Result<Self, SetupError> {
         let sdk = aws_config::load_from_env().await;
-        let store = DynamoStore::new(
-            aws_sdk_dynamodb::Client::new(&sdk),
-            &config.table,
-            config.due_shards,
-        );
+        let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), &config.table, config.due_shards);
         let queue = SqsQueue::new(aws_sdk_sqs::Client::new(&sdk), &config.queue_url);
         let sender = HttpSender::new(config.request_timeout, config.allow_private_destinations)
             .map_err(|e| SetupError(e.to_string()))?;
+        let notifier: Arc<dyn Notifier> = match &config.notify_topic_arn {
+            Some(arn) => Arc::new(SnsNotifier::new(aws_sdk_sns::Client::new(&sdk), arn)),
+            None => Arc::new(LogNotifier),
+        };
         Ok(Self::new(
             config,
             Arc::new(store),
@@ -80,7 +102,8 @@ impl App {
             Arc::new(sender),
             Arc::new(SystemClock),
             Arc::new(Random::from_os()),
-        ))
+        )
+        .with_notifier(notifier))
     }
 
     /// An endpoint's configuration, served from memory for `config.endpoint_cache` after a
@@ -88,11 +111,7 @@ impl App {
     ///
     /// # Errors
     /// The store's error.
-    pub async fn endpoint(
-        &self,
-        tenant_id: &str,
-        id: &str,
-    ) -> Result<Option<Endpoint>, StoreError> {
+    pub async fn endpoint(&self, tenant_id: &str, id: &str) -> Result<Option<Endpoint>, StoreError> {
         let key = (tenant_id.to_string(), id.to_string());
         if let Ok(cache) = self.endpoints.lock()
             && let Some((at, ep)) = cache.get(&key)

@@ -4,8 +4,8 @@
 use crate::store::keys::*;
 use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
-    ProjectionType, ScalarAttributeType, TimeToLiveSpecification,
+    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection, ProjectionType,
+    ScalarAttributeType, TimeToLiveSpecification,
 };
 
 /// Attributes the list indexes carry (everything a [`crate::store::DeliverySummary`] shows).
@@ -24,13 +24,7 @@ pub const SUMMARY_ATTRIBUTES: [&str; 11] = [
 ];
 
 /// Attributes the due index carries (everything a [`crate::lifecycle::DueItem`] holds).
-pub const DUE_ATTRIBUTES: [&str; 5] = [
-    "id",
-    "status",
-    "attempt_count",
-    "next_attempt_at",
-    "lease_until",
-];
+pub const DUE_ATTRIBUTES: [&str; 5] = ["id", "status", "attempt_count", "next_attempt_at", "lease_until"];
 
 /// A setup call failed.
 #[derive(Debug, thiserror::Error)]
@@ -42,27 +36,14 @@ fn e<E: std::error::Error + 'static>(err: E) -> BootstrapError {
 }
 
 fn key(name: &str, kind: KeyType) -> Result<KeySchemaElement, BootstrapError> {
-    KeySchemaElement::builder()
-        .attribute_name(name)
-        .key_type(kind)
-        .build()
-        .map_err(e)
+    KeySchemaElement::builder().attribute_name(name).key_type(kind).build().map_err(e)
 }
 
 fn attr(name: &str, t: ScalarAttributeType) -> Result<AttributeDefinition, BootstrapError> {
-    AttributeDefinition::builder()
-        .attribute_name(name)
-        .attribute_type(t)
-        .build()
-        .map_err(e)
+    AttributeDefinition::builder().attribute_name(name).attribute_type(t).build().map_err(e)
 }
 
-fn gsi(
-    name: &str,
-    pk: &str,
-    sk: &str,
-    include: &[&str],
-) -> Result<GlobalSecondaryIndex, BootstrapError> {
+fn gsi(name: &str, pk: &str, sk: &str, include: &[&str]) -> Result<GlobalSecondaryIndex, BootstrapError> {
     GlobalSecondaryIndex::builder()
         .index_name(name)
         .key_schema(key(pk, KeyType::Hash)?)
@@ -81,10 +62,7 @@ fn gsi(
 ///
 /// # Errors
 /// [`BootstrapError`] when a call fails for any reason but "already exists".
-pub async fn create_table(
-    client: &aws_sdk_dynamodb::Client,
-    table: &str,
-) -> Result<(), BootstrapError> {
+pub async fn create_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<(), BootstrapError> {
     use ScalarAttributeType::{N, S};
     let result = client
         .create_table()
@@ -102,21 +80,12 @@ pub async fn create_table(
         .attribute_definitions(attr(STATUS_SK, S)?)
         .global_secondary_indexes(gsi(DUE_INDEX, DUE_PK, DUE_AT, &DUE_ATTRIBUTES)?)
         .global_secondary_indexes(gsi(ENDPOINT_INDEX, EP_PK, EP_SK, &SUMMARY_ATTRIBUTES)?)
-        .global_secondary_indexes(gsi(
-            STATUS_INDEX,
-            STATUS_KEY,
-            STATUS_SK,
-            &SUMMARY_ATTRIBUTES,
-        )?)
+        .global_secondary_indexes(gsi(STATUS_INDEX, STATUS_KEY, STATUS_SK, &SUMMARY_ATTRIBUTES)?)
         .send()
         .await;
     match result {
         Ok(_) => {}
-        Err(err)
-            if err
-                .as_service_error()
-                .is_some_and(|s| s.is_resource_in_use_exception()) =>
-        {
+        Err(err) if err.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => {
             return Ok(());
         }
         Err(err) => return Err(e(err)),
@@ -125,11 +94,7 @@ pub async fn create_table(
         .update_time_to_live()
         .table_name(table)
         .time_to_live_specification(
-            TimeToLiveSpecification::builder()
-                .attribute_name(TTL)
-                .enabled(true)
-                .build()
-                .map_err(e)?,
+            TimeToLiveSpecification::builder().attribute_name(TTL).enabled(true).build().map_err(e)?,
         )
         .send()
         .await
@@ -150,13 +115,9 @@ pub async fn create_queue(
     let out = client
         .create_queue()
         .queue_name(name)
-        .attributes(
-            aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout,
-            visibility_timeout_seconds.to_string(),
-        )
+        .attributes(aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout, visibility_timeout_seconds.to_string())
         .send()
         .await
         .map_err(|err| BootstrapError(aws_sdk_sqs::error::DisplayErrorContext(err).to_string()))?;
-    out.queue_url
-        .ok_or_else(|| BootstrapError("CreateQueue returned no URL".into()))
+    out.queue_url.ok_or_else(|| BootstrapError("CreateQueue returned no URL".into()))
 }

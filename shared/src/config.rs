@@ -51,6 +51,13 @@ pub struct Config {
     /// Whether to print CloudWatch Embedded Metric Format lines (on when
     /// `AWS_LAMBDA_FUNCTION_NAME` is set, i.e. in Lambda, or `WEBHOOKS_METRICS=emf`).
     pub emit_metrics: bool,
+    /// SNS topic for owner notifications (`WEBHOOKS_NOTIFY_TOPIC_ARN`, optional). A structured
+    /// log line is written either way.
+    pub notify_topic_arn: Option<String>,
+    /// Held deliveries one endpoint gets back per sweeper tick after it is re-enabled, and
+    /// exhausted deliveries one recover job replays per tick (`WEBHOOKS_RELEASE_PER_TICK`,
+    /// default 100).
+    pub release_per_tick: usize,
 }
 
 /// Largest accepted event payload in bytes (256 KiB, SQS's and EventBridge's own limit).
@@ -85,6 +92,8 @@ impl Config {
             delivered_retention_days: 30,
             exhausted_retention_days: 14,
             emit_metrics: false,
+            notify_topic_arn: None,
+            release_per_tick: 100,
         }
     }
 
@@ -103,14 +112,10 @@ impl Config {
     /// As [`Config::from_env`].
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let required = |name: &'static str| {
-            get(name).filter(|v| !v.is_empty()).ok_or(ConfigError {
-                name,
-                problem: "is required".into(),
-            })
+            get(name).filter(|v| !v.is_empty()).ok_or(ConfigError { name, problem: "is required".into() })
         };
         let mut c = Self::new(required("WEBHOOKS_TABLE")?, required("WEBHOOKS_QUEUE_URL")?);
-        c.request_timeout =
-            Duration::from_millis(parse(&get, "WEBHOOKS_REQUEST_TIMEOUT_MS", 10_000)?);
+        c.request_timeout = Duration::from_millis(parse(&get, "WEBHOOKS_REQUEST_TIMEOUT_MS", 10_000)?);
         c.sqs_max_delay_seconds = parse(&get, "WEBHOOKS_SQS_MAX_DELAY_SECONDS", 900)?;
         if c.sqs_max_delay_seconds > 900 {
             return Err(ConfigError {
@@ -125,10 +130,7 @@ impl Config {
         c.sweep_batch = parse(&get, "WEBHOOKS_SWEEP_BATCH", 1000)?;
         c.due_shards = parse(&get, "WEBHOOKS_DUE_SHARDS", 8)?;
         if c.due_shards == 0 {
-            return Err(ConfigError {
-                name: "WEBHOOKS_DUE_SHARDS",
-                problem: "must be at least 1".into(),
-            });
+            return Err(ConfigError { name: "WEBHOOKS_DUE_SHARDS", problem: "must be at least 1".into() });
         }
         c.endpoint_cache = Duration::from_secs(parse(&get, "WEBHOOKS_ENDPOINT_CACHE_SECONDS", 5)?);
         if let Some(field) = get("WEBHOOKS_EVENTBRIDGE_TENANT_FIELD").filter(|v| !v.is_empty()) {
@@ -136,6 +138,8 @@ impl Config {
         }
         c.delivered_retention_days = parse(&get, "WEBHOOKS_DELIVERED_RETENTION_DAYS", 30)?;
         c.exhausted_retention_days = parse(&get, "WEBHOOKS_EXHAUSTED_RETENTION_DAYS", 14)?;
+        c.notify_topic_arn = get("WEBHOOKS_NOTIFY_TOPIC_ARN").filter(|v| !v.is_empty());
+        c.release_per_tick = parse(&get, "WEBHOOKS_RELEASE_PER_TICK", 100)?;
         c.emit_metrics = get("AWS_LAMBDA_FUNCTION_NAME").is_some_and(|v| !v.is_empty())
             || get("WEBHOOKS_METRICS").is_some_and(|v| v == "emf");
         Ok(c)
@@ -157,10 +161,9 @@ where
 {
     match get(name).filter(|v| !v.is_empty()) {
         None => Ok(default),
-        Some(v) => v.trim().parse().map_err(|e: T::Err| ConfigError {
-            name,
-            problem: format!("{v:?} does not parse: {e}"),
-        }),
+        Some(v) => {
+            v.trim().parse().map_err(|e: T::Err| ConfigError { name, problem: format!("{v:?} does not parse: {e}") })
+        }
     }
 }
 
@@ -170,10 +173,7 @@ mod tests {
     use std::collections::HashMap;
 
     fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         move |k| map.get(k).cloned()
     }
 

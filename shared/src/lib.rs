@@ -18,6 +18,7 @@ pub mod error;
 pub mod lifecycle;
 pub mod metrics;
 pub mod model;
+pub mod notify;
 pub mod policy;
 pub mod queue;
 pub mod sender;
@@ -33,9 +34,7 @@ pub use config::Config;
 pub fn init_tracing() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
     let result = if std::env::var("WEBHOOKS_LOG_FORMAT").is_ok_and(|v| v == "text") {
         builder.try_init()
     } else {

@@ -107,21 +107,12 @@ fn seconds_until(now: DateTime<Utc>, at: DateTime<Utc>) -> i64 {
 
 /// Where a delivery due at `next` waits: the due-index time and, when the wait fits in SQS's
 /// delay, the message to send now.
-fn wait_for(
-    cfg: &Config,
-    now: DateTime<Utc>,
-    next: DateTime<Utc>,
-    id: &str,
-    attempt: u32,
-) -> (i64, Option<Enqueue>) {
+fn wait_for(cfg: &Config, now: DateTime<Utc>, next: DateTime<Utc>, id: &str, attempt: u32) -> (i64, Option<Enqueue>) {
     let wait = seconds_until(now, next);
     if wait <= i64::from(cfg.sqs_max_delay_seconds) {
         let due = ms(next) + i64::from(cfg.redrive_after_seconds) * 1000;
         let enqueue = Enqueue {
-            message: AttemptMessage {
-                delivery_id: id.to_string(),
-                attempt,
-            },
+            message: AttemptMessage { delivery_id: id.to_string(), attempt },
             delay_seconds: u32::try_from(wait).unwrap_or(0),
         };
         (due, Some(enqueue))
@@ -130,7 +121,8 @@ fn wait_for(
     }
 }
 
-/// A new delivery, accepted at `now` and due at once, with the message for attempt 1.
+/// A new delivery accepted at `now`: due at once with the message for attempt 1, or, for a
+/// disabled endpoint (`held`), kept out of the due index with no message.
 #[allow(clippy::too_many_arguments)]
 pub fn new_delivery(
     cfg: &Config,
@@ -141,25 +133,18 @@ pub fn new_delivery(
     tenant_id: &str,
     endpoint_id: &str,
     payload: &str,
-) -> (Delivery, i64, Enqueue) {
-    let due = ms(now) + i64::from(cfg.redrive_after_seconds) * 1000;
-    let enqueue = Enqueue {
-        message: AttemptMessage {
-            delivery_id: id.clone(),
-            attempt: 1,
-        },
-        delay_seconds: 0,
-    };
+    held: bool,
+) -> (Delivery, Option<i64>, Option<Enqueue>) {
     let d = Delivery {
-        id,
+        id: id.clone(),
         event_id: event_id.to_string(),
         event_type: event_type.to_string(),
         tenant_id: tenant_id.to_string(),
         endpoint_id: endpoint_id.to_string(),
-        status: DeliveryStatus::Scheduled,
+        status: if held { DeliveryStatus::Held } else { DeliveryStatus::Scheduled },
         attempt_count: 0,
         attempts_base: 0,
-        next_attempt_at: Some(now),
+        next_attempt_at: (!held).then_some(now),
         lease_until: None,
         payload: payload.to_string(),
         attempts: Vec::new(),
@@ -167,7 +152,12 @@ pub fn new_delivery(
         updated_at: now,
         expires_at: None,
     };
-    (d, due, enqueue)
+    if held {
+        return (d, None, None);
+    }
+    let due = ms(now) + i64::from(cfg.redrive_after_seconds) * 1000;
+    let enqueue = Enqueue { message: AttemptMessage { delivery_id: id, attempt: 1 }, delay_seconds: 0 };
+    (d, Some(due), Some(enqueue))
 }
 
 /// Claim a scheduled delivery for attempt `msg.attempt`, leasing it until `now + lease`.
@@ -204,11 +194,7 @@ pub enum Next {
 }
 
 fn finished(claimed: &Delivery) -> Guard {
-    Guard {
-        status: vec![DeliveryStatus::Sending],
-        attempt_count: claimed.attempt_count,
-        due_at: None,
-    }
+    Guard { status: vec![DeliveryStatus::Sending], attempt_count: claimed.attempt_count, due_at: None }
 }
 
 /// Record the attempt on a claimed delivery and move it on.
@@ -234,24 +220,13 @@ pub fn complete(
         now,
     };
     match next {
-        Next::Delivered => (
-            Transition {
-                expires_at: days(cfg.delivered_retention_days),
-                ..base
-            },
-            None,
-        ),
+        Next::Delivered => (Transition { expires_at: days(cfg.delivered_retention_days), ..base }, None),
         Next::Exhausted => (
-            Transition {
-                status: DeliveryStatus::Exhausted,
-                expires_at: days(cfg.exhausted_retention_days),
-                ..base
-            },
+            Transition { status: DeliveryStatus::Exhausted, expires_at: days(cfg.exhausted_retention_days), ..base },
             None,
         ),
         Next::RetryIn(seconds) => {
-            let at =
-                now + Duration::seconds(i64::try_from(seconds).unwrap_or(i64::MAX / 2_000_000));
+            let at = now + Duration::seconds(i64::try_from(seconds).unwrap_or(i64::MAX / 2_000_000));
             let (due, enqueue) = wait_for(cfg, now, at, &claimed.id, claimed.attempt_count + 1);
             let t = Transition {
                 status: DeliveryStatus::Scheduled,
@@ -290,20 +265,14 @@ pub fn sweep(cfg: &Config, now: DateTime<Utc>, item: &DueItem) -> Option<(Transi
     if item.due_at > ms(now) {
         return None;
     }
-    let guard = Guard {
-        status: vec![item.status],
-        attempt_count: item.attempt_count,
-        due_at: Some(item.due_at),
-    };
+    let guard = Guard { status: vec![item.status], attempt_count: item.attempt_count, due_at: Some(item.due_at) };
     let redrive_due = ms(now) + i64::from(cfg.redrive_after_seconds) * 1000;
     match item.status {
         DeliveryStatus::Scheduled => {
             // Either a long wait that now fits in SQS's delay (send with the exact remaining
             // delay), or an overdue item whose message was lost (send now).
             let next = item.next_attempt_at.unwrap_or(now);
-            let delay = u32::try_from(seconds_until(now, next))
-                .unwrap_or(0)
-                .min(cfg.sqs_max_delay_seconds);
+            let delay = u32::try_from(seconds_until(now, next)).unwrap_or(0).min(cfg.sqs_max_delay_seconds);
             let t = Transition {
                 guard,
                 status: DeliveryStatus::Scheduled,
@@ -312,24 +281,13 @@ pub fn sweep(cfg: &Config, now: DateTime<Utc>, item: &DueItem) -> Option<(Transi
                 forgive_attempt: false,
                 next_attempt_at: Field::Keep,
                 lease_until: Field::Keep,
-                due_at: Field::Set(
-                    ms(next).max(ms(now)) + i64::from(cfg.redrive_after_seconds) * 1000,
-                ),
+                due_at: Field::Set(ms(next).max(ms(now)) + i64::from(cfg.redrive_after_seconds) * 1000),
                 append_attempt: None,
                 expires_at: Field::Keep,
                 now,
             };
-            let msg = AttemptMessage {
-                delivery_id: item.id.clone(),
-                attempt: item.attempt_count + 1,
-            };
-            Some((
-                t,
-                Enqueue {
-                    message: msg,
-                    delay_seconds: delay,
-                },
-            ))
+            let msg = AttemptMessage { delivery_id: item.id.clone(), attempt: item.attempt_count + 1 };
+            Some((t, Enqueue { message: msg, delay_seconds: delay }))
         }
         DeliveryStatus::Sending => {
             // The worker holding the lease is gone. Its attempt may or may not have reached
@@ -343,6 +301,8 @@ pub fn sweep(cfg: &Config, now: DateTime<Utc>, item: &DueItem) -> Option<(Transi
                 duration_ms: 0,
                 response_body: None,
                 next_wait_seconds: Some(0),
+                retry_after_seconds: None,
+                wait_source: None,
             };
             let t = Transition {
                 guard,
@@ -357,46 +317,84 @@ pub fn sweep(cfg: &Config, now: DateTime<Utc>, item: &DueItem) -> Option<(Transi
                 expires_at: Field::Keep,
                 now,
             };
-            let msg = AttemptMessage {
-                delivery_id: item.id.clone(),
-                attempt: item.attempt_count + 1,
-            };
-            Some((
-                t,
-                Enqueue {
-                    message: msg,
-                    delay_seconds: 0,
-                },
-            ))
+            let msg = AttemptMessage { delivery_id: item.id.clone(), attempt: item.attempt_count + 1 };
+            Some((t, Enqueue { message: msg, delay_seconds: 0 }))
         }
         DeliveryStatus::Delivered | DeliveryStatus::Exhausted | DeliveryStatus::Held => None,
     }
 }
 
-/// Replay an exhausted or held delivery: a fresh cycle of its retry policy, first attempt now.
-pub fn replay(cfg: &Config, now: DateTime<Utc>, d: &Delivery) -> Option<(Transition, Enqueue)> {
-    if !matches!(d.status, DeliveryStatus::Exhausted | DeliveryStatus::Held) {
+/// Release an exhausted or held delivery (`status`, `attempt_count` as read) for a fresh cycle
+/// of its retry policy with the first attempt at `at`: replay, re-enable, recover and the
+/// half-open probe all come through here. `None` from any other state.
+pub fn release(
+    cfg: &Config,
+    now: DateTime<Utc>,
+    id: &str,
+    status: DeliveryStatus,
+    attempt_count: u32,
+    at: DateTime<Utc>,
+) -> Option<(Transition, Option<Enqueue>)> {
+    if !matches!(status, DeliveryStatus::Exhausted | DeliveryStatus::Held) {
         return None;
     }
-    let (due, enqueue) = wait_for(cfg, now, now, &d.id, d.attempt_count + 1);
+    let at = at.max(now);
+    let (due, enqueue) = wait_for(cfg, now, at, id, attempt_count + 1);
     let t = Transition {
-        guard: Guard {
-            status: vec![d.status],
-            attempt_count: d.attempt_count,
-            due_at: None,
-        },
+        guard: Guard { status: vec![status], attempt_count, due_at: None },
         status: DeliveryStatus::Scheduled,
         attempt_count: None,
-        attempts_base: Field::Set(d.attempt_count),
+        attempts_base: Field::Set(attempt_count),
         forgive_attempt: false,
-        next_attempt_at: Field::Set(now),
+        next_attempt_at: Field::Set(at),
         lease_until: Field::Remove,
         due_at: Field::Set(due),
         append_attempt: None,
         expires_at: Field::Remove,
         now,
     };
-    enqueue.map(|e| (t, e))
+    Some((t, enqueue))
+}
+
+/// Replay an exhausted or held delivery now (see [`release`]).
+pub fn replay(cfg: &Config, now: DateTime<Utc>, d: &Delivery) -> Option<(Transition, Enqueue)> {
+    let (t, e) = release(cfg, now, &d.id, d.status, d.attempt_count, now)?;
+    e.map(|e| (t, e))
+}
+
+fn held(guard: Guard, now: DateTime<Utc>) -> Transition {
+    Transition {
+        guard,
+        status: DeliveryStatus::Held,
+        attempt_count: None,
+        attempts_base: Field::Keep,
+        forgive_attempt: false,
+        next_attempt_at: Field::Remove,
+        lease_until: Field::Remove,
+        due_at: Field::Remove,
+        append_attempt: None,
+        expires_at: Field::Keep,
+        now,
+    }
+}
+
+/// Hold a scheduled delivery of a disabled or paused endpoint: kept, not attempted, out of
+/// the due index.
+pub fn hold_scheduled(now: DateTime<Utc>, attempt_count: u32) -> Transition {
+    held(Guard { status: vec![DeliveryStatus::Scheduled], attempt_count, due_at: None }, now)
+}
+
+/// Hold a claimed delivery. With `attempt` (the 410 that disabled the endpoint, or a failed
+/// probe) the attempt is recorded; without (the endpoint was found disabled at claim time) the
+/// claim is undone and no attempt is counted.
+pub fn hold_claimed(now: DateTime<Utc>, claimed: &Delivery, attempt: Option<Attempt>) -> Transition {
+    let guard = Guard { status: vec![DeliveryStatus::Sending], attempt_count: claimed.attempt_count, due_at: None };
+    let undo = attempt.is_none();
+    Transition {
+        attempt_count: undo.then(|| claimed.attempt_count.saturating_sub(1)),
+        append_attempt: attempt,
+        ..held(guard, now)
+    }
 }
 
 #[cfg(test)]
@@ -411,16 +409,7 @@ mod tests {
     }
 
     fn claimed(now: DateTime<Utc>) -> Delivery {
-        let (mut d, _, _) = new_delivery(
-            &cfg(),
-            now,
-            "dlv_1".into(),
-            "evt_1",
-            "order.paid",
-            "t1",
-            "ep_1",
-            "{}",
-        );
+        let (mut d, _, _) = new_delivery(&cfg(), now, "dlv_1".into(), "evt_1", "order.paid", "t1", "ep_1", "{}", false);
         d.status = DeliveryStatus::Sending;
         d.attempt_count = 1;
         d
@@ -435,6 +424,8 @@ mod tests {
             duration_ms: 3,
             response_body: None,
             next_wait_seconds: None,
+            retry_after_seconds: None,
+            wait_source: None,
         }
     }
 
@@ -447,13 +438,7 @@ mod tests {
         assert_eq!(e.message.attempt, 2);
         assert_eq!(t.due_at, Field::Set(ms(now) + 900_000));
 
-        let (t, e) = complete(
-            &cfg(),
-            now,
-            &claimed(now),
-            attempt(now),
-            Next::RetryIn(3600),
-        );
+        let (t, e) = complete(&cfg(), now, &claimed(now), attempt(now), Next::RetryIn(3600));
         assert!(e.is_none());
         assert_eq!(t.due_at, Field::Set(ms(now) + 2_700_000));
         assert_eq!(t.status, DeliveryStatus::Scheduled);
@@ -475,10 +460,7 @@ mod tests {
         assert_eq!(e.delay_seconds, 700);
         assert_eq!(t.guard.due_at, Some(item.due_at));
         assert_eq!(t.due_at, Field::Set(ms(next) + 300_000));
-        let not_yet = DueItem {
-            due_at: ms(now) + 1,
-            ..item
-        };
+        let not_yet = DueItem { due_at: ms(now) + 1, ..item };
         assert!(sweep(&cfg(), now, &not_yet).is_none());
     }
 
@@ -497,10 +479,7 @@ mod tests {
         assert_eq!(e.message.attempt, 4);
         assert_eq!(e.delay_seconds, 0);
         assert!(t.forgive_attempt);
-        assert_eq!(
-            t.append_attempt.unwrap().error.as_deref(),
-            Some("lease_expired")
-        );
+        assert_eq!(t.append_attempt.unwrap().error.as_deref(), Some("lease_expired"));
     }
 
     #[test]
@@ -508,10 +487,16 @@ mod tests {
         let now = Utc::now();
         let mut d = claimed(now);
         assert!(replay(&cfg(), now, &d).is_none());
+        let hold = hold_claimed(now, &d, None);
+        assert_eq!((hold.status, hold.attempt_count), (DeliveryStatus::Held, Some(0)), "no attempt counted");
         d.status = DeliveryStatus::Exhausted;
         d.attempt_count = 4;
         let (t, e) = replay(&cfg(), now, &d).unwrap();
         assert_eq!(t.attempts_base, Field::Set(4));
         assert_eq!(e.message.attempt, 5);
+        let later = now + Duration::seconds(120);
+        let (t, e) = release(&cfg(), now, &d.id, DeliveryStatus::Held, 4, later).unwrap();
+        assert_eq!(t.next_attempt_at, Field::Set(later));
+        assert_eq!(e.unwrap().delay_seconds, 120);
     }
 }

@@ -16,10 +16,7 @@ pub type Metric<'a> = (&'a str, f64, &'a str);
 /// The EMF line for `metrics` at `timestamp_ms`.
 pub fn line(timestamp_ms: i64, metrics: &[Metric<'_>]) -> String {
     let mut root = Map::new();
-    let defs: Vec<Value> = metrics
-        .iter()
-        .map(|(name, _, unit)| json!({"Name": name, "Unit": unit}))
-        .collect();
+    let defs: Vec<Value> = metrics.iter().map(|(name, _, unit)| json!({"Name": name, "Unit": unit})).collect();
     root.insert(
         "_aws".into(),
         json!({"Timestamp": timestamp_ms, "CloudWatchMetrics": [{"Namespace": NAMESPACE, "Dimensions": [[]], "Metrics": defs}]}),
@@ -45,17 +42,11 @@ mod tests {
     fn emf_line_declares_and_carries_each_metric() {
         let l: Value = serde_json::from_str(&line(
             1000,
-            &[
-                ("Delivered", 1.0, "Count"),
-                ("AttemptDuration", 12.0, "Milliseconds"),
-            ],
+            &[("Delivered", 1.0, "Count"), ("AttemptDuration", 12.0, "Milliseconds")],
         ))
         .unwrap();
         assert_eq!(l["_aws"]["CloudWatchMetrics"][0]["Namespace"], "Webhooks");
-        assert_eq!(
-            l["_aws"]["CloudWatchMetrics"][0]["Metrics"][1]["Unit"],
-            "Milliseconds"
-        );
+        assert_eq!(l["_aws"]["CloudWatchMetrics"][0]["Metrics"][1]["Unit"], "Milliseconds");
         assert_eq!(l["Delivered"], 1.0);
         assert_eq!(l["AttemptDuration"], 12.0);
     }

@@ -24,20 +24,73 @@ pub struct Endpoint {
     pub retry_policy: RetryPolicy,
     /// The signing secret, `whsec_` + base64.
     pub secret: String,
-    /// Whether new events fan out to it and its deliveries are attempted.
+    /// Whether its deliveries are attempted. Events for a disabled endpoint are stored `held`.
     pub enabled: bool,
+    /// Why and when it was disabled (absent while enabled): the admin-visible record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled: Option<Disabled>,
+    /// Failed attempts in a row (maintained by the store with an atomic add; 0 after a 2xx).
+    #[serde(default)]
+    pub consecutive_failures: u32,
+    /// After this many failed attempts in a row the endpoint is paused (0 = never; default
+    /// 100, from the payment provider's docs).
+    #[serde(default = "default_breaker")]
+    pub circuit_breaker_threshold: u32,
+    /// Whether a paused endpoint gets a half-open probe after `auto_resume_after_seconds`.
+    #[serde(default)]
+    pub auto_resume: bool,
+    /// The probe's cool-down, seconds (default 300).
+    #[serde(default = "default_cooldown")]
+    pub auto_resume_after_seconds: u64,
+    /// The held delivery released as the half-open probe, while one is out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_delivery_id: Option<String>,
     /// When it was created.
     pub created_at: DateTime<Utc>,
     /// When it last changed.
     pub updated_at: DateTime<Utc>,
 }
 
+/// Default circuit breaker threshold: 100 failed attempts in a row (payment provider's docs).
+pub const DEFAULT_BREAKER_THRESHOLD: u32 = 100;
+/// Default half-open probe cool-down: 300 seconds.
+pub const DEFAULT_COOLDOWN_SECONDS: u64 = 300;
+
+fn default_breaker() -> u32 {
+    DEFAULT_BREAKER_THRESHOLD
+}
+
+fn default_cooldown() -> u64 {
+    DEFAULT_COOLDOWN_SECONDS
+}
+
+/// Why an endpoint stopped receiving attempts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Disabled {
+    /// `gone` (the receiver answered 410), `circuit_breaker` (too many failures in a row) or
+    /// `manual` (an operator).
+    pub reason: String,
+    /// When.
+    pub at: DateTime<Utc>,
+    /// The status code that caused it, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_code: Option<u16>,
+    /// The delivery whose attempt caused it, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery_id: Option<String>,
+}
+
 impl Endpoint {
-    /// Whether an event of `event_type` goes to this endpoint.
+    /// Whether an event of `event_type` goes to this endpoint: no filter, an exact name, `*`,
+    /// or a prefix wildcard (`order.*` matches `order.paid` and `order.refund.created`).
     pub fn subscribes_to(&self, event_type: &str) -> bool {
         match &self.event_types {
             None => true,
-            Some(types) => types.iter().any(|t| t == event_type),
+            Some(types) => types.iter().any(|t| {
+                t == event_type
+                    || t == "*"
+                    || t.strip_suffix('*').is_some_and(|prefix| prefix.ends_with('.') && event_type.starts_with(prefix))
+            }),
         }
     }
 }
@@ -105,6 +158,12 @@ pub struct Attempt {
     /// The wait chosen before the next attempt, in seconds, when one was scheduled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_wait_seconds: Option<u64>,
+    /// The receiver's `Retry-After`, in seconds, when it sent a valid one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_seconds: Option<u64>,
+    /// Which rule chose `next_wait_seconds`: `schedule` or `retry_after`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_source: Option<crate::policy::WaitSource>,
 }
 
 /// One event for one endpoint: the unit that is attempted, retried and replayed.
@@ -146,6 +205,51 @@ pub struct Delivery {
     /// When DynamoDB TTL will remove it, unix seconds (final states only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<i64>,
+}
+
+/// What a background job does, one bounded step per sweeper tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobKind {
+    /// Give a re-enabled endpoint its held deliveries back, `release_per_tick` at a time.
+    Release,
+    /// Release one held delivery of a paused endpoint as a half-open probe.
+    Probe,
+    /// Replay an endpoint's exhausted deliveries accepted in a time window.
+    Recover,
+}
+
+/// A background job and its progress.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    /// `job_` + ULID.
+    pub id: String,
+    /// What it does.
+    pub kind: JobKind,
+    /// The endpoint's tenant.
+    pub tenant_id: String,
+    /// The endpoint it works on.
+    pub endpoint_id: String,
+    /// `running`, `done` or `cancelled`.
+    pub status: String,
+    /// Recover: deliveries accepted at or after this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<DateTime<Utc>>,
+    /// Recover: deliveries accepted before this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<DateTime<Utc>>,
+    /// Where the next step continues (a list cursor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    /// Deliveries released or replayed so far.
+    pub processed: u32,
+    /// When the next step runs (while running).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_at: Option<DateTime<Utc>>,
+    /// Created at.
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
 }
 
 /// The deterministic delivery id of an (event, endpoint) pair, so that ingesting the same

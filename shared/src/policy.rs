@@ -1,15 +1,26 @@
 //! Retry policies: which answers are retried, and how long to wait before the next attempt.
 //!
-//! The `standard` preset is the payment provider's published schedule
-//! (`../shared/seeds/payment-provider-webhook-retries.txt`): 8 attempts, waits of 30 s, 2 min,
-//! 10 min, 1 h, 3 h, 8 h and 24 h, each with +-20% jitter; a timeout, a connection error,
-//! a 5xx and every 4xx except 410 are retried; `Retry-After` on 429 and 503 makes the wait the
-//! longer of the header and the schedule. A custom policy gives its own waits (seconds),
-//! attempt count and jitter, which is also how tests and demos compress time.
+//! Presets reproduce the three reference behaviours in `../shared/seeds/` and Svix's docs:
+//!
+//! | preset | waits after each failure | attempts | retried on | notes |
+//! |---|---|---|---|---|
+//! | `standard` (default; payment provider's docs) | 30 s, 2 min, 10 min, 1 h, 3 h, 8 h, 24 h | 8 | timeout, connection, 3xx, 4xx, 5xx; not 410 | jitter +-20%; `Retry-After` on 429/503 = max(header, wait); 410 disables the endpoint |
+//! | `svix` (Svix's docs) | 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h | 8 | any non-2xx, timeout, connection | no jitter |
+//! | `frappe` (the Frappe story) | 5 min, 30 min, 2 h, 5 h, 10 h, 10 h (last repeats) | 1 + `max_retries` (default 3; 0 = one try) | any failure | no jitter |
+//! | `rate_limit_only` (the CRM marketplace doc) | 10 min each, jitter +-10% | 1 + 6 | only 429 | every other answer is final |
+//!
+//! `rate_limit_only` treats a timeout and a connection error as final, like any answer that
+//! is not 429: the CRM's doc retries "only if your server responds with an HTTP 429" and a
+//! receiver that never answered did not respond with 429. Nothing is lost by it: the delivery
+//! becomes a dead letter that ops can replay. Use `standard` or a custom policy to retry
+//! network failures.
+//!
+//! A custom policy gives its own waits (seconds), attempt count, jitter, retried classes and
+//! Retry-After codes, which is also how tests and demos compress time.
 
 use crate::clock::Random;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// Longest single wait a policy may ask for: 7 days, in seconds.
 pub const MAX_WAIT_SECONDS: u64 = 7 * 24 * 3600;
@@ -20,11 +31,17 @@ pub const MAX_RETRY_AFTER_SECONDS: u64 = 24 * 3600;
 
 /// The `standard` waits, in seconds, from the payment provider's docs.
 pub const STANDARD_SCHEDULE_SECONDS: [u64; 7] = [30, 120, 600, 3600, 3 * 3600, 8 * 3600, 24 * 3600];
+/// The `svix` waits, in seconds, from Svix's docs.
+pub const SVIX_SCHEDULE_SECONDS: [u64; 7] = [5, 300, 1800, 7200, 5 * 3600, 10 * 3600, 10 * 3600];
+/// The `frappe` waits, in seconds, from the Frappe story (Svix's minus the 5 s entry).
+pub const FRAPPE_SCHEDULE_SECONDS: [u64; 6] = [300, 1800, 7200, 5 * 3600, 10 * 3600, 10 * 3600];
+/// The `rate_limit_only` wait, in seconds: "approximately 10 minutes" (the CRM's doc).
+pub const RATE_LIMIT_WAIT_SECONDS: u64 = 600;
 
 /// A resolved retry policy, as stored on an endpoint and shown by the API.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RetryPolicy {
-    /// `standard` or `custom`.
+    /// `standard`, `svix`, `frappe`, `rate_limit_only` or `custom`.
     pub preset: String,
     /// Waits after the 1st, 2nd, ... failure, in seconds; the last one repeats.
     pub schedule_seconds: Vec<u64>,
@@ -35,8 +52,15 @@ pub struct RetryPolicy {
     /// Which failures are retried: `timeout`, `connection`, `3xx`, `4xx`, `5xx`, `429`, or an
     /// explicit status code as a string (`"409"`). Anything else is final.
     pub retry_on: Vec<String>,
-    /// Whether `Retry-After` on 429 and 503 can lengthen the wait.
-    pub honor_retry_after: bool,
+    /// Status codes whose `Retry-After` can lengthen the wait (`standard`: 429 and 503).
+    #[serde(default)]
+    pub retry_after_on: Vec<u16>,
+    /// Status codes that disable the endpoint (`standard`: 410 Gone).
+    #[serde(default)]
+    pub disable_on: Vec<u16>,
+    /// `frappe` only: the `max_retries` it was created with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<u32>,
 }
 
 /// What one attempt came back with.
@@ -61,8 +85,28 @@ pub enum Verdict {
     Retry,
     /// A failure that ends the delivery now.
     Final,
-    /// 410 Gone under `standard`: the receiver asks to be disabled (final for the delivery).
+    /// The receiver asks to be disabled (410 under `standard`): the endpoint is disabled and
+    /// its unfinished deliveries are held.
     Disable,
+}
+
+/// Where the chosen wait came from, recorded on the attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitSource {
+    /// The policy's schedule (with jitter).
+    Schedule,
+    /// The receiver's `Retry-After`, which was longer.
+    RetryAfter,
+}
+
+/// The wait before the next attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wait {
+    /// Seconds.
+    pub seconds: u64,
+    /// Which rule chose it.
+    pub source: WaitSource,
 }
 
 /// A retry policy in a request that cannot be accepted.
@@ -76,13 +120,14 @@ pub struct PolicyError {
 }
 
 fn err(field: &str, message: impl Into<String>) -> PolicyError {
-    PolicyError {
-        field: format!("retry_policy.{field}"),
-        message: message.into(),
-    }
+    PolicyError { field: format!("retry_policy.{field}"), message: message.into() }
 }
 
 const CLASSES: [&str; 6] = ["timeout", "connection", "3xx", "4xx", "5xx", "429"];
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_string()).collect()
+}
 
 impl Default for RetryPolicy {
     fn default() -> Self {
@@ -98,58 +143,130 @@ impl RetryPolicy {
             schedule_seconds: STANDARD_SCHEDULE_SECONDS.to_vec(),
             max_attempts: 8,
             jitter: 0.2,
-            retry_on: ["timeout", "connection", "3xx", "4xx", "5xx"]
-                .map(String::from)
-                .to_vec(),
-            honor_retry_after: true,
+            retry_on: strings(&["timeout", "connection", "3xx", "4xx", "5xx"]),
+            retry_after_on: vec![429, 503],
+            disable_on: vec![410],
+            max_retries: None,
+        }
+    }
+
+    /// Svix's schedule.
+    pub fn svix() -> Self {
+        Self {
+            preset: "svix".into(),
+            schedule_seconds: SVIX_SCHEDULE_SECONDS.to_vec(),
+            max_attempts: 8,
+            jitter: 0.0,
+            retry_on: strings(&CLASSES),
+            retry_after_on: vec![],
+            disable_on: vec![],
+            max_retries: None,
+        }
+    }
+
+    /// The Frappe story's schedule with `max_retries` retries after the first attempt.
+    pub fn frappe(max_retries: u32) -> Self {
+        Self {
+            preset: "frappe".into(),
+            schedule_seconds: FRAPPE_SCHEDULE_SECONDS.to_vec(),
+            max_attempts: max_retries.saturating_add(1).min(MAX_ATTEMPTS),
+            jitter: 0.0,
+            retry_on: strings(&CLASSES),
+            retry_after_on: vec![],
+            disable_on: vec![],
+            max_retries: Some(max_retries),
+        }
+    }
+
+    /// The CRM's 429-only schedule.
+    pub fn rate_limit_only() -> Self {
+        Self {
+            preset: "rate_limit_only".into(),
+            schedule_seconds: vec![RATE_LIMIT_WAIT_SECONDS],
+            max_attempts: 7,
+            jitter: 0.1,
+            retry_on: strings(&["429"]),
+            retry_after_on: vec![],
+            disable_on: vec![],
+            max_retries: None,
         }
     }
 
     /// Reads a policy from a request body's `retry_policy` value.
     ///
-    /// `{"preset": "standard"}` (or no value) is the standard preset. Anything with
-    /// `schedule_seconds` is custom: `max_attempts` defaults to one more than the schedule's
-    /// length, `jitter` to 0, `retry_on` to every failure class, `honor_retry_after` to true.
+    /// - absent or `{"preset": "standard"}`: [`RetryPolicy::standard`];
+    /// - `{"preset": "svix"}`, `{"preset": "rate_limit_only"}`;
+    /// - `{"preset": "frappe", "max_retries": N}` (N from 0 to 49, default 3);
+    /// - custom (`"preset": "custom"` or no preset): `schedule_seconds` (required),
+    ///   `max_attempts` (default one more than the schedule's length), `jitter` (0 to 0.5,
+    ///   default 0), `retry_on` (default every class), `honor_retry_after` (`true` = 429 and
+    ///   503, the default; `false`; or a list of status codes), `disable_on` (status codes,
+    ///   default none).
     ///
     /// # Errors
-    /// [`PolicyError`] naming the field: an unknown preset, an empty schedule, a wait of 0 or
-    /// over 7 days, `max_attempts` outside 1..=50, `jitter` outside 0..=0.5, an unknown class.
+    /// [`PolicyError`] naming the field: an unknown preset or key, an empty schedule, a wait
+    /// of 0 or over 7 days, `max_attempts` outside 1..=50, `jitter` outside 0..=0.5, an
+    /// unknown class or status code.
     pub fn from_request(value: Option<&Value>) -> Result<Self, PolicyError> {
         let Some(value) = value.filter(|v| !v.is_null()) else {
             return Ok(Self::standard());
         };
-        let obj = value.as_object().ok_or_else(|| PolicyError {
-            field: "retry_policy".into(),
-            message: "must be an object".into(),
-        })?;
+        let obj = value
+            .as_object()
+            .ok_or_else(|| PolicyError { field: "retry_policy".into(), message: "must be an object".into() })?;
         let preset = match obj.get("preset") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(s.as_str()),
+            None | Some(Value::Null) => {
+                if obj.contains_key("schedule_seconds") {
+                    "custom"
+                } else {
+                    "standard"
+                }
+            }
+            Some(Value::String(s)) => s.as_str(),
             Some(_) => return Err(err("preset", "must be a string")),
         };
-        match (preset, obj.contains_key("schedule_seconds")) {
-            (Some("standard"), false) | (None, false) => {
-                if obj.keys().any(|k| k != "preset") {
-                    return Err(err("schedule_seconds", "is required for a custom policy"));
-                }
-                Ok(Self::standard())
+        let only = |allowed: &[&str]| -> Result<(), PolicyError> {
+            match obj.keys().find(|k| k.as_str() != "preset" && !allowed.contains(&k.as_str())) {
+                Some(k) => Err(err(k, format!("is not a setting of the {preset} preset"))),
+                None => Ok(()),
             }
-            (None | Some("custom"), true) => Self::custom(obj),
-            (Some("custom"), false) => {
-                Err(err("schedule_seconds", "is required for a custom policy"))
+        };
+        match preset {
+            "standard" => only(&[]).map(|()| Self::standard()),
+            "svix" => only(&[]).map(|()| Self::svix()),
+            "rate_limit_only" => only(&[]).map(|()| Self::rate_limit_only()),
+            "frappe" => {
+                only(&["max_retries"])?;
+                let n = match obj.get("max_retries") {
+                    None | Some(Value::Null) => 3,
+                    Some(v) => match v.as_u64() {
+                        Some(n) if n < u64::from(MAX_ATTEMPTS) => n as u32,
+                        _ => {
+                            return Err(err(
+                                "max_retries",
+                                format!("must be a whole number from 0 to {}", MAX_ATTEMPTS - 1),
+                            ));
+                        }
+                    },
+                };
+                Ok(Self::frappe(n))
             }
-            (Some(other), _) => Err(err(
+            "custom" => {
+                only(&["schedule_seconds", "max_attempts", "jitter", "retry_on", "honor_retry_after", "disable_on"])?;
+                Self::custom(obj)
+            }
+            other => Err(err(
                 "preset",
-                format!("unknown preset {other:?}; use standard or custom"),
+                format!("unknown preset {other:?}; use standard, svix, frappe, rate_limit_only or custom"),
             )),
         }
     }
 
-    fn custom(obj: &serde_json::Map<String, Value>) -> Result<Self, PolicyError> {
+    fn custom(obj: &Map<String, Value>) -> Result<Self, PolicyError> {
         let schedule = obj
             .get("schedule_seconds")
             .and_then(Value::as_array)
-            .ok_or_else(|| err("schedule_seconds", "must be a list of seconds"))?;
+            .ok_or_else(|| err("schedule_seconds", "is required: a list of waits in seconds"))?;
         if schedule.is_empty() {
             return Err(err("schedule_seconds", "must not be empty"));
         }
@@ -166,17 +283,10 @@ impl RetryPolicy {
             }
         }
         let max_attempts = match obj.get("max_attempts") {
-            None | Some(Value::Null) => u32::try_from(waits.len() + 1)
-                .unwrap_or(MAX_ATTEMPTS)
-                .min(MAX_ATTEMPTS),
+            None | Some(Value::Null) => u32::try_from(waits.len() + 1).unwrap_or(MAX_ATTEMPTS).min(MAX_ATTEMPTS),
             Some(v) => match v.as_u64() {
                 Some(n) if (1..=u64::from(MAX_ATTEMPTS)).contains(&n) => n as u32,
-                _ => {
-                    return Err(err(
-                        "max_attempts",
-                        format!("must be a whole number from 1 to {MAX_ATTEMPTS}"),
-                    ));
-                }
+                _ => return Err(err("max_attempts", format!("must be a whole number from 1 to {MAX_ATTEMPTS}"))),
             },
         };
         let jitter = match obj.get("jitter") {
@@ -187,18 +297,14 @@ impl RetryPolicy {
             },
         };
         let retry_on = match obj.get("retry_on") {
-            None | Some(Value::Null) => CLASSES.map(String::from).to_vec(),
+            None | Some(Value::Null) => strings(&CLASSES),
             Some(Value::Array(items)) => {
                 let mut out = Vec::new();
                 for (i, item) in items.iter().enumerate() {
                     let class = match item {
                         Value::String(s) if CLASSES.contains(&s.as_str()) => s.clone(),
                         Value::String(s) if is_status_code(s) => s.clone(),
-                        Value::Number(n)
-                            if n.as_u64().is_some_and(|c| (100..=599).contains(&c)) =>
-                        {
-                            n.to_string()
-                        }
+                        Value::Number(n) if n.as_u64().is_some_and(|c| (100..=599).contains(&c)) => n.to_string(),
                         _ => {
                             return Err(err(
                                 &format!("retry_on[{i}]"),
@@ -212,10 +318,16 @@ impl RetryPolicy {
             }
             Some(_) => return Err(err("retry_on", "must be a list")),
         };
-        let honor_retry_after = match obj.get("honor_retry_after") {
-            None | Some(Value::Null) => true,
-            Some(Value::Bool(b)) => *b,
-            Some(_) => return Err(err("honor_retry_after", "must be true or false")),
+        let retry_after_on = match obj.get("honor_retry_after") {
+            None | Some(Value::Null) | Some(Value::Bool(true)) => vec![429, 503],
+            Some(Value::Bool(false)) => vec![],
+            Some(Value::Array(items)) => codes(items, "honor_retry_after")?,
+            Some(_) => return Err(err("honor_retry_after", "must be true, false or a list of status codes")),
+        };
+        let disable_on = match obj.get("disable_on") {
+            None | Some(Value::Null) => vec![],
+            Some(Value::Array(items)) => codes(items, "disable_on")?,
+            Some(_) => return Err(err("disable_on", "must be a list of status codes")),
         };
         Ok(Self {
             preset: "custom".into(),
@@ -223,7 +335,9 @@ impl RetryPolicy {
             max_attempts,
             jitter,
             retry_on,
-            honor_retry_after,
+            retry_after_on,
+            disable_on,
+            max_retries: None,
         })
     }
 
@@ -232,7 +346,7 @@ impl RetryPolicy {
         let has = |c: &str| self.retry_on.iter().any(|x| x == c);
         match outcome {
             Outcome::Status(code) if (200..300).contains(&code) => Verdict::Success,
-            Outcome::Status(410) if self.preset == "standard" => Verdict::Disable,
+            Outcome::Status(code) if self.disable_on.contains(&code) => Verdict::Disable,
             Outcome::Status(code) => {
                 let class = match code {
                     300..=399 => "3xx",
@@ -241,11 +355,7 @@ impl RetryPolicy {
                     _ => "",
                 };
                 let retried = has(&code.to_string()) || has(class) || (code == 429 && has("429"));
-                if retried {
-                    Verdict::Retry
-                } else {
-                    Verdict::Final
-                }
+                if retried { Verdict::Retry } else { Verdict::Final }
             }
             Outcome::Timeout if has("timeout") => Verdict::Retry,
             Outcome::Connection if has("connection") => Verdict::Retry,
@@ -253,35 +363,43 @@ impl RetryPolicy {
         }
     }
 
-    /// The wait before the next attempt, in seconds, after `failures` failed attempts in this
-    /// cycle (1 after the first), or `None` when the attempts are used up.
+    /// The wait before the next attempt after `failures` failed attempts in this cycle (1
+    /// after the first), or `None` when the attempts are used up.
     ///
     /// The scheduled wait is jittered; a `retry_after_seconds` (already parsed from the
-    /// header, honoured only on 429 and 503) lengthens it to
-    /// `max(header, jittered wait)`, capped at 24 h.
+    /// header) on a status in `retry_after_on` lengthens it to `max(header, jittered wait)`,
+    /// capped at 24 h.
     pub fn next_wait(
         &self,
         failures: u32,
         outcome: Outcome,
         retry_after_seconds: Option<u64>,
         rng: &Random,
-    ) -> Option<u64> {
+    ) -> Option<Wait> {
         if failures >= self.max_attempts || failures == 0 {
             return None;
         }
-        let index = usize::try_from(failures - 1)
-            .unwrap_or(usize::MAX)
-            .min(self.schedule_seconds.len().saturating_sub(1));
+        let last = self.schedule_seconds.len().saturating_sub(1);
+        let index = usize::try_from(failures - 1).unwrap_or(usize::MAX).min(last);
         let base = *self.schedule_seconds.get(index)? as f64;
-        let jittered = (base * (1.0 + self.jitter * rng.symmetric_unit()))
-            .round()
-            .max(1.0) as u64;
-        let honoured = self.honor_retry_after && matches!(outcome, Outcome::Status(429 | 503));
-        match retry_after_seconds {
-            Some(ra) if honoured => Some(jittered.max(ra.min(MAX_RETRY_AFTER_SECONDS))),
-            _ => Some(jittered),
+        let jittered = (base * (1.0 + self.jitter * rng.symmetric_unit())).round().max(1.0) as u64;
+        let honoured = matches!(outcome, Outcome::Status(code) if self.retry_after_on.contains(&code));
+        match retry_after_seconds.map(|ra| ra.min(MAX_RETRY_AFTER_SECONDS)) {
+            Some(ra) if honoured && ra > jittered => Some(Wait { seconds: ra, source: WaitSource::RetryAfter }),
+            _ => Some(Wait { seconds: jittered, source: WaitSource::Schedule }),
         }
     }
+}
+
+fn codes(items: &[Value], field: &str) -> Result<Vec<u16>, PolicyError> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match v.as_u64() {
+            Some(c) if (100..=599).contains(&c) => Ok(c as u16),
+            _ => Err(err(&format!("{field}[{i}]"), "must be an HTTP status code")),
+        })
+        .collect()
 }
 
 fn is_status_code(s: &str) -> bool {
@@ -309,19 +427,96 @@ mod tests {
         assert_eq!(p.classify(Outcome::Refused), Verdict::Final);
     }
 
+    /// Every preset against every answer the issue names: S = success, R = retry, F = final,
+    /// D = disable the endpoint.
+    #[test]
+    fn classification_table_of_every_preset() {
+        let outcomes = [
+            Outcome::Status(200),
+            Outcome::Status(204),
+            Outcome::Status(301),
+            Outcome::Status(400),
+            Outcome::Status(404),
+            Outcome::Status(408),
+            Outcome::Status(409),
+            Outcome::Status(410),
+            Outcome::Status(429),
+            Outcome::Status(500),
+            Outcome::Status(502),
+            Outcome::Status(503),
+            Outcome::Timeout,
+            Outcome::Connection,
+        ];
+        //                      200  204  301  400  404  408  409  410  429  500  502  503  tmo  conn
+        let table = [
+            (RetryPolicy::standard(), "S    S    R    R    R    R    R    D    R    R    R    R    R    R"),
+            (RetryPolicy::svix(), "S    S    R    R    R    R    R    R    R    R    R    R    R    R"),
+            (RetryPolicy::frappe(3), "S    S    R    R    R    R    R    R    R    R    R    R    R    R"),
+            (RetryPolicy::rate_limit_only(), "S    S    F    F    F    F    F    F    R    F    F    F    F    F"),
+        ];
+        for (policy, row) in table {
+            let expected: Vec<&str> = row.split_whitespace().collect();
+            for (outcome, want) in outcomes.iter().zip(expected) {
+                let got = match policy.classify(*outcome) {
+                    Verdict::Success => "S",
+                    Verdict::Retry => "R",
+                    Verdict::Final => "F",
+                    Verdict::Disable => "D",
+                };
+                assert_eq!(got, want, "{} on {outcome:?}", policy.preset);
+            }
+        }
+    }
+
+    fn waits(p: &RetryPolicy) -> Vec<u64> {
+        let rng = Random::seeded(9);
+        (1..=60).map_while(|f| p.next_wait(f, Outcome::Status(429), None, &rng)).map(|w| w.seconds).collect()
+    }
+
+    #[test]
+    fn preset_schedules_and_attempt_counts() {
+        assert_eq!(waits(&RetryPolicy::svix()), SVIX_SCHEDULE_SECONDS.to_vec());
+        assert_eq!(waits(&RetryPolicy::frappe(3)), vec![300, 1800, 7200]);
+        assert_eq!(waits(&RetryPolicy::frappe(0)), Vec::<u64>::new());
+        assert_eq!(waits(&RetryPolicy::frappe(8)), vec![300, 1800, 7200, 18000, 36000, 36000, 36000, 36000]);
+        let crm = waits(&RetryPolicy::rate_limit_only());
+        assert_eq!(crm.len(), 6);
+        assert!(crm.iter().all(|w| (540..=660).contains(w)), "{crm:?}");
+        let total: u64 = crm.iter().sum();
+        assert!((3240..=3960).contains(&total), "about an hour of retries: {total}");
+        let p = RetryPolicy::from_request(Some(&json!({"preset": "frappe", "max_retries": 0}))).unwrap();
+        assert_eq!(p.max_attempts, 1);
+        let p = RetryPolicy::from_request(Some(&json!({"preset": "frappe"}))).unwrap();
+        assert_eq!((p.max_attempts, p.max_retries), (4, Some(3)));
+    }
+
+    #[test]
+    fn jitter_stays_inside_its_window_for_every_draw() {
+        let rng = Random::from_os();
+        for jitter in [0.0, 0.1, 0.2, 0.5] {
+            let p = RetryPolicy::from_request(Some(&json!({"schedule_seconds": [30, 600, 86400], "jitter": jitter})))
+                .unwrap();
+            for _ in 0..5000 {
+                for (i, base) in [30u64, 600, 86400].iter().enumerate() {
+                    let w = p.next_wait(i as u32 + 1, Outcome::Timeout, None, &rng).unwrap().seconds as f64;
+                    let b = *base as f64;
+                    assert!(
+                        w >= (b * (1.0 - jitter)).floor() && w <= (b * (1.0 + jitter)).ceil(),
+                        "{w} for {b} +-{jitter}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn standard_makes_eight_attempts_within_the_jitter_windows() {
         let p = RetryPolicy::standard();
         let rng = Random::seeded(7);
         for _ in 0..2000 {
             for (i, base) in STANDARD_SCHEDULE_SECONDS.iter().enumerate() {
-                let w = p
-                    .next_wait(i as u32 + 1, Outcome::Status(500), None, &rng)
-                    .unwrap();
-                let (lo, hi) = (
-                    (*base as f64 * 0.8).floor() as u64,
-                    (*base as f64 * 1.2).ceil() as u64,
-                );
+                let w = p.next_wait(i as u32 + 1, Outcome::Status(500), None, &rng).unwrap().seconds;
+                let (lo, hi) = ((*base as f64 * 0.8).floor() as u64, (*base as f64 * 1.2).ceil() as u64);
                 assert!((lo..=hi).contains(&w), "wait {w} for base {base}");
             }
             assert_eq!(p.next_wait(8, Outcome::Status(500), None, &rng), None);
@@ -332,38 +527,26 @@ mod tests {
     fn retry_after_lengthens_only_on_429_and_503_and_is_capped() {
         let p = RetryPolicy::from_request(Some(&json!({"schedule_seconds": [10]}))).unwrap();
         let rng = Random::seeded(1);
-        assert_eq!(
-            p.next_wait(1, Outcome::Status(429), Some(60), &rng),
-            Some(60)
-        );
-        assert_eq!(
-            p.next_wait(1, Outcome::Status(503), Some(5), &rng),
-            Some(10)
-        );
-        assert_eq!(
-            p.next_wait(1, Outcome::Status(500), Some(60), &rng),
-            Some(10)
-        );
-        assert_eq!(
-            p.next_wait(1, Outcome::Status(429), Some(10_000_000), &rng),
-            Some(MAX_RETRY_AFTER_SECONDS)
-        );
+        let w = |o, ra| p.next_wait(1, o, ra, &rng).map(|w| (w.seconds, w.source));
+        assert_eq!(w(Outcome::Status(429), Some(60)), Some((60, WaitSource::RetryAfter)));
+        assert_eq!(w(Outcome::Status(503), Some(5)), Some((10, WaitSource::Schedule)));
+        assert_eq!(w(Outcome::Status(500), Some(60)), Some((10, WaitSource::Schedule)));
+        assert_eq!(w(Outcome::Status(429), Some(10_000_000)), Some((MAX_RETRY_AFTER_SECONDS, WaitSource::RetryAfter)));
+        let listed =
+            RetryPolicy::from_request(Some(&json!({"schedule_seconds": [10], "honor_retry_after": [502]}))).unwrap();
+        assert_eq!(listed.next_wait(1, Outcome::Status(502), Some(30), &rng).unwrap().seconds, 30);
+        assert_eq!(listed.next_wait(1, Outcome::Status(429), Some(30), &rng).unwrap().seconds, 10);
+        let off =
+            RetryPolicy::from_request(Some(&json!({"schedule_seconds": [10], "honor_retry_after": false}))).unwrap();
+        assert_eq!(off.next_wait(1, Outcome::Status(429), Some(30), &rng).unwrap().seconds, 10);
     }
 
     #[test]
     fn custom_policy_defaults_and_last_wait_repeats() {
-        let p = RetryPolicy::from_request(Some(
-            &json!({"schedule_seconds": [1, 2, 4], "max_attempts": 6}),
-        ))
-        .unwrap();
+        let p = RetryPolicy::from_request(Some(&json!({"schedule_seconds": [1, 2, 4], "max_attempts": 6}))).unwrap();
         let rng = Random::seeded(1);
-        let waits: Vec<_> = (1..=6)
-            .map(|f| p.next_wait(f, Outcome::Timeout, None, &rng))
-            .collect();
-        assert_eq!(
-            waits,
-            vec![Some(1), Some(2), Some(4), Some(4), Some(4), None]
-        );
+        let waits: Vec<_> = (1..=6).map(|f| p.next_wait(f, Outcome::Timeout, None, &rng).map(|w| w.seconds)).collect();
+        assert_eq!(waits, vec![Some(1), Some(2), Some(4), Some(4), Some(4), None]);
         let d = RetryPolicy::from_request(Some(&json!({"schedule_seconds": [1, 2]}))).unwrap();
         assert_eq!(d.max_attempts, 3);
         assert_eq!(d.classify(Outcome::Status(410)), Verdict::Retry);
@@ -372,35 +555,18 @@ mod tests {
     #[test]
     fn invalid_policies_name_the_field() {
         let cases = [
-            (
-                json!({"schedule_seconds": []}),
-                "retry_policy.schedule_seconds",
-            ),
-            (
-                json!({"schedule_seconds": [0]}),
-                "retry_policy.schedule_seconds[0]",
-            ),
-            (
-                json!({"schedule_seconds": [1, -5]}),
-                "retry_policy.schedule_seconds[1]",
-            ),
-            (
-                json!({"schedule_seconds": [700000]}),
-                "retry_policy.schedule_seconds[0]",
-            ),
-            (
-                json!({"schedule_seconds": [1], "jitter": 0.9}),
-                "retry_policy.jitter",
-            ),
-            (
-                json!({"schedule_seconds": [1], "max_attempts": 0}),
-                "retry_policy.max_attempts",
-            ),
-            (
-                json!({"schedule_seconds": [1], "retry_on": ["sometimes"]}),
-                "retry_policy.retry_on[0]",
-            ),
+            (json!({"schedule_seconds": []}), "retry_policy.schedule_seconds"),
+            (json!({"schedule_seconds": [0]}), "retry_policy.schedule_seconds[0]"),
+            (json!({"schedule_seconds": [1, -5]}), "retry_policy.schedule_seconds[1]"),
+            (json!({"schedule_seconds": [700000]}), "retry_policy.schedule_seconds[0]"),
+            (json!({"schedule_seconds": [1], "jitter": 0.9}), "retry_policy.jitter"),
+            (json!({"schedule_seconds": [1], "max_attempts": 0}), "retry_policy.max_attempts"),
+            (json!({"schedule_seconds": [1], "retry_on": ["sometimes"]}), "retry_policy.retry_on[0]"),
             (json!({"preset": "yolo"}), "retry_policy.preset"),
+            (json!({"preset": "frappe", "max_retries": -1}), "retry_policy.max_retries"),
+            (json!({"preset": "svix", "jitter": 0.1}), "retry_policy.jitter"),
+            (json!({"schedule_seconds": [1], "honor_retry_after": [999]}), "retry_policy.honor_retry_after[0]"),
+            (json!({"schedule_seconds": [1], "bogus": 1}), "retry_policy.bogus"),
             (json!("standard"), "retry_policy"),
         ];
         for (input, field) in cases {

@@ -31,10 +31,7 @@ pub struct SqsQueue {
 impl SqsQueue {
     /// The queue at `url`.
     pub fn new(client: Client, url: impl Into<String>) -> Self {
-        Self {
-            client,
-            url: url.into(),
-        }
+        Self { client, url: url.into() }
     }
 }
 

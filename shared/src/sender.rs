@@ -90,8 +90,7 @@ impl reqwest::dns::Resolve for GuardedResolver {
         let allow = self.allow_private;
         Box::pin(async move {
             let host = name.as_str().to_string();
-            let addrs: Vec<SocketAddr> =
-                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             if !allow && let Some(bad) = addrs.iter().find(|a| !is_public(a.ip())) {
                 let e: Box<dyn std::error::Error + Send + Sync> =
                     Box::new(DestinationRefused(format!("{host} ({})", bad.ip())));
@@ -116,10 +115,7 @@ impl HttpSender {
             .dns_resolver(std::sync::Arc::new(GuardedResolver { allow_private }))
             .user_agent(concat!("webhooks/", env!("CARGO_PKG_VERSION")))
             .build()?;
-        Ok(Self {
-            client,
-            allow_private,
-        })
+        Ok(Self { client, allow_private })
     }
 
     fn literal_refused(&self, url: &str) -> Option<String> {
@@ -172,10 +168,7 @@ impl Sender for HttpSender {
                 detail: Some(DestinationRefused(ip).to_string()),
             };
         }
-        let mut req = self
-            .client
-            .post(url)
-            .header("content-type", "application/json");
+        let mut req = self.client.post(url).header("content-type", "application/json");
         for (name, value) in headers {
             req = req.header(*name, value);
         }
@@ -183,9 +176,7 @@ impl Sender for HttpSender {
             Ok(mut resp) => {
                 let status = resp.status().as_u16();
                 let retry_after = parse_retry_after(
-                    resp.headers()
-                        .get("retry-after")
-                        .and_then(|v| v.to_str().ok()),
+                    resp.headers().get("retry-after").and_then(|v| v.to_str().ok()),
                     SystemTime::now(),
                 );
                 let mut kept: Vec<u8> = Vec::new();
@@ -271,9 +262,7 @@ mod tests {
         let r = s.post("http://localhost:9/x", &[], Bytes::new()).await;
         assert_eq!(r.outcome, Outcome::Refused);
         let allowed = HttpSender::new(Duration::from_secs(1), true).unwrap();
-        let r = allowed
-            .post("http://127.0.0.1:9/x", &[], Bytes::new())
-            .await;
+        let r = allowed.post("http://127.0.0.1:9/x", &[], Bytes::new()).await;
         assert_eq!(r.outcome, Outcome::Connection);
     }
 }

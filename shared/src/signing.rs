@@ -34,11 +34,7 @@ pub struct InvalidSecret;
 pub fn secret_key(secret: &str) -> Result<Vec<u8>, InvalidSecret> {
     let encoded = secret.strip_prefix(SECRET_PREFIX).ok_or(InvalidSecret)?;
     let key = B64.decode(encoded).map_err(|_| InvalidSecret)?;
-    if (24..=64).contains(&key.len()) {
-        Ok(key)
-    } else {
-        Err(InvalidSecret)
-    }
+    if (24..=64).contains(&key.len()) { Ok(key) } else { Err(InvalidSecret) }
 }
 
 /// A new secret: `whsec_` + base64 of 32 random bytes.
@@ -51,9 +47,7 @@ pub fn generate_secret(rng: &Random) -> String {
 /// The `v1,<base64>` signature of one attempt.
 pub fn sign(key: &[u8], webhook_id: &str, timestamp: i64, body: &[u8]) -> String {
     // HMAC accepts keys of any length, so this cannot fail.
-    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(key) else {
-        unreachable!("HMAC takes keys of any length")
-    };
+    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(key) else { unreachable!("HMAC takes keys of any length") };
     mac.update(webhook_id.as_bytes());
     mac.update(b".");
     mac.update(timestamp.to_string().as_bytes());
@@ -76,10 +70,7 @@ mod tests {
     #[test]
     fn reproduces_the_spec_test_vector() {
         let key = secret_key(SPEC_SECRET).unwrap();
-        assert_eq!(
-            sign(&key, SPEC_ID, SPEC_TS, SPEC_BODY.as_bytes()),
-            SPEC_SIGNATURE
-        );
+        assert_eq!(sign(&key, SPEC_ID, SPEC_TS, SPEC_BODY.as_bytes()), SPEC_SIGNATURE);
     }
 
     #[test]
@@ -92,25 +83,16 @@ mod tests {
         let mut headers = http::HeaderMap::new();
         headers.insert(HEADER_ID, "evt_1".parse().unwrap());
         headers.insert(HEADER_TIMESTAMP, ts.to_string().parse().unwrap());
-        headers.insert(
-            HEADER_SIGNATURE,
-            sign(&key, "evt_1", ts, body).parse().unwrap(),
-        );
+        headers.insert(HEADER_SIGNATURE, sign(&key, "evt_1", ts, body).parse().unwrap());
         let verifier = standardwebhooks::Webhook::new(&secret).unwrap();
         verifier.verify(body, &headers).unwrap();
-        headers.insert(
-            HEADER_SIGNATURE,
-            sign(&key, "evt_1", ts, b"tampered").parse().unwrap(),
-        );
+        headers.insert(HEADER_SIGNATURE, sign(&key, "evt_1", ts, b"tampered").parse().unwrap());
         assert!(verifier.verify(body, &headers).is_err());
     }
 
     #[test]
     fn rejects_malformed_secrets() {
-        assert_eq!(
-            secret_key("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
-            Err(InvalidSecret)
-        );
+        assert_eq!(secret_key("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"), Err(InvalidSecret));
         assert_eq!(secret_key("whsec_***"), Err(InvalidSecret));
         assert_eq!(secret_key("whsec_c2hvcnQ="), Err(InvalidSecret));
     }

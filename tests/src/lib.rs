@@ -9,15 +9,16 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use webhooks::lifecycle::{DueItem, Transition};
-use webhooks::model::{Delivery, Endpoint};
-use webhooks::store::{Applied, DeliveryQuery, DeliverySummary, Page, Store, StoreError};
+use webhooks::lifecycle::Transition;
+use webhooks::model::{Delivery, Disabled, Endpoint, Job};
+use webhooks::store::{Applied, DeliveryQuery, DeliverySummary, Due, Page, Store, StoreError};
 use webhooks::{App, Config, bootstrap};
 use webhooks_local::{Options, Running};
 
@@ -25,9 +26,7 @@ use webhooks_local::{Options, Running};
 pub fn emulator_url() -> String {
     match std::env::var("AWS_ENDPOINT_URL") {
         Ok(url) if !url.is_empty() => url,
-        _ => panic!(
-            "AWS_ENDPOINT_URL is not set: run the tests with `make test`, which starts the emulator"
-        ),
+        _ => panic!("AWS_ENDPOINT_URL is not set: run the tests with `make test`, which starts the emulator"),
     }
 }
 
@@ -75,22 +74,13 @@ impl Stack {
         let ddb = aws_sdk_dynamodb::Client::new(&sdk);
         let sqs = aws_sdk_sqs::Client::new(&sdk);
         let table = unique("t");
-        bootstrap::create_table(&ddb, &table)
-            .await
-            .expect("create table");
-        let queue_url = bootstrap::create_queue(&sqs, &unique("q"), 30)
-            .await
-            .expect("create queue");
+        bootstrap::create_table(&ddb, &table).await.expect("create table");
+        let queue_url = bootstrap::create_queue(&sqs, &unique("q"), 30).await.expect("create queue");
         let mut config = test_config(&table, &queue_url);
         tweak(&mut config);
         let app = App::from_aws(config).await.expect("app");
-        let options = Options {
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            ..options
-        };
-        let running = webhooks_local::start(app.clone(), sqs.clone(), options)
-            .await
-            .expect("start");
+        let options = Options { listen: SocketAddr::from(([127, 0, 0, 1], 0)), ..options };
+        let running = webhooks_local::start(app.clone(), sqs.clone(), options).await.expect("start");
         Self {
             app,
             base: format!("http://{}", running.addr),
@@ -108,12 +98,7 @@ impl Stack {
     }
 
     /// A request to the API; returns the status and the JSON body (`null` when empty).
-    pub async fn call(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> (u16, Value) {
+    pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
         let mut req = self.http.request(method, format!("{}{path}", self.base));
         if let Some(b) = body {
             req = req.json(&b);
@@ -144,9 +129,7 @@ impl Stack {
         if !retry_policy.is_null() {
             body["retry_policy"] = retry_policy;
         }
-        let (status, ep) = self
-            .call(reqwest::Method::POST, "/v1/endpoints", Some(body))
-            .await;
+        let (status, ep) = self.call(reqwest::Method::POST, "/v1/endpoints", Some(body)).await;
         assert_eq!(status, 201, "create endpoint: {ep}");
         ep
     }
@@ -154,47 +137,34 @@ impl Stack {
     /// Posts an event and returns the 202 body.
     pub async fn event(&self, tenant: &str, event_type: &str, payload: Value) -> Value {
         let body = json!({"tenant_id": tenant, "event_type": event_type, "payload": payload});
-        let (status, accepted) = self
-            .call(reqwest::Method::POST, "/v1/events", Some(body))
-            .await;
+        let (status, accepted) = self.call(reqwest::Method::POST, "/v1/events", Some(body)).await;
         assert_eq!(status, 202, "post event: {accepted}");
         accepted
     }
 
     /// `GET /v1/deliveries/{id}`.
     pub async fn delivery(&self, id: &str) -> Value {
-        let (status, d) = self
-            .call(reqwest::Method::GET, &format!("/v1/deliveries/{id}"), None)
-            .await;
+        let (status, d) = self.call(reqwest::Method::GET, &format!("/v1/deliveries/{id}"), None).await;
         assert_eq!(status, 200, "get delivery: {d}");
         d
     }
 
     /// Polls the delivery until `done` holds, or panics with its last state after `within`.
-    pub async fn wait_delivery(
-        &self,
-        id: &str,
-        within: Duration,
-        done: impl Fn(&Value) -> bool,
-    ) -> Value {
+    pub async fn wait_delivery(&self, id: &str, within: Duration, done: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + within;
         loop {
             let d = self.delivery(id).await;
             if done(&d) {
                 return d;
             }
-            assert!(
-                Instant::now() < deadline,
-                "delivery {id} did not reach the expected state in {within:?}: {d:#}"
-            );
+            assert!(Instant::now() < deadline, "delivery {id} did not reach the expected state in {within:?}: {d:#}");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
     /// Polls until the delivery has `status`.
     pub async fn wait_status(&self, id: &str, status: &str, within: Duration) -> Value {
-        self.wait_delivery(id, within, |d| d["status"] == status)
-            .await
+        self.wait_delivery(id, within, |d| d["status"] == status).await
     }
 }
 
@@ -206,10 +176,7 @@ where
 {
     let deadline = Instant::now() + within;
     while !check().await {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {within:?} waiting for {what}"
-        );
+        assert!(Instant::now() < deadline, "timed out after {within:?} waiting for {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -239,11 +206,7 @@ pub struct Hit {
 impl Hit {
     /// A header as text.
     pub fn header(&self, name: &str) -> String {
-        self.headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string()
+        self.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_string()
     }
 }
 
@@ -264,22 +227,11 @@ pub struct Receiver {
     script: Arc<Mutex<Script>>,
 }
 
-async fn receive(
-    State(script): State<Arc<Mutex<Script>>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+async fn receive(State(script): State<Arc<Mutex<Script>>>, headers: HeaderMap, body: Bytes) -> Response {
     let reply = {
         let mut s = script.lock().expect("script");
-        s.hits.push(Hit {
-            headers,
-            body,
-            at: Instant::now(),
-        });
-        s.next
-            .pop_front()
-            .or_else(|| s.default.clone())
-            .unwrap_or(Reply::Status(200))
+        s.hits.push(Hit { headers, body, at: Instant::now() });
+        s.next.pop_front().or_else(|| s.default.clone()).unwrap_or(Reply::Status(200))
     };
     match reply {
         Reply::Status(code) => StatusCode::from_u16(code).expect("status").into_response(),
@@ -305,30 +257,19 @@ impl Receiver {
 
     /// A receiver on a given address (to bring a "down" receiver up on its old port).
     pub async fn start_on(addr: SocketAddr, default: Reply) -> Self {
-        let script = Arc::new(Mutex::new(Script {
-            default: Some(default),
-            ..Script::default()
-        }));
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .expect("bind receiver");
+        let script = Arc::new(Mutex::new(Script { default: Some(default), ..Script::default() }));
+        let listener = tokio::net::TcpListener::bind(addr).await.expect("bind receiver");
         let addr = listener.local_addr().expect("addr");
         let app = Router::new().fallback(receive).with_state(script.clone());
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Self {
-            url: format!("http://{addr}/hook"),
-            addr,
-            script,
-        }
+        Self { url: format!("http://{addr}/hook"), addr, script }
     }
 
     /// A URL on 127.0.0.1 where nothing listens (yet): connection refused.
     pub async fn down() -> (String, SocketAddr) {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = l.local_addr().expect("addr");
         drop(l);
         (format!("http://{addr}/hook"), addr)
@@ -371,10 +312,7 @@ impl Serialized {
     /// `app` with its store wrapped.
     pub fn wrap(app: &App) -> App {
         let mut app = app.clone();
-        app.store = Arc::new(Self {
-            inner: app.store.clone(),
-            lock: tokio::sync::Mutex::new(()),
-        });
+        app.store = Arc::new(Self { inner: app.store.clone(), lock: tokio::sync::Mutex::new(()) });
         app
     }
 }
@@ -384,11 +322,7 @@ impl Store for Serialized {
     async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
         self.inner.create_endpoint(endpoint).await
     }
-    async fn get_endpoint(
-        &self,
-        tenant_id: &str,
-        id: &str,
-    ) -> Result<Option<Endpoint>, StoreError> {
+    async fn get_endpoint(&self, tenant_id: &str, id: &str) -> Result<Option<Endpoint>, StoreError> {
         self.inner.get_endpoint(tenant_id, id).await
     }
     async fn find_endpoint(&self, id: &str) -> Result<Option<Endpoint>, StoreError> {
@@ -397,34 +331,68 @@ impl Store for Serialized {
     async fn tenant_endpoints(&self, tenant_id: &str) -> Result<Vec<Endpoint>, StoreError> {
         self.inner.tenant_endpoints(tenant_id).await
     }
-    async fn insert_delivery(&self, delivery: &Delivery, due_at: i64) -> Result<bool, StoreError> {
+    async fn put_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
+        let _one = self.lock.lock().await;
+        self.inner.put_endpoint(endpoint).await
+    }
+    async fn disable_endpoint(&self, tenant_id: &str, id: &str, disabled: &Disabled) -> Result<bool, StoreError> {
+        let _one = self.lock.lock().await;
+        self.inner.disable_endpoint(tenant_id, id, disabled).await
+    }
+    async fn enable_endpoint(&self, tenant_id: &str, id: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        let _one = self.lock.lock().await;
+        self.inner.enable_endpoint(tenant_id, id, now).await
+    }
+    async fn count_failure(&self, tenant_id: &str, id: &str) -> Result<Option<u32>, StoreError> {
+        let _one = self.lock.lock().await;
+        self.inner.count_failure(tenant_id, id).await
+    }
+    async fn reset_failures(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
+        let _one = self.lock.lock().await;
+        self.inner.reset_failures(tenant_id, id).await
+    }
+    async fn set_probe(&self, tenant_id: &str, id: &str, delivery_id: Option<&str>) -> Result<(), StoreError> {
+        let _one = self.lock.lock().await;
+        self.inner.set_probe(tenant_id, id, delivery_id).await
+    }
+    async fn delete_endpoint(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
+        let _one = self.lock.lock().await;
+        self.inner.delete_endpoint(tenant_id, id).await
+    }
+    async fn list_endpoints(
+        &self,
+        tenant_id: &str,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<Endpoint>, StoreError> {
+        self.inner.list_endpoints(tenant_id, limit, cursor).await
+    }
+    async fn insert_delivery(&self, delivery: &Delivery, due_at: Option<i64>) -> Result<bool, StoreError> {
         let _one = self.lock.lock().await;
         self.inner.insert_delivery(delivery, due_at).await
     }
     async fn get_delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError> {
         self.inner.get_delivery(id).await
     }
-    async fn apply(
-        &self,
-        id: &str,
-        transition: &Transition,
-        return_new: bool,
-    ) -> Result<Applied, StoreError> {
+    async fn apply(&self, id: &str, transition: &Transition, return_new: bool) -> Result<Applied, StoreError> {
         let _one = self.lock.lock().await;
         self.inner.apply(id, transition, return_new).await
     }
-    async fn due(
-        &self,
-        shard: u32,
-        until_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<DueItem>, StoreError> {
+    async fn due(&self, shard: u32, until_ms: i64, limit: usize) -> Result<Vec<Due>, StoreError> {
         self.inner.due(shard, until_ms, limit).await
     }
-    async fn list_deliveries(
-        &self,
-        query: &DeliveryQuery,
-    ) -> Result<Page<DeliverySummary>, StoreError> {
+    async fn put_job(&self, job: &Job) -> Result<(), StoreError> {
+        let _one = self.lock.lock().await;
+        self.inner.put_job(job).await
+    }
+    async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError> {
+        self.inner.get_job(id).await
+    }
+    async fn claim_job(&self, id: &str, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError> {
+        let _one = self.lock.lock().await;
+        self.inner.claim_job(id, expected_due_at, lease_due_at).await
+    }
+    async fn list_deliveries(&self, query: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError> {
         self.inner.list_deliveries(query).await
     }
 }

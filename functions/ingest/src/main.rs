@@ -20,9 +20,7 @@ enum Trigger {
 async fn handle(app: &App, event: LambdaEvent<Value>) -> Result<Value, Error> {
     let (payload, context) = event.into_parts();
     match serde_json::from_value::<Trigger>(payload)? {
-        Trigger::EventBridge(e) => Ok(serde_json::to_value(
-            ingest::ingest_eventbridge(app, *e).await?,
-        )?),
+        Trigger::EventBridge(e) => Ok(serde_json::to_value(ingest::ingest_eventbridge(app, *e).await?)?),
         Trigger::Http(request) => {
             let adapter = lambda_http::Adapter::from(api::ingest_router(app.clone()));
             let response = adapter.oneshot(LambdaEvent::new(*request, context)).await?;

@@ -29,12 +29,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Self {
-            listen: SocketAddr::from(([127, 0, 0, 1], 3000)),
-            pollers: 4,
-            poll_wait_seconds: 1,
-            sweeper: true,
-        }
+        Self { listen: SocketAddr::from(([127, 0, 0, 1], 3000)), pollers: 4, poll_wait_seconds: 1, sweeper: true }
     }
 }
 
@@ -72,17 +67,11 @@ impl std::error::Error for StartError {}
 ///
 /// # Errors
 /// [`StartError`] when the listen address cannot be bound.
-pub async fn start(
-    app: App,
-    sqs: aws_sdk_sqs::Client,
-    options: Options,
-) -> Result<Running, StartError> {
+pub async fn start(app: App, sqs: aws_sdk_sqs::Client, options: Options) -> Result<Running, StartError> {
     let listener = tokio::net::TcpListener::bind(options.listen)
         .await
         .map_err(|e| StartError(format!("bind {}: {e}", options.listen)))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| StartError(e.to_string()))?;
+    let addr = listener.local_addr().map_err(|e| StartError(e.to_string()))?;
     let (stop, stopped) = watch::channel(false);
     let mut tasks = Vec::new();
 
@@ -92,10 +81,7 @@ pub async fn start(
         let shutdown = async move {
             let _ = rx.wait_for(|s| *s).await;
         };
-        if let Err(e) = axum::serve(listener, router)
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
+        if let Err(e) = axum::serve(listener, router).with_graceful_shutdown(shutdown).await {
             tracing::error!(error = %e, "http server stopped");
         }
     }));
@@ -144,11 +130,7 @@ async fn stopped_signal(rx: &mut watch::Receiver<bool>) {
 ///
 /// # Errors
 /// The SQS error, as text.
-pub async fn poll_once(
-    app: &App,
-    sqs: &aws_sdk_sqs::Client,
-    wait_seconds: i32,
-) -> Result<usize, String> {
+pub async fn poll_once(app: &App, sqs: &aws_sdk_sqs::Client, wait_seconds: i32) -> Result<usize, String> {
     let out = sqs
         .receive_message()
         .queue_url(&app.config.queue_url)
@@ -171,27 +153,16 @@ pub async fn poll_once(
         record.body = m.body.clone();
         record.event_source = Some("aws:sqs".into());
         event.records.push(record);
-        receipts.push((
-            m.message_id.clone().unwrap_or_default(),
-            m.receipt_handle.clone().unwrap_or_default(),
-        ));
+        receipts.push((m.message_id.clone().unwrap_or_default(), m.receipt_handle.clone().unwrap_or_default()));
     }
     let response = deliver::deliver_batch(app, event).await;
-    let failed: HashSet<String> = response
-        .batch_item_failures
-        .into_iter()
-        .map(|f| f.item_identifier)
-        .collect();
+    let failed: HashSet<String> = response.batch_item_failures.into_iter().map(|f| f.item_identifier).collect();
     let entries: Vec<_> = receipts
         .into_iter()
         .filter(|(id, _)| !failed.contains(id))
         .enumerate()
         .filter_map(|(i, (_, receipt))| {
-            DeleteMessageBatchRequestEntry::builder()
-                .id(i.to_string())
-                .receipt_handle(receipt)
-                .build()
-                .ok()
+            DeleteMessageBatchRequestEntry::builder().id(i.to_string()).receipt_handle(receipt).build().ok()
         })
         .collect();
     if !entries.is_empty() {

@@ -16,12 +16,7 @@ fn defaults(name: &str) -> Option<String> {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     webhooks::init_tracing();
-    let mut config = Config::from_lookup(|k| {
-        std::env::var(k)
-            .ok()
-            .filter(|v| !v.is_empty())
-            .or_else(|| defaults(k))
-    })?;
+    let mut config = Config::from_lookup(|k| std::env::var(k).ok().filter(|v| !v.is_empty()).or_else(|| defaults(k)))?;
     let sdk = aws_config::load_from_env().await;
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
     let sqs = aws_sdk_sqs::Client::new(&sdk);
@@ -34,14 +29,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "note: WEBHOOKS_ALLOW_PRIVATE_DESTINATIONS is on, so receivers on loopback and private addresses are allowed (never set it on Lambda)"
         );
     }
-    let port: u16 = std::env::var("PORT")
-        .ok()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(3000);
-    let options = Options {
-        listen: SocketAddr::from(([127, 0, 0, 1], port)),
-        ..Options::default()
-    };
+    let port: u16 = std::env::var("PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(3000);
+    let options = Options { listen: SocketAddr::from(([127, 0, 0, 1], port)), ..Options::default() };
     let table = config.table.clone();
     let queue = config.queue_url.clone();
     let interval = config.sweep_interval.as_secs();
@@ -50,9 +39,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = running.addr;
     eprintln!("webhooks local runtime listening on http://{addr}");
     eprintln!("  table {table}, queue {queue}, sweeper every {interval} s");
-    eprintln!(
-        "  try: curl -s -X POST http://{addr}/v1/endpoints -H 'content-type: application/json' \\"
-    );
+    eprintln!("  try: curl -s -X POST http://{addr}/v1/endpoints -H 'content-type: application/json' \\");
     eprintln!("         -d '{{\"tenant_id\":\"acme\",\"url\":\"http://127.0.0.1:9000/hook\"}}'");
     eprintln!("  Ctrl-C stops it.");
     tokio::signal::ctrl_c().await?;

@@ -1,29 +1,18 @@
-//! The ops surface: endpoints, deliveries, replay.
+//! The ops surface: endpoints, deliveries, replay, jobs.
 
 use crate::App;
 use crate::error::ServiceError;
 use crate::lifecycle;
-use crate::model::{Attempt, Delivery, DeliveryStatus, Endpoint};
+use crate::model::{
+    Attempt, DEFAULT_BREAKER_THRESHOLD, DEFAULT_COOLDOWN_SECONDS, Delivery, DeliveryStatus, Disabled, Endpoint, Job,
+};
 use crate::policy::RetryPolicy;
+use crate::service::health;
 use crate::signing;
 use crate::store::{Applied, DeliveryQuery, DeliverySummary, Page, StoreError};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-
-/// A new endpoint, as the API receives it.
-#[derive(Debug, Clone)]
-pub struct NewEndpoint {
-    /// Owner.
-    pub tenant_id: String,
-    /// http(s) URL.
-    pub url: String,
-    /// Subscribed event types; `None` = all.
-    pub event_types: Option<Vec<String>>,
-    /// The raw `retry_policy` value; see [`RetryPolicy::from_request`].
-    pub retry_policy: Option<serde_json::Value>,
-    /// A `whsec_` secret to use instead of a generated one.
-    pub secret: Option<String>,
-}
+use serde_json::{Map, Value};
 
 /// An endpoint as the API shows it; the secret only on creation.
 #[derive(Debug, Clone, Serialize)]
@@ -34,21 +23,35 @@ pub struct EndpointView {
     pub tenant_id: String,
     /// URL.
     pub url: String,
-    /// Subscribed event types; absent = all.
+    /// Subscribed event types (exact names or `prefix.*`); absent = all.
     pub event_types: Option<Vec<String>>,
     /// The resolved retry policy.
     pub retry_policy: RetryPolicy,
     /// Whether it receives attempts.
     pub enabled: bool,
+    /// Why and when it was disabled, while it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disabled: Option<Disabled>,
+    /// Failed attempts in a row.
+    pub consecutive_failures: u32,
+    /// Failed attempts in a row that pause it (0 = never).
+    pub circuit_breaker_threshold: u32,
+    /// Whether a paused endpoint gets a half-open probe.
+    pub auto_resume: bool,
+    /// The probe's cool-down, seconds.
+    pub auto_resume_after_seconds: u64,
     /// Created at.
     pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
     /// The signing secret, shown once.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
 }
 
 impl EndpointView {
-    fn of(ep: Endpoint, with_secret: bool) -> Self {
+    /// The view of `ep`, with its secret when `with_secret`.
+    pub fn of(ep: Endpoint, with_secret: bool) -> Self {
         Self {
             id: ep.id,
             tenant_id: ep.tenant_id,
@@ -56,10 +59,195 @@ impl EndpointView {
             event_types: ep.event_types,
             retry_policy: ep.retry_policy,
             enabled: ep.enabled,
+            disabled: ep.disabled,
+            consecutive_failures: ep.consecutive_failures,
+            circuit_breaker_threshold: ep.circuit_breaker_threshold,
+            auto_resume: ep.auto_resume,
+            auto_resume_after_seconds: ep.auto_resume_after_seconds,
             created_at: ep.created_at,
+            updated_at: ep.updated_at,
             secret: with_secret.then_some(ep.secret),
         }
     }
+}
+
+fn invalid(field: &str, message: impl std::fmt::Display) -> ServiceError {
+    ServiceError::Validation(format!("{field}: {message}"))
+}
+
+/// Applies the settable fields of a create or PATCH body to `ep`: `url`, `event_types`,
+/// `retry_policy`, `circuit_breaker_threshold`, `auto_resume`, `auto_resume_after_seconds`.
+/// `extra` lists other keys the caller handles; any other key is refused.
+fn apply_settings(ep: &mut Endpoint, body: &Map<String, Value>, extra: &[&str]) -> Result<(), ServiceError> {
+    for (key, value) in body {
+        match key.as_str() {
+            "url" => {
+                let url = value.as_str().ok_or_else(|| invalid("url", "must be a string"))?;
+                validate_url(url)?;
+                ep.url = url.to_string();
+            }
+            "event_types" => {
+                ep.event_types = match value {
+                    Value::Null => None,
+                    Value::Array(items) => {
+                        let mut types = Vec::with_capacity(items.len());
+                        for (i, t) in items.iter().enumerate() {
+                            let name = t.as_str().filter(|n| valid_filter(n)).ok_or_else(|| {
+                                invalid(&format!("event_types[{i}]"), "must be an event type or a prefix ending in .*")
+                            })?;
+                            types.push(name.to_string());
+                        }
+                        Some(types)
+                    }
+                    _ => return Err(invalid("event_types", "must be a list of event types, or null for all")),
+                }
+            }
+            "retry_policy" => {
+                ep.retry_policy =
+                    RetryPolicy::from_request(Some(value)).map_err(|e| ServiceError::Validation(e.to_string()))?;
+            }
+            "circuit_breaker_threshold" => {
+                ep.circuit_breaker_threshold = value
+                    .as_u64()
+                    .filter(|n| *n <= 100_000)
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(|| invalid(key, "must be a whole number from 0 (never) to 100000"))?;
+            }
+            "auto_resume" => ep.auto_resume = value.as_bool().ok_or_else(|| invalid(key, "must be true or false"))?,
+            "auto_resume_after_seconds" => {
+                ep.auto_resume_after_seconds = value
+                    .as_u64()
+                    .filter(|n| (1..=crate::policy::MAX_WAIT_SECONDS).contains(n))
+                    .ok_or_else(|| invalid(key, "must be a whole number of seconds from 1 to 604800"))?;
+            }
+            other if extra.contains(&other) => {}
+            other => return Err(invalid(other, "is not a field of an endpoint")),
+        }
+    }
+    Ok(())
+}
+
+fn valid_filter(name: &str) -> bool {
+    let base = name.strip_suffix(".*").unwrap_or(name);
+    name == "*" || (!base.is_empty() && !base.contains('*') && name.len() <= 256 && !name.contains(char::is_whitespace))
+}
+
+fn validate_url(url: &str) -> Result<(), ServiceError> {
+    let parsed = url::Url::parse(url).map_err(|e| invalid("url", format!("not a URL ({e})")))?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
+        return Err(invalid("url", "must be an http or https URL with a host"));
+    }
+    Ok(())
+}
+
+/// Creates an endpoint from a request body: `tenant_id` and `url` required; `event_types`,
+/// `retry_policy`, `secret`, `circuit_breaker_threshold`, `auto_resume`,
+/// `auto_resume_after_seconds` optional.
+///
+/// # Errors
+/// [`ServiceError::Validation`] naming the field.
+pub async fn create_endpoint(app: &App, body: &Map<String, Value>) -> Result<EndpointView, ServiceError> {
+    let tenant_id = body
+        .get("tenant_id")
+        .and_then(Value::as_str)
+        .filter(|t| !t.trim().is_empty())
+        .ok_or_else(|| invalid("tenant_id", "is required (a non-empty string)"))?;
+    if !body.contains_key("url") {
+        return Err(invalid("url", "is required"));
+    }
+    let secret = match body.get("secret") {
+        None | Some(Value::Null) => signing::generate_secret(&app.random),
+        Some(v) => {
+            let s = v.as_str().ok_or_else(|| invalid("secret", "must be a string"))?;
+            signing::secret_key(s).map_err(|e| invalid("secret", e))?;
+            s.to_string()
+        }
+    };
+    let now = app.clock.now();
+    let mut endpoint = Endpoint {
+        id: format!("ep_{}", app.random.ulid(now)),
+        tenant_id: tenant_id.to_string(),
+        url: String::new(),
+        event_types: None,
+        retry_policy: RetryPolicy::standard(),
+        secret,
+        enabled: true,
+        disabled: None,
+        consecutive_failures: 0,
+        circuit_breaker_threshold: DEFAULT_BREAKER_THRESHOLD,
+        auto_resume: false,
+        auto_resume_after_seconds: DEFAULT_COOLDOWN_SECONDS,
+        probe_delivery_id: None,
+        created_at: now,
+        updated_at: now,
+    };
+    apply_settings(&mut endpoint, body, &["tenant_id", "secret"])?;
+    app.store.create_endpoint(&endpoint).await.map_err(|e| match e {
+        StoreError::AlreadyExists => ServiceError::Conflict("endpoint id already exists; retry".into()),
+        other => other.into(),
+    })?;
+    Ok(EndpointView::of(endpoint, true))
+}
+
+/// The endpoint `id`, or 404.
+///
+/// # Errors
+/// [`ServiceError::NotFound`].
+pub async fn find_endpoint(app: &App, id: &str) -> Result<Endpoint, ServiceError> {
+    app.store.find_endpoint(id).await?.ok_or_else(|| ServiceError::NotFound(format!("endpoint {id}")))
+}
+
+/// An endpoint by id (without its secret).
+///
+/// # Errors
+/// [`ServiceError::NotFound`].
+pub async fn get_endpoint(app: &App, id: &str) -> Result<EndpointView, ServiceError> {
+    Ok(EndpointView::of(find_endpoint(app, id).await?, false))
+}
+
+/// Changes an endpoint's settings (PATCH: only the fields given).
+///
+/// # Errors
+/// [`ServiceError::NotFound`]; [`ServiceError::Validation`] naming the field.
+pub async fn update_endpoint(app: &App, id: &str, body: &Map<String, Value>) -> Result<EndpointView, ServiceError> {
+    let mut ep = find_endpoint(app, id).await?;
+    apply_settings(&mut ep, body, &[])?;
+    ep.updated_at = app.clock.now();
+    app.store.put_endpoint(&ep).await.map_err(|e| match e {
+        StoreError::Unsupported(m) => ServiceError::NotFound(m),
+        other => other.into(),
+    })?;
+    Ok(EndpointView::of(ep, false))
+}
+
+/// Disables an endpoint by hand (reason `manual`); its unfinished deliveries are held.
+///
+/// # Errors
+/// [`ServiceError::NotFound`].
+pub async fn disable_endpoint(app: &App, id: &str) -> Result<EndpointView, ServiceError> {
+    let ep = find_endpoint(app, id).await?;
+    let disabled = Disabled { reason: "manual".into(), at: app.clock.now(), status_code: None, delivery_id: None };
+    health::disable(app, &ep, disabled).await?;
+    get_endpoint(app, id).await
+}
+
+/// Enables an endpoint; its held deliveries are released `release_per_tick` per sweeper
+/// tick by the returned job.
+///
+/// # Errors
+/// [`ServiceError::NotFound`].
+pub async fn enable_endpoint(app: &App, id: &str) -> Result<(EndpointView, Job), ServiceError> {
+    let ep = find_endpoint(app, id).await?;
+    let job = health::enable(app, &ep).await?;
+    Ok((get_endpoint(app, id).await?, job))
+}
+
+/// A background job by id.
+///
+/// # Errors
+/// [`ServiceError::NotFound`].
+pub async fn get_job(app: &App, id: &str) -> Result<Job, ServiceError> {
+    app.store.get_job(id).await?.ok_or_else(|| ServiceError::NotFound(format!("job {id}")))
 }
 
 /// A delivery with its attempt history (no payload).
@@ -110,91 +298,12 @@ impl From<Delivery> for DeliveryView {
     }
 }
 
-fn validate_url(url: &str) -> Result<(), ServiceError> {
-    let parsed = url::Url::parse(url)
-        .map_err(|e| ServiceError::Validation(format!("url: not a URL ({e})")))?;
-    if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
-        return Err(ServiceError::Validation(
-            "url: must be an http or https URL with a host".into(),
-        ));
-    }
-    Ok(())
-}
-
-/// Creates an endpoint.
-///
-/// # Errors
-/// [`ServiceError::Validation`] naming the field: empty `tenant_id`, a `url` that is not
-/// http(s), an empty event type, an invalid `retry_policy` or `secret`.
-pub async fn create_endpoint(app: &App, new: NewEndpoint) -> Result<EndpointView, ServiceError> {
-    if new.tenant_id.trim().is_empty() {
-        return Err(ServiceError::Validation("tenant_id: is required".into()));
-    }
-    validate_url(&new.url)?;
-    if let Some(types) = &new.event_types
-        && types.iter().any(|t| t.trim().is_empty())
-    {
-        return Err(ServiceError::Validation(
-            "event_types: names must not be empty".into(),
-        ));
-    }
-    let retry_policy = RetryPolicy::from_request(new.retry_policy.as_ref())
-        .map_err(|e| ServiceError::Validation(e.to_string()))?;
-    let secret = match new.secret {
-        Some(s) => {
-            signing::secret_key(&s)
-                .map_err(|e| ServiceError::Validation(format!("secret: {e}")))?;
-            s
-        }
-        None => signing::generate_secret(&app.random),
-    };
-    let now = app.clock.now();
-    let endpoint = Endpoint {
-        id: format!("ep_{}", app.random.ulid(now)),
-        tenant_id: new.tenant_id,
-        url: new.url,
-        event_types: new.event_types,
-        retry_policy,
-        secret,
-        enabled: true,
-        created_at: now,
-        updated_at: now,
-    };
-    app.store
-        .create_endpoint(&endpoint)
-        .await
-        .map_err(|e| match e {
-            StoreError::AlreadyExists => {
-                ServiceError::Conflict("endpoint id already exists; retry".into())
-            }
-            other => other.into(),
-        })?;
-    Ok(EndpointView::of(endpoint, true))
-}
-
-/// An endpoint by id (without its secret).
-///
-/// # Errors
-/// [`ServiceError::NotFound`].
-pub async fn get_endpoint(app: &App, id: &str) -> Result<EndpointView, ServiceError> {
-    let ep = app
-        .store
-        .find_endpoint(id)
-        .await?
-        .ok_or_else(|| ServiceError::NotFound(format!("endpoint {id}")))?;
-    Ok(EndpointView::of(ep, false))
-}
-
 /// A delivery with its attempts.
 ///
 /// # Errors
 /// [`ServiceError::NotFound`].
 pub async fn get_delivery(app: &App, id: &str) -> Result<DeliveryView, ServiceError> {
-    let d = app
-        .store
-        .get_delivery(id)
-        .await?
-        .ok_or_else(|| ServiceError::NotFound(format!("delivery {id}")))?;
+    let d = app.store.get_delivery(id).await?.ok_or_else(|| ServiceError::NotFound(format!("delivery {id}")))?;
     Ok(d.into())
 }
 
@@ -202,19 +311,9 @@ pub async fn get_delivery(app: &App, id: &str) -> Result<DeliveryView, ServiceEr
 ///
 /// # Errors
 /// [`ServiceError::Validation`] for a query with neither, or a bad cursor.
-pub async fn list_deliveries(
-    app: &App,
-    query: DeliveryQuery,
-) -> Result<Page<DeliverySummary>, ServiceError> {
-    if query.endpoint_id.is_none()
-        && !matches!(
-            query.status,
-            Some(DeliveryStatus::Exhausted | DeliveryStatus::Held)
-        )
-    {
-        return Err(ServiceError::Validation(
-            "endpoint_id: is required unless status is exhausted or held".into(),
-        ));
+pub async fn list_deliveries(app: &App, query: DeliveryQuery) -> Result<Page<DeliverySummary>, ServiceError> {
+    if query.endpoint_id.is_none() && !matches!(query.status, Some(DeliveryStatus::Exhausted | DeliveryStatus::Held)) {
+        return Err(ServiceError::Validation("endpoint_id: is required unless status is exhausted or held".into()));
     }
     Ok(app.store.list_deliveries(&query).await?)
 }
@@ -226,11 +325,7 @@ pub async fn list_deliveries(
 /// [`ServiceError::NotFound`]; [`ServiceError::Conflict`] when it is not exhausted or held
 /// (or changed while replaying).
 pub async fn replay(app: &App, id: &str) -> Result<DeliveryView, ServiceError> {
-    let d = app
-        .store
-        .get_delivery(id)
-        .await?
-        .ok_or_else(|| ServiceError::NotFound(format!("delivery {id}")))?;
+    let d = app.store.get_delivery(id).await?.ok_or_else(|| ServiceError::NotFound(format!("delivery {id}")))?;
     let now = app.clock.now();
     let Some((t, enqueue)) = lifecycle::replay(&app.config, now, &d) else {
         return Err(ServiceError::Conflict(format!(
@@ -242,9 +337,7 @@ pub async fn replay(app: &App, id: &str) -> Result<DeliveryView, ServiceError> {
         Applied::Done(Some(d)) => *d,
         Applied::Done(None) => d,
         Applied::Lost => {
-            return Err(ServiceError::Conflict(format!(
-                "delivery {id} changed while replaying; retry"
-            )));
+            return Err(ServiceError::Conflict(format!("delivery {id} changed while replaying; retry")));
         }
     };
     if let Err(e) = app.queue.send(&[enqueue]).await {

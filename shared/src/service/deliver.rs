@@ -3,27 +3,44 @@
 //! Only our own failures (an AWS call) are reported back to SQS as `batchItemFailures`. A
 //! receiver's failure is recorded and rescheduled by us, never left to SQS redelivery, so the
 //! wait between attempts is the policy's, not the queue's visibility timeout.
+//!
+//! Endpoint health lives here too: a 410 under `standard` disables the endpoint and holds the
+//! delivery; N failed attempts in a row pause it (circuit breaker); a delivery that comes due
+//! while its endpoint is disabled is held without an attempt; a half-open probe that succeeds
+//! re-enables the endpoint.
 
 use crate::App;
 use crate::error::ServiceError;
-use crate::lifecycle::{self, AttemptMessage, Next};
+use crate::lifecycle::{self, AttemptMessage, Next, Transition};
 use crate::metrics;
-use crate::model::{Attempt, Delivery, DeliveryStatus};
+use crate::model::{Attempt, Delivery, DeliveryStatus, Disabled, Endpoint};
 use crate::policy::{Outcome, Verdict};
 use crate::queue;
 use crate::sender::SendResult;
+use crate::service::health;
 use crate::signing;
 use crate::store::Applied;
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use bytes::Bytes;
 
 /// What handling one attempt message came to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Handled {
     /// The attempt was made and recorded; the delivery is now in this status.
-    Attempted(crate::model::DeliveryStatus),
+    Attempted(DeliveryStatus, Box<Attempt>),
+    /// The endpoint is disabled: the delivery is held, no attempt was made.
+    Held,
     /// The claim was lost: a duplicate message, or the attempt was already made.
     Duplicate,
+}
+
+/// How many attempts this call may make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The retry policy decides (SQS-driven delivery).
+    Policy,
+    /// One attempt, whatever happens is final (synchronous ingest).
+    Once,
 }
 
 /// Handles an SQS batch; messages are processed concurrently. Returns the ids of messages
@@ -59,59 +76,61 @@ pub async fn deliver_batch(app: &App, event: SqsEvent) -> SqsBatchResponse {
     response
 }
 
-/// Makes attempt `msg.attempt` of a delivery, if it can claim it.
+/// Makes attempt `msg.attempt` of a delivery under its retry policy, if it can claim it.
 ///
 /// # Errors
 /// [`ServiceError::Unavailable`] when a DynamoDB or SQS call failed. The delivery is then
 /// left `sending` with a lease, or `scheduled` in the due index, and the sweeper recovers it.
 pub async fn deliver_message(app: &App, msg: &AttemptMessage) -> Result<Handled, ServiceError> {
+    attempt(app, msg, Mode::Policy).await
+}
+
+/// Claims and makes one attempt; see [`Mode`].
+///
+/// # Errors
+/// As [`deliver_message`].
+pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Handled, ServiceError> {
     let cfg = &app.config;
     let claim = lifecycle::claim(cfg, app.clock.now(), msg);
     let delivery = match app.store.apply(&msg.delivery_id, &claim, true).await? {
         Applied::Done(Some(d)) => *d,
-        Applied::Done(None) => {
-            return Err(ServiceError::Unavailable("claim returned no item".into()));
-        }
+        Applied::Done(None) => return Err(ServiceError::Unavailable("claim returned no item".into())),
         Applied::Lost => {
             tracing::info!(delivery_id = %msg.delivery_id, attempt = msg.attempt, "claim lost; duplicate message dropped");
             return Ok(Handled::Duplicate);
         }
     };
+    let mut endpoint = app.endpoint(&delivery.tenant_id, &delivery.endpoint_id).await?;
+    if endpoint.as_ref().is_some_and(|ep| !ep.enabled) {
+        // Disabled in the (possibly stale) cache: make sure, and see the current probe.
+        endpoint = app.endpoint_fresh(&delivery.tenant_id, &delivery.endpoint_id).await?;
+    }
+    let probe =
+        endpoint.as_ref().is_some_and(|ep| !ep.enabled && ep.probe_delivery_id.as_deref() == Some(&delivery.id));
+    if let Some(ep) = endpoint.as_ref().filter(|ep| !ep.enabled && !probe) {
+        let t = lifecycle::hold_claimed(app.clock.now(), &delivery, None);
+        apply_or_lost(app, &delivery, &t).await?;
+        tracing::info!(delivery_id = %delivery.id, endpoint_id = %ep.id, "endpoint disabled; delivery held");
+        return Ok(Handled::Held);
+    }
     let started = app.clock.now();
-    let endpoint = app
-        .endpoint(&delivery.tenant_id, &delivery.endpoint_id)
-        .await?;
-    let (result, policy) = match &endpoint {
-        None => (not_sent("endpoint_deleted"), None),
+    let result = match &endpoint {
+        None => not_sent("endpoint_deleted"),
         Some(ep) => match signing::secret_key(&ep.secret) {
-            Err(_) => (not_sent("invalid_secret"), None),
-            Ok(key) => (
-                send(app, &delivery, &ep.url, &key, started.timestamp()).await,
-                Some(&ep.retry_policy),
-            ),
+            Err(_) => not_sent("invalid_secret"),
+            Ok(key) => send(app, &delivery, &ep.url, &key, started.timestamp()).await,
         },
     };
-    let failures = delivery
-        .attempt_count
-        .saturating_sub(delivery.attempts_base);
-    let (next, error) = match policy {
-        None => (Next::Exhausted, result.detail.clone()),
-        Some(policy) => {
-            let verdict = policy.classify(result.outcome);
-            let next = match verdict {
-                Verdict::Success => Next::Delivered,
-                Verdict::Retry => policy
-                    .next_wait(
-                        failures,
-                        result.outcome,
-                        result.retry_after_seconds,
-                        &app.random,
-                    )
-                    .map_or(Next::Exhausted, Next::RetryIn),
-                Verdict::Final | Verdict::Disable => Next::Exhausted,
-            };
-            (next, error_class(result.outcome).map(String::from))
+    let failures = delivery.attempt_count.saturating_sub(delivery.attempts_base);
+    let verdict = match &endpoint {
+        Some(ep) if result.detail.as_deref() != Some("invalid_secret") => ep.retry_policy.classify(result.outcome),
+        _ => Verdict::Final,
+    };
+    let wait = match (verdict, &endpoint, mode) {
+        (Verdict::Retry, Some(ep), Mode::Policy) => {
+            ep.retry_policy.next_wait(failures, result.outcome, result.retry_after_seconds, &app.random)
         }
+        _ => None,
     };
     let attempt = Attempt {
         attempt: delivery.attempt_count,
@@ -120,51 +139,121 @@ pub async fn deliver_message(app: &App, msg: &AttemptMessage) -> Result<Handled,
             Outcome::Status(code) => Some(code),
             _ => None,
         },
-        error,
+        error: match &endpoint {
+            None => Some("endpoint_deleted".into()),
+            Some(_) if result.detail.as_deref() == Some("invalid_secret") => Some("invalid_secret".into()),
+            Some(_) => error_class(result.outcome).map(String::from),
+        },
         duration_ms: result.duration_ms,
         response_body: result.body.clone(),
-        next_wait_seconds: match next {
-            Next::RetryIn(s) => Some(s),
-            _ => None,
-        },
+        next_wait_seconds: wait.map(|w| w.seconds),
+        retry_after_seconds: result.retry_after_seconds,
+        wait_source: wait.map(|w| w.source),
     };
-    let (transition, enqueue) = lifecycle::complete(cfg, app.clock.now(), &delivery, attempt, next);
+    let now = app.clock.now();
+    let disable = |reason: &str| Disabled {
+        reason: reason.into(),
+        at: now,
+        status_code: attempt.status_code,
+        delivery_id: Some(delivery.id.clone()),
+    };
+    let (transition, enqueue) = match (verdict, probe) {
+        // 410 Gone (or a failed probe): keep the delivery, held, with this attempt recorded.
+        (Verdict::Disable, _) | (Verdict::Retry | Verdict::Final, true) => {
+            (lifecycle::hold_claimed(now, &delivery, Some(attempt.clone())), None)
+        }
+        (Verdict::Success, _) => lifecycle::complete(cfg, now, &delivery, attempt.clone(), Next::Delivered),
+        (Verdict::Retry, false) => {
+            let next = wait.map_or(Next::Exhausted, |w| Next::RetryIn(w.seconds));
+            lifecycle::complete(cfg, now, &delivery, attempt.clone(), next)
+        }
+        (Verdict::Final, false) => lifecycle::complete(cfg, now, &delivery, attempt.clone(), Next::Exhausted),
+    };
     tracing::info!(
         delivery_id = %delivery.id,
         attempt = delivery.attempt_count,
         outcome = ?result.outcome,
         duration_ms = result.duration_ms,
         status = transition.status.as_str(),
+        probe,
         "attempt made"
     );
-    match app.store.apply(&delivery.id, &transition, false).await? {
-        Applied::Done(_) => {}
-        Applied::Lost => {
-            // Our lease ran out and the sweeper moved the delivery on before we finished.
-            tracing::warn!(delivery_id = %delivery.id, attempt = delivery.attempt_count, "lease lost before the attempt was recorded");
-            return Ok(Handled::Duplicate);
-        }
+    if !apply_or_lost(app, &delivery, &transition).await? {
+        return Ok(Handled::Duplicate);
     }
     let status = transition.status;
-    let count = |s: DeliveryStatus| if status == s { 1.0 } else { 0.0 };
-    metrics::emit(
-        cfg.emit_metrics,
-        transition.now.timestamp_millis(),
-        &[
-            ("Delivered", count(DeliveryStatus::Delivered), "Count"),
-            (
-                "FailedAttempts",
-                1.0 - count(DeliveryStatus::Delivered),
-                "Count",
-            ),
-            ("Exhausted", count(DeliveryStatus::Exhausted), "Count"),
-            ("AttemptDuration", result.duration_ms as f64, "Milliseconds"),
-        ],
-    );
+    emit_metrics(app, &transition, result.duration_ms);
     if let Some(e) = enqueue {
         app.queue.send(&[e]).await?;
     }
-    Ok(Handled::Attempted(status))
+    if let Some(ep) = &endpoint {
+        health_after_attempt(app, ep, verdict, probe, disable).await?;
+    }
+    Ok(Handled::Attempted(status, Box::new(attempt)))
+}
+
+/// The endpoint's side of an attempt: failures in a row, the circuit breaker, 410, probes.
+async fn health_after_attempt(
+    app: &App,
+    ep: &Endpoint,
+    verdict: Verdict,
+    probe: bool,
+    disable: impl Fn(&str) -> Disabled,
+) -> Result<(), ServiceError> {
+    match verdict {
+        Verdict::Success if probe => {
+            tracing::info!(endpoint_id = %ep.id, "half-open probe succeeded; resuming");
+            health::enable(app, ep).await?;
+        }
+        Verdict::Success => {
+            if ep.consecutive_failures > 0 {
+                app.store.reset_failures(&ep.tenant_id, &ep.id).await?;
+            }
+        }
+        Verdict::Disable => {
+            health::disable(app, ep, disable("gone")).await?;
+        }
+        Verdict::Retry | Verdict::Final if probe => {
+            app.store.set_probe(&ep.tenant_id, &ep.id, None).await?;
+            let at =
+                app.clock.now() + chrono::Duration::seconds(i64::try_from(ep.auto_resume_after_seconds).unwrap_or(300));
+            health::start_job(app, ep, crate::model::JobKind::Probe, at, None, None).await?;
+        }
+        Verdict::Retry | Verdict::Final => {
+            let failures = app.store.count_failure(&ep.tenant_id, &ep.id).await?.unwrap_or(0);
+            if ep.circuit_breaker_threshold > 0 && failures >= ep.circuit_breaker_threshold && ep.enabled {
+                tracing::warn!(endpoint_id = %ep.id, failures, "circuit breaker opened");
+                health::disable(app, ep, disable("circuit_breaker")).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Applies a transition on a claimed delivery; false when the lease was lost meanwhile.
+async fn apply_or_lost(app: &App, delivery: &Delivery, t: &Transition) -> Result<bool, ServiceError> {
+    match app.store.apply(&delivery.id, t, false).await? {
+        Applied::Done(_) => Ok(true),
+        Applied::Lost => {
+            // Our lease ran out and the sweeper moved the delivery on before we finished.
+            tracing::warn!(delivery_id = %delivery.id, attempt = delivery.attempt_count, "lease lost before the attempt was recorded");
+            Ok(false)
+        }
+    }
+}
+
+fn emit_metrics(app: &App, t: &Transition, duration_ms: u64) {
+    let count = |s: DeliveryStatus| if t.status == s { 1.0 } else { 0.0 };
+    metrics::emit(
+        app.config.emit_metrics,
+        t.now.timestamp_millis(),
+        &[
+            ("Delivered", count(DeliveryStatus::Delivered), "Count"),
+            ("FailedAttempts", 1.0 - count(DeliveryStatus::Delivered), "Count"),
+            ("Exhausted", count(DeliveryStatus::Exhausted), "Count"),
+            ("AttemptDuration", duration_ms as f64, "Milliseconds"),
+        ],
+    );
 }
 
 fn not_sent(error: &str) -> SendResult {
@@ -193,10 +282,7 @@ async fn send(app: &App, d: &Delivery, url: &str, key: &[u8], timestamp: i64) ->
     let headers = [
         (signing::HEADER_ID, d.event_id.clone()),
         (signing::HEADER_TIMESTAMP, timestamp.to_string()),
-        (
-            signing::HEADER_SIGNATURE,
-            signing::sign(key, &d.event_id, timestamp, &body),
-        ),
+        (signing::HEADER_SIGNATURE, signing::sign(key, &d.event_id, timestamp, &body)),
         (signing::HEADER_ATTEMPT, d.attempt_count.to_string()),
     ];
     app.sender.post(url, &headers, body).await

@@ -9,8 +9,9 @@
 use crate::App;
 use crate::config::MAX_PAYLOAD_BYTES;
 use crate::error::ServiceError;
-use crate::lifecycle;
-use crate::model::delivery_id;
+use crate::lifecycle::{self, AttemptMessage};
+use crate::model::{Attempt, DeliveryStatus, delivery_id};
+use crate::service::deliver::{self, Handled, Mode};
 use serde::Serialize;
 
 /// An event to deliver.
@@ -24,6 +25,19 @@ pub struct NewEvent {
     pub payload: String,
     /// The caller's event id; one is generated (`evt_` + ULID) when absent.
     pub id: Option<String>,
+    /// `"mode": "sync"`: attempt the one subscribed endpoint inline, once.
+    pub sync: bool,
+}
+
+/// What the inline attempt of a sync event came to.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SyncOutcome {
+    /// The delivery.
+    pub delivery_id: String,
+    /// `delivered`, `exhausted`, or `held` (the endpoint is disabled; no attempt was made).
+    pub status: DeliveryStatus,
+    /// The attempt record.
+    pub attempt: Option<Attempt>,
 }
 
 /// A delivery created for an event.
@@ -40,8 +54,11 @@ pub struct DeliveryRef {
 pub struct Accepted {
     /// The event id (the caller's or a generated one).
     pub event_id: String,
-    /// One delivery per subscribed, enabled endpoint; empty when none subscribes.
+    /// One delivery per subscribed endpoint; empty when none subscribes.
     pub deliveries: Vec<DeliveryRef>,
+    /// Sync mode only: the inline attempt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<SyncOutcome>,
 }
 
 const MAX_NAME: usize = 256;
@@ -51,17 +68,20 @@ fn check_name(field: &str, value: &str) -> Result<(), ServiceError> {
         return Err(ServiceError::Validation(format!("{field}: is required")));
     }
     if value.len() > MAX_NAME {
-        return Err(ServiceError::Validation(format!(
-            "{field}: at most {MAX_NAME} bytes"
-        )));
+        return Err(ServiceError::Validation(format!("{field}: at most {MAX_NAME} bytes")));
     }
     Ok(())
 }
 
 /// Accepts an event.
 ///
+/// Every subscribed endpoint gets a delivery; one of a disabled or paused endpoint is stored
+/// `held` (kept, not attempted) so nothing is dropped. With `sync`, the one subscribed
+/// endpoint is attempted inline, once, and [`Accepted::outcome`] says what happened.
+///
 /// # Errors
-/// - [`ServiceError::Validation`] for an empty or over-long `tenant_id`, `event_type` or `id`;
+/// - [`ServiceError::Validation`] for an empty or over-long `tenant_id`, `event_type` or `id`,
+///   or `sync` where the event would go to other than exactly one endpoint;
 /// - [`ServiceError::TooLarge`] for a payload over 256 KiB;
 /// - [`ServiceError::Unavailable`] when DynamoDB failed (retry with the same `id`: it is
 ///   idempotent).
@@ -78,15 +98,16 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
         )));
     }
     let now = app.clock.now();
-    let event_id = event
-        .id
-        .clone()
-        .unwrap_or_else(|| format!("evt_{}", app.random.ulid(now)));
+    let event_id = event.id.clone().unwrap_or_else(|| format!("evt_{}", app.random.ulid(now)));
     let endpoints = app.store.tenant_endpoints(&event.tenant_id).await?;
-    let targets: Vec<_> = endpoints
-        .into_iter()
-        .filter(|ep| ep.enabled && ep.subscribes_to(&event.event_type))
-        .collect();
+    let targets: Vec<_> = endpoints.into_iter().filter(|ep| ep.subscribes_to(&event.event_type)).collect();
+    if event.sync && targets.len() != 1 {
+        return Err(ServiceError::Validation(format!(
+            "mode: sync needs exactly one subscribed endpoint; {} subscribe to {}",
+            targets.len(),
+            event.event_type
+        )));
+    }
 
     let writes = targets.iter().map(|ep| {
         let (delivery, due_at, enqueue) = lifecycle::new_delivery(
@@ -98,25 +119,30 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
             &event.tenant_id,
             &ep.id,
             &event.payload,
+            !ep.enabled,
         );
         async move {
             let created = app.store.insert_delivery(&delivery, due_at).await?;
             Ok::<_, ServiceError>((
-                DeliveryRef {
-                    id: delivery.id,
-                    endpoint_id: ep.id.clone(),
-                },
-                created.then_some(enqueue),
+                DeliveryRef { id: delivery.id, endpoint_id: ep.id.clone() },
+                enqueue.filter(|_| created),
+                created,
             ))
         }
     });
     let results = futures::future::join_all(writes).await;
     let mut deliveries = Vec::with_capacity(results.len());
     let mut to_send = Vec::new();
+    let mut created_any = false;
     for r in results {
-        let (reference, enqueue) = r?;
+        let (reference, enqueue, created) = r?;
         deliveries.push(reference);
         to_send.extend(enqueue);
+        created_any |= created;
+    }
+    if event.sync {
+        let outcome = sync_attempt(app, &deliveries, created_any).await?;
+        return Ok(Accepted { event_id, deliveries, outcome: Some(outcome) });
     }
     if !to_send.is_empty()
         && let Err(e) = app.queue.send(&to_send).await
@@ -125,10 +151,23 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
         tracing::warn!(event_id, error = %e, "enqueue failed after write; the sweeper will re-drive");
     }
     tracing::info!(event_id, event_type = %event.event_type, deliveries = deliveries.len(), "event accepted");
-    Ok(Accepted {
-        event_id,
-        deliveries,
-    })
+    Ok(Accepted { event_id, deliveries, outcome: None })
+}
+
+/// The one inline attempt of a sync event (or, for a repeated event id, where it stands).
+async fn sync_attempt(app: &App, deliveries: &[DeliveryRef], created: bool) -> Result<SyncOutcome, ServiceError> {
+    let Some(d) = deliveries.first() else {
+        return Err(ServiceError::Validation("mode: sync needs exactly one subscribed endpoint".into()));
+    };
+    if created {
+        let msg = AttemptMessage { delivery_id: d.id.clone(), attempt: 1 };
+        if let Handled::Attempted(status, attempt) = deliver::attempt(app, &msg, Mode::Once).await? {
+            return Ok(SyncOutcome { delivery_id: d.id.clone(), status, attempt: Some(*attempt) });
+        }
+    }
+    let current =
+        app.store.get_delivery(&d.id).await?.ok_or_else(|| ServiceError::NotFound(format!("delivery {}", d.id)))?;
+    Ok(SyncOutcome { delivery_id: d.id.clone(), status: current.status, attempt: current.attempts.last().cloned() })
 }
 
 /// Accepts an EventBridge event: `detail-type` is the event type, `detail` the payload, `id`
@@ -145,22 +184,8 @@ pub async fn ingest_eventbridge(
         .detail
         .get(field)
         .and_then(|v| v.as_str())
-        .ok_or_else(|| {
-            ServiceError::Validation(format!(
-                "detail.{field}: is required (a string naming the tenant)"
-            ))
-        })?
+        .ok_or_else(|| ServiceError::Validation(format!("detail.{field}: is required (a string naming the tenant)")))?
         .to_string();
-    let payload = serde_json::to_string(&event.detail)
-        .map_err(|e| ServiceError::Validation(format!("detail: {e}")))?;
-    ingest(
-        app,
-        NewEvent {
-            tenant_id,
-            event_type: event.detail_type,
-            payload,
-            id: event.id,
-        },
-    )
-    .await
+    let payload = serde_json::to_string(&event.detail).map_err(|e| ServiceError::Validation(format!("detail: {e}")))?;
+    ingest(app, NewEvent { tenant_id, event_type: event.detail_type, payload, id: event.id, sync: false }).await
 }

@@ -3,5 +3,6 @@
 
 pub mod admin;
 pub mod deliver;
+pub mod health;
 pub mod ingest;
 pub mod sweep;

@@ -5,7 +5,8 @@
 use crate::App;
 use crate::error::ServiceError;
 use crate::lifecycle;
-use crate::store::Applied;
+use crate::service::health;
+use crate::store::{Applied, Due};
 use futures::StreamExt;
 use serde::Serialize;
 
@@ -20,6 +21,8 @@ pub struct SweepReport {
     pub recovered_leases: usize,
     /// Items another tick or worker changed first.
     pub lost: usize,
+    /// Job steps run (release after re-enable, recover, half-open probe).
+    pub jobs_run: usize,
 }
 
 /// One sweeper tick.
@@ -31,29 +34,31 @@ pub async fn sweep(app: &App) -> Result<SweepReport, ServiceError> {
     let cfg = &app.config;
     let now = app.clock.now();
     let per_shard = cfg.sweep_batch.div_ceil(cfg.due_shards as usize).max(1);
-    let reads =
-        (0..cfg.due_shards).map(|shard| app.store.due(shard, now.timestamp_millis(), per_shard));
+    let reads = (0..cfg.due_shards).map(|shard| app.store.due(shard, now.timestamp_millis(), per_shard));
     let mut items = Vec::new();
     for r in futures::future::join_all(reads).await {
         items.extend(r?);
     }
-    let mut report = SweepReport {
-        examined: items.len(),
-        ..SweepReport::default()
-    };
-    let planned: Vec<_> = items
-        .iter()
-        .filter_map(|item| lifecycle::sweep(cfg, now, item))
-        .collect();
+    let mut report = SweepReport { examined: items.len(), ..SweepReport::default() };
+    let mut to_send = Vec::new();
+    let mut planned = Vec::new();
+    for item in &items {
+        match item {
+            Due::Delivery(d) => planned.extend(lifecycle::sweep(cfg, now, d)),
+            Due::Job { id, due_at } => match health::run_job_step(app, id, *due_at).await {
+                Ok(messages) => {
+                    report.jobs_run += 1;
+                    to_send.extend(messages);
+                }
+                Err(e) => tracing::warn!(job_id = %id, error = %e, "job step failed; it runs again after its lease"),
+            },
+        }
+    }
     let applied: Vec<_> = futures::stream::iter(planned.into_iter().map(|(t, enqueue)| {
         let app = app.clone();
         async move {
             let recovered = t.forgive_attempt;
-            match app
-                .store
-                .apply(&enqueue.message.delivery_id, &t, false)
-                .await
-            {
+            match app.store.apply(&enqueue.message.delivery_id, &t, false).await {
                 Ok(Applied::Done(_)) => Ok(Some((enqueue, recovered))),
                 Ok(Applied::Lost) => Ok(None),
                 Err(e) => Err(e),
@@ -63,7 +68,6 @@ pub async fn sweep(app: &App) -> Result<SweepReport, ServiceError> {
     .buffer_unordered(16)
     .collect()
     .await;
-    let mut to_send = Vec::new();
     let mut first_error = None;
     for r in applied {
         match r {
@@ -87,11 +91,7 @@ pub async fn sweep(app: &App) -> Result<SweepReport, ServiceError> {
         now.timestamp_millis(),
         &[
             ("SweepEnqueued", report.enqueued as f64, "Count"),
-            (
-                "SweepRecoveredLeases",
-                report.recovered_leases as f64,
-                "Count",
-            ),
+            ("SweepRecoveredLeases", report.recovered_leases as f64, "Count"),
         ],
     );
     if report.examined > 0 {

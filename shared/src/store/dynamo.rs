@@ -1,9 +1,9 @@
 //! The DynamoDB implementation of [`Store`].
 
 use super::keys::*;
-use super::{Applied, DeliveryQuery, DeliverySummary, Page, Store, StoreError};
+use super::{Applied, DeliveryQuery, DeliverySummary, Due, Page, Store, StoreError};
 use crate::lifecycle::{DueItem, Field, Transition};
-use crate::model::{Delivery, DeliveryStatus, Endpoint};
+use crate::model::{Delivery, DeliveryStatus, Disabled, Endpoint, Job};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::DisplayErrorContext;
@@ -25,11 +25,7 @@ pub struct DynamoStore {
 impl DynamoStore {
     /// A store on `table`, with the due index split into `due_shards` partitions.
     pub fn new(client: Client, table: impl Into<String>, due_shards: u32) -> Self {
-        Self {
-            client,
-            table: table.into(),
-            due_shards: due_shards.max(1),
-        }
+        Self { client, table: table.into(), due_shards: due_shards.max(1) }
     }
 }
 
@@ -59,15 +55,26 @@ fn encode_cursor(key: Item) -> Result<String, StoreError> {
 }
 
 fn decode_cursor(cursor: &str) -> Result<Item, StoreError> {
-    let bytes = B64URL
-        .decode(cursor)
-        .map_err(|_| StoreError::InvalidCursor)?;
-    let json: serde_json::Value =
-        serde_json::from_slice(&bytes).map_err(|_| StoreError::InvalidCursor)?;
+    let bytes = B64URL.decode(cursor).map_err(|_| StoreError::InvalidCursor)?;
+    let json: serde_json::Value = serde_json::from_slice(&bytes).map_err(|_| StoreError::InvalidCursor)?;
     if !json.is_object() {
         return Err(StoreError::InvalidCursor);
     }
     serde_dynamo::to_item(json).map_err(|_| StoreError::InvalidCursor)
+}
+
+/// Ok(true) when a conditional write applied, Ok(false) when its condition failed.
+fn conditional<T, E>(
+    result: Result<T, aws_sdk_dynamodb::error::SdkError<E, aws_sdk_dynamodb::config::http::HttpResponse>>,
+) -> Result<bool, StoreError>
+where
+    E: std::error::Error + aws_sdk_dynamodb::error::ProvideErrorMetadata + 'static,
+{
+    match result {
+        Ok(_) => Ok(true),
+        Err(e) if e.as_service_error().and_then(|se| se.code()) == Some("ConditionalCheckFailedException") => Ok(false),
+        Err(e) => Err(aws(e)),
+    }
 }
 
 /// Builds an UpdateItem's expressions from a [`Transition`].
@@ -130,30 +137,18 @@ impl Store for DynamoStore {
                 .map(|p| TransactWriteItem::builder().put(p).build())
                 .map_err(aws)
         };
-        let result = self
-            .client
-            .transact_write_items()
-            .transact_items(put(item)?)
-            .transact_items(put(pointer)?)
-            .send()
-            .await;
+        let result =
+            self.client.transact_write_items().transact_items(put(item)?).transact_items(put(pointer)?).send().await;
         match result {
             Ok(_) => Ok(()),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|se| se.is_transaction_canceled_exception()) =>
-            {
+            Err(e) if e.as_service_error().is_some_and(|se| se.is_transaction_canceled_exception()) => {
                 Err(StoreError::AlreadyExists)
             }
             Err(e) => Err(aws(e)),
         }
     }
 
-    async fn get_endpoint(
-        &self,
-        tenant_id: &str,
-        id: &str,
-    ) -> Result<Option<Endpoint>, StoreError> {
+    async fn get_endpoint(&self, tenant_id: &str, id: &str) -> Result<Option<Endpoint>, StoreError> {
         let out = self
             .client
             .get_item()
@@ -177,12 +172,7 @@ impl Store for DynamoStore {
             .send()
             .await
             .map_err(aws)?;
-        let Some(tenant) = out
-            .item
-            .as_ref()
-            .and_then(|i| i.get("tenant_id"))
-            .and_then(|v| v.as_s().ok())
-        else {
+        let Some(tenant) = out.item.as_ref().and_then(|i| i.get("tenant_id")).and_then(|v| v.as_s().ok()) else {
             return Ok(None);
         };
         self.get_endpoint(tenant, id).await
@@ -214,15 +204,226 @@ impl Store for DynamoStore {
         }
     }
 
-    async fn insert_delivery(&self, delivery: &Delivery, due_at: i64) -> Result<bool, StoreError> {
+    async fn put_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
+        let mut item = to_item(endpoint)?;
+        item.insert(PK.into(), s(tenant_pk(&endpoint.tenant_id)));
+        item.insert(SK.into(), s(endpoint_key(&endpoint.id)));
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_exists(pk)")
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) if e.as_service_error().is_some_and(|se| se.is_conditional_check_failed_exception()) => {
+                Err(StoreError::Unsupported(format!("endpoint {} does not exist", endpoint.id)))
+            }
+            Err(e) => Err(aws(e)),
+        }
+    }
+
+    async fn disable_endpoint(&self, tenant_id: &str, id: &str, disabled: &Disabled) -> Result<bool, StoreError> {
+        let d = AttributeValue::M(to_item(disabled)?);
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, s(tenant_pk(tenant_id)))
+            .key(SK, s(endpoint_key(id)))
+            .update_expression("SET enabled = :f, disabled = :d, updated_at = :now")
+            .condition_expression("enabled = :t")
+            .expression_attribute_values(":f", AttributeValue::Bool(false))
+            .expression_attribute_values(":t", AttributeValue::Bool(true))
+            .expression_attribute_values(":d", d)
+            .expression_attribute_values(":now", time(&disabled.at))
+            .send()
+            .await;
+        conditional(result)
+    }
+
+    async fn enable_endpoint(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, s(tenant_pk(tenant_id)))
+            .key(SK, s(endpoint_key(id)))
+            .update_expression(
+                "SET enabled = :t, consecutive_failures = :zero, updated_at = :now REMOVE disabled, probe_delivery_id",
+            )
+            .condition_expression("attribute_exists(pk)")
+            .expression_attribute_values(":t", AttributeValue::Bool(true))
+            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_values(":now", time(&now))
+            .send()
+            .await;
+        conditional(result)
+    }
+
+    async fn count_failure(&self, tenant_id: &str, id: &str) -> Result<Option<u32>, StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, s(tenant_pk(tenant_id)))
+            .key(SK, s(endpoint_key(id)))
+            .update_expression("ADD consecutive_failures :one")
+            .condition_expression("attribute_exists(pk)")
+            .expression_attribute_values(":one", n(1))
+            .return_values(ReturnValue::UpdatedNew)
+            .send()
+            .await;
+        match result {
+            Ok(out) => Ok(out
+                .attributes
+                .as_ref()
+                .and_then(|a| a.get("consecutive_failures"))
+                .and_then(|v| v.as_n().ok())
+                .and_then(|v| v.parse().ok())),
+            Err(e) if e.as_service_error().is_some_and(|se| se.is_conditional_check_failed_exception()) => Ok(None),
+            Err(e) => Err(aws(e)),
+        }
+    }
+
+    async fn reset_failures(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, s(tenant_pk(tenant_id)))
+            .key(SK, s(endpoint_key(id)))
+            .update_expression("SET consecutive_failures = :zero")
+            .condition_expression("attribute_exists(pk)")
+            .expression_attribute_values(":zero", n(0))
+            .send()
+            .await;
+        conditional(result).map(|_| ())
+    }
+
+    async fn set_probe(&self, tenant_id: &str, id: &str, delivery_id: Option<&str>) -> Result<(), StoreError> {
+        let req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, s(tenant_pk(tenant_id)))
+            .key(SK, s(endpoint_key(id)))
+            .condition_expression("attribute_exists(pk)");
+        let req = match delivery_id {
+            Some(d) => req.update_expression("SET probe_delivery_id = :d").expression_attribute_values(":d", s(d)),
+            None => req.update_expression("REMOVE probe_delivery_id"),
+        };
+        conditional(req.send().await).map(|_| ())
+    }
+
+    async fn delete_endpoint(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
+        let delete = |pk: String, sk: String| {
+            aws_sdk_dynamodb::types::Delete::builder()
+                .table_name(&self.table)
+                .key(PK, s(pk))
+                .key(SK, s(sk))
+                .build()
+                .map(|d| TransactWriteItem::builder().delete(d).build())
+                .map_err(aws)
+        };
+        self.client
+            .transact_write_items()
+            .transact_items(delete(tenant_pk(tenant_id), endpoint_key(id))?)
+            .transact_items(delete(endpoint_key(id), ENDPOINT_POINTER_SK.to_string())?)
+            .send()
+            .await
+            .map_err(aws)?;
+        Ok(())
+    }
+
+    async fn list_endpoints(
+        &self,
+        tenant_id: &str,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<Endpoint>, StoreError> {
+        let page = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :pk AND begins_with(sk, :ep)")
+            .expression_attribute_values(":pk", s(tenant_pk(tenant_id)))
+            .expression_attribute_values(":ep", s("ENDPOINT#"))
+            .limit(i32::try_from(limit.clamp(1, 100)).unwrap_or(100))
+            .set_exclusive_start_key(cursor.map(decode_cursor).transpose()?)
+            .send()
+            .await
+            .map_err(aws)?;
+        let data = page.items.unwrap_or_default().into_iter().map(from_item).collect::<Result<Vec<_>, _>>()?;
+        let next_cursor = match page.last_evaluated_key {
+            Some(k) if !k.is_empty() => Some(encode_cursor(k)?),
+            _ => None,
+        };
+        Ok(Page { data, next_cursor })
+    }
+
+    async fn put_job(&self, job: &Job) -> Result<(), StoreError> {
+        let mut item = to_item(job)?;
+        item.insert(PK.into(), s(job_pk(&job.id)));
+        item.insert(SK.into(), s(JOB_SK));
+        if let (Some(at), "running") = (job.run_at, job.status.as_str()) {
+            item.insert(ITEM_TYPE.into(), s("job"));
+            item.insert(DUE_PK.into(), s(due_pk(due_shard(&job.id, self.due_shards))));
+            item.insert(DUE_AT.into(), n(at.timestamp_millis()));
+        }
+        self.client.put_item().table_name(&self.table).set_item(Some(item)).send().await.map_err(aws)?;
+        Ok(())
+    }
+
+    async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(PK, s(job_pk(id)))
+            .key(SK, s(JOB_SK))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(aws)?;
+        out.item.map(from_item).transpose()
+    }
+
+    async fn claim_job(&self, id: &str, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, s(job_pk(id)))
+            .key(SK, s(JOB_SK))
+            .update_expression("SET due_at = :lease")
+            .condition_expression("due_at = :expected")
+            .expression_attribute_values(":lease", n(lease_due_at))
+            .expression_attribute_values(":expected", n(expected_due_at))
+            .send()
+            .await;
+        conditional(result)
+    }
+
+    async fn insert_delivery(&self, delivery: &Delivery, due_at: Option<i64>) -> Result<bool, StoreError> {
         let mut item = to_item(delivery)?;
         item.insert(PK.into(), s(delivery_pk(&delivery.id)));
         item.insert(SK.into(), s(DELIVERY_SK));
-        item.insert(
-            DUE_PK.into(),
-            s(due_pk(due_shard(&delivery.id, self.due_shards))),
-        );
-        item.insert(DUE_AT.into(), n(due_at));
+        if let Some(due_at) = due_at {
+            item.insert(DUE_PK.into(), s(due_pk(due_shard(&delivery.id, self.due_shards))));
+            item.insert(DUE_AT.into(), n(due_at));
+        }
+        if matches!(delivery.status, DeliveryStatus::Exhausted | DeliveryStatus::Held) {
+            item.insert(STATUS_KEY.into(), s(delivery.status.as_str()));
+            item.insert(STATUS_SK.into(), s(time_sk(delivery.updated_at, &delivery.id)));
+        }
         item.insert(EP_PK.into(), s(&delivery.endpoint_id));
         item.insert(EP_SK.into(), s(time_sk(delivery.created_at, &delivery.id)));
         let result = self
@@ -235,12 +436,7 @@ impl Store for DynamoStore {
             .await;
         match result {
             Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
+            Err(e) if e.as_service_error().is_some_and(|se| se.is_conditional_check_failed_exception()) => Ok(false),
             Err(e) => Err(aws(e)),
         }
     }
@@ -259,12 +455,7 @@ impl Store for DynamoStore {
         out.item.map(from_item).transpose()
     }
 
-    async fn apply(
-        &self,
-        id: &str,
-        t: &Transition,
-        return_new: bool,
-    ) -> Result<Applied, StoreError> {
+    async fn apply(&self, id: &str, t: &Transition, return_new: bool) -> Result<Applied, StoreError> {
         let mut u = Update::default();
         u.set.push("#status = :status".into());
         u.values.insert(":status".into(), s(t.status.as_str()));
@@ -274,8 +465,7 @@ impl Store for DynamoStore {
         }
         u.field("attempts_base", &t.attempts_base, |v| n(v));
         if t.forgive_attempt {
-            u.set
-                .push("attempts_base = if_not_exists(attempts_base, :zero) + :one".into());
+            u.set.push("attempts_base = if_not_exists(attempts_base, :zero) + :one".into());
             u.values.insert(":zero".into(), n(0));
             u.values.insert(":one".into(), n(1));
         }
@@ -291,20 +481,15 @@ impl Store for DynamoStore {
             Field::Remove => u.remove.extend([DUE_AT.to_string(), DUE_PK.to_string()]),
         }
         if let Some(a) = &t.append_attempt {
-            u.set
-                .push("attempts = list_append(if_not_exists(attempts, :empty), :attempt)".into());
+            u.set.push("attempts = list_append(if_not_exists(attempts, :empty), :attempt)".into());
             u.values.insert(":empty".into(), AttributeValue::L(vec![]));
-            u.values.insert(
-                ":attempt".into(),
-                AttributeValue::L(vec![AttributeValue::M(to_item(a)?)]),
-            );
+            u.values.insert(":attempt".into(), AttributeValue::L(vec![AttributeValue::M(to_item(a)?)]));
         }
         if matches!(t.status, DeliveryStatus::Exhausted | DeliveryStatus::Held) {
             u.set(STATUS_KEY, s(t.status.as_str()));
             u.set(STATUS_SK, s(time_sk(t.now, id)));
         } else {
-            u.remove
-                .extend([STATUS_KEY.to_string(), STATUS_SK.to_string()]);
+            u.remove.extend([STATUS_KEY.to_string(), STATUS_SK.to_string()]);
         }
         // The guard.
         let mut cond = vec!["attribute_exists(pk)".to_string()];
@@ -321,8 +506,7 @@ impl Store for DynamoStore {
             .collect();
         cond.push(format!("#status IN ({})", names.join(", ")));
         cond.push("attempt_count = :g_attempt_count".into());
-        u.values
-            .insert(":g_attempt_count".into(), n(t.guard.attempt_count));
+        u.values.insert(":g_attempt_count".into(), n(t.guard.attempt_count));
         if let Some(due) = t.guard.due_at {
             cond.push(format!("{DUE_AT} = :g_due_at"));
             u.values.insert(":g_due_at".into(), n(due));
@@ -337,11 +521,7 @@ impl Store for DynamoStore {
             .condition_expression(cond.join(" AND "))
             .expression_attribute_names("#status", "status")
             .set_expression_attribute_values(Some(u.values))
-            .return_values(if return_new {
-                ReturnValue::AllNew
-            } else {
-                ReturnValue::None
-            })
+            .return_values(if return_new { ReturnValue::AllNew } else { ReturnValue::None })
             .send()
             .await;
         match result {
@@ -349,22 +529,14 @@ impl Store for DynamoStore {
                 Some(item) if return_new => Ok(Applied::Done(Some(Box::new(from_item(item)?)))),
                 _ => Ok(Applied::Done(None)),
             },
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
-            {
+            Err(e) if e.as_service_error().is_some_and(|se| se.is_conditional_check_failed_exception()) => {
                 Ok(Applied::Lost)
             }
             Err(e) => Err(aws(e)),
         }
     }
 
-    async fn due(
-        &self,
-        shard: u32,
-        until_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<DueItem>, StoreError> {
+    async fn due(&self, shard: u32, until_ms: i64, limit: usize) -> Result<Vec<Due>, StoreError> {
         let mut out = Vec::new();
         let mut start: Option<Item> = None;
         while out.len() < limit {
@@ -382,7 +554,13 @@ impl Store for DynamoStore {
                 .await
                 .map_err(aws)?;
             for item in page.items.unwrap_or_default() {
-                out.push(from_item(item)?);
+                if item.get(ITEM_TYPE).and_then(|v| v.as_s().ok()).is_some_and(|t| t == "job") {
+                    let id = item.get("id").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+                    let due_at = item.get(DUE_AT).and_then(|v| v.as_n().ok()).and_then(|v| v.parse().ok()).unwrap_or(0);
+                    out.push(Due::Job { id, due_at });
+                } else {
+                    out.push(Due::Delivery(from_item::<DueItem>(item)?));
+                }
             }
             match page.last_evaluated_key {
                 Some(k) if !k.is_empty() => start = Some(k),
@@ -392,25 +570,23 @@ impl Store for DynamoStore {
         Ok(out)
     }
 
-    async fn list_deliveries(
-        &self,
-        q: &DeliveryQuery,
-    ) -> Result<Page<DeliverySummary>, StoreError> {
+    async fn list_deliveries(&self, q: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError> {
         let limit = q.limit.clamp(1, 100);
         let mut start = q.cursor.as_deref().map(decode_cursor).transpose()?;
         let mut data = Vec::new();
         loop {
-            let mut req = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .scan_index_forward(false);
+            let mut req = self.client.query().table_name(&self.table).scan_index_forward(q.oldest_first);
             req = match (&q.endpoint_id, q.status) {
                 (Some(ep), status) => {
+                    // ep_sk is `{created_at}#{id}`: a window on acceptance time is a key range.
+                    let from = q.since.map(|t| time_sk(t, "")).unwrap_or_else(|| "0".into());
+                    let to = q.until.map(|t| time_sk(t, "")).unwrap_or_else(|| "~".into());
                     let r = req
                         .index_name(ENDPOINT_INDEX)
-                        .key_condition_expression("ep_pk = :k")
-                        .expression_attribute_values(":k", s(ep));
+                        .key_condition_expression("ep_pk = :k AND ep_sk BETWEEN :from AND :to")
+                        .expression_attribute_values(":k", s(ep))
+                        .expression_attribute_values(":from", s(from))
+                        .expression_attribute_values(":to", s(to));
                     match status {
                         Some(st) => r
                             .filter_expression("#status = :st")
@@ -424,9 +600,7 @@ impl Store for DynamoStore {
                     .key_condition_expression("status_key = :k")
                     .expression_attribute_values(":k", s(st.as_str())),
                 (None, None) => {
-                    return Err(StoreError::Unsupported(
-                        "list deliveries by endpoint_id or by status".into(),
-                    ));
+                    return Err(StoreError::Unsupported("list deliveries by endpoint_id or by status".into()));
                 }
             };
             let page = req
@@ -441,18 +615,12 @@ impl Store for DynamoStore {
             match page.last_evaluated_key {
                 Some(k) if !k.is_empty() => {
                     if data.len() >= limit {
-                        return Ok(Page {
-                            data,
-                            next_cursor: Some(encode_cursor(k)?),
-                        });
+                        return Ok(Page { data, next_cursor: Some(encode_cursor(k)?) });
                     }
                     start = Some(k);
                 }
                 _ => {
-                    return Ok(Page {
-                        data,
-                        next_cursor: None,
-                    });
+                    return Ok(Page { data, next_cursor: None });
                 }
             }
         }

@@ -48,6 +48,17 @@ pub fn delivery_pk(id: &str) -> String {
 /// Sort key of a delivery.
 pub const DELIVERY_SK: &str = "DELIVERY";
 
+/// `JOB#{id}`.
+pub fn job_pk(id: &str) -> String {
+    format!("JOB#{id}")
+}
+
+/// Sort key of a job.
+pub const JOB_SK: &str = "JOB";
+
+/// Marks non-delivery items in the due index (`job`).
+pub const ITEM_TYPE: &str = "item_type";
+
 /// The due-index shard of a delivery: the first four bytes of SHA-256(id), modulo `shards`.
 pub fn due_shard(id: &str, shards: u32) -> u32 {
     let d = Sha256::digest(id.as_bytes());
@@ -61,8 +72,5 @@ pub fn due_pk(shard: u32) -> String {
 
 /// A sortable `{time}#{id}` sort key (RFC 3339, milliseconds, `Z`).
 pub fn time_sk(at: chrono::DateTime<chrono::Utc>, id: &str) -> String {
-    format!(
-        "{}#{id}",
-        at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-    )
+    format!("{}#{id}", at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
 }

@@ -7,6 +7,7 @@
 //! | endpoint | `TENANT#{tenant_id}` | `ENDPOINT#{endpoint_id}` | - |
 //! | endpoint pointer | `ENDPOINT#{endpoint_id}` | `ENDPOINT` | - |
 //! | delivery | `DELIVERY#{delivery_id}` | `DELIVERY` | `due`, `by_endpoint`, `by_status` |
+//! | job | `JOB#{job_id}` | `JOB` | `due` (while running; `item_type` = `job`) |
 //!
 //! Ingest finds a tenant's endpoints with one strongly consistent Query on the table itself
 //! (not a GSI), so an endpoint created a moment before an event is never missed. The pointer
@@ -23,7 +24,7 @@ pub mod dynamo;
 pub mod keys;
 
 use crate::lifecycle::{DueItem, Transition};
-use crate::model::{Delivery, DeliveryStatus, Endpoint};
+use crate::model::{Delivery, DeliveryStatus, Disabled, Endpoint, Job};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -86,10 +87,30 @@ pub struct DeliveryQuery {
     pub endpoint_id: Option<String>,
     /// In this status. Without `endpoint_id`, only `exhausted` or `held`.
     pub status: Option<DeliveryStatus>,
+    /// Accepted at or after this time (with `endpoint_id`).
+    pub since: Option<DateTime<Utc>>,
+    /// Accepted before this time (with `endpoint_id`).
+    pub until: Option<DateTime<Utc>>,
+    /// Oldest first instead of newest first.
+    pub oldest_first: bool,
     /// Page size, 1 to 100.
     pub limit: usize,
     /// From a previous page's `next_cursor`.
     pub cursor: Option<String>,
+}
+
+/// An item of the due index.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Due {
+    /// A delivery.
+    Delivery(DueItem),
+    /// A job whose next step is due, with the `due_at` (milliseconds) it was read with.
+    Job {
+        /// Job id.
+        id: String,
+        /// Its due-index time when read.
+        due_at: i64,
+    },
 }
 
 /// One page of a list.
@@ -119,34 +140,52 @@ pub trait Store: Send + Sync {
     /// [`StoreError::AlreadyExists`] when the id is taken.
     async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError>;
     /// An endpoint by tenant and id (strongly consistent).
-    async fn get_endpoint(&self, tenant_id: &str, id: &str)
-    -> Result<Option<Endpoint>, StoreError>;
+    async fn get_endpoint(&self, tenant_id: &str, id: &str) -> Result<Option<Endpoint>, StoreError>;
     /// An endpoint by id alone (reads its pointer first).
     async fn find_endpoint(&self, id: &str) -> Result<Option<Endpoint>, StoreError>;
     /// Every endpoint of a tenant: one strongly consistent Query (paged past 1 MB).
     async fn tenant_endpoints(&self, tenant_id: &str) -> Result<Vec<Endpoint>, StoreError>;
-    /// Writes a new delivery with its due-index time unless one with that id exists.
-    /// Returns false when it already existed (an event ingested twice).
-    async fn insert_delivery(&self, delivery: &Delivery, due_at: i64) -> Result<bool, StoreError>;
+    /// Replaces an endpoint's configuration (PATCH).
+    ///
+    /// # Errors
+    /// [`StoreError::Unsupported`] when it does not exist.
+    async fn put_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError>;
+    /// Disables an enabled endpoint; false when it was already disabled or is gone.
+    async fn disable_endpoint(&self, tenant_id: &str, id: &str, disabled: &Disabled) -> Result<bool, StoreError>;
+    /// Enables an endpoint and zeroes its failure count; false when it is gone.
+    async fn enable_endpoint(&self, tenant_id: &str, id: &str, now: DateTime<Utc>) -> Result<bool, StoreError>;
+    /// Adds one to the endpoint's failures in a row and returns the new count (None: gone).
+    async fn count_failure(&self, tenant_id: &str, id: &str) -> Result<Option<u32>, StoreError>;
+    /// Zeroes the endpoint's failures in a row.
+    async fn reset_failures(&self, tenant_id: &str, id: &str) -> Result<(), StoreError>;
+    /// Records (or clears) the delivery out as the endpoint's half-open probe.
+    async fn set_probe(&self, tenant_id: &str, id: &str, delivery_id: Option<&str>) -> Result<(), StoreError>;
+    /// Deletes an endpoint and its pointer.
+    async fn delete_endpoint(&self, tenant_id: &str, id: &str) -> Result<(), StoreError>;
+    /// A page of a tenant's endpoints.
+    async fn list_endpoints(
+        &self,
+        tenant_id: &str,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<Endpoint>, StoreError>;
+    /// Writes a new delivery unless one with that id exists, in the due index at `due_at`
+    /// (`None` for a held delivery, which goes to the `by_status` index instead). Returns
+    /// false when it already existed (an event ingested twice).
+    async fn insert_delivery(&self, delivery: &Delivery, due_at: Option<i64>) -> Result<bool, StoreError>;
     /// A delivery by id, with payload and attempts.
     async fn get_delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError>;
     /// Applies a guarded transition; with `return_new`, the item after it.
-    async fn apply(
-        &self,
-        id: &str,
-        transition: &Transition,
-        return_new: bool,
-    ) -> Result<Applied, StoreError>;
+    async fn apply(&self, id: &str, transition: &Transition, return_new: bool) -> Result<Applied, StoreError>;
     /// Up to `limit` items of one due-index shard with `due_at <= until_ms`, earliest first.
-    async fn due(
-        &self,
-        shard: u32,
-        until_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<DueItem>, StoreError>;
+    async fn due(&self, shard: u32, until_ms: i64, limit: usize) -> Result<Vec<Due>, StoreError>;
+    /// Writes a job, in the due index at `run_at` while it is running.
+    async fn put_job(&self, job: &Job) -> Result<(), StoreError>;
+    /// A job by id.
+    async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError>;
+    /// Takes a job's due step: moves its due time from `expected_due_at` to `lease_due_at`
+    /// (both milliseconds); false when another tick took it first.
+    async fn claim_job(&self, id: &str, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError>;
     /// A page of deliveries.
-    async fn list_deliveries(
-        &self,
-        query: &DeliveryQuery,
-    ) -> Result<Page<DeliverySummary>, StoreError>;
+    async fn list_deliveries(&self, query: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError>;
 }

@@ -25,13 +25,7 @@ struct Args {
 }
 
 async fn receive(State(args): State<Arc<Args>>, headers: HeaderMap, body: Bytes) -> StatusCode {
-    let h = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("-")
-            .to_string()
-    };
+    let h = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("-").to_string();
     let verdict = match &args.secret {
         None => "not checked (no --secret)".to_string(),
         Some(secret) => match standardwebhooks::Webhook::new(secret) {
@@ -57,10 +51,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Arc::new(Args::parse());
     let addr = SocketAddr::from(([127, 0, 0, 1], args.port));
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    println!(
-        "demo receiver on http://{addr}/hook answering {}",
-        args.status
-    );
+    println!("demo receiver on http://{addr}/hook answering {}", args.status);
     axum::serve(listener, Router::new().fallback(receive).with_state(args)).await?;
     Ok(())
 }
