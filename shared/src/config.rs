@@ -58,6 +58,10 @@ pub struct Config {
     /// exhausted deliveries one recover job replays per tick (`WEBHOOKS_RELEASE_PER_TICK`,
     /// default 100).
     pub release_per_tick: usize,
+    /// Multiplies every retry wait before it is scheduled (`WEBHOOKS_WAIT_SCALE`, default 1).
+    /// For tests and demos only: `0.0001` runs the 36-hour `standard` schedule in seconds.
+    /// Attempt records keep the unscaled wait the policy chose.
+    pub wait_scale: f64,
 }
 
 /// Largest accepted event payload in bytes (256 KiB, SQS's and EventBridge's own limit).
@@ -94,6 +98,7 @@ impl Config {
             emit_metrics: false,
             notify_topic_arn: None,
             release_per_tick: 100,
+            wait_scale: 1.0,
         }
     }
 
@@ -140,6 +145,10 @@ impl Config {
         c.exhausted_retention_days = parse(&get, "WEBHOOKS_EXHAUSTED_RETENTION_DAYS", 14)?;
         c.notify_topic_arn = get("WEBHOOKS_NOTIFY_TOPIC_ARN").filter(|v| !v.is_empty());
         c.release_per_tick = parse(&get, "WEBHOOKS_RELEASE_PER_TICK", 100)?;
+        c.wait_scale = parse(&get, "WEBHOOKS_WAIT_SCALE", 1.0)?;
+        if !(c.wait_scale > 0.0 && c.wait_scale <= 1.0) {
+            return Err(ConfigError { name: "WEBHOOKS_WAIT_SCALE", problem: "must be above 0 and at most 1".into() });
+        }
         c.emit_metrics = get("AWS_LAMBDA_FUNCTION_NAME").is_some_and(|v| !v.is_empty())
             || get("WEBHOOKS_METRICS").is_some_and(|v| v == "emf");
         Ok(c)

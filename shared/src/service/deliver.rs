@@ -164,7 +164,8 @@ pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Hand
         }
         (Verdict::Success, _) => lifecycle::complete(cfg, now, &delivery, attempt.clone(), Next::Delivered),
         (Verdict::Retry, false) => {
-            let next = wait.map_or(Next::Exhausted, |w| Next::RetryIn(w.seconds));
+            let scaled = |s: u64| ((s as f64) * cfg.wait_scale).ceil().max(1.0) as u64;
+            let next = wait.map_or(Next::Exhausted, |w| Next::RetryIn(scaled(w.seconds)));
             lifecycle::complete(cfg, now, &delivery, attempt.clone(), next)
         }
         (Verdict::Final, false) => lifecycle::complete(cfg, now, &delivery, attempt.clone(), Next::Exhausted),

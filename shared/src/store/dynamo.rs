@@ -374,7 +374,6 @@ impl Store for DynamoStore {
         item.insert(PK.into(), s(job_pk(&job.id)));
         item.insert(SK.into(), s(JOB_SK));
         if let (Some(at), "running") = (job.run_at, job.status.as_str()) {
-            item.insert(ITEM_TYPE.into(), s("job"));
             item.insert(DUE_PK.into(), s(due_pk(due_shard(&job.id, self.due_shards))));
             item.insert(DUE_AT.into(), n(at.timestamp_millis()));
         }
@@ -554,7 +553,8 @@ impl Store for DynamoStore {
                 .await
                 .map_err(aws)?;
             for item in page.items.unwrap_or_default() {
-                if item.get(ITEM_TYPE).and_then(|v| v.as_s().ok()).is_some_and(|t| t == "job") {
+                // Keys are always projected: a job is told apart by its partition key.
+                if item.get(PK).and_then(|v| v.as_s().ok()).is_some_and(|pk| pk.starts_with(JOB_PREFIX)) {
                     let id = item.get("id").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
                     let due_at = item.get(DUE_AT).and_then(|v| v.as_n().ok()).and_then(|v| v.parse().ok()).unwrap_or(0);
                     out.push(Due::Job { id, due_at });

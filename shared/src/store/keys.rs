@@ -48,16 +48,16 @@ pub fn delivery_pk(id: &str) -> String {
 /// Sort key of a delivery.
 pub const DELIVERY_SK: &str = "DELIVERY";
 
+/// Prefix of a job's partition key.
+pub const JOB_PREFIX: &str = "JOB#";
+
 /// `JOB#{id}`.
 pub fn job_pk(id: &str) -> String {
-    format!("JOB#{id}")
+    format!("{JOB_PREFIX}{id}")
 }
 
 /// Sort key of a job.
 pub const JOB_SK: &str = "JOB";
-
-/// Marks non-delivery items in the due index (`job`).
-pub const ITEM_TYPE: &str = "item_type";
 
 /// The due-index shard of a delivery: the first four bytes of SHA-256(id), modulo `shards`.
 pub fn due_shard(id: &str, shards: u32) -> u32 {

@@ -7,7 +7,7 @@
 //! | endpoint | `TENANT#{tenant_id}` | `ENDPOINT#{endpoint_id}` | - |
 //! | endpoint pointer | `ENDPOINT#{endpoint_id}` | `ENDPOINT` | - |
 //! | delivery | `DELIVERY#{delivery_id}` | `DELIVERY` | `due`, `by_endpoint`, `by_status` |
-//! | job | `JOB#{job_id}` | `JOB` | `due` (while running; `item_type` = `job`) |
+//! | job | `JOB#{job_id}` | `JOB` | `due` (while running) |
 //!
 //! Ingest finds a tenant's endpoints with one strongly consistent Query on the table itself
 //! (not a GSI), so an endpoint created a moment before an event is never missed. The pointer

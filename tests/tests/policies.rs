@@ -1,0 +1,294 @@
+//! Retry policies and endpoint health end to end on the local stack. Preset schedules run
+//! compressed through `wait_scale` (a test-only time scale); attempt records keep the
+//! policy's own waits, so the order of waits is checked as the policy chose them.
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use std::time::Duration;
+use webhooks::service::sweep;
+use webhooks_local::Options;
+use webhooks_tests::{Receiver, Reply, Stack};
+
+const WAIT: Duration = Duration::from_secs(30);
+/// 24 h becomes 3 s; everything under 10 h becomes 1 s.
+const SCALE: f64 = 1.0 / 36000.0;
+
+fn delivery_id(accepted: &Value) -> String {
+    accepted["deliveries"][0]["id"].as_str().expect("delivery id").to_string()
+}
+
+fn waits(d: &Value) -> Vec<u64> {
+    d["attempts"].as_array().unwrap().iter().filter_map(|a| a["next_wait_seconds"].as_u64()).collect()
+}
+
+async fn endpoint(stack: &Stack, tenant: &str, url: &str, extra: Value) -> Value {
+    let mut body = json!({"tenant_id": tenant, "url": url});
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    let (status, ep) = stack.call(Method::POST, "/v1/endpoints", Some(body)).await;
+    assert_eq!(status, 201, "{ep}");
+    ep
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_preset_makes_its_attempts_in_its_order_of_waits() {
+    let stack = Stack::start(|c| c.wait_scale = SCALE).await;
+    let failing = Receiver::start(Reply::Status(500)).await;
+    let limited = Receiver::start(Reply::Status(429)).await;
+    let cases = [
+        ("standard", json!({"preset": "standard"}), &failing, 8usize),
+        ("svix", json!({"preset": "svix"}), &failing, 8),
+        ("frappe", json!({"preset": "frappe", "max_retries": 3}), &failing, 4),
+        ("frappe0", json!({"preset": "frappe", "max_retries": 0}), &failing, 1),
+        ("rate_limit_only", json!({"preset": "rate_limit_only"}), &limited, 7),
+        ("rate_limit_only on 500", json!({"preset": "rate_limit_only"}), &failing, 1),
+    ];
+    let mut ids = Vec::new();
+    for (i, (name, policy, rx, _)) in cases.iter().enumerate() {
+        let tenant = format!("t{i}");
+        endpoint(&stack, &tenant, &rx.url, json!({"retry_policy": policy})).await;
+        ids.push((name, delivery_id(&stack.event(&tenant, "order.paid", json!({"case": name})).await)));
+    }
+    for ((name, id), (_, _, _, attempts)) in ids.iter().zip(cases.iter()) {
+        let d = stack.wait_status(id, "exhausted", WAIT).await;
+        assert_eq!(d["attempt_count"], *attempts as u64, "{name}: {d}");
+        let w = waits(&d);
+        match **name {
+            "standard" => {
+                let expected = [30u64, 120, 600, 3600, 10800, 28800, 86400];
+                assert_eq!(w.len(), 7, "{w:?}");
+                for (got, base) in w.iter().zip(expected) {
+                    let (lo, hi) = ((base as f64 * 0.8).floor() as u64, (base as f64 * 1.2).ceil() as u64);
+                    assert!((lo..=hi).contains(got), "standard wait {got} outside {lo}..={hi}");
+                }
+            }
+            "svix" => assert_eq!(w, vec![5, 300, 1800, 7200, 18000, 36000, 36000]),
+            "frappe" => assert_eq!(w, vec![300, 1800, 7200]),
+            "rate_limit_only" => {
+                assert_eq!(w.len(), 6);
+                assert!(w.iter().all(|s| (540..=660).contains(s)), "{w:?}");
+            }
+            _ => assert!(w.is_empty(), "{name}: one attempt, final: {w:?}"),
+        }
+    }
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retry_after_is_honoured_in_seconds_and_as_an_http_date() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    // The date form first, while "now + 5 s" is still ahead.
+    rx.script([
+        Reply::WithHeaders(503, vec![("retry-after", httpdate_in(5))]),
+        Reply::WithHeaders(429, vec![("retry-after", "3".into())]),
+        Reply::WithHeaders(429, vec![("retry-after", "soon".into())]),
+    ]);
+    endpoint(&stack, "acme", &rx.url, json!({"retry_policy": {"schedule_seconds": [1], "max_attempts": 5}})).await;
+    let id = delivery_id(&stack.event("acme", "order.paid", json!({})).await);
+    let d = stack.wait_status(&id, "delivered", WAIT).await;
+    let a = d["attempts"].as_array().unwrap();
+    assert_eq!(a.len(), 4, "{d}");
+    assert_eq!(a[0]["wait_source"], "retry_after", "{}", a[0]);
+    assert!(a[0]["next_wait_seconds"].as_u64().unwrap() >= 3, "{}", a[0]);
+    assert_eq!((a[1]["next_wait_seconds"].as_u64(), a[1]["wait_source"].as_str()), (Some(3), Some("retry_after")));
+    // An unparseable header is ignored: the schedule's wait is used.
+    assert_eq!((a[2]["next_wait_seconds"].as_u64(), a[2]["wait_source"].as_str()), (Some(1), Some("schedule")));
+    let hits = rx.hits();
+    assert!(hits[1].at - hits[0].at >= Duration::from_millis(2900), "waited for the date");
+    assert!(hits[2].at - hits[1].at >= Duration::from_millis(2900), "waited the header's 3 s");
+    stack.stop().await;
+}
+
+fn httpdate_in(seconds: u64) -> String {
+    let at = std::time::SystemTime::now() + Duration::from_secs(seconds);
+    // IMF-fixdate, e.g. "Sun, 29 Nov 2026 19:00:00 GMT".
+    chrono::DateTime::<chrono::Utc>::from(at).format("%a, %d %b %Y %H:%M:%S GMT").to_string()
+}
+
+async fn endpoint_state(stack: &Stack, id: &str) -> Value {
+    let (status, ep) = stack.call(Method::GET, &format!("/v1/endpoints/{id}"), None).await;
+    assert_eq!(status, 200, "{ep}");
+    ep
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gone_disables_and_holds_then_enable_releases_everything() {
+    let stack = Stack::start(|c| c.wait_scale = SCALE).await;
+    let rx = Receiver::start(Reply::Status(410)).await;
+    let ep = endpoint(&stack, "acme", &rx.url, json!({})).await;
+    let ep_id = ep["id"].as_str().unwrap();
+    let first = delivery_id(&stack.event("acme", "order.paid", json!({"n": 1})).await);
+
+    let d = stack.wait_status(&first, "held", WAIT).await;
+    assert_eq!(d["attempts"][0]["status_code"], 410);
+    assert!(d["next_attempt_at"].is_null());
+    let state = endpoint_state(&stack, ep_id).await;
+    assert_eq!(state["enabled"], false);
+    assert_eq!(state["disabled"]["reason"], "gone");
+    assert_eq!(state["disabled"]["status_code"], 410);
+
+    // Events while disabled are kept, held, and not attempted.
+    let second = delivery_id(&stack.event("acme", "order.paid", json!({"n": 2})).await);
+    assert_eq!(stack.delivery(&second).await["status"], "held");
+    let (_, held) = stack.call(Method::GET, "/v1/deliveries?status=held", None).await;
+    assert_eq!(held["data"].as_array().unwrap().len(), 2, "{held}");
+    assert_eq!(rx.count(), 1);
+
+    rx.set_default(Reply::Status(200));
+    let (status, enabled) = stack.call(Method::POST, &format!("/v1/endpoints/{ep_id}/enable"), None).await;
+    assert_eq!(status, 200, "{enabled}");
+    assert_eq!(enabled["enabled"], true);
+    let job_id = enabled["release_job"]["id"].as_str().unwrap().to_string();
+    for id in [&first, &second] {
+        let d = stack.wait_status(id, "delivered", WAIT).await;
+        assert_eq!(d["attempts"].as_array().unwrap().last().unwrap()["status_code"], 200);
+    }
+    let (_, job) = stack.call(Method::GET, &format!("/v1/jobs/{job_id}"), None).await;
+    assert_eq!((job["status"].as_str(), job["processed"].as_u64()), (Some("done"), Some(2)), "{job}");
+    assert_eq!(rx.count(), 3);
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_circuit_breaker_pauses_after_n_failures_in_a_row() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(500)).await;
+    let ep = endpoint(
+        &stack,
+        "acme",
+        &rx.url,
+        json!({"retry_policy": {"schedule_seconds": [1], "max_attempts": 20}, "circuit_breaker_threshold": 3}),
+    )
+    .await;
+    let id = delivery_id(&stack.event("acme", "order.paid", json!({})).await);
+    let d = stack.wait_status(&id, "held", WAIT).await;
+    assert_eq!(d["attempt_count"], 3, "paused after the 3rd failure: {d}");
+    let state = endpoint_state(&stack, ep["id"].as_str().unwrap()).await;
+    assert_eq!(state["disabled"]["reason"], "circuit_breaker");
+    assert_eq!(state["consecutive_failures"], 3);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(rx.count(), 3, "no attempts while paused");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_half_open_probe_resumes_a_paused_endpoint() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(500)).await;
+    let ep = endpoint(
+        &stack,
+        "acme",
+        &rx.url,
+        json!({
+            "retry_policy": {"schedule_seconds": [1], "max_attempts": 20},
+            "circuit_breaker_threshold": 2, "auto_resume": true, "auto_resume_after_seconds": 2
+        }),
+    )
+    .await;
+    let ep_id = ep["id"].as_str().unwrap();
+    let first = delivery_id(&stack.event("acme", "order.paid", json!({"n": 1})).await);
+    stack.wait_status(&first, "held", WAIT).await;
+    let second = delivery_id(&stack.event("acme", "order.paid", json!({"n": 2})).await);
+    assert_eq!(stack.delivery(&second).await["status"], "held");
+
+    rx.set_default(Reply::Status(200));
+    // After the cool-down one held delivery goes out as a probe; its 2xx resumes the endpoint
+    // and the rest are released.
+    stack.wait_status(&first, "delivered", WAIT).await;
+    stack.wait_status(&second, "delivered", WAIT).await;
+    let state = endpoint_state(&stack, ep_id).await;
+    assert_eq!(state["enabled"], true, "{state}");
+    assert!(state["disabled"].is_null());
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn held_deliveries_are_released_at_a_bounded_rate() {
+    let stack = Stack::start_with(|c| c.release_per_tick = 2, Options { sweeper: false, ..Options::default() }).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let ep = endpoint(&stack, "acme", &rx.url, json!({})).await;
+    let ep_id = ep["id"].as_str().unwrap();
+    let (status, _) = stack.call(Method::POST, &format!("/v1/endpoints/{ep_id}/disable"), None).await;
+    assert_eq!(status, 200);
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(delivery_id(&stack.event("acme", "order.paid", json!({"i": i})).await));
+    }
+    let (_, enabled) = stack.call(Method::POST, &format!("/v1/endpoints/{ep_id}/enable"), None).await;
+    let job_id = enabled["release_job"]["id"].as_str().unwrap().to_string();
+
+    let mut released_per_tick = Vec::new();
+    for _ in 0..4 {
+        sweep::sweep(&stack.app).await.unwrap();
+        let (_, job) = stack.call(Method::GET, &format!("/v1/jobs/{job_id}"), None).await;
+        released_per_tick.push(job["processed"].as_u64().unwrap());
+        if job["status"] == "done" {
+            break;
+        }
+    }
+    assert_eq!(released_per_tick, vec![2, 4, 5], "two per tick");
+    for id in &ids {
+        stack.wait_status(id, "delivered", WAIT).await;
+    }
+    assert_eq!(rx.count(), 5);
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sync_mode_returns_the_receivers_outcome() {
+    let stack = Stack::start_with(|_| {}, Options { pollers: 0, sweeper: false, ..Options::default() }).await;
+    let ok = Receiver::start(Reply::Status(201)).await;
+    let bad = Receiver::start(Reply::Status(500)).await;
+    endpoint(&stack, "good", &ok.url, json!({})).await;
+    endpoint(&stack, "bad", &bad.url, json!({})).await;
+    let post =
+        |tenant: &str| json!({"tenant_id": tenant, "event_type": "doc.submitted", "payload": {"d": 1}, "mode": "sync"});
+
+    let (status, body) = stack.call(Method::POST, "/v1/events", Some(post("good"))).await;
+    assert_eq!((status, body["status"].as_str(), body["status_code"].as_u64()), (200, Some("delivered"), Some(201)));
+    assert_eq!(ok.count(), 1);
+
+    let (status, body) = stack.call(Method::POST, "/v1/events", Some(post("bad"))).await;
+    assert_eq!(status, 502, "{body}");
+    assert_eq!(body["status"], "exhausted");
+    assert_eq!(body["attempt"]["status_code"], 500);
+    let id = body["delivery_id"].as_str().unwrap();
+    let d = stack.delivery(id).await;
+    assert_eq!((d["status"].as_str(), d["attempt_count"].as_u64()), (Some("exhausted"), Some(1)), "never deferred");
+    assert_eq!(bad.count(), 1);
+
+    endpoint(&stack, "good", &bad.url, json!({})).await;
+    let (status, body) = stack.call(Method::POST, "/v1/events", Some(post("good"))).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("mode"));
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retry_policy_can_be_changed_and_bad_policies_are_refused() {
+    let stack = Stack::start_with(|_| {}, Options { pollers: 0, sweeper: false, ..Options::default() }).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let ep = endpoint(&stack, "acme", &rx.url, json!({})).await;
+    let path = format!("/v1/endpoints/{}", ep["id"].as_str().unwrap());
+    let (status, updated) =
+        stack.call(Method::PATCH, &path, Some(json!({"retry_policy": {"preset": "frappe", "max_retries": 5}}))).await;
+    assert_eq!(status, 200, "{updated}");
+    assert_eq!(updated["retry_policy"]["max_attempts"], 6);
+    assert!(updated.get("secret").is_none(), "the secret is shown only on create");
+    for (policy, field) in [
+        (json!({"schedule_seconds": []}), "retry_policy.schedule_seconds"),
+        (json!({"schedule_seconds": [0]}), "retry_policy.schedule_seconds[0]"),
+        (json!({"schedule_seconds": [604801]}), "retry_policy.schedule_seconds[0]"),
+        (json!({"schedule_seconds": [1], "jitter": 0.6}), "retry_policy.jitter"),
+        (json!({"schedule_seconds": [1], "retry_on": ["6xx"]}), "retry_policy.retry_on[0]"),
+    ] {
+        let (status, e) = stack.call(Method::PATCH, &path, Some(json!({"retry_policy": policy}))).await;
+        assert_eq!(status, 422, "{e}");
+        assert!(e["error"]["message"].as_str().unwrap().starts_with(field), "{e}");
+    }
+    let (status, _) = stack.call(Method::PATCH, "/v1/endpoints/ep_missing", Some(json!({"url": rx.url}))).await;
+    assert_eq!(status, 404);
+    stack.stop().await;
+}
