@@ -9,6 +9,12 @@
 //! | `PATCH /v1/endpoints/{id}` | 200 [`admin::EndpointView`] |
 //! | `POST /v1/endpoints/{id}/disable` | 200 [`admin::EndpointView`]; its deliveries are held |
 //! | `POST /v1/endpoints/{id}/enable` | 200 [`admin::EndpointView`] + `release_job` |
+//! | `GET /v1/endpoints?tenant_id=&limit=&cursor=` | 200 `{"data", "next_cursor"}` |
+//! | `DELETE /v1/endpoints/{id}?force=` | 200; 409 with unfinished deliveries unless `force=true` |
+//! | `GET /v1/endpoints/{id}/stats` | 200 [`admin::EndpointStats`] |
+//! | `POST /v1/endpoints/{id}/rotate-secret` `{"secret"?}` | 200 endpoint with the new secret |
+//! | `POST /v1/endpoints/{id}/recover` `{"since", "until"?}` | 202 [`crate::model::Job`] |
+//! | `GET /v1/events/{id}` | 200 [`admin::EventView`] |
 //! | `GET /v1/jobs/{id}` | 200 [`crate::model::Job`] (progress of a release, recover or probe) |
 //! | `GET /v1/deliveries/{id}` | 200 [`admin::DeliveryView`] |
 //! | `GET /v1/deliveries?status=&endpoint_id=&limit=&cursor=` | 200 `{"data", "next_cursor"}` |
@@ -24,7 +30,7 @@ use crate::service::{admin, ingest};
 use crate::store::DeliveryQuery;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
-use axum::http::{Method, StatusCode, Uri};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -87,23 +93,50 @@ struct EventBody {
     mode: Option<String>,
 }
 
-async fn post_event(State(app): State<App>, body: Result<Bytes, BytesRejection>) -> Result<Response, ServiceError> {
+/// `Idempotency-Key`: a retried POST with the same key (per tenant, for
+/// `config.idempotency_window`) gets the original answer back.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+async fn post_event(
+    State(app): State<App>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ServiceError> {
     let b: EventBody = parse_body(body)?;
     let sync = match b.mode.as_deref() {
         None | Some("async") => false,
         Some("sync") => true,
         Some(other) => return Err(ServiceError::Validation(format!("mode: {other:?} is not async or sync"))),
     };
+    let tenant_id = required(b.tenant_id, "tenant_id")?;
+    let key = match headers.get(IDEMPOTENCY_KEY) {
+        None => None,
+        Some(v) => Some(v.to_str().ok().filter(|k| (1..=255).contains(&k.len())).ok_or_else(|| {
+            ServiceError::Validation("Idempotency-Key: must be 1 to 255 visible ASCII characters".into())
+        })?),
+    };
+    if let Some(key) = key
+        && let Some((status, stored)) = app.store.get_idempotent(&tenant_id, key, app.clock.now()).await?
+    {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::ACCEPTED);
+        let mut response = (status, stored).into_response();
+        let headers = response.headers_mut();
+        headers.insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/json"));
+        headers.insert("idempotent-replayed", axum::http::HeaderValue::from_static("true"));
+        return Ok(response);
+    }
+    // Without an event id, the key names the event, so concurrent retries converge on it.
+    let id = b.id.or_else(|| key.map(|k| format!("evt_{}", &crate::model::delivery_id(&tenant_id, k)[4..30])));
     let event = ingest::NewEvent {
-        tenant_id: required(b.tenant_id, "tenant_id")?,
+        tenant_id: tenant_id.clone(),
         event_type: required(b.event_type, "event_type")?,
         payload: required(b.payload, "payload")?.get().to_string(),
-        id: b.id,
+        id,
         sync,
     };
     let accepted = ingest::ingest(&app, event).await?;
-    match &accepted.outcome {
-        None => Ok((StatusCode::ACCEPTED, Json(accepted)).into_response()),
+    let (status, body) = match &accepted.outcome {
+        None => (StatusCode::ACCEPTED, serde_json::to_value(&accepted)),
         Some(outcome) => {
             let status =
                 if outcome.status == DeliveryStatus::Delivered { StatusCode::OK } else { StatusCode::BAD_GATEWAY };
@@ -114,9 +147,16 @@ async fn post_event(State(app): State<App>, body: Result<Bytes, BytesRejection>)
                 "status_code": outcome.attempt.as_ref().and_then(|a| a.status_code),
                 "attempt": outcome.attempt,
             });
-            Ok((status, Json(body)).into_response())
+            (status, Ok(body))
         }
+    };
+    let body = body.map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+    if let Some(key) = key {
+        let expires = app.clock.now()
+            + chrono::Duration::from_std(app.config.idempotency_window).unwrap_or(chrono::Duration::hours(24));
+        app.store.put_idempotent(&tenant_id, key, (status.as_u16(), &body.to_string()), expires).await?;
     }
+    Ok((status, Json(body)).into_response())
 }
 
 fn parse_object(
@@ -150,6 +190,92 @@ async fn enable_endpoint(State(app): State<App>, Path(id): Path<String>) -> Resu
 
 async fn disable_endpoint(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ServiceError> {
     Ok(Json(admin::disable_endpoint(&app, &id).await?).into_response())
+}
+
+#[derive(Deserialize)]
+struct EndpointListParams {
+    tenant_id: Option<String>,
+    limit: Option<usize>,
+    cursor: Option<String>,
+}
+
+async fn list_endpoints(
+    State(app): State<App>,
+    params: Result<Query<EndpointListParams>, QueryRejection>,
+) -> Result<Response, ServiceError> {
+    let Query(p) = params.map_err(|e| ServiceError::Validation(e.body_text()))?;
+    let tenant = p
+        .tenant_id
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| ServiceError::Validation("tenant_id: is required".into()))?;
+    let limit = check_limit(p.limit)?;
+    Ok(Json(admin::list_endpoints(&app, &tenant, limit, p.cursor.as_deref().filter(|c| !c.is_empty())).await?)
+        .into_response())
+}
+
+#[derive(Deserialize)]
+struct DeleteParams {
+    force: Option<bool>,
+}
+
+async fn delete_endpoint(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    params: Result<Query<DeleteParams>, QueryRejection>,
+) -> Result<Response, ServiceError> {
+    let Query(p) = params.map_err(|e| ServiceError::Validation(e.body_text()))?;
+    let ended = admin::delete_endpoint(&app, &id, p.force.unwrap_or(false)).await?;
+    Ok(Json(serde_json::json!({"id": id, "deleted": true, "deliveries_ended": ended})).into_response())
+}
+
+async fn endpoint_stats(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ServiceError> {
+    Ok(Json(admin::endpoint_stats(&app, &id).await?).into_response())
+}
+
+#[derive(Deserialize)]
+struct RotateBody {
+    secret: Option<String>,
+}
+
+async fn rotate_secret(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ServiceError> {
+    let b: RotateBody = match &body {
+        Ok(bytes) if bytes.is_empty() => RotateBody { secret: None },
+        _ => parse_body(body)?,
+    };
+    Ok(Json(admin::rotate_secret(&app, &id, b.secret.as_deref()).await?).into_response())
+}
+
+#[derive(Deserialize)]
+struct RecoverBody {
+    since: Option<String>,
+    until: Option<String>,
+}
+
+async fn recover(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ServiceError> {
+    let b: RecoverBody = parse_body(body)?;
+    let since = time_param("since", b.since)?.ok_or_else(|| ServiceError::Validation("since: is required".into()))?;
+    let job = admin::recover(&app, &id, since, time_param("until", b.until)?).await?;
+    Ok((StatusCode::ACCEPTED, Json(job)).into_response())
+}
+
+async fn get_event(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ServiceError> {
+    Ok(Json(admin::get_event(&app, &id).await?).into_response())
+}
+
+fn check_limit(limit: Option<usize>) -> Result<usize, ServiceError> {
+    let limit = limit.unwrap_or(50);
+    if !(1..=100).contains(&limit) {
+        return Err(ServiceError::Validation("limit: must be from 1 to 100".into()));
+    }
+    Ok(limit)
 }
 
 async fn get_job(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ServiceError> {
@@ -196,10 +322,7 @@ async fn list_deliveries(
             ))
         })?),
     };
-    let limit = p.limit.unwrap_or(50);
-    if !(1..=100).contains(&limit) {
-        return Err(ServiceError::Validation("limit: must be from 1 to 100".into()));
-    }
+    let limit = check_limit(p.limit)?;
     let query = DeliveryQuery {
         endpoint_id: p.endpoint_id.filter(|s| !s.is_empty()),
         status,
@@ -241,8 +364,12 @@ fn ingest_routes() -> Router<App> {
 
 fn admin_routes() -> Router<App> {
     Router::new()
-        .route("/v1/endpoints", post(post_endpoint))
-        .route("/v1/endpoints/{id}", get(get_endpoint).patch(patch_endpoint))
+        .route("/v1/endpoints", post(post_endpoint).get(list_endpoints))
+        .route("/v1/endpoints/{id}", get(get_endpoint).patch(patch_endpoint).delete(delete_endpoint))
+        .route("/v1/endpoints/{id}/stats", get(endpoint_stats))
+        .route("/v1/endpoints/{id}/rotate-secret", post(rotate_secret))
+        .route("/v1/endpoints/{id}/recover", post(recover))
+        .route("/v1/events/{id}", get(get_event))
         .route("/v1/endpoints/{id}/enable", post(enable_endpoint))
         .route("/v1/endpoints/{id}/disable", post(disable_endpoint))
         .route("/v1/jobs/{id}", get(get_job))

@@ -23,6 +23,19 @@ pub const SUMMARY_ATTRIBUTES: [&str; 11] = [
     "expires_at",
 ];
 
+/// Attributes the by-event index carries: the summary less its own keys.
+pub const EVENT_ATTRIBUTES: [&str; 9] = [
+    "id",
+    "event_type",
+    "tenant_id",
+    "status",
+    "attempt_count",
+    "next_attempt_at",
+    "created_at",
+    "updated_at",
+    "expires_at",
+];
+
 /// Attributes the due index carries (everything a [`crate::lifecycle::DueItem`] holds).
 pub const DUE_ATTRIBUTES: [&str; 5] = ["id", "status", "attempt_count", "next_attempt_at", "lease_until"];
 
@@ -58,7 +71,7 @@ fn gsi(name: &str, pk: &str, sk: &str, include: &[&str]) -> Result<GlobalSeconda
         .map_err(e)
 }
 
-/// Creates the table (on-demand, the three GSIs, TTL on `expires_at`) unless it exists.
+/// Creates the table (on-demand, the four GSIs, TTL on `expires_at`) unless it exists.
 ///
 /// # Errors
 /// [`BootstrapError`] when a call fails for any reason but "already exists".
@@ -78,9 +91,12 @@ pub async fn create_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Res
         .attribute_definitions(attr(EP_SK, S)?)
         .attribute_definitions(attr(STATUS_KEY, S)?)
         .attribute_definitions(attr(STATUS_SK, S)?)
+        .attribute_definitions(attr(EVENT_PK, S)?)
+        .attribute_definitions(attr(EVENT_SK, S)?)
         .global_secondary_indexes(gsi(DUE_INDEX, DUE_PK, DUE_AT, &DUE_ATTRIBUTES)?)
         .global_secondary_indexes(gsi(ENDPOINT_INDEX, EP_PK, EP_SK, &SUMMARY_ATTRIBUTES)?)
         .global_secondary_indexes(gsi(STATUS_INDEX, STATUS_KEY, STATUS_SK, &SUMMARY_ATTRIBUTES)?)
+        .global_secondary_indexes(gsi(EVENT_INDEX, EVENT_PK, EVENT_SK, &EVENT_ATTRIBUTES)?)
         .send()
         .await;
     match result {

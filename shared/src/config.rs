@@ -62,6 +62,12 @@ pub struct Config {
     /// For tests and demos only: `0.0001` runs the 36-hour `standard` schedule in seconds.
     /// Attempt records keep the unscaled wait the policy chose.
     pub wait_scale: f64,
+    /// How long after a rotation the previous secret still signs (`WEBHOOKS_SECRET_ROTATION_HOURS`,
+    /// hours, default 24, as Standard Webhooks suggests).
+    pub secret_rotation: std::time::Duration,
+    /// How long an `Idempotency-Key` answer is replayed (`WEBHOOKS_IDEMPOTENCY_HOURS`, hours,
+    /// default 24).
+    pub idempotency_window: std::time::Duration,
 }
 
 /// Largest accepted event payload in bytes (256 KiB, SQS's and EventBridge's own limit).
@@ -99,6 +105,8 @@ impl Config {
             notify_topic_arn: None,
             release_per_tick: 100,
             wait_scale: 1.0,
+            secret_rotation: Duration::from_secs(24 * 3600),
+            idempotency_window: Duration::from_secs(24 * 3600),
         }
     }
 
@@ -149,6 +157,8 @@ impl Config {
         if !(c.wait_scale > 0.0 && c.wait_scale <= 1.0) {
             return Err(ConfigError { name: "WEBHOOKS_WAIT_SCALE", problem: "must be above 0 and at most 1".into() });
         }
+        c.secret_rotation = Duration::from_secs(3600 * parse::<u64>(&get, "WEBHOOKS_SECRET_ROTATION_HOURS", 24)?);
+        c.idempotency_window = Duration::from_secs(3600 * parse::<u64>(&get, "WEBHOOKS_IDEMPOTENCY_HOURS", 24)?);
         c.emit_metrics = get("AWS_LAMBDA_FUNCTION_NAME").is_some_and(|v| !v.is_empty())
             || get("WEBHOOKS_METRICS").is_some_and(|v| v == "emf");
         Ok(c)

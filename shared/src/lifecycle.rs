@@ -73,6 +73,8 @@ pub struct Transition {
     pub append_attempt: Option<Attempt>,
     /// The new TTL (unix seconds).
     pub expires_at: Field<i64>,
+    /// Why a delivery was ended without the policy deciding (`endpoint_deleted`).
+    pub reason: Field<String>,
     /// When the change happens (`updated_at`).
     pub now: DateTime<Utc>,
 }
@@ -150,6 +152,7 @@ pub fn new_delivery(
         attempts: Vec::new(),
         created_at: now,
         updated_at: now,
+        reason: None,
         expires_at: None,
     };
     if held {
@@ -178,6 +181,7 @@ pub fn claim(cfg: &Config, now: DateTime<Utc>, msg: &AttemptMessage) -> Transiti
         due_at: Field::Set(ms(lease_until)),
         append_attempt: None,
         expires_at: Field::Keep,
+        reason: Field::Keep,
         now,
     }
 }
@@ -217,6 +221,7 @@ pub fn complete(
         due_at: Field::Remove,
         append_attempt: Some(attempt),
         expires_at: Field::Keep,
+        reason: Field::Keep,
         now,
     };
     match next {
@@ -284,6 +289,7 @@ pub fn sweep(cfg: &Config, now: DateTime<Utc>, item: &DueItem) -> Option<(Transi
                 due_at: Field::Set(ms(next).max(ms(now)) + i64::from(cfg.redrive_after_seconds) * 1000),
                 append_attempt: None,
                 expires_at: Field::Keep,
+                reason: Field::Keep,
                 now,
             };
             let msg = AttemptMessage { delivery_id: item.id.clone(), attempt: item.attempt_count + 1 };
@@ -315,6 +321,7 @@ pub fn sweep(cfg: &Config, now: DateTime<Utc>, item: &DueItem) -> Option<(Transi
                 due_at: Field::Set(redrive_due),
                 append_attempt: Some(lost),
                 expires_at: Field::Keep,
+                reason: Field::Keep,
                 now,
             };
             let msg = AttemptMessage { delivery_id: item.id.clone(), attempt: item.attempt_count + 1 };
@@ -351,6 +358,7 @@ pub fn release(
         due_at: Field::Set(due),
         append_attempt: None,
         expires_at: Field::Remove,
+        reason: Field::Remove,
         now,
     };
     Some((t, enqueue))
@@ -374,7 +382,26 @@ fn held(guard: Guard, now: DateTime<Utc>) -> Transition {
         due_at: Field::Remove,
         append_attempt: None,
         expires_at: Field::Keep,
+        reason: Field::Keep,
         now,
+    }
+}
+
+/// End an unfinished delivery (`scheduled`, `sending` or `held`, as read) without another
+/// attempt: `exhausted` with `reason`, e.g. `endpoint_deleted`. Nothing vanishes: it stays a
+/// dead letter until retention removes it.
+pub fn abandon(
+    cfg: &Config,
+    now: DateTime<Utc>,
+    status: DeliveryStatus,
+    attempt_count: u32,
+    reason: &str,
+) -> Transition {
+    Transition {
+        status: DeliveryStatus::Exhausted,
+        expires_at: Field::Set(now.timestamp() + i64::from(cfg.exhausted_retention_days) * 86_400),
+        reason: Field::Set(reason.to_string()),
+        ..held(Guard { status: vec![status], attempt_count, due_at: None }, now)
     }
 }
 

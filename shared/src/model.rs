@@ -42,6 +42,13 @@ pub struct Endpoint {
     /// The probe's cool-down, seconds (default 300).
     #[serde(default = "default_cooldown")]
     pub auto_resume_after_seconds: u64,
+    /// The secret before the last rotation, still used to sign (second signature) until
+    /// `previous_secret_expires_at`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_secret: Option<String>,
+    /// When the rotation window ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_secret_expires_at: Option<DateTime<Utc>>,
     /// The held delivery released as the half-open probe, while one is out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe_delivery_id: Option<String>,
@@ -81,6 +88,18 @@ pub struct Disabled {
 }
 
 impl Endpoint {
+    /// The secrets to sign with at `now`: the current one, and the previous one during a
+    /// rotation window.
+    pub fn signing_secrets(&self, now: DateTime<Utc>) -> Vec<&str> {
+        let mut out = vec![self.secret.as_str()];
+        if let (Some(prev), Some(until)) = (&self.previous_secret, self.previous_secret_expires_at)
+            && now < until
+        {
+            out.push(prev);
+        }
+        out
+    }
+
     /// Whether an event of `event_type` goes to this endpoint: no filter, an exact name, `*`,
     /// or a prefix wildcard (`order.*` matches `order.paid` and `order.refund.created`).
     pub fn subscribes_to(&self, event_type: &str) -> bool {
@@ -202,6 +221,9 @@ pub struct Delivery {
     pub created_at: DateTime<Utc>,
     /// When the delivery last changed.
     pub updated_at: DateTime<Utc>,
+    /// Why it was ended without the retry policy deciding (`endpoint_deleted`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// When DynamoDB TTL will remove it, unix seconds (final states only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<i64>,

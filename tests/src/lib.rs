@@ -392,6 +392,26 @@ impl Store for Serialized {
         let _one = self.lock.lock().await;
         self.inner.claim_job(id, expected_due_at, lease_due_at).await
     }
+    async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError> {
+        self.inner.event_deliveries(event_id).await
+    }
+    async fn get_idempotent(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<(u16, String)>, StoreError> {
+        self.inner.get_idempotent(tenant_id, key, now).await
+    }
+    async fn put_idempotent(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        answer: (u16, &str),
+        expires_at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.inner.put_idempotent(tenant_id, key, answer, expires_at).await
+    }
     async fn list_deliveries(&self, query: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError> {
         self.inner.list_deliveries(query).await
     }

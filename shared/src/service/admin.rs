@@ -5,6 +5,7 @@ use crate::error::ServiceError;
 use crate::lifecycle;
 use crate::model::{
     Attempt, DEFAULT_BREAKER_THRESHOLD, DEFAULT_COOLDOWN_SECONDS, Delivery, DeliveryStatus, Disabled, Endpoint, Job,
+    JobKind,
 };
 use crate::policy::RetryPolicy;
 use crate::service::health;
@@ -44,9 +45,12 @@ pub struct EndpointView {
     pub created_at: DateTime<Utc>,
     /// Last change.
     pub updated_at: DateTime<Utc>,
-    /// The signing secret, shown once.
+    /// The signing secret, shown on create and rotate only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
+    /// During a rotation: when the previous secret stops signing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub previous_secret_expires_at: Option<DateTime<Utc>>,
 }
 
 impl EndpointView {
@@ -67,6 +71,7 @@ impl EndpointView {
             created_at: ep.created_at,
             updated_at: ep.updated_at,
             secret: with_secret.then_some(ep.secret),
+            previous_secret_expires_at: ep.previous_secret_expires_at,
         }
     }
 }
@@ -177,6 +182,8 @@ pub async fn create_endpoint(app: &App, body: &Map<String, Value>) -> Result<End
         circuit_breaker_threshold: DEFAULT_BREAKER_THRESHOLD,
         auto_resume: false,
         auto_resume_after_seconds: DEFAULT_COOLDOWN_SECONDS,
+        previous_secret: None,
+        previous_secret_expires_at: None,
         probe_delivery_id: None,
         created_at: now,
         updated_at: now,
@@ -242,6 +249,215 @@ pub async fn enable_endpoint(app: &App, id: &str) -> Result<(EndpointView, Job),
     Ok((get_endpoint(app, id).await?, job))
 }
 
+/// A page of a tenant's endpoints (without secrets).
+///
+/// # Errors
+/// [`ServiceError::Validation`] for a bad cursor.
+pub async fn list_endpoints(
+    app: &App,
+    tenant_id: &str,
+    limit: usize,
+    cursor: Option<&str>,
+) -> Result<Page<EndpointView>, ServiceError> {
+    let page = app.store.list_endpoints(tenant_id, limit, cursor).await?;
+    Ok(Page {
+        data: page.data.into_iter().map(|e| EndpointView::of(e, false)).collect(),
+        next_cursor: page.next_cursor,
+    })
+}
+
+/// Unfinished statuses: the delivery may still be attempted.
+const UNFINISHED: [DeliveryStatus; 3] = [DeliveryStatus::Scheduled, DeliveryStatus::Sending, DeliveryStatus::Held];
+
+/// Deletes an endpoint. With unfinished deliveries (scheduled, sending or held) it is refused
+/// unless `force`, which first ends each of them as `exhausted` with reason
+/// `endpoint_deleted`: nothing silently vanishes. Returns how many were ended.
+///
+/// # Errors
+/// [`ServiceError::NotFound`]; [`ServiceError::Conflict`] with the count of unfinished
+/// deliveries.
+pub async fn delete_endpoint(app: &App, id: &str, force: bool) -> Result<usize, ServiceError> {
+    let ep = find_endpoint(app, id).await?;
+    let mut unfinished = Vec::new();
+    for status in UNFINISHED {
+        let mut cursor = None;
+        loop {
+            let page = app
+                .store
+                .list_deliveries(&DeliveryQuery {
+                    endpoint_id: Some(ep.id.clone()),
+                    status: Some(status),
+                    limit: 100,
+                    cursor: cursor.take(),
+                    ..DeliveryQuery::default()
+                })
+                .await?;
+            unfinished.extend(page.data);
+            match page.next_cursor {
+                Some(c) => cursor = Some(c),
+                None => break,
+            }
+        }
+    }
+    if !unfinished.is_empty() && !force {
+        return Err(ServiceError::Conflict(format!(
+            "endpoint {id} has {} unfinished deliveries; retry with ?force=true to end them as exhausted (reason endpoint_deleted)",
+            unfinished.len()
+        )));
+    }
+    let now = app.clock.now();
+    for d in &unfinished {
+        let t = lifecycle::abandon(&app.config, now, d.status, d.attempt_count, "endpoint_deleted");
+        if let Applied::Lost = app.store.apply(&d.id, &t, false).await? {
+            // It moved on meanwhile (an attempt finished): end whatever state it is in now.
+            if let Some(cur) = app.store.get_delivery(&d.id).await?
+                && UNFINISHED.contains(&cur.status)
+            {
+                let t = lifecycle::abandon(&app.config, now, cur.status, cur.attempt_count, "endpoint_deleted");
+                app.store.apply(&d.id, &t, false).await?;
+            }
+        }
+    }
+    app.store.delete_endpoint(&ep.tenant_id, &ep.id).await?;
+    tracing::info!(endpoint_id = id, ended = unfinished.len(), "endpoint deleted");
+    Ok(unfinished.len())
+}
+
+/// An endpoint's delivery counts by status, its last success and failures in a row.
+#[derive(Debug, Clone, Serialize)]
+pub struct EndpointStats {
+    /// Endpoint id.
+    pub endpoint_id: String,
+    /// Deliveries by status (statuses with none are 0).
+    pub counts: std::collections::BTreeMap<String, u64>,
+    /// When the newest delivered delivery was delivered.
+    pub last_success_at: Option<DateTime<Utc>>,
+    /// Failed attempts in a row.
+    pub consecutive_failures: u32,
+    /// Deliveries counted (retention bounds this: delivered ones leave after 30 days).
+    pub counted: u64,
+}
+
+/// Counts an endpoint's deliveries (a paged Query of its `by_endpoint` index).
+///
+/// # Errors
+/// [`ServiceError::NotFound`].
+pub async fn endpoint_stats(app: &App, id: &str) -> Result<EndpointStats, ServiceError> {
+    let ep = find_endpoint(app, id).await?;
+    let mut counts: std::collections::BTreeMap<String, u64> =
+        ["scheduled", "sending", "delivered", "exhausted", "held"].into_iter().map(|s| (s.to_string(), 0)).collect();
+    let mut last_success_at: Option<DateTime<Utc>> = None;
+    let mut counted = 0;
+    let mut cursor = None;
+    loop {
+        let page = app
+            .store
+            .list_deliveries(&DeliveryQuery {
+                endpoint_id: Some(ep.id.clone()),
+                limit: 100,
+                cursor: cursor.take(),
+                ..DeliveryQuery::default()
+            })
+            .await?;
+        for d in &page.data {
+            counted += 1;
+            *counts.entry(d.status.as_str().to_string()).or_default() += 1;
+            if d.status == DeliveryStatus::Delivered && last_success_at.is_none_or(|t| d.updated_at > t) {
+                last_success_at = Some(d.updated_at);
+            }
+        }
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    Ok(EndpointStats {
+        endpoint_id: ep.id,
+        counts,
+        last_success_at,
+        consecutive_failures: ep.consecutive_failures,
+        counted,
+    })
+}
+
+/// Starts a secret rotation: a new secret (generated, or the `whsec_` one given) signs from
+/// now on, and the old one keeps signing too (both signatures, space separated) for
+/// `config.secret_rotation` (24 h). Returns the endpoint with its new secret.
+///
+/// # Errors
+/// [`ServiceError::NotFound`]; [`ServiceError::Validation`] for a malformed `secret`.
+pub async fn rotate_secret(app: &App, id: &str, secret: Option<&str>) -> Result<EndpointView, ServiceError> {
+    let mut ep = find_endpoint(app, id).await?;
+    let new = match secret {
+        Some(s) => {
+            signing::secret_key(s).map_err(|e| invalid("secret", e))?;
+            s.to_string()
+        }
+        None => signing::generate_secret(&app.random),
+    };
+    let now = app.clock.now();
+    ep.previous_secret = Some(std::mem::replace(&mut ep.secret, new));
+    ep.previous_secret_expires_at =
+        Some(now + chrono::Duration::from_std(app.config.secret_rotation).unwrap_or(chrono::Duration::hours(24)));
+    ep.updated_at = now;
+    app.store.put_endpoint(&ep).await?;
+    tracing::info!(endpoint_id = id, until = ?ep.previous_secret_expires_at, "secret rotated");
+    let until = ep.previous_secret_expires_at;
+    let mut view = EndpointView::of(ep, true);
+    view.previous_secret_expires_at = until;
+    Ok(view)
+}
+
+/// Starts replaying every exhausted delivery of an endpoint accepted in `[since, until)` as a
+/// background job (`config.release_per_tick` per sweeper tick); its progress is
+/// `GET /v1/jobs/{id}`.
+///
+/// # Errors
+/// [`ServiceError::NotFound`]; [`ServiceError::Validation`] when `until` is not after `since`.
+pub async fn recover(
+    app: &App,
+    id: &str,
+    since: DateTime<Utc>,
+    until: Option<DateTime<Utc>>,
+) -> Result<Job, ServiceError> {
+    let ep = find_endpoint(app, id).await?;
+    if until.is_some_and(|u| u <= since) {
+        return Err(invalid("until", "must be after since"));
+    }
+    health::start_job(app, &ep, JobKind::Recover, app.clock.now(), Some(since), until).await
+}
+
+/// An event: its id and every delivery made of it.
+#[derive(Debug, Clone, Serialize)]
+pub struct EventView {
+    /// Event id.
+    pub id: String,
+    /// Event type.
+    pub event_type: String,
+    /// Tenant.
+    pub tenant_id: String,
+    /// When it was accepted.
+    pub created_at: DateTime<Utc>,
+    /// One per endpoint it went to.
+    pub deliveries: Vec<DeliverySummary>,
+}
+
+/// An event with its deliveries.
+///
+/// # Errors
+/// [`ServiceError::NotFound`] when no delivery has this event id.
+pub async fn get_event(app: &App, id: &str) -> Result<EventView, ServiceError> {
+    let deliveries = app.store.event_deliveries(id).await?;
+    let first = deliveries.first().ok_or_else(|| ServiceError::NotFound(format!("event {id}")))?;
+    Ok(EventView {
+        id: id.to_string(),
+        event_type: first.event_type.clone(),
+        tenant_id: first.tenant_id.clone(),
+        created_at: first.created_at,
+        deliveries,
+    })
+}
+
 /// A background job by id.
 ///
 /// # Errors
@@ -275,6 +491,9 @@ pub struct DeliveryView {
     pub created_at: DateTime<Utc>,
     /// Last change.
     pub updated_at: DateTime<Utc>,
+    /// Why it was ended without the retry policy deciding (`endpoint_deleted`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// When retention (DynamoDB TTL) removes it; absent while in flight.
     pub expires_at: Option<DateTime<Utc>>,
 }
@@ -293,6 +512,7 @@ impl From<Delivery> for DeliveryView {
             attempts: d.attempts,
             created_at: d.created_at,
             updated_at: d.updated_at,
+            reason: d.reason,
             expires_at: d.expires_at.and_then(|s| DateTime::from_timestamp(s, 0)),
         }
     }

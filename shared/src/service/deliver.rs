@@ -116,10 +116,12 @@ pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Hand
     let started = app.clock.now();
     let result = match &endpoint {
         None => not_sent("endpoint_deleted"),
-        Some(ep) => match signing::secret_key(&ep.secret) {
-            Err(_) => not_sent("invalid_secret"),
-            Ok(key) => send(app, &delivery, &ep.url, &key, started.timestamp()).await,
-        },
+        Some(ep) => {
+            match ep.signing_secrets(started).into_iter().map(signing::secret_key).collect::<Result<Vec<_>, _>>() {
+                Err(_) => not_sent("invalid_secret"),
+                Ok(keys) => send(app, &delivery, &ep.url, &keys, started.timestamp()).await,
+            }
+        }
     };
     let failures = delivery.attempt_count.saturating_sub(delivery.attempts_base);
     let verdict = match &endpoint {
@@ -278,12 +280,14 @@ pub fn error_class(outcome: Outcome) -> Option<&'static str> {
     }
 }
 
-async fn send(app: &App, d: &Delivery, url: &str, key: &[u8], timestamp: i64) -> SendResult {
+async fn send(app: &App, d: &Delivery, url: &str, keys: &[Vec<u8>], timestamp: i64) -> SendResult {
     let body = Bytes::from(d.payload.clone());
+    // During a secret rotation both signatures go out, space separated (Standard Webhooks).
+    let signature = keys.iter().map(|k| signing::sign(k, &d.event_id, timestamp, &body)).collect::<Vec<_>>().join(" ");
     let headers = [
         (signing::HEADER_ID, d.event_id.clone()),
         (signing::HEADER_TIMESTAMP, timestamp.to_string()),
-        (signing::HEADER_SIGNATURE, signing::sign(key, &d.event_id, timestamp, &body)),
+        (signing::HEADER_SIGNATURE, signature),
         (signing::HEADER_ATTEMPT, d.attempt_count.to_string()),
     ];
     app.sender.post(url, &headers, body).await

@@ -369,6 +369,81 @@ impl Store for DynamoStore {
         Ok(Page { data, next_cursor })
     }
 
+    async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError> {
+        let mut out = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(EVENT_INDEX)
+                .key_condition_expression("event_id = :e")
+                .expression_attribute_values(":e", s(event_id))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(aws)?;
+            for item in page.items.unwrap_or_default() {
+                out.push(from_item(item)?);
+            }
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    async fn get_idempotent(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<(u16, String)>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(PK, s(idempotency_pk(tenant_id, key)))
+            .key(SK, s(IDEMPOTENCY_SK))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(aws)?;
+        let Some(item) = out.item else { return Ok(None) };
+        let num = |name: &str| item.get(name).and_then(|v| v.as_n().ok()).and_then(|v| v.parse::<i64>().ok());
+        // TTL deletes lazily: an expired record is treated as absent.
+        if num(TTL).is_some_and(|t| t <= now.timestamp()) {
+            return Ok(None);
+        }
+        let status = num("status_code").and_then(|c| u16::try_from(c).ok()).unwrap_or(202);
+        let body = item.get("body").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+        Ok(Some((status, body)))
+    }
+
+    async fn put_idempotent(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        answer: (u16, &str),
+        expires_at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError> {
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item(PK, s(idempotency_pk(tenant_id, key)))
+            .item(SK, s(IDEMPOTENCY_SK))
+            .item("status_code", n(answer.0))
+            .item("body", s(answer.1))
+            .item(TTL, n(expires_at.timestamp()))
+            .condition_expression("attribute_not_exists(pk) OR expires_at <= :now")
+            .expression_attribute_values(":now", n(chrono::Utc::now().timestamp()))
+            .send()
+            .await;
+        conditional(result).map(|_| ())
+    }
+
     async fn put_job(&self, job: &Job) -> Result<(), StoreError> {
         let mut item = to_item(job)?;
         item.insert(PK.into(), s(job_pk(&job.id)));
@@ -471,6 +546,7 @@ impl Store for DynamoStore {
         u.field("next_attempt_at", &t.next_attempt_at, time);
         u.field("lease_until", &t.lease_until, time);
         u.field(TTL, &t.expires_at, |v| n(v));
+        u.field("reason", &t.reason, |v| s(v));
         match &t.due_at {
             Field::Keep => {}
             Field::Set(at) => {

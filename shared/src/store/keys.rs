@@ -24,6 +24,22 @@ pub const STATUS_INDEX: &str = "by_status";
 pub const STATUS_KEY: &str = "status_key";
 /// By-status GSI sort key attribute.
 pub const STATUS_SK: &str = "status_sk";
+/// The by-event GSI's name: partition key `event_id`, sort key `endpoint_id` (attributes
+/// every delivery has anyway, so the index costs no extra write request).
+pub const EVENT_INDEX: &str = "by_event";
+/// By-event GSI partition key attribute.
+pub const EVENT_PK: &str = "event_id";
+/// By-event GSI sort key attribute.
+pub const EVENT_SK: &str = "endpoint_id";
+
+/// `IDEMPOTENCY#{tenant_id}#{key}`: a stored answer to an `Idempotency-Key`.
+pub fn idempotency_pk(tenant_id: &str, key: &str) -> String {
+    format!("IDEMPOTENCY#{tenant_id}#{key}")
+}
+
+/// Sort key of an idempotency record.
+pub const IDEMPOTENCY_SK: &str = "IDEMPOTENCY";
+
 /// The TTL attribute (unix seconds).
 pub const TTL: &str = "expires_at";
 

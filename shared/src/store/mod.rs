@@ -186,6 +186,23 @@ pub trait Store: Send + Sync {
     /// Takes a job's due step: moves its due time from `expected_due_at` to `lease_due_at`
     /// (both milliseconds); false when another tick took it first.
     async fn claim_job(&self, id: &str, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError>;
+    /// Every delivery of an event (one per endpoint it went to), from the `by_event` index.
+    async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError>;
+    /// A stored `Idempotency-Key` answer (HTTP status, JSON body) unless it has expired.
+    async fn get_idempotent(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<(u16, String)>, StoreError>;
+    /// Stores an `Idempotency-Key` answer until `expires_at` (first writer wins).
+    async fn put_idempotent(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        answer: (u16, &str),
+        expires_at: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
     /// A page of deliveries.
     async fn list_deliveries(&self, query: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError>;
 }

@@ -1,0 +1,259 @@
+//! The ops surface end to end: endpoints, filters, stats, deletion, secret rotation, recover,
+//! events, idempotency keys.
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::time::Duration;
+use webhooks_local::Options;
+use webhooks_tests::{Receiver, Reply, Stack};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn quiet() -> Options {
+    Options { pollers: 0, sweeper: false, ..Options::default() }
+}
+
+fn delivery_id(accepted: &Value) -> String {
+    accepted["deliveries"][0]["id"].as_str().expect("delivery id").to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn endpoint_routes_happy_paths_and_errors() {
+    let stack = Stack::start_with(|_| {}, quiet()).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let mut created = BTreeSet::new();
+    for i in 0..5 {
+        let ep = stack.endpoint("acme", &format!("{}?n={i}", rx.url), Value::Null).await;
+        created.insert(ep["id"].as_str().unwrap().to_string());
+    }
+    stack.endpoint("globex", &rx.url, Value::Null).await;
+
+    // Pagination returns every endpoint of the tenant exactly once.
+    let mut seen = BTreeSet::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut path = "/v1/endpoints?tenant_id=acme&limit=2".to_string();
+        if let Some(c) = &cursor {
+            path.push_str(&format!("&cursor={c}"));
+        }
+        let (status, page) = stack.call(Method::GET, &path, None).await;
+        assert_eq!(status, 200, "{page}");
+        for ep in page["data"].as_array().unwrap() {
+            assert!(ep.get("secret").is_none(), "lists never show secrets");
+            assert!(seen.insert(ep["id"].as_str().unwrap().to_string()));
+        }
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(seen, created);
+
+    let id = created.iter().next().unwrap().clone();
+    let path = format!("/v1/endpoints/{id}");
+    let (status, ep) = stack.call(Method::GET, &path, None).await;
+    assert_eq!((status, ep["id"].as_str()), (200, Some(id.as_str())));
+    let (status, ep) = stack.call(Method::PATCH, &path, Some(json!({"event_types": ["order.*"], "url": rx.url}))).await;
+    assert_eq!(status, 200, "{ep}");
+    assert_eq!(ep["event_types"], json!(["order.*"]));
+
+    // Errors: 404 for unknown ids on every endpoint route, 422 naming the field.
+    for (method, p) in [
+        (Method::GET, "/v1/endpoints/ep_nope"),
+        (Method::PATCH, "/v1/endpoints/ep_nope"),
+        (Method::DELETE, "/v1/endpoints/ep_nope"),
+        (Method::GET, "/v1/endpoints/ep_nope/stats"),
+        (Method::POST, "/v1/endpoints/ep_nope/enable"),
+        (Method::POST, "/v1/endpoints/ep_nope/disable"),
+        (Method::POST, "/v1/endpoints/ep_nope/rotate-secret"),
+        (Method::GET, "/v1/events/evt_nope"),
+        (Method::GET, "/v1/jobs/job_nope"),
+        (Method::POST, "/v1/deliveries/dlv_nope/replay"),
+    ] {
+        let body = (method == Method::PATCH).then(|| json!({"url": rx.url}));
+        let (status, e) = stack.call(method.clone(), p, body).await;
+        assert_eq!((status, e["error"]["code"].as_str()), (404, Some("not_found")), "{method} {p}: {e}");
+    }
+    for (body, field) in [
+        (json!({"event_types": [""]}), "event_types[0]"),
+        (json!({"event_types": ["order.*.x*"]}), "event_types[0]"),
+        (json!({"circuit_breaker_threshold": -1}), "circuit_breaker_threshold"),
+        (json!({"colour": "blue"}), "colour"),
+        (json!({"url": "mailto:ops@example.com"}), "url"),
+    ] {
+        let (status, e) = stack.call(Method::PATCH, &path, Some(body.clone())).await;
+        assert_eq!(status, 422, "{body}: {e}");
+        assert!(e["error"]["message"].as_str().unwrap().starts_with(field), "{body}: {e}");
+    }
+    let (status, e) = stack.call(Method::GET, "/v1/endpoints", None).await;
+    assert_eq!(status, 422);
+    assert!(e["error"]["message"].as_str().unwrap().contains("tenant_id"));
+    let (status, _) = stack.call(Method::POST, &format!("{path}/recover"), Some(json!({}))).await;
+    assert_eq!(status, 422, "recover needs since");
+
+    // Delete: nothing unfinished, so no force needed; then it is gone.
+    let (status, d) = stack.call(Method::DELETE, &path, None).await;
+    assert_eq!(status, 200, "{d}");
+    let (status, _) = stack.call(Method::GET, &path, None).await;
+    assert_eq!(status, 404);
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn prefix_filters_stats_and_forced_delete() {
+    let stack = Stack::start_with(|_| {}, quiet()).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let (_, ep) = stack
+        .call(
+            Method::POST,
+            "/v1/endpoints",
+            Some(json!({"tenant_id": "acme", "url": rx.url, "event_types": ["order.*", "invoice.sent"]})),
+        )
+        .await;
+    let id = ep["id"].as_str().unwrap();
+    for (t, expected) in
+        [("order.paid", 1), ("order.refund.created", 1), ("invoice.sent", 1), ("invoice.void", 0), ("orders", 0)]
+    {
+        let accepted = stack.event("acme", t, json!({})).await;
+        assert_eq!(accepted["deliveries"].as_array().unwrap().len(), expected, "{t}");
+    }
+    let (status, stats) = stack.call(Method::GET, &format!("/v1/endpoints/{id}/stats"), None).await;
+    assert_eq!(status, 200, "{stats}");
+    assert_eq!(stats["counts"]["scheduled"], 3);
+    assert_eq!(stats["counts"]["delivered"], 0);
+
+    // Three unfinished deliveries: refused without force...
+    let (status, e) = stack.call(Method::DELETE, &format!("/v1/endpoints/{id}"), None).await;
+    assert_eq!((status, e["error"]["code"].as_str()), (409, Some("conflict")), "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains('3'));
+    // ...and with force they become dead letters with a reason, not nothing.
+    let (status, d) = stack.call(Method::DELETE, &format!("/v1/endpoints/{id}?force=true"), None).await;
+    assert_eq!((status, d["deliveries_ended"].as_u64()), (200, Some(3)), "{d}");
+    let (_, dead) = stack.call(Method::GET, "/v1/deliveries?status=exhausted", None).await;
+    let dead = dead["data"].as_array().unwrap();
+    assert_eq!(dead.len(), 3);
+    for d in dead {
+        let full = stack.delivery(d["id"].as_str().unwrap()).await;
+        assert_eq!(full["reason"], "endpoint_deleted");
+        assert!(full["expires_at"].is_string());
+    }
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rotation_signs_with_both_secrets_during_the_window_then_only_the_new_one() {
+    let stack = Stack::start(|c| c.secret_rotation = Duration::from_secs(3)).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let ep = stack.endpoint("acme", &rx.url, Value::Null).await;
+    let id = ep["id"].as_str().unwrap();
+    let old = ep["secret"].as_str().unwrap().to_string();
+    let (status, rotated) = stack.call(Method::POST, &format!("/v1/endpoints/{id}/rotate-secret"), None).await;
+    assert_eq!(status, 200, "{rotated}");
+    let new = rotated["secret"].as_str().unwrap().to_string();
+    assert_ne!(old, new);
+    assert!(rotated["previous_secret_expires_at"].is_string());
+    let (_, shown) = stack.call(Method::GET, &format!("/v1/endpoints/{id}"), None).await;
+    assert!(shown.get("secret").is_none(), "shown on create and rotate only");
+
+    let during = delivery_id(&stack.event("acme", "order.paid", json!({"n": 1})).await);
+    stack.wait_status(&during, "delivered", WAIT).await;
+    tokio::time::sleep(Duration::from_millis(3200)).await;
+    let after = delivery_id(&stack.event("acme", "order.paid", json!({"n": 2})).await);
+    stack.wait_status(&after, "delivered", WAIT).await;
+
+    let hits = rx.hits();
+    let verify = |secret: &str, i: usize| {
+        standardwebhooks::Webhook::new(secret).unwrap().verify(&hits[i].body, &hits[i].headers).is_ok()
+    };
+    assert_eq!(hits[0].header("webhook-signature").split(' ').count(), 2);
+    assert!(verify(&old, 0), "a receiver still on the old secret accepts during the window");
+    assert!(verify(&new, 0), "a receiver already on the new secret accepts during the window");
+    assert_eq!(hits[1].header("webhook-signature").split(' ').count(), 1);
+    assert!(!verify(&old, 1), "after the window the old secret no longer verifies");
+    assert!(verify(&new, 1));
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn recover_replays_exactly_the_exhausted_deliveries_in_the_window() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(500)).await;
+    let ep = stack.endpoint("acme", &rx.url, json!({"schedule_seconds": [1], "max_attempts": 1})).await;
+    let id = ep["id"].as_str().unwrap();
+    let before = delivery_id(&stack.event("acme", "order.paid", json!({"n": 0})).await);
+    stack.wait_status(&before, "exhausted", WAIT).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let since = chrono::Utc::now();
+    let mut inside = Vec::new();
+    for n in 1..=3 {
+        inside.push(delivery_id(&stack.event("acme", "order.paid", json!({"n": n})).await));
+    }
+    for d in &inside {
+        stack.wait_status(d, "exhausted", WAIT).await;
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let until = chrono::Utc::now();
+    let later = delivery_id(&stack.event("acme", "order.paid", json!({"n": 9})).await);
+    stack.wait_status(&later, "exhausted", WAIT).await;
+
+    rx.set_default(Reply::Status(200));
+    let (status, job) = stack
+        .call(
+            Method::POST,
+            &format!("/v1/endpoints/{id}/recover"),
+            Some(json!({"since": since.to_rfc3339(), "until": until.to_rfc3339()})),
+        )
+        .await;
+    assert_eq!(status, 202, "{job}");
+    let job_id = job["id"].as_str().unwrap();
+    for d in &inside {
+        stack.wait_status(d, "delivered", WAIT).await;
+    }
+    let (_, job) = stack.call(Method::GET, &format!("/v1/jobs/{job_id}"), None).await;
+    assert_eq!((job["status"].as_str(), job["processed"].as_u64()), (Some("done"), Some(3)), "{job}");
+    assert_eq!(stack.delivery(&before).await["status"], "exhausted");
+    assert_eq!(stack.delivery(&later).await["status"], "exhausted");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn idempotency_key_replays_the_original_answer_and_events_show_their_deliveries() {
+    let stack = Stack::start(|_| {}).await;
+    let a = Receiver::start(Reply::Status(200)).await;
+    let b = Receiver::start(Reply::Status(200)).await;
+    stack.endpoint("acme", &a.url, Value::Null).await;
+    stack.endpoint("acme", &b.url, Value::Null).await;
+    let post = |key: &'static str| {
+        stack
+            .http
+            .post(format!("{}/v1/events", stack.base))
+            .header("idempotency-key", key)
+            .json(&json!({"tenant_id": "acme", "event_type": "order.paid", "payload": {"k": key}}))
+            .send()
+    };
+    let first = post("key-1").await.unwrap();
+    assert_eq!(first.status().as_u16(), 202);
+    let first: Value = first.json().await.unwrap();
+    let again = post("key-1").await.unwrap();
+    assert_eq!(again.status().as_u16(), 202);
+    assert_eq!(again.headers().get("idempotent-replayed").and_then(|v| v.to_str().ok()), Some("true"));
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(first, again, "the original response");
+    let other: Value = post("key-2").await.unwrap().json().await.unwrap();
+    assert_ne!(other["event_id"], first["event_id"]);
+
+    let event_id = first["event_id"].as_str().unwrap();
+    for d in first["deliveries"].as_array().unwrap() {
+        stack.wait_status(d["id"].as_str().unwrap(), "delivered", WAIT).await;
+    }
+    let (status, event) = stack.call(Method::GET, &format!("/v1/events/{event_id}"), None).await;
+    assert_eq!(status, 200, "{event}");
+    assert_eq!(event["event_type"], "order.paid");
+    let deliveries = event["deliveries"].as_array().unwrap();
+    assert_eq!(deliveries.len(), 2);
+    assert!(deliveries.iter().all(|d| d["status"] == "delivered"));
+    stack.wait_status(&delivery_id(&other), "delivered", WAIT).await;
+    assert_eq!((a.count(), b.count()), (2, 2), "one delivery per event per endpoint");
+    stack.stop().await;
+}
