@@ -1,0 +1,94 @@
+//! webhooks-admin against the local runtime on the emulator.
+
+use serde_json::{Value, json};
+use std::time::Duration;
+use webhooks_tests::{Receiver, Reply, Stack};
+
+async fn admin(stack: &Stack, args: &[&str]) -> (bool, String, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_webhooks-admin"))
+        .arg("--api")
+        .arg(&stack.base)
+        .args(args)
+        .output()
+        .await
+        .expect("run webhooks-admin");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn admin_json(stack: &Stack, args: &[&str]) -> Value {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let (ok, out, err) = admin(stack, &all).await;
+    assert!(ok, "webhooks-admin {args:?} failed: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_creates_lists_inspects_replays_recovers_enables_and_rotates() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(500)).await;
+
+    let ep = admin_json(
+        &stack,
+        &[
+            "endpoints",
+            "create",
+            "--tenant",
+            "acme",
+            "--url",
+            &rx.url,
+            "--retry-policy",
+            r#"{"schedule_seconds":[1],"max_attempts":1}"#,
+        ],
+    )
+    .await;
+    let ep_id = ep["id"].as_str().unwrap().to_string();
+    assert!(ep["secret"].as_str().unwrap().starts_with("whsec_"));
+    let (ok, table, _) = admin(&stack, &["endpoints", "list", "--tenant", "acme"]).await;
+    assert!(ok && table.contains(&ep_id) && table.contains("custom"), "{table}");
+
+    let since = chrono::Utc::now().to_rfc3339();
+    let accepted = stack.event("acme", "order.paid", json!({"n": 1})).await;
+    let id = accepted["deliveries"][0]["id"].as_str().unwrap().to_string();
+    stack.wait_status(&id, "exhausted", Duration::from_secs(20)).await;
+
+    let (ok, dead, _) = admin(&stack, &["dead-letters"]).await;
+    assert!(ok && dead.contains(&id), "{dead}");
+    let (ok, timeline, _) = admin(&stack, &["delivery", &id]).await;
+    assert!(ok && timeline.contains("exhausted") && timeline.contains("500"), "{timeline}");
+
+    rx.set_default(Reply::Status(200));
+    let replayed = admin_json(&stack, &["replay", &id]).await;
+    assert_eq!(replayed["status"], "scheduled");
+    stack.wait_status(&id, "delivered", Duration::from_secs(20)).await;
+
+    // A second dead letter, recovered through a job.
+    rx.set_default(Reply::Status(500));
+    let accepted = stack.event("acme", "order.paid", json!({"n": 2})).await;
+    let id2 = accepted["deliveries"][0]["id"].as_str().unwrap().to_string();
+    stack.wait_status(&id2, "exhausted", Duration::from_secs(20)).await;
+    rx.set_default(Reply::Status(200));
+    let job = admin_json(&stack, &["recover", &ep_id, "--since", &since]).await;
+    stack.wait_status(&id2, "delivered", Duration::from_secs(20)).await;
+    let (ok, line, _) = admin(&stack, &["job", job["id"].as_str().unwrap()]).await;
+    assert!(ok && line.contains("recover"), "{line}");
+
+    let disabled = admin_json(&stack, &["endpoints", "disable", &ep_id]).await;
+    assert_eq!(disabled["enabled"], false);
+    let enabled = admin_json(&stack, &["endpoints", "enable", &ep_id]).await;
+    assert_eq!(enabled["enabled"], true);
+    let rotated = admin_json(&stack, &["endpoints", "rotate", &ep_id]).await;
+    assert_ne!(rotated["secret"], ep["secret"]);
+    let (ok, stats, _) = admin(&stack, &["endpoints", "stats", &ep_id]).await;
+    assert!(ok && stats.contains("delivered"), "{stats}");
+
+    // Errors come back as a non-zero exit with the API's code and message.
+    let (ok, _, err) = admin(&stack, &["delivery", "dlv_missing"]).await;
+    assert!(!ok);
+    assert!(err.contains("404 not_found"), "{err}");
+    stack.stop().await;
+}
