@@ -1,5 +1,7 @@
 //! webhooks-admin against the local runtime on the emulator.
 
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // test helpers fail loudly
+
 use serde_json::{Value, json};
 use std::time::Duration;
 use webhooks_tests::{Receiver, Reply, Stack};
