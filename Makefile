@@ -1,11 +1,20 @@
 # The two commands of the README: `make run` and `make test`.
-.PHONY: run test lint ci clean
+.PHONY: run test lint ci clean lambda-smoke
 
 run:
 	bash scripts/run-local.sh
 
 test:
 	bash scripts/test.sh
+
+# cfn-lint/sam validate, cargo lambda build, glibc check, bootstraps under a local Runtime API
+lambda-smoke:
+	bash scripts/lambda-smoke.sh
+
+# Benchmarks (not run by CI): its own moto, release builds, writes bench/report.md and charts
+.PHONY: bench
+bench:
+	bash bench/run.sh
 
 lint:
 	cargo fmt --all -- --check

@@ -1,0 +1,722 @@
+#!/usr/bin/env python3
+"""Smoke test of the built Lambda binaries (target/lambda/<name>/bootstrap).
+
+Each function's real `bootstrap` runs as Lambda runs it: a process that long-polls a Lambda
+Runtime API (a small one in this file, the same HTTP protocol as Lambda's
+/2018-06-01/runtime/...), with the environment the SAM template gives that function, against
+an AWS emulator (moto, or LocalStack / real AWS through AWS_ENDPOINT_URL). It sends each
+function its real trigger event and checks the response and the effect in DynamoDB and SQS:
+
+  admin    API Gateway v2 (HTTP API, IAM auth) POST /v1/endpoints, GET routes
+  ingest   API Gateway v2 POST /v1/events, and an EventBridge custom event
+  deliver  an SQS batch built from the messages ingest really sent (plus a malformed one)
+  sweeper  an EventBridge scheduled event, after an attempt message was "lost"
+
+The table is created from the template's own AWS::DynamoDB::Table and checked against the
+key and index names in shared/src, and every WEBHOOKS_* variable of the template is checked
+against shared/src/config.rs, so the template, the code and the binaries are proven together.
+
+Needs boto3 and PyYAML (both in the moto venv). Prints 'N passed, N failed' at the end.
+"""
+
+import argparse
+import base64
+import hashlib
+import hmac
+import http.server
+import json
+import os
+import queue
+import re
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import boto3
+import yaml
+
+ACCOUNT = "123456789012"
+PASSED = []
+FAILED = []
+
+
+def check(name, ok, detail=""):
+    (PASSED if ok else FAILED).append(name)
+    print(f"  {'ok  ' if ok else 'FAIL'} {name}" + (f": {detail}" if detail and not ok else ""))
+    return ok
+
+
+# ---------------------------------------------------------------- the template
+
+
+class CfnLoader(yaml.SafeLoader):
+    """Reads CloudFormation short-form tags (!Ref, !GetAtt, !Sub, ...) as {'Fn': value}."""
+
+
+def _cfn_tag(loader, suffix, node):
+    if isinstance(node, yaml.ScalarNode):
+        value = loader.construct_scalar(node)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)
+    name = "Ref" if suffix == "Ref" else f"Fn::{suffix}"
+    return {name: value}
+
+
+CfnLoader.add_multi_constructor("!", _cfn_tag)
+
+
+def load_template(path):
+    with open(path) as f:
+        return yaml.load(f, Loader=CfnLoader)
+
+
+def function_env(template, logical_id, refs):
+    """The function's environment: Globals plus its own, with Refs resolved through `refs`
+    (resources) or the parameters' defaults."""
+    params = template.get("Parameters", {})
+    env = dict(template["Globals"]["Function"].get("Environment", {}).get("Variables", {}))
+    props = template["Resources"][logical_id]["Properties"]
+    env.update(props.get("Environment", {}).get("Variables", {}))
+    out = {}
+    for k, v in env.items():
+        if isinstance(v, dict) and "Ref" in v:
+            ref = v["Ref"]
+            if ref in refs:
+                v = refs[ref]
+            elif ref in params:
+                v = params[ref]["Default"]
+            else:
+                raise SystemExit(f"{logical_id}: {k} refers to {ref}, which the smoke test cannot resolve")
+        elif isinstance(v, dict):
+            raise SystemExit(f"{logical_id}: {k} is {v}, which the smoke test cannot resolve")
+        out[k] = str(v)
+    return out
+
+
+def check_template_against_code(template, root):
+    """The table and the environment the template declares are the ones the code uses."""
+    keys = open(os.path.join(root, "shared/src/store/keys.rs")).read()
+    consts = dict(re.findall(r'pub const (\w+): &str = "([^"]*)";', keys))
+    boot = open(os.path.join(root, "shared/src/bootstrap.rs")).read()
+
+    def array(name):
+        m = re.search(name + r": \[&str; \d+\] = \[(.*?)\];", boot, re.S)
+        return sorted(re.findall(r'"([^"]+)"', m.group(1))) if m else None
+
+    summary, due = array("SUMMARY_ATTRIBUTES"), array("DUE_ATTRIBUTES")
+    table = template["Resources"]["Table"]["Properties"]
+    check("template: table keys are pk/sk",
+          [k["AttributeName"] for k in table["KeySchema"]] == [consts["PK"], consts["SK"]])
+    check("template: TTL attribute", table["TimeToLiveSpecification"]["AttributeName"] == consts["TTL"])
+    check("template: on-demand and PITR", table["BillingMode"] == "PAY_PER_REQUEST"
+          and table["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"] is True)
+    want = {
+        consts["DUE_INDEX"]: ([consts["DUE_PK"], consts["DUE_AT"]], due),
+        consts["ENDPOINT_INDEX"]: ([consts["EP_PK"], consts["EP_SK"]], summary),
+        consts["STATUS_INDEX"]: ([consts["STATUS_KEY"], consts["STATUS_SK"]], summary),
+    }
+    got = {
+        g["IndexName"]: ([k["AttributeName"] for k in g["KeySchema"]],
+                         sorted(g["Projection"].get("NonKeyAttributes", [])))
+        for g in table["GlobalSecondaryIndexes"]
+    }
+    check("template: GSIs, keys and INCLUDE projections match shared/src", got == want,
+          f"template {got} != code {want}")
+    types = {a["AttributeName"]: a["AttributeType"] for a in table["AttributeDefinitions"]}
+    check("template: due_at is a number", types.get(consts["DUE_AT"]) == "N")
+
+    config = open(os.path.join(root, "shared/src/config.rs")).read()
+    known = set(re.findall(r'"(WEBHOOKS_[A-Z0-9_]+)"', config))
+    names = set()
+    for lid, res in template["Resources"].items():
+        if res["Type"] == "AWS::Serverless::Function":
+            names |= set(function_env(template, lid, {"Table": "t", "Queue": "q", "NotificationTopic": "n"}))
+    unknown = sorted(n for n in names if n.startswith("WEBHOOKS_") and n not in known)
+    check("template: every WEBHOOKS_* variable is read by shared/src/config.rs", not unknown,
+          f"unknown: {unknown}")
+
+    emitted = set()
+    for dirpath, _, files in os.walk(os.path.join(root, "shared/src")):
+        for f in files:
+            if f.endswith(".rs"):
+                emitted |= set(re.findall(r'\("([A-Z][A-Za-z]+)",\s*[^,]+,\s*"(?:Count|Milliseconds)"\)',
+                                          open(os.path.join(dirpath, f)).read()))
+    alarm_metrics = sorted(
+        r["Properties"]["MetricName"] for r in template["Resources"].values()
+        if r["Type"] == "AWS::CloudWatch::Alarm" and r["Properties"].get("Namespace") == "Webhooks")
+    check("template: alarms on Webhooks metrics use names the code emits",
+          alarm_metrics and all(m in emitted for m in alarm_metrics), f"{alarm_metrics} vs {sorted(emitted)}")
+
+
+def create_table_from_template(ddb, template, name):
+    p = template["Resources"]["Table"]["Properties"]
+    ddb.create_table(
+        TableName=name,
+        BillingMode=p["BillingMode"],
+        AttributeDefinitions=p["AttributeDefinitions"],
+        KeySchema=p["KeySchema"],
+        GlobalSecondaryIndexes=p["GlobalSecondaryIndexes"],
+    )
+    ddb.get_waiter("table_exists").wait(TableName=name)
+    ddb.update_time_to_live(TableName=name, TimeToLiveSpecification={
+        "AttributeName": p["TimeToLiveSpecification"]["AttributeName"], "Enabled": True})
+
+
+# ---------------------------------------------------------------- a Lambda Runtime API
+
+
+class QuietServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        pass  # a long poll cut off when the function stops
+
+
+class RuntimeApi:
+    """The Lambda Runtime API (2018-06-01) for one function instance: /next hands out one
+    queued invocation at a time, /response and /error complete it, /init/error records a
+    failed cold start."""
+
+    PREFIX = "/2018-06-01/runtime"
+
+    def __init__(self, function_name, timeout_s=60):
+        self.function_name = function_name
+        self.timeout_s = timeout_s
+        self.pending = queue.Queue()
+        self.results = {}
+        self.done = threading.Condition()
+        self.init_error = None
+        self.polls = 0
+        api = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _reply(self, status, body=b"", headers=None):
+                self.send_response(status)
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _body(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                return self.rfile.read(n) if n else b""
+
+            def do_GET(self):
+                if self.path != f"{api.PREFIX}/invocation/next":
+                    return self._reply(404, b'{"errorMessage":"not found"}')
+                api.polls += 1
+                while True:
+                    try:
+                        request_id, event = api.pending.get(timeout=0.5)
+                        break
+                    except queue.Empty:
+                        if api.closed:
+                            return self._reply(500, b"{}")
+                deadline = int((time.time() + api.timeout_s) * 1000)
+                self._reply(200, event, {
+                    "Content-Type": "application/json",
+                    "Lambda-Runtime-Aws-Request-Id": request_id,
+                    "Lambda-Runtime-Deadline-Ms": str(deadline),
+                    "Lambda-Runtime-Invoked-Function-Arn":
+                        f"arn:aws:lambda:us-east-1:{ACCOUNT}:function:{api.function_name}",
+                    "Lambda-Runtime-Trace-Id":
+                        f"Root=1-{int(time.time()):08x}-{uuid.uuid4().hex[:24]};Parent={uuid.uuid4().hex[:16]};Sampled=0",
+                })
+
+            def do_POST(self):
+                body = self._body()
+                m = re.fullmatch(api.PREFIX + r"/invocation/([^/]+)/(response|error)", self.path)
+                if m:
+                    with api.done:
+                        api.results[m.group(1)] = (m.group(2), body,
+                                                   self.headers.get("Lambda-Runtime-Function-Error-Type"))
+                        api.done.notify_all()
+                    return self._reply(202, b'{"status":"OK"}')
+                if self.path == f"{api.PREFIX}/init/error":
+                    with api.done:
+                        api.init_error = body
+                        api.done.notify_all()
+                    return self._reply(202, b'{"status":"OK"}')
+                return self._reply(404, b'{"errorMessage":"not found"}')
+
+        self.closed = False
+        self.server = QuietServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+
+    def invoke(self, event, process, wait_s=60):
+        """Queues `event`, waits for the function's answer: ('response'|'error', json, type)."""
+        request_id = str(uuid.uuid4())
+        self.pending.put((request_id, json.dumps(event).encode()))
+        end = time.time() + wait_s
+        with self.done:
+            while request_id not in self.results:
+                if self.init_error is not None:
+                    raise RuntimeError(f"{self.function_name}: init error {self.init_error!r}")
+                if process.poll() is not None:
+                    raise RuntimeError(f"{self.function_name}: process exited with {process.returncode}")
+                if time.time() > end:
+                    raise RuntimeError(f"{self.function_name}: no answer in {wait_s} s")
+                self.done.wait(0.2)
+            kind, body, error_type = self.results.pop(request_id)
+        return kind, json.loads(body or b"null"), error_type
+
+    def close(self):
+        self.closed = True
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Function:
+    """A built bootstrap binary running against its own RuntimeApi."""
+
+    def __init__(self, name, binary, env, logdir):
+        self.name = name
+        self.api = RuntimeApi(f"webhooks-{name}")
+        full = {
+            "PATH": "/usr/bin:/bin",
+            "AWS_LAMBDA_RUNTIME_API": self.api.address,
+            "AWS_LAMBDA_FUNCTION_NAME": f"webhooks-{name}",
+            "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "256",
+            "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/webhooks-{name}",
+            "AWS_LAMBDA_LOG_STREAM_NAME": "smoke",
+            "AWS_EXECUTION_ENV": "AWS_Lambda_provided.al2023",
+            "LAMBDA_TASK_ROOT": os.path.dirname(binary),
+            "_HANDLER": "bootstrap",
+            "AWS_REGION": os.environ.get("AWS_REGION", "us-east-1"),
+            "AWS_DEFAULT_REGION": os.environ.get("AWS_REGION", "us-east-1"),
+            "AWS_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID", "test"),
+            "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY", "test"),
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
+        for k in ("AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
+            if os.environ.get(k):
+                full[k] = os.environ[k]
+        full.update(env)
+        self.log_path = os.path.join(logdir, f"lambda-{name}.log")
+        self.log = open(self.log_path, "wb")
+        self.process = subprocess.Popen([binary], env=full, stdout=self.log, stderr=subprocess.STDOUT,
+                                        cwd=os.path.dirname(binary))
+
+    def invoke(self, event, wait_s=60):
+        return self.api.invoke(event, self.process, wait_s)
+
+    def log_text(self):
+        if not self.log.closed:
+            self.log.flush()
+        return open(self.log_path, encoding="utf-8", errors="replace").read()
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.api.close()
+        self.log.close()
+
+
+# ---------------------------------------------------------------- trigger events
+
+
+def http_event(method, path, body=None, query="", route_key=None):
+    """An API Gateway HTTP API (payload 2.0) request, as signed by IAM (SigV4)."""
+    now = time.time()
+    event = {
+        "version": "2.0",
+        "routeKey": route_key or f"{method} {path}",
+        "rawPath": path,
+        "rawQueryString": query,
+        "headers": {
+            "accept": "application/json",
+            "host": "abc123.execute-api.us-east-1.amazonaws.com",
+            "user-agent": "lambda-smoke",
+            "x-amz-date": time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now)),
+            "x-forwarded-proto": "https",
+        },
+        "requestContext": {
+            "accountId": ACCOUNT,
+            "apiId": "abc123",
+            "authorizer": {"iam": {
+                "accessKey": "AKIAIOSFODNN7EXAMPLE",
+                "accountId": ACCOUNT,
+                "callerId": "AIDACKCEVSQ6C2EXAMPLE",
+                "cognitoIdentity": None,
+                "principalOrgId": None,
+                "userArn": f"arn:aws:iam::{ACCOUNT}:user/ops",
+                "userId": "AIDACKCEVSQ6C2EXAMPLE",
+            }},
+            "domainName": "abc123.execute-api.us-east-1.amazonaws.com",
+            "domainPrefix": "abc123",
+            "http": {"method": method, "path": path, "protocol": "HTTP/1.1",
+                     "sourceIp": "192.0.2.10", "userAgent": "lambda-smoke"},
+            "requestId": uuid.uuid4().hex[:16],
+            "routeKey": route_key or f"{method} {path}",
+            "stage": "$default",
+            "time": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(now)),
+            "timeEpoch": int(now * 1000),
+        },
+        "isBase64Encoded": False,
+    }
+    if query:
+        event["queryStringParameters"] = dict(p.split("=", 1) for p in query.split("&"))
+    if body is not None:
+        raw = json.dumps(body)
+        event["headers"]["content-type"] = "application/json"
+        event["headers"]["content-length"] = str(len(raw))
+        event["body"] = raw
+    return event
+
+
+def http_answer(kind, response):
+    """(status, json body) of a lambda_http response to an HTTP API event."""
+    if kind != "response":
+        return None, response
+    body = response.get("body") or ""
+    if response.get("isBase64Encoded"):
+        body = base64.b64decode(body).decode()
+    try:
+        parsed = json.loads(body) if body else None
+    except ValueError:
+        parsed = body
+    return response.get("statusCode"), parsed
+
+
+def eventbridge_event(detail_type, source, detail, event_id=None):
+    return {
+        "version": "0",
+        "id": event_id or str(uuid.uuid4()),
+        "detail-type": detail_type,
+        "source": source,
+        "account": ACCOUNT,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "region": "us-east-1",
+        "resources": [],
+        "detail": detail,
+    }
+
+
+def scheduled_event():
+    e = eventbridge_event("Scheduled Event", "aws.events", {})
+    e["resources"] = [f"arn:aws:events:us-east-1:{ACCOUNT}:rule/webhooks-SweeperFunctionTick"]
+    return e
+
+
+def sqs_event(messages, queue_arn):
+    records = []
+    for m in messages:
+        records.append({
+            "messageId": m["MessageId"],
+            "receiptHandle": m.get("ReceiptHandle", "handle"),
+            "body": m["Body"],
+            "attributes": {
+                "ApproximateReceiveCount": m.get("Attributes", {}).get("ApproximateReceiveCount", "1"),
+                "SentTimestamp": m.get("Attributes", {}).get("SentTimestamp", str(int(time.time() * 1000))),
+                "SenderId": "AIDACKCEVSQ6C2EXAMPLE",
+                "ApproximateFirstReceiveTimestamp": str(int(time.time() * 1000)),
+            },
+            "messageAttributes": {},
+            "md5OfBody": hashlib.md5(m["Body"].encode()).hexdigest(),
+            "eventSource": "aws:sqs",
+            "eventSourceARN": queue_arn,
+            "awsRegion": "us-east-1",
+        })
+    return {"Records": records}
+
+
+# ---------------------------------------------------------------- a receiver
+
+
+class Receiver:
+    """Records every POST and answers 204."""
+
+    def __init__(self):
+        self.requests = []
+        rec = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n)
+                rec.requests.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()},
+                                     "body": body})
+                self.send_response(204)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def signature_ok(secret, req):
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    h = req["headers"]
+    signed = f"{h['webhook-id']}.{h['webhook-timestamp']}.".encode() + req["body"]
+    expected = "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+    return expected in h.get("webhook-signature", "").split(" ")
+
+
+# ---------------------------------------------------------------- the run
+
+
+def receive_all(sqs, url, want, wait_s=20):
+    """Receives until `want` messages are in hand (or the wait runs out)."""
+    got, end = [], time.time() + wait_s
+    while len(got) < want and time.time() < end:
+        out = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1,
+                                  AttributeNames=["All"])
+        got.extend(out.get("Messages", []))
+    return got
+
+
+def emulate_esm(deliver, sqs, url, arn, messages, extra=()):
+    """What the SQS event source mapping does: one batch to deliver, then delete every message
+    not reported in batchItemFailures."""
+    kind, resp, _ = deliver.invoke(sqs_event(list(messages) + list(extra), arn))
+    failures = {f["itemIdentifier"] for f in (resp or {}).get("batchItemFailures", [])} if kind == "response" else None
+    if failures is not None:
+        done = [m for m in messages if m["MessageId"] not in failures]
+        for i in range(0, len(done), 10):
+            sqs.delete_message_batch(QueueUrl=url, Entries=[
+                {"Id": str(j), "ReceiptHandle": m["ReceiptHandle"]} for j, m in enumerate(done[i:i + 10])])
+    return kind, resp, failures
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    ap.add_argument("--template", default=None)
+    ap.add_argument("--bin-dir", default=None, help="directory with <name>/bootstrap (target/lambda)")
+    ap.add_argument("--logdir", default=None)
+    args = ap.parse_args()
+    root = args.root
+    template_path = args.template or os.path.join(root, "infra/template.yaml")
+    bin_dir = args.bin_dir or os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(root, "target")), "lambda")
+    logdir = args.logdir or os.path.join(root, ".local")
+    os.makedirs(logdir, exist_ok=True)
+    if not os.environ.get("AWS_ENDPOINT_URL"):
+        raise SystemExit("set AWS_ENDPOINT_URL (moto, LocalStack) first; scripts/lambda-smoke.sh does")
+
+    template = load_template(template_path)
+    print("== template against the code")
+    check_template_against_code(template, root)
+
+    suffix = uuid.uuid4().hex[:8]
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    ddb = boto3.client("dynamodb", region_name=region)
+    sqs = boto3.client("sqs", region_name=region)
+    sns = boto3.client("sns", region_name=region)
+    table = f"webhooks-smoke-{suffix}"
+    print(f"== resources on {os.environ['AWS_ENDPOINT_URL']}: table {table}")
+    create_table_from_template(ddb, template, table)
+    q = template["Resources"]["Queue"]["Properties"]
+    dlq_url = sqs.create_queue(QueueName=f"webhooks-smoke-dlq-{suffix}")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    queue_url = sqs.create_queue(QueueName=f"webhooks-smoke-{suffix}", Attributes={
+        "VisibilityTimeout": str(q["VisibilityTimeout"]),
+        "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "5"}),
+    })["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    topic_arn = sns.create_topic(Name=f"webhooks-smoke-{suffix}")["TopicArn"]
+    refs = {"Table": table, "Queue": queue_url, "NotificationTopic": topic_arn}
+
+    def env_of(logical_id, **overrides):
+        env = function_env(template, logical_id, refs)
+        env.update(overrides)
+        return env
+
+    # Test-only overrides, on top of the template's environment: deliver may reach the loopback
+    # receiver, and "overdue" comes after 1 s instead of 300 s so the sweeper's re-drive of a
+    # lost message shows within the test.
+    functions = {}
+    receiver = Receiver()
+    try:
+        for name, lid, extra in [
+            ("admin", "AdminFunction", {}),
+            ("ingest", "IngestFunction", {"WEBHOOKS_REDRIVE_AFTER_SECONDS": "1"}),
+            ("deliver", "DeliverFunction", {"WEBHOOKS_ALLOW_PRIVATE_DESTINATIONS": "true"}),
+            ("sweeper", "SweeperFunction", {"WEBHOOKS_REDRIVE_AFTER_SECONDS": "1"}),
+        ]:
+            binary = os.path.join(bin_dir, name, "bootstrap")
+            if not os.access(binary, os.X_OK):
+                raise SystemExit(f"no built binary {binary}: run cargo lambda build --release first")
+            functions[name] = Function(name, binary, env_of(lid, **extra), logdir)
+        run(functions, ddb, sqs, table, queue_url, queue_arn, dlq_url, receiver)
+    except Exception as e:  # a crash of the harness or a binary is a failure, with the logs
+        check("smoke run completed", False, repr(e))
+    finally:
+        for f in functions.values():
+            f.stop()
+        receiver.close()
+        if FAILED:
+            for f in functions.values():
+                print(f"---- {f.log_path} (last 40 lines)")
+                print("\n".join(f.log_text().splitlines()[-40:]))
+    print(f"lambda smoke: {len(PASSED)} passed, {len(FAILED)} failed")
+    return 1 if FAILED else 0
+
+
+def get_item(ddb, table, pk, sk):
+    return ddb.get_item(TableName=table, Key={"pk": {"S": pk}, "sk": {"S": sk}}, ConsistentRead=True).get("Item")
+
+
+def run(fns, ddb, sqs, table, queue_url, queue_arn, dlq_url, receiver):
+    admin, ingest, deliver, sweeper = fns["admin"], fns["ingest"], fns["deliver"], fns["sweeper"]
+
+    print("== admin: API Gateway v2 POST /v1/endpoints")
+    kind, resp, _ = admin.invoke(http_event("POST", "/v1/endpoints", {
+        "tenant_id": "acme", "url": receiver.url, "event_types": ["order.paid"],
+        "retry_policy": {"schedule_seconds": [1, 2], "max_attempts": 3}}))
+    status, body = http_answer(kind, resp)
+    check("admin answers 201 with an id and a secret", status == 201 and body.get("id", "").startswith("ep_")
+          and body.get("secret", "").startswith("whsec_"), f"{kind} {resp}")
+    if status != 201:
+        return
+    ep, secret = body["id"], body["secret"]
+    check("endpoint item under its tenant in DynamoDB", get_item(ddb, table, "TENANT#acme", f"ENDPOINT#{ep}") is not None)
+    check("endpoint pointer item in DynamoDB", get_item(ddb, table, f"ENDPOINT#{ep}", "ENDPOINT") is not None)
+
+    kind, resp, _ = admin.invoke(http_event("GET", f"/v1/endpoints/{ep}", route_key="ANY /v1/endpoints/{proxy+}"))
+    status, body = http_answer(kind, resp)
+    check("admin GET /v1/endpoints/{id} answers 200 without the secret",
+          status == 200 and body.get("id") == ep and "secret" not in body, f"{kind} {resp}")
+    kind, resp, _ = admin.invoke(http_event("POST", "/v1/endpoints", {"tenant_id": "acme"}))
+    status, body = http_answer(kind, resp)
+    check("admin answers 422 naming the missing field", status == 422 and "url" in json.dumps(body), f"{kind} {resp}")
+
+    print("== ingest: API Gateway v2 POST /v1/events")
+    kind, resp, _ = ingest.invoke(http_event("POST", "/v1/events", {
+        "tenant_id": "acme", "event_type": "order.paid", "payload": {"order": "o_1", "amount": 1200}}))
+    status, body = http_answer(kind, resp)
+    ok = check("ingest answers 202 with one delivery",
+               status == 202 and isinstance(body, dict) and len(body.get("deliveries", [])) == 1, f"{kind} {resp}")
+    # The rest goes on without it (EventBridge feeds deliver then), so one failure shows alone.
+    dlv_http = body["deliveries"][0]["id"] if ok else None
+    if dlv_http:
+        item = get_item(ddb, table, f"DELIVERY#{dlv_http}", "DELIVERY")
+        check("delivery item written, scheduled", item is not None and item["status"]["S"] == "scheduled", str(item))
+
+    print("== ingest: EventBridge custom event")
+    eb_id = str(uuid.uuid4())
+    kind, resp, _ = ingest.invoke(eventbridge_event("order.paid", "com.example.shop",
+                                                    {"tenant_id": "acme", "order": "o_2"}, eb_id))
+    check("ingest answers the EventBridge event with its id and one delivery",
+          kind == "response" and resp.get("event_id") == eb_id and len(resp.get("deliveries", [])) == 1,
+          f"{kind} {resp}")
+    dlv_eb = resp["deliveries"][0]["id"] if kind == "response" and resp.get("deliveries") else None
+    item = get_item(ddb, table, f"DELIVERY#{dlv_eb}", "DELIVERY") if dlv_eb else None
+    check("EventBridge delivery item written with the detail as payload", item is not None
+          and json.loads(item.get("payload", {}).get("S", "{}")).get("order") == "o_2", str(item))
+    kind, resp, err = ingest.invoke(eventbridge_event("order.paid", "com.example.shop", {"order": "o_x"}))
+    check("an EventBridge event without a tenant is an invocation error (goes to the on-failure queue)",
+          kind == "error", f"{kind} {resp}")
+    kind, resp, _ = ingest.invoke(eventbridge_event("order.paid", "com.example.shop",
+                                                    {"tenant_id": "acme", "order": "o_2"}, eb_id))
+    check("the same EventBridge event again answers the same delivery (idempotent)",
+          kind == "response" and [d["id"] for d in resp.get("deliveries", [])] == [dlv_eb], f"{kind} {resp}")
+
+    print("== deliver: SQS batch (the messages ingest sent, plus a malformed one)")
+    created = [d for d in (dlv_http, dlv_eb) if d]
+    msgs = receive_all(sqs, queue_url, len(created) + 1, wait_s=3)
+    bodies = [json.loads(m["Body"]) for m in msgs]
+    check("ingest enqueued attempt 1 of each delivery, once",
+          created and sorted(b.get("delivery_id") for b in bodies) == sorted(created), str(bodies))
+    bad = {"MessageId": "malformed-1", "ReceiptHandle": "x", "Body": "this is not an attempt message"}
+    kind, resp, failures = emulate_esm(deliver, sqs, queue_url, queue_arn, msgs, extra=[bad])
+    check("deliver answers with batchItemFailures naming only the malformed message",
+          kind == "response" and failures == {"malformed-1"}, f"{kind} {resp}")
+    posts = [r for r in receiver.requests]
+    check("the receiver got each attempt", len(posts) == len(created), str(len(posts)))
+    check("every attempt carries webhook-id/timestamp/attempt and a valid signature",
+          posts and all(signature_ok(secret, r) and r["headers"].get("webhook-attempt") == "1" for r in posts),
+          str([r["headers"] for r in posts]))
+    check("the EventBridge event's id is the webhook-id", any(r["headers"].get("webhook-id") == eb_id for r in posts))
+    for d in created:
+        item = get_item(ddb, table, f"DELIVERY#{d}", "DELIVERY")
+        check(f"delivery {d[:12]}... is delivered in DynamoDB", item is not None and item["status"]["S"] == "delivered",
+              str(item and item.get("status")))
+    log = deliver.log_text()
+    check("deliver printed an EMF line (namespace Webhooks, metric Delivered)",
+          any('"Namespace":"Webhooks"' in line and '"Delivered"' in line for line in log.splitlines()))
+
+    print("== sweeper: EventBridge scheduled event re-drives a lost attempt message")
+    kind, resp, _ = ingest.invoke(eventbridge_event("order.paid", "com.example.shop",
+                                                    {"tenant_id": "acme", "order": "o_3"}))
+    dlv_lost = resp["deliveries"][0]["id"] if kind == "response" and resp.get("deliveries") else None
+    lost = receive_all(sqs, queue_url, 1)
+    for m in lost:  # the message is lost
+        sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=m["ReceiptHandle"])
+    check("attempt message of a third event taken off the queue (lost)",
+          dlv_lost is not None and len(lost) == 1, f"{kind} {resp}")
+    time.sleep(2.5)
+    kind, resp, _ = sweeper.invoke(scheduled_event())
+    check("sweeper answers its report with one message enqueued",
+          kind == "response" and resp.get("enqueued") == 1 and resp.get("examined", 0) >= 1, f"{kind} {resp}")
+    redriven = receive_all(sqs, queue_url, 1)
+    check("the re-driven attempt message is on the queue",
+          [json.loads(m["Body"]).get("delivery_id") for m in redriven] == [dlv_lost], str(redriven))
+    kind, resp, failures = emulate_esm(deliver, sqs, queue_url, queue_arn, redriven)
+    check("deliver delivers the re-driven attempt", kind == "response" and failures == set(), f"{kind} {resp}")
+    kind, resp, _ = sweeper.invoke(scheduled_event())
+    check("a second sweeper tick finds nothing to do", kind == "response" and resp.get("enqueued") == 0, f"{kind} {resp}")
+
+    print("== admin: API Gateway v2 GET deliveries")
+    kind, resp, _ = admin.invoke(http_event("GET", f"/v1/deliveries/{dlv_lost}", route_key="ANY /v1/deliveries/{proxy+}"))
+    status, body = http_answer(kind, resp)
+    check("GET /v1/deliveries/{id}: delivered, one attempt recorded",
+          status == 200 and body.get("status") == "delivered" and body.get("attempt_count") == 1
+          and len(body.get("attempts", [])) == 1, f"{kind} {resp}")
+    kind, resp, _ = admin.invoke(http_event("GET", "/v1/deliveries", query=f"endpoint_id={ep}",
+                                            route_key="GET /v1/deliveries"))
+    status, body = http_answer(kind, resp)
+    check("GET /v1/deliveries?endpoint_id= lists every delivery (by_endpoint index)",
+          status == 200 and sorted(d["id"] for d in body.get("data", [])) == sorted(created + [dlv_lost]),
+          f"{kind} {resp}")
+    kind, resp, _ = admin.invoke(http_event("GET", "/v1/deliveries", query="status=exhausted",
+                                            route_key="GET /v1/deliveries"))
+    status, body = http_answer(kind, resp)
+    check("GET /v1/deliveries?status=exhausted answers 200, empty (by_status index)",
+          status == 200 and body.get("data") == [], f"{kind} {resp}")
+    # The README's `aws lambda invoke` payload for operators without a SigV4 HTTP client.
+    kind, resp, _ = admin.invoke({"version": "2.0", "rawPath": "/v1/deliveries", "rawQueryString": "status=exhausted",
+                                  "requestContext": {"http": {"method": "GET"}}})
+    status, body = http_answer(kind, resp)
+    check("the README's minimal 'aws lambda invoke' request to admin answers 200",
+          status == 200 and body.get("data") == [], f"{kind} {resp}")
+    kind, resp, _ = admin.invoke(http_event("POST", f"/v1/deliveries/{dlv_lost}/replay",
+                                            route_key="ANY /v1/deliveries/{proxy+}"))
+    status, body = http_answer(kind, resp)
+    check("replay of a delivered delivery answers 409", status == 409, f"{kind} {resp}")
+
+    n = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["ApproximateNumberOfMessages"])
+    check("nothing in the dead-letter queue", n["Attributes"]["ApproximateNumberOfMessages"] == "0")
+    for f in fns.values():
+        check(f"{f.name}: still running after its invocations (no panic, no exit)", f.process.poll() is None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
