@@ -75,9 +75,13 @@ pub struct DeliverySummary {
     pub created_at: DateTime<Utc>,
     /// Last change.
     pub updated_at: DateTime<Utc>,
-    /// TTL, unix seconds.
-    #[serde(default)]
+    /// When retention removes it (stored as the TTL, unix seconds; shown as RFC 3339).
+    #[serde(default, serialize_with = "ttl_as_time")]
     pub expires_at: Option<i64>,
+}
+
+fn ttl_as_time<S: serde::Serializer>(ttl: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
+    ttl.and_then(|t| DateTime::<Utc>::from_timestamp(t, 0)).serialize(s)
 }
 
 /// Which deliveries to list.
