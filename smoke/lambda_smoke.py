@@ -119,6 +119,8 @@ def check_template_against_code(template, root):
         consts["ENDPOINT_INDEX"]: ([consts["EP_PK"], consts["EP_SK"]], summary),
         consts["STATUS_INDEX"]: ([consts["STATUS_KEY"], consts["STATUS_SK"]], summary),
     }
+    if "EVENT_INDEX" in consts:
+        want[consts["EVENT_INDEX"]] = ([consts["EVENT_PK"], consts["EVENT_SK"]], array("EVENT_ATTRIBUTES"))
     got = {
         g["IndexName"]: ([k["AttributeName"] for k in g["KeySchema"]],
                          sorted(g["Projection"].get("NonKeyAttributes", [])))
