@@ -4,22 +4,36 @@
 use aws_lambda_events::eventbridge::EventBridgeEvent;
 use lambda_http::request::LambdaRequest;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
-use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tower::ServiceExt;
 use webhooks::{App, Config, api, service::ingest};
 
-/// The two triggers; an EventBridge event is recognised by its `detail-type`.
-#[derive(Deserialize)]
-#[serde(untagged)]
+/// The two triggers.
 enum Trigger {
     EventBridge(Box<EventBridgeEvent<Value>>),
     Http(Box<LambdaRequest>),
 }
 
-async fn handle(app: &App, event: LambdaEvent<Value>) -> Result<Value, Error> {
+/// Tells the triggers apart by EventBridge's `detail-type`. The event is read from its raw
+/// JSON text: lambda_http's request type can only be deserialised from text, not from a
+/// `serde_json::Value`.
+fn parse_trigger(raw: &str) -> Result<Trigger, serde_json::Error> {
+    #[derive(serde::Deserialize)]
+    struct Probe {
+        #[serde(rename = "detail-type")]
+        detail_type: Option<serde::de::IgnoredAny>,
+    }
+    if serde_json::from_str::<Probe>(raw)?.detail_type.is_some() {
+        Ok(Trigger::EventBridge(Box::new(serde_json::from_str(raw)?)))
+    } else {
+        Ok(Trigger::Http(Box::new(serde_json::from_str(raw)?)))
+    }
+}
+
+async fn handle(app: &App, event: LambdaEvent<Box<RawValue>>) -> Result<Value, Error> {
     let (payload, context) = event.into_parts();
-    match serde_json::from_value::<Trigger>(payload)? {
+    match parse_trigger(payload.get())? {
         Trigger::EventBridge(e) => Ok(serde_json::to_value(ingest::ingest_eventbridge(app, *e).await?)?),
         Trigger::Http(request) => {
             let adapter = lambda_http::Adapter::from(api::ingest_router(app.clone()));
@@ -34,4 +48,27 @@ async fn main() -> Result<(), Error> {
     webhooks::init_tracing();
     let app = App::from_aws(Config::from_env()?).await?;
     lambda_runtime::run(service_fn(|event| handle(&app, event))).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_gateway_v2_and_eventbridge_events_are_told_apart() {
+        let http = r#"{"version":"2.0","routeKey":"POST /v1/events","rawPath":"/v1/events","rawQueryString":"",
+            "headers":{"content-type":"application/json"},
+            "requestContext":{"accountId":"123456789012","apiId":"api","domainName":"api.example.com","domainPrefix":"api",
+              "http":{"method":"POST","path":"/v1/events","protocol":"HTTP/1.1","sourceIp":"192.0.2.1","userAgent":"curl"},
+              "requestId":"r1","routeKey":"POST /v1/events","stage":"$default","time":"29/Nov/2026:19:00:00 +0000","timeEpoch":1795978800000},
+            "body":"{\"tenant_id\":\"acme\"}","isBase64Encoded":false}"#;
+        assert!(matches!(parse_trigger(http), Ok(Trigger::Http(_))));
+        let eb = r#"{"version":"0","id":"e1","detail-type":"order.paid","source":"shop","account":"123456789012",
+            "time":"2026-11-29T19:00:00Z","region":"us-east-1","resources":[],"detail":{"tenant_id":"acme"}}"#;
+        match parse_trigger(eb) {
+            Ok(Trigger::EventBridge(e)) => assert_eq!(e.detail_type, "order.paid"),
+            _ => panic!("not read as EventBridge"),
+        }
+        assert!(parse_trigger("{}").is_err());
+    }
 }

@@ -27,6 +27,31 @@ impl DynamoStore {
     pub fn new(client: Client, table: impl Into<String>, due_shards: u32) -> Self {
         Self { client, table: table.into(), due_shards: due_shards.max(1) }
     }
+
+    /// A strongly consistent GetItem of `(pk, sk)`, read into `T`.
+    async fn get<T: serde::de::DeserializeOwned>(&self, pk: String, sk: &str) -> Result<Option<T>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(PK, s(pk))
+            .key(SK, s(sk))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(aws)?;
+        out.item.map(from_item).transpose()
+    }
+
+    /// An UpdateItem of an existing endpoint (the condition makes a missing one fail).
+    fn endpoint_update(&self, tenant_id: &str, id: &str) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, s(tenant_pk(tenant_id)))
+            .key(SK, s(endpoint_key(id)))
+            .condition_expression("attribute_exists(pk)")
+    }
 }
 
 fn aws<E: std::error::Error + 'static>(e: E) -> StoreError {
@@ -149,17 +174,7 @@ impl Store for DynamoStore {
     }
 
     async fn get_endpoint(&self, tenant_id: &str, id: &str) -> Result<Option<Endpoint>, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(PK, s(tenant_pk(tenant_id)))
-            .key(SK, s(endpoint_key(id)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(aws)?;
-        out.item.map(from_item).transpose()
+        self.get(tenant_pk(tenant_id), &endpoint_key(id)).await
     }
 
     async fn find_endpoint(&self, id: &str) -> Result<Option<Endpoint>, StoreError> {
@@ -228,11 +243,7 @@ impl Store for DynamoStore {
     async fn disable_endpoint(&self, tenant_id: &str, id: &str, disabled: &Disabled) -> Result<bool, StoreError> {
         let d = AttributeValue::M(to_item(disabled)?);
         let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(PK, s(tenant_pk(tenant_id)))
-            .key(SK, s(endpoint_key(id)))
+            .endpoint_update(tenant_id, id)
             .update_expression("SET enabled = :f, disabled = :d, updated_at = :now")
             .condition_expression("enabled = :t")
             .expression_attribute_values(":f", AttributeValue::Bool(false))
@@ -251,15 +262,10 @@ impl Store for DynamoStore {
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<bool, StoreError> {
         let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(PK, s(tenant_pk(tenant_id)))
-            .key(SK, s(endpoint_key(id)))
+            .endpoint_update(tenant_id, id)
             .update_expression(
                 "SET enabled = :t, consecutive_failures = :zero, updated_at = :now REMOVE disabled, probe_delivery_id",
             )
-            .condition_expression("attribute_exists(pk)")
             .expression_attribute_values(":t", AttributeValue::Bool(true))
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":now", time(&now))
@@ -270,13 +276,8 @@ impl Store for DynamoStore {
 
     async fn count_failure(&self, tenant_id: &str, id: &str) -> Result<Option<u32>, StoreError> {
         let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(PK, s(tenant_pk(tenant_id)))
-            .key(SK, s(endpoint_key(id)))
+            .endpoint_update(tenant_id, id)
             .update_expression("ADD consecutive_failures :one")
-            .condition_expression("attribute_exists(pk)")
             .expression_attribute_values(":one", n(1))
             .return_values(ReturnValue::UpdatedNew)
             .send()
@@ -295,13 +296,8 @@ impl Store for DynamoStore {
 
     async fn reset_failures(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
         let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(PK, s(tenant_pk(tenant_id)))
-            .key(SK, s(endpoint_key(id)))
+            .endpoint_update(tenant_id, id)
             .update_expression("SET consecutive_failures = :zero")
-            .condition_expression("attribute_exists(pk)")
             .expression_attribute_values(":zero", n(0))
             .send()
             .await;
@@ -309,13 +305,7 @@ impl Store for DynamoStore {
     }
 
     async fn set_probe(&self, tenant_id: &str, id: &str, delivery_id: Option<&str>) -> Result<(), StoreError> {
-        let req = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(PK, s(tenant_pk(tenant_id)))
-            .key(SK, s(endpoint_key(id)))
-            .condition_expression("attribute_exists(pk)");
+        let req = self.endpoint_update(tenant_id, id);
         let req = match delivery_id {
             Some(d) => req.update_expression("SET probe_delivery_id = :d").expression_attribute_values(":d", s(d)),
             None => req.update_expression("REMOVE probe_delivery_id"),
@@ -457,17 +447,7 @@ impl Store for DynamoStore {
     }
 
     async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(PK, s(job_pk(id)))
-            .key(SK, s(JOB_SK))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(aws)?;
-        out.item.map(from_item).transpose()
+        self.get(job_pk(id), JOB_SK).await
     }
 
     async fn claim_job(&self, id: &str, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError> {
@@ -516,17 +496,7 @@ impl Store for DynamoStore {
     }
 
     async fn get_delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(PK, s(delivery_pk(id)))
-            .key(SK, s(DELIVERY_SK))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(aws)?;
-        out.item.map(from_item).transpose()
+        self.get(delivery_pk(id), DELIVERY_SK).await
     }
 
     async fn apply(&self, id: &str, t: &Transition, return_new: bool) -> Result<Applied, StoreError> {
