@@ -10,7 +10,7 @@ use crate::model::{
 use crate::policy::RetryPolicy;
 use crate::service::health;
 use crate::signing;
-use crate::store::{Applied, DeliveryQuery, DeliverySummary, Page, StoreError};
+use crate::store::{Applied, DeliveryQuery, DeliverySummary, Page, StoreError, collect_deliveries};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -280,24 +280,9 @@ pub async fn delete_endpoint(app: &App, id: &str, force: bool) -> Result<usize, 
     let ep = find_endpoint(app, id).await?;
     let mut unfinished = Vec::new();
     for status in UNFINISHED {
-        let mut cursor = None;
-        loop {
-            let page = app
-                .store
-                .list_deliveries(&DeliveryQuery {
-                    endpoint_id: Some(ep.id.clone()),
-                    status: Some(status),
-                    limit: 100,
-                    cursor: cursor.take(),
-                    ..DeliveryQuery::default()
-                })
-                .await?;
-            unfinished.extend(page.data);
-            match page.next_cursor {
-                Some(c) => cursor = Some(c),
-                None => break,
-            }
-        }
+        let query =
+            DeliveryQuery { endpoint_id: Some(ep.id.clone()), status: Some(status), ..DeliveryQuery::default() };
+        unfinished.extend(collect_deliveries(app.store.as_ref(), query, usize::MAX).await?);
     }
     if !unfinished.is_empty() && !force {
         return Err(ServiceError::Conflict(format!(
@@ -347,30 +332,15 @@ pub async fn endpoint_stats(app: &App, id: &str) -> Result<EndpointStats, Servic
     let mut counts: std::collections::BTreeMap<String, u64> =
         ["scheduled", "sending", "delivered", "exhausted", "held"].into_iter().map(|s| (s.to_string(), 0)).collect();
     let mut last_success_at: Option<DateTime<Utc>> = None;
-    let mut counted = 0;
-    let mut cursor = None;
-    loop {
-        let page = app
-            .store
-            .list_deliveries(&DeliveryQuery {
-                endpoint_id: Some(ep.id.clone()),
-                limit: 100,
-                cursor: cursor.take(),
-                ..DeliveryQuery::default()
-            })
-            .await?;
-        for d in &page.data {
-            counted += 1;
-            *counts.entry(d.status.as_str().to_string()).or_default() += 1;
-            if d.status == DeliveryStatus::Delivered && last_success_at.is_none_or(|t| d.updated_at > t) {
-                last_success_at = Some(d.updated_at);
-            }
-        }
-        match page.next_cursor {
-            Some(c) => cursor = Some(c),
-            None => break,
+    let query = DeliveryQuery { endpoint_id: Some(ep.id.clone()), ..DeliveryQuery::default() };
+    let all = collect_deliveries(app.store.as_ref(), query, usize::MAX).await?;
+    for d in &all {
+        *counts.entry(d.status.as_str().to_string()).or_default() += 1;
+        if d.status == DeliveryStatus::Delivered && last_success_at.is_none_or(|t| d.updated_at > t) {
+            last_success_at = Some(d.updated_at);
         }
     }
+    let counted = all.len() as u64;
     Ok(EndpointStats {
         endpoint_id: ep.id,
         counts,

@@ -10,7 +10,7 @@ use crate::App;
 use crate::error::ServiceError;
 use crate::lifecycle::{self, Enqueue};
 use crate::model::{DeliveryStatus, Disabled, Endpoint, Job, JobKind};
-use crate::store::{Applied, DeliveryQuery};
+use crate::store::{Applied, DeliveryQuery, collect_deliveries};
 use chrono::{DateTime, Duration, Utc};
 
 /// Most scheduled deliveries held inline when an endpoint is disabled (the rest are held by
@@ -41,28 +41,16 @@ pub async fn disable(app: &App, endpoint: &Endpoint, disabled: Disabled) -> Resu
 /// # Errors
 /// [`ServiceError::Unavailable`] when DynamoDB failed.
 pub async fn hold_pending(app: &App, endpoint: &Endpoint) -> Result<usize, ServiceError> {
+    let query = DeliveryQuery {
+        endpoint_id: Some(endpoint.id.clone()),
+        status: Some(DeliveryStatus::Scheduled),
+        ..DeliveryQuery::default()
+    };
     let mut held = 0;
-    let mut cursor = None;
-    while held < HOLD_INLINE_LIMIT {
-        let page = app
-            .store
-            .list_deliveries(&DeliveryQuery {
-                endpoint_id: Some(endpoint.id.clone()),
-                status: Some(DeliveryStatus::Scheduled),
-                limit: 100,
-                cursor: cursor.take(),
-                ..DeliveryQuery::default()
-            })
-            .await?;
-        for d in &page.data {
-            let t = lifecycle::hold_scheduled(app.clock.now(), d.attempt_count);
-            if let Applied::Done(_) = app.store.apply(&d.id, &t, false).await? {
-                held += 1;
-            }
-        }
-        match page.next_cursor {
-            Some(c) => cursor = Some(c),
-            None => break,
+    for d in collect_deliveries(app.store.as_ref(), query, HOLD_INLINE_LIMIT).await? {
+        let t = lifecycle::hold_scheduled(app.clock.now(), d.attempt_count);
+        if let Applied::Done(_) = app.store.apply(&d.id, &t, false).await? {
+            held += 1;
         }
     }
     Ok(held)

@@ -44,7 +44,11 @@ impl DynamoStore {
     }
 
     /// An UpdateItem of an existing endpoint (the condition makes a missing one fail).
-    fn endpoint_update(&self, tenant_id: &str, id: &str) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+    fn endpoint_update(
+        &self,
+        tenant_id: &str,
+        id: &str,
+    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
         self.client
             .update_item()
             .table_name(&self.table)

@@ -126,6 +126,30 @@ pub struct Page<T> {
     pub next_cursor: Option<String>,
 }
 
+/// Every delivery `query` matches, up to `max`, following the cursor page by page (100 a
+/// page). The query's own `limit` and `cursor` are ignored.
+///
+/// # Errors
+/// The store's error.
+pub async fn collect_deliveries(
+    store: &dyn Store,
+    query: DeliveryQuery,
+    max: usize,
+) -> Result<Vec<DeliverySummary>, StoreError> {
+    let mut out = Vec::new();
+    let mut query = DeliveryQuery { limit: 100, cursor: None, ..query };
+    while out.len() < max {
+        query.limit = (max - out.len()).min(100);
+        let page = store.list_deliveries(&query).await?;
+        out.extend(page.data);
+        match page.next_cursor {
+            Some(c) => query.cursor = Some(c),
+            None => break,
+        }
+    }
+    Ok(out)
+}
+
 /// Whether a guarded transition applied.
 #[derive(Debug, Clone)]
 pub enum Applied {
