@@ -292,3 +292,55 @@ async fn retry_policy_can_be_changed_and_bad_policies_are_refused() {
     assert_eq!(status, 404);
     stack.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_disabled_endpoint_notifies_its_owner_through_sns() {
+    // An SNS topic with an SQS subscription, to read what was published.
+    webhooks_tests::emulator_url();
+    let sdk = aws_config::load_from_env().await;
+    let sns = aws_sdk_sns::Client::new(&sdk);
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let suffix = chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default();
+    let topic = sns.create_topic().name(format!("owners-{suffix}")).send().await.unwrap().topic_arn.unwrap();
+    let inbox = sqs.create_queue().queue_name(format!("inbox-{suffix}")).send().await.unwrap().queue_url.unwrap();
+    let inbox_arn = sqs
+        .get_queue_attributes()
+        .queue_url(&inbox)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap()[&aws_sdk_sqs::types::QueueAttributeName::QueueArn]
+        .clone();
+    sns.subscribe()
+        .topic_arn(&topic)
+        .protocol("sqs")
+        .endpoint(&inbox_arn)
+        .attributes("RawMessageDelivery", "true")
+        .send()
+        .await
+        .unwrap();
+
+    let stack = Stack::start(|c| c.notify_topic_arn = Some(topic.clone())).await;
+    let rx = Receiver::start(Reply::Status(410)).await;
+    let ep = endpoint(&stack, "acme", &rx.url, json!({})).await;
+    let id = delivery_id(&stack.event("acme", "order.paid", json!({})).await);
+    stack.wait_status(&id, "held", WAIT).await;
+
+    let mut messages = Vec::new();
+    for _ in 0..20 {
+        let out = sqs.receive_message().queue_url(&inbox).wait_time_seconds(1).send().await.unwrap();
+        messages.extend(out.messages.unwrap_or_default());
+        if !messages.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(messages.len(), 1, "one notification");
+    let body: Value = serde_json::from_str(messages[0].body.as_deref().unwrap()).unwrap();
+    assert_eq!(body["notification"], "endpoint_disabled");
+    assert_eq!(body["endpoint_id"], ep["id"]);
+    assert_eq!(body["reason"], "gone");
+    assert_eq!(body["status_code"], 410);
+    stack.stop().await;
+}
