@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# make bench: starts its own moto on a free port, builds the release binaries (the four
+# Lambda functions and the bench), runs every measurement, writes bench/report.md and the PNG
+# charts beside it, and stops moto. Not part of CI. A few minutes on a 2-core machine.
+# Extra arguments are ignored; BENCH_QUICK=1 runs smaller sizes (to try it out).
+set -euo pipefail
+source "$(dirname "$0")/../scripts/env.sh"
+cd "$ROOT"
+mkdir -p .local bench/out
+ensure_moto
+cargo build --release -p ingest -p deliver -p sweeper -p admin -p webhooks-bench
+if [ ! -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ]; then
+  echo "note: no DejaVu font (Debian: fonts-dejavu-core); the charts will have no text" >&2
+fi
+port=$(free_port)
+start_moto "$port" .local/moto-bench.log
+trap 'kill $MOTO_PID 2>/dev/null || true' EXIT
+export AWS_ENDPOINT_URL="http://127.0.0.1:$port"
+export MOTO_VERSION
+echo "emulator: moto $MOTO_VERSION on $AWS_ENDPOINT_URL"
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+"${CARGO_TARGET_DIR:-$ROOT/target}/release/webhooks-bench"
+load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+printf '\n## Machine load\n\nLoad average (1, 5, 15 min) when the run started: %s; when it ended: %s (on 2 cores; anything above about 1 means other work shared the CPU with the emulator and the bench, which lowers the throughput and raises the latency figures).\n' \
+  "$load_start" "$load_end" >> bench/report.md

@@ -1,0 +1,306 @@
+//! Measurements 3 and 4: throughput and latency through the local runtime (HTTP API, SQS
+//! pollers feeding deliver, loopback receiver), and the emulator's own ceiling for the
+//! minimal call sequence of one delivery.
+
+use crate::stack::{self, Receiver, Res, err};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, SendMessageBatchRequestEntry};
+use futures::StreamExt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use webhooks_local::Options;
+
+/// Pollers the local runtime runs (the event source mapping's concurrency).
+pub const POLLERS: usize = 4;
+/// Concurrent producers posting events.
+pub const PRODUCERS: usize = 8;
+
+/// One throughput run.
+#[derive(Debug, Clone)]
+pub struct Throughput {
+    /// Endpoints per event.
+    pub endpoints: usize,
+    /// Events posted.
+    pub events: usize,
+    /// Deliveries that arrived (2xx) within the deadline.
+    pub delivered: u64,
+    /// From the first post to the last arrival, seconds.
+    pub seconds: f64,
+}
+
+impl Throughput {
+    /// Events per second (all of an event's deliveries arrived).
+    pub fn events_per_s(&self) -> f64 {
+        self.delivered as f64 / self.endpoints as f64 / self.seconds
+    }
+    /// Deliveries per second.
+    pub fn deliveries_per_s(&self) -> f64 {
+        self.delivered as f64 / self.seconds
+    }
+}
+
+struct Local {
+    running: webhooks_local::Running,
+    base: String,
+    receiver: Receiver,
+    tenant: String,
+}
+
+async fn local(sdk: &aws_config::SdkConfig, endpoints: usize) -> Res<Local> {
+    let ddb = aws_sdk_dynamodb::Client::new(sdk);
+    let sqs = aws_sdk_sqs::Client::new(sdk);
+    let (table, url) = stack::table_and_queue(&ddb, &sqs, "tput").await?;
+    let app = stack::app(stack::config(&table, &url), ddb, sqs.clone())?;
+    let receiver = Receiver::start(0).await?;
+    let tenant = "tp".to_string();
+    for _ in 0..endpoints {
+        stack::endpoint(&app, &tenant, &receiver.url, serde_json::Value::Null).await?;
+    }
+    let options = Options {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        pollers: POLLERS,
+        poll_wait_seconds: 1,
+        sweeper: false,
+        ..Options::default()
+    };
+    let running = webhooks_local::start(app, sqs, options).await.map_err(|e| err(e.to_string()))?;
+    Ok(Local { base: format!("http://{}", running.addr), running, receiver, tenant })
+}
+
+fn event_body(tenant: &str, id: &str, payload: &str) -> String {
+    format!(
+        r#"{{"tenant_id":{},"event_type":"bench.event","id":{},"payload":{payload}}}"#,
+        serde_json::Value::from(tenant),
+        serde_json::Value::from(id)
+    )
+}
+
+async fn post(http: &reqwest::Client, base: &str, body: String) -> Res<()> {
+    let r = http.post(format!("{base}/v1/events")).header("content-type", "application/json").body(body).send().await?;
+    if r.status().as_u16() != 202 {
+        return Err(err(format!("post event: {}", r.status())));
+    }
+    Ok(())
+}
+
+/// Posts `events` events (PRODUCERS at a time) to a tenant with `endpoints` endpoints and
+/// waits (at most `limit`) for every delivery to reach the receiver.
+///
+/// # Errors
+/// When the stack cannot start or a post fails.
+pub async fn pipeline(
+    sdk: &aws_config::SdkConfig,
+    endpoints: usize,
+    events: usize,
+    payload: &str,
+    limit: Duration,
+) -> Res<Throughput> {
+    let l = local(sdk, endpoints).await?;
+    let http = reqwest::Client::new();
+    let want = (events * endpoints) as u64;
+    let t0 = Instant::now();
+    let results: Vec<Res<()>> = futures::stream::iter((0..events).map(|_| {
+        let body = event_body(&l.tenant, &stack::unique("evt"), payload);
+        let (http, base) = (&http, l.base.as_str());
+        async move { post(http, base, body).await }
+    }))
+    .buffer_unordered(PRODUCERS)
+    .collect()
+    .await;
+    let deadline = t0 + limit;
+    while l.receiver.ok() < want && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let last = l.receiver.hits().iter().map(|h| h.at).max().unwrap_or_else(Instant::now);
+    let out =
+        Throughput { endpoints, events, delivered: l.receiver.ok(), seconds: last.duration_since(t0).as_secs_f64() };
+    l.running.stop().await;
+    l.receiver.stop();
+    results.into_iter().collect::<Res<Vec<()>>>()?;
+    Ok(out)
+}
+
+/// Latency of ingest -> first attempt at the receiver for `events` events posted one every
+/// `every` (open loop), in ms, sorted.
+///
+/// # Errors
+/// When the stack cannot start or a post fails.
+pub async fn latency(sdk: &aws_config::SdkConfig, events: usize, every: Duration, payload: &str) -> Res<Vec<f64>> {
+    let l = local(sdk, 1).await?;
+    let http = reqwest::Client::new();
+    let mut sent = Vec::new();
+    let mut tasks = Vec::new();
+    let mut tick = tokio::time::interval(every);
+    for _ in 0..events {
+        tick.tick().await;
+        let id = stack::unique("evt");
+        let body = event_body(&l.tenant, &id, payload);
+        sent.push((id, Instant::now()));
+        let (http, base) = (http.clone(), l.base.clone());
+        tasks.push(tokio::spawn(async move { post(&http, &base, body).await }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while l.receiver.ok() < events as u64 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let first = l.receiver.first_arrivals();
+    let mut lat: Vec<f64> = sent
+        .iter()
+        .filter_map(|(id, at)| first.get(id).map(|f| f.duration_since(*at).as_secs_f64() * 1000.0))
+        .collect();
+    l.running.stop().await;
+    l.receiver.stop();
+    if lat.len() < events {
+        return Err(err(format!("latency: {} of {events} events arrived within 30 s", lat.len())));
+    }
+    lat.sort_by(f64::total_cmp);
+    Ok(lat)
+}
+
+/// The q-quantile (nearest rank) of sorted values.
+pub fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// The emulator's ceiling: `n` sequences of PutItem (conditional), SendMessageBatch (1
+/// entry), ReceiveMessage (up to 10), UpdateItem (claim, conditional, ALL_NEW), UpdateItem
+/// (record) and DeleteMessageBatch, with the same concurrency as the pipeline (PRODUCERS
+/// putting and sending, POLLERS receiving) and items of the same shape and size (a copy of
+/// an item the store wrote for `payload`). Returns sequences per second.
+///
+/// # Errors
+/// When a call fails.
+pub async fn ceiling(sdk: &aws_config::SdkConfig, n: usize, payload: &str) -> Res<Throughput> {
+    let ddb = aws_sdk_dynamodb::Client::new(sdk);
+    let sqs = aws_sdk_sqs::Client::new(sdk);
+    let (table, url) = stack::table_and_queue(&ddb, &sqs, "ceil").await?;
+    let template = crate::sweeper::template_item(sdk, &table, &url, payload).await?;
+    let done = Arc::new(AtomicU64::new(0));
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs(120);
+    let mut consumers = Vec::new();
+    for _ in 0..POLLERS {
+        let (ddb, sqs, table, url, done) = (ddb.clone(), sqs.clone(), table.clone(), url.clone(), done.clone());
+        consumers.push(tokio::spawn(async move {
+            let mut last_batch = t0;
+            while done.load(Ordering::SeqCst) < n as u64 && Instant::now() < deadline {
+                let out = sqs
+                    .receive_message()
+                    .queue_url(&url)
+                    .max_number_of_messages(10)
+                    .wait_time_seconds(1)
+                    .send()
+                    .await?;
+                let msgs = out.messages.unwrap_or_default();
+                if msgs.is_empty() {
+                    continue;
+                }
+                let work = msgs.iter().map(|m| {
+                    let id = m.body.clone().unwrap_or_default();
+                    let (ddb, table) = (&ddb, &table);
+                    async move {
+                        let key = |u: aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder| {
+                            u.table_name(table)
+                                .key("pk", AttributeValue::S(format!("DELIVERY#{id}")))
+                                .key("sk", AttributeValue::S("DELIVERY".into()))
+                        };
+                        key(ddb.update_item())
+                            .update_expression("SET #s = :sending, attempt_count = :one, lease_until = :l")
+                            .condition_expression("#s = :scheduled AND attempt_count = :zero")
+                            .expression_attribute_names("#s", "status")
+                            .expression_attribute_values(":sending", AttributeValue::S("sending".into()))
+                            .expression_attribute_values(":scheduled", AttributeValue::S("scheduled".into()))
+                            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+                            .expression_attribute_values(":zero", AttributeValue::N("0".into()))
+                            .expression_attribute_values(":l", AttributeValue::S(chrono::Utc::now().to_rfc3339()))
+                            .return_values(ReturnValue::AllNew)
+                            .send()
+                            .await?;
+                        key(ddb.update_item())
+                            .update_expression("SET #s = :delivered, attempts = list_append(if_not_exists(attempts, :empty), :a) REMOVE due_pk, due_at, lease_until")
+                            .condition_expression("#s = :sending AND attempt_count = :one")
+                            .expression_attribute_names("#s", "status")
+                            .expression_attribute_values(":delivered", AttributeValue::S("delivered".into()))
+                            .expression_attribute_values(":sending", AttributeValue::S("sending".into()))
+                            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+                            .expression_attribute_values(":empty", AttributeValue::L(vec![]))
+                            .expression_attribute_values(":a", AttributeValue::L(vec![AttributeValue::M(
+                                [("attempt".to_string(), AttributeValue::N("1".into())),
+                                 ("status_code".to_string(), AttributeValue::N("200".into())),
+                                 ("duration_ms".to_string(), AttributeValue::N("1".into()))]
+                                .into_iter().collect())]))
+                            .send()
+                            .await?;
+                        Ok::<_, stack::Error>(())
+                    }
+                });
+                for r in futures::future::join_all(work).await {
+                    r?;
+                }
+                let entries = msgs
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, m)| {
+                        DeleteMessageBatchRequestEntry::builder()
+                            .id(i.to_string())
+                            .receipt_handle(m.receipt_handle.clone().unwrap_or_default())
+                            .build()
+                            .ok()
+                    })
+                    .collect::<Vec<_>>();
+                sqs.delete_message_batch()
+                    .queue_url(&url)
+                    .set_entries(Some(entries))
+                    .send()
+                    .await?;
+                done.fetch_add(msgs.len() as u64, Ordering::SeqCst);
+                last_batch = Instant::now();
+            }
+            Ok::<_, stack::Error>(last_batch)
+        }));
+    }
+    let produced: Vec<Res<()>> = futures::stream::iter((0..n).map(|i| {
+        let (ddb, sqs, table, url, template) = (&ddb, &sqs, &table, &url, &template);
+        async move {
+            let id = format!("dlv_ceil{i:08}");
+            let mut item = template.clone();
+            item.insert("pk".into(), AttributeValue::S(format!("DELIVERY#{id}")));
+            item.insert("id".into(), AttributeValue::S(id.clone()));
+            ddb.put_item()
+                .table_name(table)
+                .set_item(Some(item))
+                .condition_expression("attribute_not_exists(pk)")
+                .send()
+                .await?;
+            sqs.send_message_batch()
+                .queue_url(url)
+                .entries(SendMessageBatchRequestEntry::builder().id("0").message_body(id).build()?)
+                .send()
+                .await?;
+            Ok(())
+        }
+    }))
+    .buffer_unordered(PRODUCERS)
+    .collect()
+    .await;
+    produced.into_iter().collect::<Res<Vec<()>>>()?;
+    let mut last = t0;
+    for c in consumers {
+        last = last.max(c.await??);
+    }
+    Ok(Throughput {
+        endpoints: 1,
+        events: n,
+        delivered: done.load(Ordering::SeqCst),
+        seconds: last.duration_since(t0).as_secs_f64(),
+    })
+}
