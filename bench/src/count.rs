@@ -73,8 +73,11 @@ pub struct Gsi {
 
 /// Reads an item by key on its own runtime and client, so the counted clients' runtime is
 /// never re-entered. The interceptor blocks on it (only in the request-count scenarios).
+/// A snapshot request: table, key, and where to send the item read.
+type SnapshotRequest = (String, Item, mpsc::Sender<Option<Item>>);
+
 pub struct Snapshotter {
-    tx: Mutex<mpsc::Sender<(String, Item, mpsc::Sender<Option<Item>>)>>,
+    tx: Mutex<mpsc::Sender<SnapshotRequest>>,
 }
 
 impl Snapshotter {

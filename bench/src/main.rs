@@ -27,7 +27,13 @@ async fn main() -> ExitCode {
     match run().await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("bench: {e}");
+            let mut msg = e.to_string();
+            let mut source = e.source();
+            while let Some(s) = source {
+                msg.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            eprintln!("bench: {msg}");
             ExitCode::FAILURE
         }
     }
@@ -386,8 +392,7 @@ fn section_cost(
         let rest = p.dollars[1] + p.dollars[2] + p.dollars[3];
         let _ = writeln!(
             body,
-            "The same first-try, one-endpoint event (warm cache) at the sizes of the GitHub sample payloads in `{}` ({} files, read at bench time): the payload is stored in the delivery item, so every write of it costs one more unit per KB.\n",
-            "../shared/data/github-webhook-payloads",
+            "The same first-try, one-endpoint event (warm cache) at the sizes of the GitHub sample payloads in `../shared/data/github-webhook-payloads` ({} files, read at bench time): the payload is stored in the delivery item, so every write of it costs one more unit per KB.\n",
             samples.files.len()
         );
         let _ = writeln!(
@@ -469,7 +474,7 @@ fn section_throughput(
             f(t.seconds, 2),
             f(t.events_per_s(), 1),
             f(t.deliveries_per_s(), 1),
-            f(t.deliveries_per_s() / c, 2)
+            f(t.deliveries_per_s() / c, 3)
         );
     }
     let _ = writeln!(
@@ -487,11 +492,11 @@ fn section_throughput(
         format!(
             "1 endpoint: {} events/s = {} of the ceiling ({} sequences/s); 10 endpoints: {} events/s ({} deliveries/s) = {}",
             f(p1.events_per_s(), 1),
-            f(r1, 2),
+            f(r1, 3),
             f(c, 1),
             f(p10.events_per_s(), 1),
             f(p10.deliveries_per_s(), 1),
-            f(r10, 2)
+            f(r10, 3)
         ),
         ">= 0.7".into(),
         yes(r1 >= 0.7).into(),
@@ -500,7 +505,7 @@ fn section_throughput(
         let _ = writeln!(
             body,
             "**Target missed**: with one endpoint the pipeline reaches {} of the emulator's ceiling (target 0.7).\n",
-            f(r1, 2)
+            f(r1, 3)
         );
     }
     let _ = writeln!(

@@ -63,10 +63,10 @@ impl Scenario {
 pub const READS: [&str; 4] = ["GetItem", "Query", "Scan", "BatchGetItem"];
 /// DynamoDB operations that write.
 pub const WRITES: [&str; 5] = ["PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"];
-/// Service names as the SDK's metadata gives them.
-pub const DDB: &str = "dynamodb";
+/// Service names as the SDK's operation metadata gives them.
+pub const DDB: &str = "DynamoDB";
 /// SQS.
-pub const SQS: &str = "sqs";
+pub const SQS: &str = "SQS";
 
 struct Setup {
     app: webhooks::App,
