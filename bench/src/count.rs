@@ -71,11 +71,11 @@ pub struct Gsi {
     pub projected: Vec<String>,
 }
 
-/// Reads an item by key on its own runtime and client, so the counted clients' runtime is
-/// never re-entered. The interceptor blocks on it (only in the request-count scenarios).
 /// A snapshot request: table, key, and where to send the item read.
 type SnapshotRequest = (String, Item, mpsc::Sender<Option<Item>>);
 
+/// Reads an item by key on its own runtime and client, so the counted clients' runtime is
+/// never re-entered. The interceptor blocks on it (only in the request-count scenarios).
 pub struct Snapshotter {
     tx: Mutex<mpsc::Sender<SnapshotRequest>>,
 }
