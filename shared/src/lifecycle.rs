@@ -210,20 +210,8 @@ pub fn complete(
     next: Next,
 ) -> (Transition, Option<Enqueue>) {
     let days = |d: u32| Field::Set(now.timestamp() + i64::from(d) * 86_400);
-    let base = Transition {
-        guard: finished(claimed),
-        status: DeliveryStatus::Delivered,
-        attempt_count: None,
-        attempts_base: Field::Keep,
-        forgive_attempt: false,
-        next_attempt_at: Field::Remove,
-        lease_until: Field::Remove,
-        due_at: Field::Remove,
-        append_attempt: Some(attempt),
-        expires_at: Field::Keep,
-        reason: Field::Keep,
-        now,
-    };
+    let base =
+        Transition { append_attempt: Some(attempt), ..settled(finished(claimed), DeliveryStatus::Delivered, now) };
     match next {
         Next::Delivered => (Transition { expires_at: days(cfg.delivered_retention_days), ..base }, None),
         Next::Exhausted => (
@@ -370,10 +358,12 @@ pub fn replay(cfg: &Config, now: DateTime<Utc>, d: &Delivery) -> Option<(Transit
     e.map(|e| (t, e))
 }
 
-fn held(guard: Guard, now: DateTime<Utc>) -> Transition {
+/// A move to `status` that takes the delivery out of the due index (no next attempt, no
+/// lease); every other field is kept.
+fn settled(guard: Guard, status: DeliveryStatus, now: DateTime<Utc>) -> Transition {
     Transition {
         guard,
-        status: DeliveryStatus::Held,
+        status,
         attempt_count: None,
         attempts_base: Field::Keep,
         forgive_attempt: false,
@@ -398,17 +388,16 @@ pub fn abandon(
     reason: &str,
 ) -> Transition {
     Transition {
-        status: DeliveryStatus::Exhausted,
         expires_at: Field::Set(now.timestamp() + i64::from(cfg.exhausted_retention_days) * 86_400),
         reason: Field::Set(reason.to_string()),
-        ..held(Guard { status: vec![status], attempt_count, due_at: None }, now)
+        ..settled(Guard { status: vec![status], attempt_count, due_at: None }, DeliveryStatus::Exhausted, now)
     }
 }
 
 /// Hold a scheduled delivery of a disabled or paused endpoint: kept, not attempted, out of
 /// the due index.
 pub fn hold_scheduled(now: DateTime<Utc>, attempt_count: u32) -> Transition {
-    held(Guard { status: vec![DeliveryStatus::Scheduled], attempt_count, due_at: None }, now)
+    settled(Guard { status: vec![DeliveryStatus::Scheduled], attempt_count, due_at: None }, DeliveryStatus::Held, now)
 }
 
 /// Hold a claimed delivery. With `attempt` (the 410 that disabled the endpoint, or a failed
@@ -420,7 +409,7 @@ pub fn hold_claimed(now: DateTime<Utc>, claimed: &Delivery, attempt: Option<Atte
     Transition {
         attempt_count: undo.then(|| claimed.attempt_count.saturating_sub(1)),
         append_attempt: attempt,
-        ..held(guard, now)
+        ..settled(guard, DeliveryStatus::Held, now)
     }
 }
 

@@ -43,6 +43,25 @@ impl DynamoStore {
         out.item.map(from_item).transpose()
     }
 
+    /// Every item a Query matches, following `LastEvaluatedKey` page by page.
+    async fn query_all<T: serde::de::DeserializeOwned>(
+        &self,
+        query: aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
+    ) -> Result<Vec<T>, StoreError> {
+        let mut out = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let page = query.clone().set_exclusive_start_key(start.take()).send().await.map_err(aws)?;
+            for item in page.items.unwrap_or_default() {
+                out.push(from_item(item)?);
+            }
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => return Ok(out),
+            }
+        }
+    }
+
     /// An UpdateItem of an existing endpoint (the condition makes a missing one fail).
     fn endpoint_update(
         &self,
@@ -198,29 +217,15 @@ impl Store for DynamoStore {
     }
 
     async fn tenant_endpoints(&self, tenant_id: &str) -> Result<Vec<Endpoint>, StoreError> {
-        let mut out = Vec::new();
-        let mut start: Option<Item> = None;
-        loop {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("pk = :pk AND begins_with(sk, :ep)")
-                .expression_attribute_values(":pk", s(tenant_pk(tenant_id)))
-                .expression_attribute_values(":ep", s("ENDPOINT#"))
-                .consistent_read(true)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(aws)?;
-            for item in page.items.unwrap_or_default() {
-                out.push(from_item(item)?);
-            }
-            match page.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => return Ok(out),
-            }
-        }
+        let query = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :pk AND begins_with(sk, :ep)")
+            .expression_attribute_values(":pk", s(tenant_pk(tenant_id)))
+            .expression_attribute_values(":ep", s("ENDPOINT#"))
+            .consistent_read(true);
+        self.query_all(query).await
     }
 
     async fn put_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
@@ -364,28 +369,14 @@ impl Store for DynamoStore {
     }
 
     async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError> {
-        let mut out = Vec::new();
-        let mut start: Option<Item> = None;
-        loop {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .index_name(EVENT_INDEX)
-                .key_condition_expression("event_id = :e")
-                .expression_attribute_values(":e", s(event_id))
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(aws)?;
-            for item in page.items.unwrap_or_default() {
-                out.push(from_item(item)?);
-            }
-            match page.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => return Ok(out),
-            }
-        }
+        let query = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(EVENT_INDEX)
+            .key_condition_expression("event_id = :e")
+            .expression_attribute_values(":e", s(event_id));
+        self.query_all(query).await
     }
 
     async fn get_idempotent(
@@ -492,11 +483,7 @@ impl Store for DynamoStore {
             .condition_expression("attribute_not_exists(pk)")
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e) if e.as_service_error().is_some_and(|se| se.is_conditional_check_failed_exception()) => Ok(false),
-            Err(e) => Err(aws(e)),
-        }
+        conditional(result)
     }
 
     async fn get_delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError> {
