@@ -48,6 +48,12 @@ pub struct Config {
     /// Days an exhausted delivery (a dead letter) is kept (`WEBHOOKS_EXHAUSTED_RETENTION_DAYS`,
     /// default 14, from the payment provider's docs).
     pub exhausted_retention_days: u32,
+    /// Days an event's payload item is kept (`WEBHOOKS_EVENT_RETENTION_DAYS`, default 90,
+    /// Svix's default payload retention). It must outlive its deliveries' retries, retention
+    /// and replays: at least the longest schedule (3 days under `standard`) plus
+    /// `WEBHOOKS_DELIVERED_RETENTION_DAYS`. A delivery held or replayed after it is gone ends
+    /// `exhausted` with the error `payload_expired`.
+    pub event_retention_days: u32,
     /// Whether to print CloudWatch Embedded Metric Format lines (on when
     /// `AWS_LAMBDA_FUNCTION_NAME` is set, i.e. in Lambda, or `WEBHOOKS_METRICS=emf`).
     pub emit_metrics: bool,
@@ -101,6 +107,7 @@ impl Config {
             eventbridge_tenant_field: "tenant_id".to_string(),
             delivered_retention_days: 30,
             exhausted_retention_days: 14,
+            event_retention_days: 90,
             emit_metrics: false,
             notify_topic_arn: None,
             release_per_tick: 100,
@@ -151,6 +158,7 @@ impl Config {
         }
         c.delivered_retention_days = parse(&get, "WEBHOOKS_DELIVERED_RETENTION_DAYS", 30)?;
         c.exhausted_retention_days = parse(&get, "WEBHOOKS_EXHAUSTED_RETENTION_DAYS", 14)?;
+        c.event_retention_days = parse(&get, "WEBHOOKS_EVENT_RETENTION_DAYS", 90)?;
         c.notify_topic_arn = get("WEBHOOKS_NOTIFY_TOPIC_ARN").filter(|v| !v.is_empty());
         c.release_per_tick = parse(&get, "WEBHOOKS_RELEASE_PER_TICK", 100)?;
         c.wait_scale = parse(&get, "WEBHOOKS_WAIT_SCALE", 1.0)?;

@@ -24,7 +24,7 @@
 //! - final and held states are not in the index.
 
 use crate::config::Config;
-use crate::model::{Attempt, Delivery, DeliveryStatus};
+use crate::model::{Attempt, Delivery, DeliveryStatus, Endpoint};
 use chrono::{DateTime, Duration, Utc};
 
 /// A change to one attribute.
@@ -80,12 +80,41 @@ pub struct Transition {
 }
 
 /// The SQS message that asks deliver to make attempt `attempt` of a delivery.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+///
+/// Shape (JSON): `{"delivery_id", "attempt", "payload"?, "endpoint"?}`. The two optional
+/// parts save deliver a DynamoDB read each: `payload` is the event's body when the message
+/// still fits SQS's 256 KiB limit with it (ingest and deliver's own retries add it; the
+/// sweeper does not, and deliver then reads the event item); `endpoint` is the endpoint as
+/// ingest read it, used only while younger than `WEBHOOKS_ENDPOINT_CACHE_SECONDS`, the same
+/// staleness deliver's endpoint cache allows.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AttemptMessage {
     /// The delivery to attempt.
     pub delivery_id: String,
     /// The attempt number to make (the item's `attempt_count` + 1 when it is claimed).
     pub attempt: u32,
+    /// The event's payload, byte for byte, when it rides along.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<String>,
+    /// The endpoint's configuration and when it was read, when it rides along.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<EndpointSnapshot>,
+}
+
+impl AttemptMessage {
+    /// A message for attempt `attempt` of delivery `delivery_id`, with nothing riding along.
+    pub fn new(delivery_id: impl Into<String>, attempt: u32) -> Self {
+        Self { delivery_id: delivery_id.into(), attempt, payload: None, endpoint: None }
+    }
+}
+
+/// An endpoint's configuration as read at `read_at`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct EndpointSnapshot {
+    /// When it was read (at or before the read).
+    pub read_at: DateTime<Utc>,
+    /// What was read.
+    pub endpoint: Endpoint,
 }
 
 /// A message to send, with its `DelaySeconds`.
@@ -113,10 +142,8 @@ fn wait_for(cfg: &Config, now: DateTime<Utc>, next: DateTime<Utc>, id: &str, att
     let wait = seconds_until(now, next);
     if wait <= i64::from(cfg.sqs_max_delay_seconds) {
         let due = ms(next) + i64::from(cfg.redrive_after_seconds) * 1000;
-        let enqueue = Enqueue {
-            message: AttemptMessage { delivery_id: id.to_string(), attempt },
-            delay_seconds: u32::try_from(wait).unwrap_or(0),
-        };
+        let enqueue =
+            Enqueue { message: AttemptMessage::new(id, attempt), delay_seconds: u32::try_from(wait).unwrap_or(0) };
         (due, Some(enqueue))
     } else {
         (ms(next) - i64::from(cfg.sqs_max_delay_seconds) * 1000, None)
@@ -134,7 +161,6 @@ pub fn new_delivery(
     event_type: &str,
     tenant_id: &str,
     endpoint_id: &str,
-    payload: &str,
     held: bool,
 ) -> (Delivery, Option<i64>, Option<Enqueue>) {
     let d = Delivery {
@@ -148,7 +174,6 @@ pub fn new_delivery(
         attempts_base: 0,
         next_attempt_at: (!held).then_some(now),
         lease_until: None,
-        payload: payload.to_string(),
         attempts: Vec::new(),
         created_at: now,
         updated_at: now,
@@ -159,7 +184,7 @@ pub fn new_delivery(
         return (d, None, None);
     }
     let due = ms(now) + i64::from(cfg.redrive_after_seconds) * 1000;
-    let enqueue = Enqueue { message: AttemptMessage { delivery_id: id, attempt: 1 }, delay_seconds: 0 };
+    let enqueue = Enqueue { message: AttemptMessage::new(id, 1), delay_seconds: 0 };
     (d, Some(due), Some(enqueue))
 }
 
@@ -280,7 +305,7 @@ pub fn sweep(cfg: &Config, now: DateTime<Utc>, item: &DueItem) -> Option<(Transi
                 reason: Field::Keep,
                 now,
             };
-            let msg = AttemptMessage { delivery_id: item.id.clone(), attempt: item.attempt_count + 1 };
+            let msg = AttemptMessage::new(item.id.clone(), item.attempt_count + 1);
             Some((t, Enqueue { message: msg, delay_seconds: delay }))
         }
         DeliveryStatus::Sending => {
@@ -312,7 +337,7 @@ pub fn sweep(cfg: &Config, now: DateTime<Utc>, item: &DueItem) -> Option<(Transi
                 reason: Field::Keep,
                 now,
             };
-            let msg = AttemptMessage { delivery_id: item.id.clone(), attempt: item.attempt_count + 1 };
+            let msg = AttemptMessage::new(item.id.clone(), item.attempt_count + 1);
             Some((t, Enqueue { message: msg, delay_seconds: 0 }))
         }
         DeliveryStatus::Delivered | DeliveryStatus::Exhausted | DeliveryStatus::Held => None,
@@ -425,7 +450,7 @@ mod tests {
     }
 
     fn claimed(now: DateTime<Utc>) -> Delivery {
-        let (mut d, _, _) = new_delivery(&cfg(), now, "dlv_1".into(), "evt_1", "order.paid", "t1", "ep_1", "{}", false);
+        let (mut d, _, _) = new_delivery(&cfg(), now, "dlv_1".into(), "evt_1", "order.paid", "t1", "ep_1", false);
         d.status = DeliveryStatus::Sending;
         d.attempt_count = 1;
         d

@@ -212,8 +212,6 @@ pub struct Delivery {
     /// When the current claim lapses (status `sending` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_until: Option<DateTime<Utc>>,
-    /// The body, frozen at ingest and sent byte for byte on every attempt.
-    pub payload: String,
     /// Every attempt, oldest first.
     #[serde(default)]
     pub attempts: Vec<Attempt>,
@@ -227,6 +225,26 @@ pub struct Delivery {
     /// When DynamoDB TTL will remove it, unix seconds (final states only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<i64>,
+}
+
+/// An accepted event's body, stored once per event in its own item, however many endpoints
+/// it goes to. It never changes, so a delivery's writes (claim, record; about 1 KB) do not
+/// rewrite the payload (DynamoDB bills a write by the whole item's size, per started KB).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredEvent {
+    /// The tenant that sent it.
+    pub tenant_id: String,
+    /// The event id (`webhook-id`).
+    pub event_id: String,
+    /// The event type.
+    pub event_type: String,
+    /// The JSON body, frozen at ingest and sent byte for byte on every attempt.
+    pub payload: String,
+    /// When it was accepted.
+    pub created_at: DateTime<Utc>,
+    /// When DynamoDB TTL removes it, unix seconds: `created_at` + the payload retention
+    /// (`WEBHOOKS_EVENT_RETENTION_DAYS`).
+    pub expires_at: i64,
 }
 
 /// What a background job does, one bounded step per sweeper tick.

@@ -14,7 +14,8 @@ pub struct QueueError(pub String);
 /// Where attempt messages go.
 #[async_trait]
 pub trait Queue: Send + Sync {
-    /// Sends every message with its `DelaySeconds`, in batches of up to 10.
+    /// Sends every message with its `DelaySeconds`, in batches of up to 10 messages and
+    /// 256 KiB.
     ///
     /// # Errors
     /// [`QueueError`] when a batch or any entry of it failed; entries before it were sent.
@@ -35,9 +36,35 @@ impl SqsQueue {
     }
 }
 
-/// The body of an attempt message (JSON).
+/// SQS's largest message, and largest SendMessageBatch, in bytes (256 KiB).
+pub const MAX_MESSAGE_BYTES: usize = 262_144;
+
+/// The body of an attempt message (JSON). What rides along (payload, endpoint) is left out
+/// when the message would not fit [`MAX_MESSAGE_BYTES`]; deliver then reads it.
 pub fn encode(message: &AttemptMessage) -> String {
-    serde_json::to_string(message).unwrap_or_default()
+    let body = serde_json::to_string(message).unwrap_or_default();
+    if body.len() <= MAX_MESSAGE_BYTES {
+        return body;
+    }
+    serde_json::to_string(&AttemptMessage::new(message.delivery_id.clone(), message.attempt)).unwrap_or_default()
+}
+
+/// Groups message bodies into SendMessageBatch calls: at most 10 entries and
+/// [`MAX_MESSAGE_BYTES`] in all per call, in order.
+pub fn batches(bodies: &[String]) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, body) in bodies.iter().enumerate() {
+        if i > start && (i - start == 10 || bytes + body.len() > MAX_MESSAGE_BYTES) {
+            out.push(start..i);
+            (start, bytes) = (i, 0);
+        }
+        bytes += body.len();
+    }
+    if start < bodies.len() {
+        out.push(start..bodies.len());
+    }
+    out
 }
 
 /// Reads an attempt message's body.
@@ -51,14 +78,17 @@ pub fn decode(body: &str) -> Result<AttemptMessage, serde_json::Error> {
 #[async_trait]
 impl Queue for SqsQueue {
     async fn send(&self, messages: &[Enqueue]) -> Result<(), QueueError> {
-        for chunk in messages.chunks(10) {
+        let bodies: Vec<String> = messages.iter().map(|m| encode(&m.message)).collect();
+        for range in batches(&bodies) {
+            let chunk = &messages[range.clone()];
             let entries = chunk
                 .iter()
+                .zip(&bodies[range])
                 .enumerate()
-                .map(|(i, m)| {
+                .map(|(i, (m, body))| {
                     SendMessageBatchRequestEntry::builder()
                         .id(i.to_string())
-                        .message_body(encode(&m.message))
+                        .message_body(body)
                         .delay_seconds(i32::try_from(m.delay_seconds).unwrap_or(900).min(900))
                         .build()
                         .map_err(|e| QueueError(e.to_string()))
@@ -83,5 +113,29 @@ impl Queue for SqsQueue {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_hold_at_most_ten_messages_and_256_kib() {
+        let small: Vec<String> = (0..23).map(|i| format!("m{i}")).collect();
+        assert_eq!(batches(&small), vec![0..10, 10..20, 20..23]);
+        let big = vec!["x".repeat(100_000); 5];
+        assert_eq!(batches(&big), vec![0..2, 2..4, 4..5]);
+        assert!(batches(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_message_too_big_for_sqs_leaves_the_payload_behind() {
+        let mut m = AttemptMessage::new("dlv_1", 2);
+        m.payload = Some("y".repeat(1000));
+        assert_eq!(decode(&encode(&m)).ok(), Some(m.clone()));
+        m.payload = Some("y".repeat(MAX_MESSAGE_BYTES));
+        let sent = decode(&encode(&m)).ok();
+        assert_eq!(sent, Some(AttemptMessage::new("dlv_1", 2)));
     }
 }

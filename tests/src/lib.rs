@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use webhooks::lifecycle::Transition;
-use webhooks::model::{Delivery, Disabled, Endpoint, Job};
+use webhooks::model::{Delivery, Disabled, Endpoint, Job, StoredEvent};
 use webhooks::store::{Applied, DeliveryQuery, DeliverySummary, Due, Page, Store, StoreError};
 use webhooks::{App, Config, bootstrap};
 use webhooks_local::{Options, Running};
@@ -70,7 +70,7 @@ impl Stack {
     /// As [`Stack::start`], with the runtime's options (port is always a free one).
     pub async fn start_with(tweak: impl FnOnce(&mut Config), options: Options) -> Self {
         let _ = emulator_url();
-        let sdk = aws_config::load_from_env().await;
+        let sdk = webhooks::app::aws_sdk_config().await;
         let ddb = aws_sdk_dynamodb::Client::new(&sdk);
         let sqs = aws_sdk_sqs::Client::new(&sdk);
         let table = unique("t");
@@ -367,9 +367,16 @@ impl Store for Serialized {
     ) -> Result<Page<Endpoint>, StoreError> {
         self.inner.list_endpoints(tenant_id, limit, cursor).await
     }
-    async fn insert_delivery(&self, delivery: &Delivery, due_at: Option<i64>) -> Result<bool, StoreError> {
+    async fn insert_event(
+        &self,
+        event: &StoredEvent,
+        deliveries: &[(Delivery, Option<i64>)],
+    ) -> Result<webhooks::store::Inserted, StoreError> {
         let _one = self.lock.lock().await;
-        self.inner.insert_delivery(delivery, due_at).await
+        self.inner.insert_event(event, deliveries).await
+    }
+    async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError> {
+        self.inner.get_payload(tenant_id, event_id).await
     }
     async fn get_delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError> {
         self.inner.get_delivery(id).await
@@ -378,8 +385,8 @@ impl Store for Serialized {
         let _one = self.lock.lock().await;
         self.inner.apply(id, transition, return_new).await
     }
-    async fn due(&self, shard: u32, until_ms: i64, limit: usize) -> Result<Vec<Due>, StoreError> {
-        self.inner.due(shard, until_ms, limit).await
+    async fn due(&self, shard: u32, until_ms: i64, limit: usize, after: Option<&Due>) -> Result<Vec<Due>, StoreError> {
+        self.inner.due(shard, until_ms, limit, after).await
     }
     async fn put_job(&self, job: &Job) -> Result<(), StoreError> {
         let _one = self.lock.lock().await;

@@ -162,7 +162,7 @@ async fn duplicate_messages_and_concurrent_sweeps_reach_the_receiver_once_per_at
     let rx = Receiver::start(Reply::Status(200)).await;
     stack.endpoint("acme", &rx.url, Value::Null).await;
     let id = delivery_id(&stack.event("acme", "order.paid", json!({"dup": true})).await, 0);
-    let msg = AttemptMessage { delivery_id: id.clone(), attempt: 1 };
+    let msg = AttemptMessage::new(id.clone(), 1);
     let app = Serialized::wrap(&stack.app);
 
     // The same message three times, concurrently and again after.
@@ -215,11 +215,7 @@ async fn a_worker_that_dies_after_its_claim_is_recovered_when_the_lease_expires(
     let id = delivery_id(&stack.event("acme", "order.paid", json!({"crash": true})).await, 0);
 
     // The worker claims attempt 1 and dies: no request, no record, message consumed.
-    let claim = lifecycle::claim(
-        &stack.app.config,
-        chrono::Utc::now(),
-        &AttemptMessage { delivery_id: id.clone(), attempt: 1 },
-    );
+    let claim = lifecycle::claim(&stack.app.config, chrono::Utc::now(), &AttemptMessage::new(id.clone(), 1));
     assert!(matches!(stack.app.store.apply(&id, &claim, false).await.unwrap(), Applied::Done(_)));
     let d = stack.delivery(&id).await;
     assert_eq!(d["status"], "sending");
@@ -468,5 +464,85 @@ async fn listing_by_endpoint_pages_through_every_delivery_once() {
     }
     assert_eq!(seen, created);
     assert!(pages >= 3);
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_repeated_event_id_reaches_only_endpoints_added_since_with_the_first_payload() {
+    let stack = Stack::start(|_| {}).await;
+    let first = Receiver::start(Reply::Status(200)).await;
+    let later = Receiver::start(Reply::Status(200)).await;
+    stack.endpoint("acme", &first.url, Value::Null).await;
+    let event =
+        |v: u32| json!({"tenant_id": "acme", "event_type": "order.paid", "payload": {"v": v}, "id": "evt_again"});
+    let (status, accepted) = stack.call(Method::POST, "/v1/events", Some(event(1))).await;
+    assert_eq!(status, 202, "{accepted}");
+    stack.wait_status(&delivery_id(&accepted, 0), "delivered", WAIT).await;
+
+    // A producer retries the same id (with a body that changed meanwhile) after an endpoint
+    // was added: the new endpoint gets the event as first accepted, the old one nothing more.
+    stack.endpoint("acme", &later.url, Value::Null).await;
+    let (status, again) = stack.call(Method::POST, "/v1/events", Some(event(2))).await;
+    assert_eq!(status, 202, "{again}");
+    assert_eq!(again["deliveries"].as_array().unwrap().len(), 2, "{again}");
+    for i in 0..2 {
+        stack.wait_status(&delivery_id(&again, i), "delivered", WAIT).await;
+    }
+    assert_eq!(first.count(), 1);
+    let hits = later.hits();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(serde_json::from_slice::<Value>(&hits[0].body).unwrap(), json!({"v": 1}));
+    assert_eq!(hits[0].header("webhook-id"), "evt_again");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_event_for_more_endpoints_than_one_transaction_holds_reaches_them_all() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    // 105 deliveries and the payload item: two TransactWriteItems (100 items at most each).
+    for _ in 0..105 {
+        stack.endpoint("acme", &rx.url, Value::Null).await;
+    }
+    let accepted = stack.event("acme", "order.paid", json!({"big": "fan-out"})).await;
+    let ids: Vec<String> = (0..105).map(|i| delivery_id(&accepted, i)).collect();
+    eventually("every endpoint got the event", Duration::from_secs(60), || async { rx.count() >= 105 }).await;
+    for id in &ids {
+        stack.wait_status(id, "delivered", WAIT).await;
+    }
+    assert_eq!(rx.count(), 105, "one request per endpoint");
+    let (status, event) =
+        stack.call(Method::GET, &format!("/v1/events/{}", accepted["event_id"].as_str().unwrap()), None).await;
+    assert_eq!(status, 200);
+    assert_eq!(event["deliveries"].as_array().unwrap().len(), 105);
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replay_after_the_payload_retention_ends_exhausted_as_payload_expired() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(500)).await;
+    stack.endpoint("acme", &rx.url, json!({"schedule_seconds": [1], "max_attempts": 1})).await;
+    let accepted = stack.event("acme", "order.paid", json!({"n": 1})).await;
+    let id = delivery_id(&accepted, 0);
+    stack.wait_status(&id, "exhausted", WAIT).await;
+
+    // What DynamoDB TTL does after WEBHOOKS_EVENT_RETENTION_DAYS: the payload item goes.
+    let sdk = webhooks::app::aws_sdk_config().await;
+    let event_id = accepted["event_id"].as_str().unwrap();
+    aws_sdk_dynamodb::Client::new(&sdk)
+        .delete_item()
+        .table_name(&stack.app.config.table)
+        .key("pk", aws_sdk_dynamodb::types::AttributeValue::S(format!("EVENT#acme#{event_id}")))
+        .key("sk", aws_sdk_dynamodb::types::AttributeValue::S("EVENT".into()))
+        .send()
+        .await
+        .unwrap();
+    rx.set_default(Reply::Status(200));
+    let (status, _) = stack.call(Method::POST, &format!("/v1/deliveries/{id}/replay"), None).await;
+    assert_eq!(status, 202);
+    let d = stack.wait_delivery(&id, WAIT, |d| d["attempt_count"] == 2 && d["status"] == "exhausted").await;
+    assert_eq!(d["attempts"][1]["error"], "payload_expired", "{d}");
+    assert_eq!(rx.count(), 1, "nothing was sent without its payload");
     stack.stop().await;
 }

@@ -297,7 +297,7 @@ async fn retry_policy_can_be_changed_and_bad_policies_are_refused() {
 async fn a_disabled_endpoint_notifies_its_owner_through_sns() {
     // An SNS topic with an SQS subscription, to read what was published.
     webhooks_tests::emulator_url();
-    let sdk = aws_config::load_from_env().await;
+    let sdk = webhooks::app::aws_sdk_config().await;
     let sns = aws_sdk_sns::Client::new(&sdk);
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let suffix = chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default();

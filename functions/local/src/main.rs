@@ -17,7 +17,7 @@ fn defaults(name: &str) -> Option<String> {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     webhooks::init_tracing();
     let mut config = Config::from_lookup(|k| std::env::var(k).ok().filter(|v| !v.is_empty()).or_else(|| defaults(k)))?;
-    let sdk = aws_config::load_from_env().await;
+    let sdk = webhooks::app::aws_sdk_config().await;
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     bootstrap::create_table(&dynamodb, &config.table).await?;

@@ -16,7 +16,7 @@ use crate::metrics;
 use crate::model::{Attempt, Delivery, DeliveryStatus, Disabled, Endpoint};
 use crate::policy::{Outcome, Verdict};
 use crate::queue;
-use crate::sender::SendResult;
+use crate::sender::{SendResult, Sender};
 use crate::service::health;
 use crate::signing;
 use crate::store::Applied;
@@ -100,7 +100,10 @@ pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Hand
             return Ok(Handled::Duplicate);
         }
     };
-    let mut endpoint = app.endpoint(&delivery.tenant_id, &delivery.endpoint_id).await?;
+    let mut endpoint = match fresh_snapshot(app, msg, &delivery) {
+        Some(ep) => Some(ep),
+        None => app.endpoint(&delivery.tenant_id, &delivery.endpoint_id).await?,
+    };
     if endpoint.as_ref().is_some_and(|ep| !ep.enabled) {
         // Disabled in the (possibly stale) cache: make sure, and see the current probe.
         endpoint = app.endpoint_fresh(&delivery.tenant_id, &delivery.endpoint_id).await?;
@@ -113,19 +116,28 @@ pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Hand
         tracing::info!(delivery_id = %delivery.id, endpoint_id = %ep.id, "endpoint disabled; delivery held");
         return Ok(Handled::Held);
     }
+    let payload = match (&endpoint, &msg.payload) {
+        (None, _) => None,
+        (Some(_), Some(p)) => Some(p.clone()),
+        (Some(_), None) => app.store.get_payload(&delivery.tenant_id, &delivery.event_id).await?,
+    };
     let started = app.clock.now();
-    let result = match &endpoint {
-        None => not_sent("endpoint_deleted"),
-        Some(ep) => {
+    let result = match (&endpoint, &payload) {
+        (None, _) => not_sent("endpoint_deleted"),
+        (Some(_), None) => not_sent(PAYLOAD_EXPIRED),
+        (Some(ep), Some(payload)) => {
             match ep.signing_secrets(started).into_iter().map(signing::secret_key).collect::<Result<Vec<_>, _>>() {
-                Err(_) => not_sent("invalid_secret"),
-                Ok(keys) => send(app, &delivery, &ep.url, &keys, started.timestamp()).await,
+                Err(_) => not_sent(INVALID_SECRET),
+                Ok(keys) => send(&*app.sender, &delivery, payload, &ep.url, &keys, started.timestamp()).await,
             }
         }
     };
+    // Not sent for a reason of ours, not the receiver's: final, and not counted against the
+    // endpoint's health (the circuit breaker counts the receiver's failures).
+    let ours = result.detail.as_deref().filter(|d| matches!(*d, INVALID_SECRET | PAYLOAD_EXPIRED));
     let failures = delivery.attempt_count.saturating_sub(delivery.attempts_base);
     let verdict = match &endpoint {
-        Some(ep) if result.detail.as_deref() != Some("invalid_secret") => ep.retry_policy.classify(result.outcome),
+        Some(ep) if ours.is_none() => ep.retry_policy.classify(result.outcome),
         _ => Verdict::Final,
     };
     let wait = match (verdict, &endpoint, mode) {
@@ -143,7 +155,7 @@ pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Hand
         },
         error: match &endpoint {
             None => Some("endpoint_deleted".into()),
-            Some(_) if result.detail.as_deref() == Some("invalid_secret") => Some("invalid_secret".into()),
+            Some(_) if ours.is_some() => ours.map(String::from),
             Some(_) => error_class(result.outcome).map(String::from),
         },
         duration_ms: result.duration_ms,
@@ -186,10 +198,12 @@ pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Hand
     }
     let status = transition.status;
     emit_metrics(app, &transition, result.duration_ms);
-    if let Some(e) = enqueue {
+    if let Some(mut e) = enqueue {
+        // The next attempt takes the payload along (when it fits), so it needs no read.
+        e.message.payload = payload;
         app.queue.send(&[e]).await?;
     }
-    if let Some(ep) = &endpoint {
+    if let Some(ep) = endpoint.as_ref().filter(|_| ours.is_none() || probe) {
         health_after_attempt(app, ep, verdict, probe, disable).await?;
     }
     Ok(Handled::Attempted(status, Box::new(attempt)))
@@ -280,8 +294,15 @@ pub fn error_class(outcome: Outcome) -> Option<&'static str> {
     }
 }
 
-async fn send(app: &App, d: &Delivery, url: &str, keys: &[Vec<u8>], timestamp: i64) -> SendResult {
-    let body = Bytes::from(d.payload.clone());
+async fn send(
+    sender: &dyn Sender,
+    d: &Delivery,
+    payload: &str,
+    url: &str,
+    keys: &[Vec<u8>],
+    timestamp: i64,
+) -> SendResult {
+    let body = Bytes::from(payload.to_string());
     // During a secret rotation both signatures go out, space separated (Standard Webhooks).
     let signature = keys.iter().map(|k| signing::sign(k, &d.event_id, timestamp, &body)).collect::<Vec<_>>().join(" ");
     let headers = [
@@ -290,5 +311,21 @@ async fn send(app: &App, d: &Delivery, url: &str, keys: &[Vec<u8>], timestamp: i
         (signing::HEADER_SIGNATURE, signature),
         (signing::HEADER_ATTEMPT, d.attempt_count.to_string()),
     ];
-    app.sender.post(url, &headers, body).await
+    sender.post(url, &headers, body).await
+}
+
+/// The attempt error when the endpoint's secret cannot be decoded.
+const INVALID_SECRET: &str = "invalid_secret";
+/// The attempt error when the event's payload item is gone (past `WEBHOOKS_EVENT_RETENTION_DAYS`).
+const PAYLOAD_EXPIRED: &str = "payload_expired";
+
+/// The endpoint that rode along in the message, when it is this delivery's and younger than
+/// the endpoint cache's lifetime (the staleness deliver accepts from its cache anyway).
+fn fresh_snapshot(app: &App, msg: &AttemptMessage, delivery: &Delivery) -> Option<Endpoint> {
+    let snap = msg.endpoint.as_ref()?;
+    let age = app.clock.now().signed_duration_since(snap.read_at).to_std().ok()?;
+    (age < app.config.endpoint_cache
+        && snap.endpoint.id == delivery.endpoint_id
+        && snap.endpoint.tenant_id == delivery.tenant_id)
+        .then(|| snap.endpoint.clone())
 }

@@ -1,16 +1,19 @@
 //! Ingest: validate an event, freeze its payload, fan it out to the tenant's subscribed
-//! endpoints (one delivery item each) and enqueue attempt 1.
+//! endpoints and enqueue attempt 1.
 //!
-//! Idempotency rides on the delivery id, derived from (event id, endpoint id): ingesting the
-//! same event id twice loses the conditional put and creates nothing new. A delivery written
+//! One write request per event (up to 99 endpoints): a TransactWriteItems of the payload item
+//! and one small delivery item per endpoint, so a delivery's later writes never carry the
+//! payload. Idempotency rides on the ids: the payload item is keyed by (tenant, event id) and
+//! a delivery id is derived from (event id, endpoint id), every put is conditional, so
+//! ingesting the same event id twice creates nothing new. A delivery written
 //! but never enqueued (a crash or an SQS failure between the two) sits in the due index and is
 //! re-driven by the sweeper, so nothing accepted is lost.
 
 use crate::App;
 use crate::config::MAX_PAYLOAD_BYTES;
 use crate::error::ServiceError;
-use crate::lifecycle::{self, AttemptMessage};
-use crate::model::{Attempt, DeliveryStatus, delivery_id};
+use crate::lifecycle::{self, EndpointSnapshot, Enqueue};
+use crate::model::{Attempt, DeliveryStatus, StoredEvent, delivery_id};
 use crate::service::deliver::{self, Handled, Mode};
 use serde::Serialize;
 
@@ -109,39 +112,48 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
         )));
     }
 
-    let writes = targets.iter().map(|ep| {
-        let (delivery, due_at, enqueue) = lifecycle::new_delivery(
-            &app.config,
-            now,
-            delivery_id(&event_id, &ep.id),
-            &event_id,
-            &event.event_type,
-            &event.tenant_id,
-            &ep.id,
-            &event.payload,
-            !ep.enabled,
-        );
-        async move {
-            let created = app.store.insert_delivery(&delivery, due_at).await?;
-            Ok::<_, ServiceError>((
-                DeliveryRef { id: delivery.id, endpoint_id: ep.id.clone() },
-                enqueue.filter(|_| created),
-                created,
-            ))
-        }
-    });
-    let results = futures::future::join_all(writes).await;
-    let mut deliveries = Vec::with_capacity(results.len());
+    let stored = StoredEvent {
+        tenant_id: event.tenant_id.clone(),
+        event_id: event_id.clone(),
+        event_type: event.event_type.clone(),
+        payload: event.payload.clone(),
+        created_at: now,
+        expires_at: now.timestamp() + i64::from(app.config.event_retention_days) * 86_400,
+    };
+    let planned: Vec<_> = targets
+        .iter()
+        .map(|ep| {
+            lifecycle::new_delivery(
+                &app.config,
+                now,
+                delivery_id(&event_id, &ep.id),
+                &event_id,
+                &event.event_type,
+                &event.tenant_id,
+                &ep.id,
+                !ep.enabled,
+            )
+        })
+        .collect();
+    let rows: Vec<_> = planned.iter().map(|(d, due_at, _)| (d.clone(), *due_at)).collect();
+    let inserted = app.store.insert_event(&stored, &rows).await?;
+    let created_any = inserted.deliveries.iter().any(|c| *c);
+    let mut deliveries = Vec::with_capacity(planned.len());
     let mut to_send = Vec::new();
-    let mut created_any = false;
-    for r in results {
-        let (reference, enqueue, created) = r?;
-        deliveries.push(reference);
-        to_send.extend(enqueue);
-        created_any |= created;
+    for (((delivery, _, enqueue), ep), created) in planned.into_iter().zip(&targets).zip(inserted.deliveries) {
+        deliveries.push(DeliveryRef { id: delivery.id, endpoint_id: ep.id.clone() });
+        // Attempt 1 carries what deliver would otherwise read: the payload (unless the event
+        // id was seen before: then the first payload stands, and deliver reads it) and the
+        // endpoint as read just now (`now` is before the read, so its age is never
+        // under-stated).
+        to_send.extend(enqueue.filter(|_| created).map(|mut e| {
+            e.message.payload = inserted.event.then(|| event.payload.clone());
+            e.message.endpoint = Some(EndpointSnapshot { read_at: now, endpoint: ep.clone() });
+            e
+        }));
     }
     if event.sync {
-        let outcome = sync_attempt(app, &deliveries, created_any).await?;
+        let outcome = sync_attempt(app, &deliveries, to_send.pop().filter(|_| created_any)).await?;
         return Ok(Accepted { event_id, deliveries, outcome: Some(outcome) });
     }
     if !to_send.is_empty()
@@ -154,16 +166,20 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
     Ok(Accepted { event_id, deliveries, outcome: None })
 }
 
-/// The one inline attempt of a sync event (or, for a repeated event id, where it stands).
-async fn sync_attempt(app: &App, deliveries: &[DeliveryRef], created: bool) -> Result<SyncOutcome, ServiceError> {
+/// The one inline attempt of a sync event (`first`: the message for attempt 1, when this call
+/// created the delivery), or, for a repeated event id, where it stands.
+async fn sync_attempt(
+    app: &App,
+    deliveries: &[DeliveryRef],
+    first: Option<Enqueue>,
+) -> Result<SyncOutcome, ServiceError> {
     let Some(d) = deliveries.first() else {
         return Err(ServiceError::Validation("mode: sync needs exactly one subscribed endpoint".into()));
     };
-    if created {
-        let msg = AttemptMessage { delivery_id: d.id.clone(), attempt: 1 };
-        if let Handled::Attempted(status, attempt) = deliver::attempt(app, &msg, Mode::Once).await? {
-            return Ok(SyncOutcome { delivery_id: d.id.clone(), status, attempt: Some(*attempt) });
-        }
+    if let Some(first) = first
+        && let Handled::Attempted(status, attempt) = deliver::attempt(app, &first.message, Mode::Once).await?
+    {
+        return Ok(SyncOutcome { delivery_id: d.id.clone(), status, attempt: Some(*attempt) });
     }
     let current =
         app.store.get_delivery(&d.id).await?.ok_or_else(|| ServiceError::NotFound(format!("delivery {}", d.id)))?;

@@ -25,6 +25,35 @@ pub struct SweepReport {
     pub jobs_run: usize,
 }
 
+/// Up to `sweep_batch` due items over all shards: an even share of each shard first, then
+/// what is left of the cap to the shards that had more (hashing spreads items evenly only on
+/// average), for at most four rounds. Every item is read once.
+async fn read_due(app: &App, until_ms: i64) -> Result<Vec<Due>, ServiceError> {
+    let cfg = &app.config;
+    let mut items = Vec::new();
+    // Shards that filled their share, with the last item read from each.
+    let mut open: Vec<(u32, Option<Due>)> = (0..cfg.due_shards).map(|shard| (shard, None)).collect();
+    for _round in 0..4 {
+        let budget = cfg.sweep_batch.saturating_sub(items.len());
+        if budget == 0 || open.is_empty() {
+            break;
+        }
+        let share = (budget / open.len()).max(1);
+        let reads = open.iter().map(|(shard, after)| app.store.due(*shard, until_ms, share, after.as_ref()));
+        let pages = futures::future::join_all(reads).await;
+        let mut still_open = Vec::new();
+        for ((shard, _), page) in open.iter().zip(pages) {
+            let page = page?;
+            if page.len() >= share {
+                still_open.push((*shard, page.last().cloned()));
+            }
+            items.extend(page);
+        }
+        open = still_open;
+    }
+    Ok(items)
+}
+
 /// One sweeper tick.
 ///
 /// # Errors
@@ -33,12 +62,7 @@ pub struct SweepReport {
 pub async fn sweep(app: &App) -> Result<SweepReport, ServiceError> {
     let cfg = &app.config;
     let now = app.clock.now();
-    let per_shard = cfg.sweep_batch.div_ceil(cfg.due_shards as usize).max(1);
-    let reads = (0..cfg.due_shards).map(|shard| app.store.due(shard, now.timestamp_millis(), per_shard));
-    let mut items = Vec::new();
-    for r in futures::future::join_all(reads).await {
-        items.extend(r?);
-    }
+    let items = read_due(app, now.timestamp_millis()).await?;
     let mut report = SweepReport { examined: items.len(), ..SweepReport::default() };
     let mut to_send = Vec::new();
     let mut planned = Vec::new();

@@ -1,9 +1,9 @@
 //! The DynamoDB implementation of [`Store`].
 
 use super::keys::*;
-use super::{Applied, DeliveryQuery, DeliverySummary, Due, Page, Store, StoreError};
+use super::{Applied, DeliveryQuery, DeliverySummary, Due, Inserted, Page, Store, StoreError};
 use crate::lifecycle::{DueItem, Field, Transition};
-use crate::model::{Delivery, DeliveryStatus, Disabled, Endpoint, Job};
+use crate::model::{Delivery, DeliveryStatus, Disabled, Endpoint, Job, StoredEvent};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::DisplayErrorContext;
@@ -41,6 +41,25 @@ impl DynamoStore {
             .await
             .map_err(aws)?;
         out.item.map(from_item).transpose()
+    }
+
+    /// A delivery as an item, with its index attributes: in the due index at `due_at`, or in
+    /// `by_status` when exhausted or held.
+    fn delivery_item(&self, delivery: &Delivery, due_at: Option<i64>) -> Result<Item, StoreError> {
+        let mut item = to_item(delivery)?;
+        item.insert(PK.into(), s(delivery_pk(&delivery.id)));
+        item.insert(SK.into(), s(DELIVERY_SK));
+        if let Some(due_at) = due_at {
+            item.insert(DUE_PK.into(), s(due_pk(due_shard(&delivery.id, self.due_shards))));
+            item.insert(DUE_AT.into(), n(due_at));
+        }
+        if matches!(delivery.status, DeliveryStatus::Exhausted | DeliveryStatus::Held) {
+            item.insert(STATUS_KEY.into(), s(delivery.status.as_str()));
+            item.insert(STATUS_SK.into(), s(time_sk(delivery.updated_at, &delivery.id)));
+        }
+        item.insert(EP_PK.into(), s(&delivery.endpoint_id));
+        item.insert(EP_SK.into(), s(time_sk(delivery.created_at, &delivery.id)));
+        Ok(item)
     }
 
     /// Every item a Query matches, following `LastEvaluatedKey` page by page.
@@ -122,6 +141,28 @@ where
         Ok(_) => Ok(true),
         Err(e) if e.as_service_error().and_then(|se| se.code()) == Some("ConditionalCheckFailedException") => Ok(false),
         Err(e) => Err(aws(e)),
+    }
+}
+
+/// The most items one TransactWriteItems takes (DynamoDB's limit).
+const MAX_TRANSACTION_ITEMS: usize = 100;
+
+/// Whether a TransactWriteItems was cancelled because an item's condition failed (and for no
+/// other reason, such as a conflicting transaction).
+fn cancelled_by_condition(
+    e: &aws_sdk_dynamodb::error::SdkError<
+        aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError,
+        aws_sdk_dynamodb::config::http::HttpResponse,
+    >,
+) -> bool {
+    use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+    match e.as_service_error() {
+        Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
+            let codes: Vec<_> = c.cancellation_reasons().iter().filter_map(|r| r.code()).collect();
+            codes.contains(&"ConditionalCheckFailed")
+                && codes.iter().all(|c| matches!(*c, "ConditionalCheckFailed" | "None"))
+        }
+        _ => false,
     }
 }
 
@@ -461,29 +502,79 @@ impl Store for DynamoStore {
         conditional(result)
     }
 
-    async fn insert_delivery(&self, delivery: &Delivery, due_at: Option<i64>) -> Result<bool, StoreError> {
-        let mut item = to_item(delivery)?;
-        item.insert(PK.into(), s(delivery_pk(&delivery.id)));
-        item.insert(SK.into(), s(DELIVERY_SK));
-        if let Some(due_at) = due_at {
-            item.insert(DUE_PK.into(), s(due_pk(due_shard(&delivery.id, self.due_shards))));
-            item.insert(DUE_AT.into(), n(due_at));
+    async fn insert_event(
+        &self,
+        event: &StoredEvent,
+        deliveries: &[(Delivery, Option<i64>)],
+    ) -> Result<Inserted, StoreError> {
+        if deliveries.is_empty() {
+            return Ok(Inserted { event: false, deliveries: Vec::new() });
         }
-        if matches!(delivery.status, DeliveryStatus::Exhausted | DeliveryStatus::Held) {
-            item.insert(STATUS_KEY.into(), s(delivery.status.as_str()));
-            item.insert(STATUS_SK.into(), s(time_sk(delivery.updated_at, &delivery.id)));
+        let mut items = Vec::with_capacity(deliveries.len() + 1);
+        let mut event_item = to_item(event)?;
+        event_item.insert(PK.into(), s(event_pk(&event.tenant_id, &event.event_id)));
+        event_item.insert(SK.into(), s(EVENT_ITEM_SK));
+        items.push(event_item);
+        for (d, due_at) in deliveries {
+            items.push(self.delivery_item(d, *due_at)?);
         }
-        item.insert(EP_PK.into(), s(&delivery.endpoint_id));
-        item.insert(EP_SK.into(), s(time_sk(delivery.created_at, &delivery.id)));
-        let result = self
+        // One flag per item, the event's first.
+        let mut created = Vec::with_capacity(items.len());
+        for chunk in items.chunks(MAX_TRANSACTION_ITEMS) {
+            let writes = chunk
+                .iter()
+                .map(|item| {
+                    let put = Put::builder()
+                        .table_name(&self.table)
+                        .set_item(Some(item.clone()))
+                        .condition_expression("attribute_not_exists(pk)")
+                        .build()
+                        .map_err(aws)?;
+                    Ok(TransactWriteItem::builder().put(put).build())
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            match self.client.transact_write_items().set_transact_items(Some(writes)).send().await {
+                Ok(_) => created.extend(std::iter::repeat_n(true, chunk.len())),
+                Err(e) if cancelled_by_condition(&e) => {
+                    // Some of these exist already (the event was ingested before, maybe only
+                    // partly): create the missing ones one by one, leave the rest as they are.
+                    for item in chunk {
+                        let result = self
+                            .client
+                            .put_item()
+                            .table_name(&self.table)
+                            .set_item(Some(item.clone()))
+                            .condition_expression("attribute_not_exists(pk)")
+                            .send()
+                            .await;
+                        created.push(conditional(result)?);
+                    }
+                }
+                Err(e) => return Err(aws(e)),
+            }
+        }
+        Ok(Inserted {
+            event: created.first().copied().unwrap_or(false),
+            deliveries: created.into_iter().skip(1).collect(),
+        })
+    }
+
+    async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError> {
+        let out = self
             .client
-            .put_item()
+            .get_item()
             .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(pk)")
+            .key(PK, s(event_pk(tenant_id, event_id)))
+            .key(SK, s(EVENT_ITEM_SK))
+            .projection_expression("payload")
+            .consistent_read(true)
             .send()
-            .await;
-        conditional(result)
+            .await
+            .map_err(aws)?;
+        Ok(out.item.and_then(|mut item| match item.remove("payload") {
+            Some(AttributeValue::S(p)) => Some(p),
+            _ => None,
+        }))
     }
 
     async fn get_delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError> {
@@ -572,9 +663,21 @@ impl Store for DynamoStore {
         }
     }
 
-    async fn due(&self, shard: u32, until_ms: i64, limit: usize) -> Result<Vec<Due>, StoreError> {
+    async fn due(&self, shard: u32, until_ms: i64, limit: usize, after: Option<&Due>) -> Result<Vec<Due>, StoreError> {
         let mut out = Vec::new();
-        let mut start: Option<Item> = None;
+        // The index key of the last item read before: the table key and the index key.
+        let mut start: Option<Item> = after.map(|due| {
+            let (pk, sk, at) = match due {
+                Due::Delivery(d) => (delivery_pk(&d.id), DELIVERY_SK, d.due_at),
+                Due::Job { id, due_at } => (job_pk(id), JOB_SK, *due_at),
+            };
+            Item::from([
+                (PK.to_string(), s(pk)),
+                (SK.to_string(), s(sk)),
+                (DUE_PK.to_string(), s(due_pk(shard))),
+                (DUE_AT.to_string(), n(at)),
+            ])
+        });
         while out.len() < limit {
             let page = self
                 .client

@@ -61,6 +61,15 @@ pub fn delivery_pk(id: &str) -> String {
     format!("DELIVERY#{id}")
 }
 
+/// `EVENT#{tenant_id}#{event_id}`: an event's payload item (event ids are the caller's, so
+/// they are kept apart per tenant).
+pub fn event_pk(tenant_id: &str, event_id: &str) -> String {
+    format!("EVENT#{tenant_id}#{event_id}")
+}
+
+/// Sort key of an event's payload item.
+pub const EVENT_ITEM_SK: &str = "EVENT";
+
 /// Sort key of a delivery.
 pub const DELIVERY_SK: &str = "DELIVERY";
 

@@ -6,7 +6,8 @@
 //! |---|---|---|---|
 //! | endpoint | `TENANT#{tenant_id}` | `ENDPOINT#{endpoint_id}` | - |
 //! | endpoint pointer | `ENDPOINT#{endpoint_id}` | `ENDPOINT` | - |
-//! | delivery | `DELIVERY#{delivery_id}` | `DELIVERY` | `due`, `by_endpoint`, `by_status` |
+//! | event (payload) | `EVENT#{tenant_id}#{event_id}` | `EVENT` | - |
+//! | delivery | `DELIVERY#{delivery_id}` | `DELIVERY` | `due`, `by_endpoint`, `by_status`, `by_event` |
 //! | job | `JOB#{job_id}` | `JOB` | `due` (while running) |
 //!
 //! Ingest finds a tenant's endpoints with one strongly consistent Query on the table itself
@@ -24,7 +25,7 @@ pub mod dynamo;
 pub mod keys;
 
 use crate::lifecycle::{DueItem, Transition};
-use crate::model::{Delivery, DeliveryStatus, Disabled, Endpoint, Job};
+use crate::model::{Delivery, DeliveryStatus, Disabled, Endpoint, Job, StoredEvent};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -150,6 +151,15 @@ pub async fn collect_deliveries(
     Ok(out)
 }
 
+/// What [`Store::insert_event`] created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inserted {
+    /// The payload item (false: the event id was seen before and keeps its first payload).
+    pub event: bool,
+    /// Per delivery, in the order given.
+    pub deliveries: Vec<bool>,
+}
+
 /// Whether a guarded transition applied.
 #[derive(Debug, Clone)]
 pub enum Applied {
@@ -197,16 +207,25 @@ pub trait Store: Send + Sync {
         limit: usize,
         cursor: Option<&str>,
     ) -> Result<Page<Endpoint>, StoreError>;
-    /// Writes a new delivery unless one with that id exists, in the due index at `due_at`
-    /// (`None` for a held delivery, which goes to the `by_status` index instead). Returns
-    /// false when it already existed (an event ingested twice).
-    async fn insert_delivery(&self, delivery: &Delivery, due_at: Option<i64>) -> Result<bool, StoreError>;
-    /// A delivery by id, with payload and attempts.
+    /// Writes an accepted event: its payload item and one delivery per endpoint, each in the
+    /// due index at its `due_at` (`None` for a held delivery, which goes to the `by_status`
+    /// index instead), all or nothing, in one TransactWriteItems per 100 items. Says which
+    /// items this call created: an item that existed already (the same event id ingested
+    /// twice) is left as it was, payload included.
+    async fn insert_event(
+        &self,
+        event: &StoredEvent,
+        deliveries: &[(Delivery, Option<i64>)],
+    ) -> Result<Inserted, StoreError>;
+    /// An event's payload (strongly consistent); `None` once retention removed it.
+    async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError>;
+    /// A delivery by id, with its attempts.
     async fn get_delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError>;
     /// Applies a guarded transition; with `return_new`, the item after it.
     async fn apply(&self, id: &str, transition: &Transition, return_new: bool) -> Result<Applied, StoreError>;
-    /// Up to `limit` items of one due-index shard with `due_at <= until_ms`, earliest first.
-    async fn due(&self, shard: u32, until_ms: i64, limit: usize) -> Result<Vec<Due>, StoreError>;
+    /// Up to `limit` items of one due-index shard with `due_at <= until_ms`, earliest first;
+    /// with `after` (the last item of a previous call on this shard), those after it.
+    async fn due(&self, shard: u32, until_ms: i64, limit: usize, after: Option<&Due>) -> Result<Vec<Due>, StoreError>;
     /// Writes a job, in the due index at `run_at` while it is running.
     async fn put_job(&self, job: &Job) -> Result<(), StoreError>;
     /// A job by id.
