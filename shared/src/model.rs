@@ -166,7 +166,8 @@ pub struct Attempt {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_code: Option<u16>,
     /// The error class when it did not answer with a 2xx: `timeout`, `connection`,
-    /// `http_status`, `destination_not_allowed`, `lease_expired`, `endpoint_deleted`.
+    /// `http_status`, `destination_not_allowed`, `lease_expired`, `endpoint_deleted`,
+    /// `invalid_secret`, `payload_expired` (the payload item outlived its retention).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// Wall time of the request in milliseconds.

@@ -22,7 +22,9 @@ fn no_pollers() -> Options {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn happy_path_is_delivered_once_and_signed_per_standard_webhooks() {
-    let stack = Stack::start(|_| {}).await;
+    // The default endpoint cache (5 s), so attempt 1 signs with the endpoint that rode in
+    // its message rather than one read by deliver.
+    let stack = Stack::start(|c| c.endpoint_cache = Duration::from_secs(5)).await;
     let rx = Receiver::start(Reply::Status(200)).await;
     let ep = stack.endpoint("acme", &rx.url, Value::Null).await;
     let secret = ep["secret"].as_str().unwrap().to_string();
@@ -544,5 +546,29 @@ async fn a_replay_after_the_payload_retention_ends_exhausted_as_payload_expired(
     let d = stack.wait_delivery(&id, WAIT, |d| d["attempt_count"] == 2 && d["status"] == "exhausted").await;
     assert_eq!(d["attempts"][1]["error"], "payload_expired", "{d}");
     assert_eq!(rx.count(), 1, "nothing was sent without its payload");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_sweeper_tick_takes_its_whole_cap_however_the_shards_fill() {
+    // Messages "lost" (no pollers) and re-drive due at once: every delivery is due in the
+    // index. 4 shards, 12 due and a cap of 12: an even split would take 3 a shard, and hashing
+    // fills the shards unevenly (all four at exactly 3 is a 2% chance).
+    let stack = Stack::start_with(
+        |c| {
+            c.redrive_after_seconds = 0;
+            c.due_shards = 4;
+            c.sweep_batch = 12;
+        },
+        no_pollers(),
+    )
+    .await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    stack.endpoint("acme", &rx.url, Value::Null).await;
+    for i in 0..12 {
+        stack.event("acme", "order.paid", json!({"i": i})).await;
+    }
+    let tick = sweep::sweep(&stack.app).await.unwrap();
+    assert_eq!((tick.examined, tick.enqueued), (12, 12), "{tick:?}");
     stack.stop().await;
 }
