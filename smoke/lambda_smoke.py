@@ -631,7 +631,10 @@ def run(fns, ddb, sqs, table, queue_url, queue_arn, dlq_url, receiver):
           f"{kind} {resp}")
     dlv_eb = resp["deliveries"][0]["id"] if kind == "response" and resp.get("deliveries") else None
     item = get_item(ddb, table, f"DELIVERY#{dlv_eb}", "DELIVERY") if dlv_eb else None
-    check("EventBridge delivery item written with the detail as payload", item is not None
+    check("EventBridge delivery item written, scheduled", item is not None and item["status"]["S"] == "scheduled",
+          str(item))
+    item = get_item(ddb, table, f"EVENT#acme#{eb_id}", "EVENT")
+    check("EventBridge event's payload item written with the detail as payload", item is not None
           and json.loads(item.get("payload", {}).get("S", "{}")).get("order") == "o_2", str(item))
     kind, resp, err = ingest.invoke(eventbridge_event("order.paid", "com.example.shop", {"order": "o_x"}))
     check("an EventBridge event without a tenant is an invocation error (goes to the on-failure queue)",

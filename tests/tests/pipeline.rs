@@ -572,3 +572,28 @@ async fn one_sweeper_tick_takes_its_whole_cap_however_the_shards_fill() {
     assert_eq!((tick.examined, tick.enqueued), (12, 12), "{tick:?}");
     stack.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn attempt_one_carries_the_payload_and_the_endpoint_only_while_the_cache_is_on() {
+    for (cache, endpoint_rides) in [(5, true), (0, false)] {
+        let stack = Stack::start_with(|c| c.endpoint_cache = Duration::from_secs(cache), no_pollers()).await;
+        let ep = stack.endpoint("acme", "http://127.0.0.1:9/hook", Value::Null).await;
+        let accepted = stack.event("acme", "order.paid", json!({"n": cache})).await;
+        let out = stack
+            .sqs
+            .receive_message()
+            .queue_url(&stack.app.config.queue_url)
+            .wait_time_seconds(2)
+            .send()
+            .await
+            .unwrap();
+        let body = out.messages()[0].body().unwrap();
+        let msg: AttemptMessage = serde_json::from_str(body).unwrap();
+        assert_eq!(msg.delivery_id, delivery_id(&accepted, 0));
+        assert_eq!(msg.payload.as_deref(), Some(format!(r#"{{"n":{cache}}}"#).as_str()));
+        assert_eq!(msg.endpoint.is_some(), endpoint_rides, "cache {cache} s: {body}");
+        let secret = ep["secret"].as_str().unwrap();
+        assert_eq!(body.contains(secret), endpoint_rides, "the signing secret only with the endpoint");
+        stack.stop().await;
+    }
+}

@@ -148,7 +148,9 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
         // under-stated).
         to_send.extend(enqueue.filter(|_| created).map(|mut e| {
             e.message.payload = inserted.event.then(|| event.payload.clone());
-            e.message.endpoint = Some(EndpointSnapshot { read_at: now, endpoint: ep.clone() });
+            // The copy holds the signing secret: with the endpoint cache off (0 s) it stays out.
+            e.message.endpoint =
+                (!app.config.endpoint_cache.is_zero()).then(|| EndpointSnapshot { read_at: now, endpoint: ep.clone() });
             e
         }));
     }
