@@ -1,14 +1,27 @@
 #!/usr/bin/env bash
 # make bench: starts its own moto on a free port, builds the release binaries (the four
 # Lambda functions and the bench), runs every measurement, writes bench/report.md and the PNG
-# charts beside it, and stops moto. Not part of CI. A few minutes on a 2-core machine.
+# charts beside it, and stops moto. Not part of CI. About 10 minutes on a 2-core machine, plus
+# the release builds.
 # Extra arguments are ignored; BENCH_QUICK=1 runs smaller sizes (to try it out).
+# BENCH_ONLY=part[,part...] runs only those parts: requests (sections 1-2, request counts and
+# dollars; about a minute), throughput (3-4, throughput and latency), sweeper (5), lambda
+# (6-7, cold start, size and deliver's memory: the only part that needs the functions'
+# release builds, so the others build just the bench). A partial run writes bench/out/report.md
+# and its charts there, leaving bench/report.md alone. E.g. BENCH_ONLY=requests bench/run.sh
 set -euo pipefail
 source "$(dirname "$0")/../scripts/env.sh"
 cd "$ROOT"
 mkdir -p .local bench/out
 ensure_moto
-cargo build --release -p ingest -p deliver -p sweeper -p admin -p webhooks-bench
+# The functions build on their own, as `cargo lambda build` builds them for deployment, so
+# the bench's own dependency features do not end up in the binaries whose size is reported.
+case ",${BENCH_ONLY:-lambda}," in
+  *,lambda,*) cargo build --release -p ingest -p deliver -p sweeper -p admin ;;
+esac
+cargo build --release -p webhooks-bench
+report=bench/report.md
+if [ -n "${BENCH_ONLY:-}" ]; then report=bench/out/report.md; fi
 if [ ! -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ]; then
   echo "note: no DejaVu font (Debian: fonts-dejavu-core); the charts will have no text" >&2
 fi
@@ -22,4 +35,4 @@ load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 "${CARGO_TARGET_DIR:-$ROOT/target}/release/webhooks-bench"
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 printf '\n## Machine load\n\nLoad average (1, 5, 15 min) when the run started: %s; when it ended: %s (on 2 cores; anything above about 1 means other work shared the CPU with the emulator and the bench, which lowers the throughput and raises the latency figures).\n' \
-  "$load_start" "$load_end" >> bench/report.md
+  "$load_start" "$load_end" >> "$report"

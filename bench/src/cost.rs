@@ -1,6 +1,7 @@
 //! Measurement 2: dollars per million delivered events, from the counted requests at AWS's
 //! published on-demand prices, and the GitHub sample payloads' sizes.
 
+use crate::count::{READ_UNIT, SQS_CHUNK, WRITE_UNIT};
 use crate::requests::{DDB, SQS, Scenario};
 use crate::stack::Res;
 use std::path::Path;
@@ -14,8 +15,8 @@ pub const DDB_WRU: f64 = 0.625;
 /// DynamoDB on-demand, dollars per million read request units (4 KB strongly consistent,
 /// or 2 x 4 KB eventually consistent).
 pub const DDB_RRU: f64 = 0.125;
-/// SQS standard queue, dollars per million requests (each 64 KB chunk of a request is one
-/// request; after the first million a month, which is free).
+/// SQS standard queue, dollars per million requests (each 64 KB chunk of a request's payload
+/// is one request; after the first million a month, which is free).
 pub const SQS_REQ: f64 = 0.40;
 /// Lambda, dollars per million invocations (both architectures).
 pub const LAMBDA_REQ: f64 = 0.20;
@@ -87,11 +88,11 @@ pub struct Priced {
     pub gsi_wru: f64,
     /// Read units per delivered event.
     pub rru: f64,
-    /// SQS requests by the App (sends) per delivered event.
+    /// SQS requests by the App (sends) per delivered event, as billed (64 KB chunks).
     pub sqs_app: f64,
-    /// SQS requests by the poller (non-empty receives + deletes) per delivered event.
+    /// SQS requests by the poller (non-empty receives + deletes) per delivered event, as billed.
     pub sqs_poller: f64,
-    /// SQS requests by the sweeper per delivered event.
+    /// SQS requests by the sweeper per delivered event, as billed.
     pub sqs_sweeper: f64,
     /// Lambda invocations per delivered event (ingest per event, deliver per batch).
     pub invocations: f64,
@@ -108,13 +109,27 @@ impl Priced {
     }
 }
 
-/// Prices a scenario per delivered event (a delivery that ended 2xx).
+/// Prices a scenario per delivered event (a delivery that ended 2xx), as measured.
 pub fn price(s: &Scenario) -> Priced {
+    price_at(s, None)
+}
+
+/// Prices a scenario per delivered event as if every event's payload were `payload` bytes
+/// instead of the measured one (`None`: as measured). What the payload's size moves is
+/// re-priced item by item and request by request: each item written or read that holds the
+/// payload (the event item: written once at ingest, transactional; read by a GetItem where
+/// deliver has to) and each SQS request whose messages carry it (64 KB chunks); everything
+/// else (the delivery item's writes, the GSI entries, the endpoints Query, Lambda's
+/// durations) stays as measured.
+pub fn price_at(s: &Scenario, payload: Option<usize>) -> Priced {
     let per = s.delivered.max(1) as f64;
-    let wru = s.sum(|k| k.1 == DDB, |o| o.wru) / per;
-    let gsi_wru = s.sum(|k| k.1 == DDB, |o| o.gsi_wru) / per;
-    let rru = s.sum(|k| k.1 == DDB, |o| o.rru) / per;
-    let sqs_of = |label: &str| s.sum(|k| k.0 == label && k.1 == SQS, |o| (o.calls - o.empty) as f64) / per;
+    let ddb = |k: &crate::count::OpKey| k.1 == DDB;
+    let wru = s.sum(ddb, |o| o.writes.iter().map(|w| w.units(WRITE_UNIT, payload)).sum()) / per;
+    let gsi_wru = s.sum(ddb, |o| o.gsi_wru) / per;
+    let rru = s.sum(ddb, |o| o.reads.iter().map(|r| r.units(READ_UNIT, payload)).sum()) / per;
+    let sqs_of = |label: &str| {
+        s.sum(|k| k.0 == label && k.1 == SQS, |o| o.sqs.iter().map(|r| r.units(SQS_CHUNK, payload)).sum()) / per
+    };
     let batches = s.batch_sizes.len() as f64;
     let invocations = (s.events as f64 + batches + s.sweeps as f64) / per;
     let gb = LAMBDA_MB / 1024.0;
@@ -142,20 +157,24 @@ pub fn price(s: &Scenario) -> Priced {
     }
 }
 
-/// Base-table write units per delivered event if the payload were `size` bytes instead of
-/// `measured` bytes: every write in the scenarios is to a delivery item, which holds the
-/// payload, so every write's item size moves by the difference.
-pub fn wru_at(s: &Scenario, measured: usize, size: usize) -> f64 {
+/// Where the payload is billed in a scenario, per delivered event: (items written that hold
+/// it, of them in a transaction, items read that hold it, SQS messages that carry it).
+pub fn payload_touches(s: &Scenario) -> (f64, f64, f64, f64) {
     let per = s.delivered.max(1) as f64;
-    let units: usize = s
-        .ops
+    let ddb = |k: &crate::count::OpKey| k.1 == DDB;
+    let written = s.sum(ddb, |o| o.writes.iter().map(|w| w.payloads as f64).sum());
+    let in_tx = s.sum(ddb, |o| o.writes.iter().filter(|w| w.factor > 1.0).map(|w| w.payloads as f64).sum());
+    let read = s.sum(ddb, |o| o.reads.iter().map(|r| r.payloads as f64).sum());
+    let sent = s.sum(|k| k.1 == SQS, |o| o.sqs.iter().map(|r| r.payloads as f64).sum());
+    (written / per, in_tx / per, read / per, sent / per)
+}
+
+/// The largest SQS request of the scenarios (message bytes) and the chunks it was billed as.
+pub fn largest_sqs_request(scenarios: &[Scenario]) -> (usize, f64) {
+    scenarios
         .iter()
-        .filter(|(k, _)| k.1 == DDB)
-        .flat_map(|(_, o)| o.write_sizes.iter())
-        .map(|w| {
-            let item = (*w + size).saturating_sub(measured);
-            item.div_ceil(1024).max(1)
-        })
-        .sum();
-    units as f64 / per
+        .flat_map(|s| s.ops.iter().filter(|(k, _)| k.1 == SQS).flat_map(|(_, o)| o.sqs.iter()))
+        .map(|r| (r.bytes, r.units(SQS_CHUNK, None)))
+        .max_by_key(|r| r.0)
+        .unwrap_or((0, 1.0))
 }

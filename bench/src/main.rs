@@ -5,7 +5,10 @@
 //! `BENCH_OUT` (output folder, default this crate's folder), `BENCH_SAMPLES` (the GitHub
 //! sample payloads, default `../shared/data/github-webhook-payloads` beside the repository),
 //! `BENCH_QUICK=1` (smaller sizes, for trying the bench out; the committed report is a full
-//! run), `MOTO_VERSION` (named in the report).
+//! run), `BENCH_ONLY=part[,part..]` (only those parts: `requests` = sections 1-2,
+//! `throughput` = 3-4, `sweeper` = 5, `lambda` = 6-7; a partial run writes its report and
+//! charts to the `out` folder, not over the full report), `MOTO_VERSION` (named in the
+//! report).
 
 mod chart;
 mod cost;
@@ -83,6 +86,8 @@ fn yes(ok: bool) -> &'static str {
 }
 
 fn f(v: f64, digits: usize) -> String {
+    // + 0.0 turns the -0.0 of an empty sum into 0.
+    let v = v + 0.0;
     format!("{v:.digits$}")
 }
 
@@ -99,10 +104,13 @@ async fn run() -> Res<()> {
     let quick = std::env::var("BENCH_QUICK").is_ok_and(|v| v == "1");
     let logs = out.join("out");
     std::fs::create_dir_all(&logs)?;
+    let only = Parts::from_env()?;
+    // A partial run does not overwrite the full report and its charts.
+    let out = if only.all() { out } else { logs.clone() };
     let text = chart::init_font();
     let started = Instant::now();
     let mut timer = Timer(Vec::new());
-    let sdk = aws_config::load_from_env().await;
+    let sdk = webhooks::app::aws_sdk_config().await;
 
     let samples = cost::Samples::load(&samples_dir)?;
     let median = samples.at(0.5).clone();
@@ -112,97 +120,36 @@ async fn run() -> Res<()> {
     let mut body = String::new();
 
     // 1 and 2: requests and dollars per delivered event.
-    let t = Instant::now();
-    eprintln!("bench: 1. requests per delivered event");
-    let scenarios = requests::run(&sdk, &median.2).await?;
-    timer.add("1-2. request counts (5 scenarios)", t);
-    section_requests(&mut body, &mut summary, &scenarios, &median);
-    section_cost(&mut body, &mut summary, &scenarios, &samples, &median);
-
-    // 3 and 4: throughput, ceiling, latency.
-    let (n1, n10, nc, nl) = if quick { (60, 10, 60, 30) } else { (300, 40, 300, 150) };
-    let t = Instant::now();
-    eprintln!("bench: 3. throughput");
-    let limit = Duration::from_secs(120);
-    let p1 = throughput::pipeline(&sdk, 1, n1, &median.2, limit).await?;
-    let p10 = throughput::pipeline(&sdk, 10, n10, &median.2, limit).await?;
-    let ceil = throughput::ceiling(&sdk, nc, &median.2).await?;
-    timer.add("3. throughput (pipeline x2, emulator ceiling)", t);
-    let t = Instant::now();
-    eprintln!("bench: 4. latency");
-    let every = Duration::from_millis(100);
-    let lat = throughput::latency(&sdk, nl, every, &median.2).await?;
-    timer.add("4. latency", t);
-    chart::latency_cdf(&out.join("latency.png"), &lat, text)?;
-    chart::bar_panels(
-        &out.join("throughput.png"),
-        &[(
-            "deliveries per second (moto, this machine)",
-            vec![
-                ("ours, 1 ep".to_string(), p1.deliveries_per_s()),
-                ("ours, 10 ep".to_string(), p10.deliveries_per_s()),
-                ("emulator ceiling".to_string(), ceil.deliveries_per_s()),
-            ],
-        )],
-        text,
-    )?;
-    section_throughput(&mut body, &mut summary, &p1, &p10, &ceil);
-    section_latency(&mut body, &mut summary, &lat, every);
-
-    // 5: sweeper scaling.
-    let t = Instant::now();
-    eprintln!("bench: 5. sweeper scaling");
-    let sizes: [(usize, usize, u64); 2] =
-        if quick { [(2_000, 200, 60), (10_000, 200, 120)] } else { [(10_000, 1_000, 90), (100_000, 1_000, 150)] };
-    let mut sweeps = Vec::new();
-    for (not_due, due, budget) in sizes {
-        eprintln!("bench:    {not_due} not due + {due} due (fill budget {budget} s)");
-        sweeps.push(sweeper::run(&sdk, not_due, due, Duration::from_secs(budget)).await?);
+    if only.has("requests") {
+        let t = Instant::now();
+        eprintln!("bench: 1. requests per delivered event");
+        let scenarios = requests::run(&sdk, &median.2).await?;
+        timer.add(&format!("1-2. request counts ({} scenarios)", scenarios.len()), t);
+        section_requests(&mut body, &mut summary, &scenarios, &median);
+        section_cost(&mut body, &mut summary, &scenarios, &samples);
     }
-    timer.add("5. sweeper scaling (fill + one tick, two sizes)", t);
-    let label = |s: &sweeper::SweepRun| format!("{}k not due", s.not_due / 1000);
-    chart::bar_panels(
-        &out.join("sweeper.png"),
-        &[
-            ("items read by one tick", sweeps.iter().map(|s| (label(s), s.scanned as f64)).collect()),
-            ("tick time, ms (moto)", sweeps.iter().map(|s| (label(s), s.tick_ms)).collect()),
-        ],
-        text,
-    )?;
-    section_sweeper(&mut body, &mut summary, &sweeps, sizes[1].0);
-
-    // 6 and 7: cold start, size, memory.
-    let t = Instant::now();
-    eprintln!("bench: 6. cold start and size");
-    let api = lambda::RuntimeApi::start().await?;
-    let raw_ddb = aws_sdk_dynamodb::Client::new(&sdk);
-    let raw_sqs = aws_sdk_sqs::Client::new(&sdk);
-    let (table, url) = stack::table_and_queue(&raw_ddb, &raw_sqs, "lambda").await?;
-    let env = [
-        ("WEBHOOKS_TABLE", table.as_str()),
-        ("WEBHOOKS_QUEUE_URL", url.as_str()),
-        ("WEBHOOKS_ALLOW_PRIVATE_DESTINATIONS", "true"),
-        ("AWS_ENDPOINT_URL", endpoint_url.as_str()),
-    ];
-    let mut colds = Vec::new();
-    for name in ["ingest", "deliver", "sweeper", "admin"] {
-        colds.push(lambda::cold_start(&api, name, if quick { 3 } else { 15 }, &env, &logs).await?);
+    if only.has("throughput") {
+        throughput_and_latency(&sdk, quick, &median.2, &out, text, &mut body, &mut summary, &mut timer).await?;
     }
-    timer.add("6. cold start (4 binaries x runs)", t);
-    section_cold(&mut body, &mut summary, &colds);
-
-    let t = Instant::now();
-    eprintln!("bench: 7. deliver memory, 10 x 256 KiB");
-    let mem = memory(&sdk, &api, &table, &url, &env, &logs).await;
-    api.stop();
-    timer.add("7. deliver memory", t);
-    section_memory(&mut body, &mut summary, mem);
+    if only.has("sweeper") {
+        sweeper_scaling(&sdk, quick, &out, text, &mut body, &mut summary, &mut timer).await?;
+    }
+    if only.has("lambda") {
+        lambda_parts(&sdk, quick, &endpoint_url, &logs, &mut body, &mut summary, &mut timer).await?;
+    }
 
     // The report.
     let total = started.elapsed().as_secs_f64();
     let mut r = String::new();
     let commit = sh("git", &["rev-parse", "--short", "HEAD"]);
     let _ = writeln!(r, "# Benchmarks\n");
+    if !only.all() {
+        let _ = writeln!(
+            r,
+            "**Partial run** (`BENCH_ONLY={}`): only those parts ran; the full report is `make bench`'s.\n",
+            only.0.join(",")
+        );
+    }
     let _ = writeln!(
         r,
         "Written by `make bench` (the `webhooks-bench` crate in this folder) on {}, from commit `{commit}`, in {:.0} s. Everything ran on one machine: {}. The AWS services are the moto emulator {} on 127.0.0.1 (one Python process), not AWS: request counts and item sizes carry over to AWS, times do not (they are the emulator's and this machine's). Release builds. Charts: `latency.png`, `throughput.png`, `sweeper.png` beside this file.\n",
@@ -228,6 +175,144 @@ async fn run() -> Res<()> {
     let _ = writeln!(r, "| total | {total:.1} |");
     std::fs::write(out.join("report.md"), r)?;
     eprintln!("bench: wrote {} in {total:.0} s", out.join("report.md").display());
+    Ok(())
+}
+
+/// Which parts `BENCH_ONLY` asks for (all when it is unset or empty).
+struct Parts(Vec<String>);
+
+impl Parts {
+    const ALL: [&'static str; 4] = ["requests", "throughput", "sweeper", "lambda"];
+
+    fn from_env() -> Res<Self> {
+        let v = std::env::var("BENCH_ONLY").unwrap_or_default();
+        let parts: Vec<String> = v.split(',').map(str::trim).filter(|p| !p.is_empty()).map(String::from).collect();
+        if let Some(bad) = parts.iter().find(|p| !Self::ALL.contains(&p.as_str())) {
+            return Err(err(format!("BENCH_ONLY: unknown part {bad:?}; the parts are {}", Self::ALL.join(", "))));
+        }
+        Ok(Self(parts))
+    }
+
+    fn all(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn has(&self, part: &str) -> bool {
+        self.all() || self.0.iter().any(|p| p == part)
+    }
+}
+
+/// Sections 3 and 4: throughput, the emulator's ceiling, latency.
+#[allow(clippy::too_many_arguments)]
+async fn throughput_and_latency(
+    sdk: &aws_config::SdkConfig,
+    quick: bool,
+    payload: &str,
+    out: &Path,
+    text: bool,
+    body: &mut String,
+    summary: &mut Vec<[String; 4]>,
+    timer: &mut Timer,
+) -> Res<()> {
+    let (n1, n10, nc, nl) = if quick { (60, 10, 60, 30) } else { (300, 40, 300, 150) };
+    let t = Instant::now();
+    eprintln!("bench: 3. throughput");
+    let limit = Duration::from_secs(120);
+    let p1 = throughput::pipeline(sdk, 1, n1, payload, limit).await?;
+    let p10 = throughput::pipeline(sdk, 10, n10, payload, limit).await?;
+    let ceil = throughput::ceiling(sdk, nc, payload).await?;
+    timer.add("3. throughput (pipeline x2, emulator ceiling)", t);
+    let t = Instant::now();
+    eprintln!("bench: 4. latency");
+    let every = Duration::from_millis(100);
+    let (lat, lat_errors) = throughput::latency(sdk, nl, every, payload).await?;
+    timer.add("4. latency", t);
+    chart::latency_cdf(&out.join("latency.png"), &lat, text)?;
+    chart::bar_panels(
+        &out.join("throughput.png"),
+        &[(
+            "deliveries per second (moto, this machine)",
+            vec![
+                ("ours, 1 ep".to_string(), p1.deliveries_per_s()),
+                ("ours, 10 ep".to_string(), p10.deliveries_per_s()),
+                ("emulator ceiling".to_string(), ceil.deliveries_per_s()),
+            ],
+        )],
+        text,
+    )?;
+    section_throughput(body, summary, &p1, &p10, &ceil);
+    section_latency(body, summary, &lat, &lat_errors, every);
+    Ok(())
+}
+
+/// Section 5: sweeper scaling.
+async fn sweeper_scaling(
+    sdk: &aws_config::SdkConfig,
+    quick: bool,
+    out: &Path,
+    text: bool,
+    body: &mut String,
+    summary: &mut Vec<[String; 4]>,
+    timer: &mut Timer,
+) -> Res<()> {
+    let t = Instant::now();
+    eprintln!("bench: 5. sweeper scaling");
+    let sizes: [(usize, usize, u64); 2] =
+        if quick { [(2_000, 200, 60), (10_000, 200, 120)] } else { [(10_000, 1_000, 90), (100_000, 1_000, 150)] };
+    let mut sweeps = Vec::new();
+    for (not_due, due, budget) in sizes {
+        eprintln!("bench:    {not_due} not due + {due} due (fill budget {budget} s)");
+        sweeps.push(sweeper::run(sdk, not_due, due, Duration::from_secs(budget)).await?);
+    }
+    timer.add("5. sweeper scaling (fill + one tick, two sizes)", t);
+    let label = |s: &sweeper::SweepRun| format!("{}k not due", s.not_due / 1000);
+    chart::bar_panels(
+        &out.join("sweeper.png"),
+        &[
+            ("items read by one tick", sweeps.iter().map(|s| (label(s), s.scanned as f64)).collect()),
+            ("tick time, ms (moto)", sweeps.iter().map(|s| (label(s), s.tick_ms)).collect()),
+        ],
+        text,
+    )?;
+    section_sweeper(body, summary, &sweeps, sizes[1].0);
+    Ok(())
+}
+
+/// Sections 6 and 7: cold start, size, deliver's memory (the release binaries).
+async fn lambda_parts(
+    sdk: &aws_config::SdkConfig,
+    quick: bool,
+    endpoint_url: &str,
+    logs: &Path,
+    body: &mut String,
+    summary: &mut Vec<[String; 4]>,
+    timer: &mut Timer,
+) -> Res<()> {
+    let t = Instant::now();
+    eprintln!("bench: 6. cold start and size");
+    let api = lambda::RuntimeApi::start().await?;
+    let raw_ddb = aws_sdk_dynamodb::Client::new(sdk);
+    let raw_sqs = aws_sdk_sqs::Client::new(sdk);
+    let (table, url) = stack::table_and_queue(&raw_ddb, &raw_sqs, "lambda").await?;
+    let env = [
+        ("WEBHOOKS_TABLE", table.as_str()),
+        ("WEBHOOKS_QUEUE_URL", url.as_str()),
+        ("WEBHOOKS_ALLOW_PRIVATE_DESTINATIONS", "true"),
+        ("AWS_ENDPOINT_URL", endpoint_url),
+    ];
+    let mut colds = Vec::new();
+    for name in ["ingest", "deliver", "sweeper", "admin"] {
+        colds.push(lambda::cold_start(&api, name, if quick { 3 } else { 15 }, &env, logs).await?);
+    }
+    timer.add("6. cold start (4 binaries x runs)", t);
+    section_cold(body, summary, &colds);
+
+    let t = Instant::now();
+    eprintln!("bench: 7. deliver memory, 10 x 256 KiB");
+    let mem = memory(sdk, &api, &table, &url, &env, logs).await;
+    api.stop();
+    timer.add("7. deliver memory", t);
+    section_memory(body, summary, mem);
     Ok(())
 }
 
@@ -278,23 +363,24 @@ fn section_requests(
     }
     let _ = writeln!(
         body,
-        "\nEvery call, by scenario, client and operation (totals for the scenario, not per event). `RRU`/`WRU`/`GSI WRU` are request units by DynamoDB's published rules for the item sizes actually written and read (the interceptor reads each written item before and after the write with a separate, uncounted client); `moto CU` is the `ConsumedCapacity` moto returned when asked (`ReturnConsumedCapacity=TOTAL` is added by the interceptor): moto answers a fixed number per operation whatever the item size, so it is shown only to say so.\n"
+        "\nEvery call, by scenario, client and operation (totals for the scenario, not per event). `RRU`/`WRU`/`GSI WRU` are request units by DynamoDB's published rules for the item sizes actually written and read (the interceptor reads each written item before and after the write with a separate, uncounted client, and the whole item of a GetItem that asked for part of it: DynamoDB bills the whole item); a TransactWriteItems is one call that writes several items (`items written`), each billed at 2 write units per started KB; `moto CU` is the `ConsumedCapacity` moto returned when asked (`ReturnConsumedCapacity=TOTAL` is added by the interceptor): moto answers a fixed number per operation whatever the item size, so it is shown only to say so.\n"
     );
     let _ = writeln!(
         body,
-        "| scenario | client | operation | calls | errors | items or messages returned | largest item written, bytes | RRU | WRU | GSI entry writes | GSI WRU | moto CU |"
+        "| scenario | client | operation | calls | errors | items or messages returned | items written | largest item written, bytes | RRU | WRU | GSI entry writes | GSI WRU | moto CU |"
     );
-    let _ = writeln!(body, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(body, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for s in scenarios {
         for ((label, svc, op), o) in &s.ops {
             let _ = writeln!(
                 body,
-                "| {} | {label} | {svc} {op} | {}{} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {label} | {svc} {op} | {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 s.name,
                 o.calls,
                 if o.empty > 0 { format!(" ({} empty)", o.empty) } else { String::new() },
                 o.errors,
                 o.returned,
+                o.writes.len(),
                 if o.max_item_bytes > 0 { o.max_item_bytes.to_string() } else { "-".into() },
                 f(o.rru, 1),
                 f(o.wru, 0),
@@ -308,6 +394,7 @@ fn section_requests(
         let _ = writeln!(body, "\n- *{}*: {}.", s.name, s.what);
     }
     body.push('\n');
+    design_notes(body, scenarios);
     for (idx, label) in [(1usize, "warm endpoint cache"), (0, "cold endpoint cache")] {
         if let Some(s) = scenarios.get(idx) {
             let per = s.delivered.max(1) as f64;
@@ -334,22 +421,102 @@ fn section_requests(
     }
 }
 
+/// What the counts show of the design: ingest's one transaction, the endpoint and payload
+/// riding in the attempt message, the event item read where they did not. Every figure from
+/// the counts.
+fn design_notes(body: &mut String, scenarios: &[requests::Scenario]) {
+    use requests::DDB;
+    let op = |s: &requests::Scenario, label: &str, name: &str| {
+        s.ops.iter().filter(|(k, _)| k.0 == label && k.1 == DDB && k.2 == name).map(|(_, o)| o.clone()).next()
+    };
+    let cache = stack::config("-", "-").endpoint_cache.as_secs_f64();
+    if let Some(w) = scenarios.get(1) {
+        let events = w.events.max(1) as f64;
+        let tx = op(w, "app", "TransactWriteItems").unwrap_or_default();
+        let updates = op(w, "app", "UpdateItem").unwrap_or_default();
+        let fan = scenarios.get(2).and_then(|s| op(s, "app", "TransactWriteItems").map(|o| (s, o)));
+        let _ = writeln!(
+            body,
+            "Ingest: {} TransactWriteItems per event in *{}* (the other writes are deliver's claim and record), writing {} items per event: the event item, which holds the payload ({} bytes), and one delivery item per endpoint, every put conditional on `attribute_not_exists(pk)`. DynamoDB bills a transactional write at 2 write units per started KB of each item, twice a standard write: {} WRU per event here.{} Claim and record are UpdateItems of the delivery item alone ({} bytes at the largest: {} WRU for {} of them), so the payload's size is billed once per event, not per transition.\n",
+            f(tx.calls as f64 / events, 0),
+            w.name,
+            f(tx.writes.len() as f64 / events, 0),
+            tx.max_item_bytes,
+            f(tx.wru / events, 0),
+            fan.map(|(s, o)| format!(
+                " In *{}* one TransactWriteItems of {} items ({} WRU) covers the event and its {} deliveries.",
+                s.name,
+                o.writes.len(),
+                f(o.wru, 0),
+                s.delivered
+            ))
+            .unwrap_or_default(),
+            updates.max_item_bytes,
+            f(updates.wru, 0),
+            updates.calls,
+        );
+    }
+    if let Some(c) = scenarios.first() {
+        let gets = op(c, "app", "GetItem").map_or(0, |o| o.calls);
+        let how = if gets == 0 {
+            format!(
+                "made no DynamoDB read: it used the endpoint that rode in the attempt message (ingest puts the endpoint it just read into attempt 1's message; deliver uses it while it is younger than the {} s endpoint cache, the staleness its cache allows anyway)",
+                f(cache, 0)
+            )
+        } else {
+            format!("made {gets} GetItem calls (the endpoint that rides in the attempt message was not used)")
+        };
+        let _ = writeln!(
+            body,
+            "In *{}* deliver's endpoint cache was empty, and deliver {how}. The payload rides in the message too (when the message stays within SQS's 256 KiB), so a first try needs no read in deliver.\n",
+            c.name
+        );
+    }
+    let reads: Vec<String> = scenarios
+        .iter()
+        .filter_map(|s| {
+            let o = op(s, "app", "GetItem")?;
+            let payloads: usize = o.reads.iter().map(|r| r.payloads).sum();
+            (payloads > 0).then(|| {
+                format!(
+                    "*{}*: {} GetItem of the event item, {} RRU",
+                    s.name,
+                    payloads,
+                    f(o.reads.iter().filter(|r| r.payloads > 0).map(|r| r.units(count::READ_UNIT, None)).sum(), 1)
+                )
+            })
+        })
+        .collect();
+    let _ = writeln!(
+        body,
+        "Where a message comes without the payload (the sweeper's messages, replays, a payload too big to ride), deliver reads it from the event item: a strongly consistent GetItem with projection `payload`, billed by the whole item (4 KB per read unit). {}\n",
+        if reads.is_empty() {
+            "None of these scenarios needed one.".to_string()
+        } else {
+            format!("Here: {}.", reads.join("; "))
+        }
+    );
+}
+
 fn section_cost(
     body: &mut String,
     summary: &mut Vec<[String; 4]>,
     scenarios: &[requests::Scenario],
     samples: &cost::Samples,
-    median: &(String, usize, String),
 ) {
     let _ = writeln!(body, "## 2. Dollars per million delivered events\n");
+    let (sqs_bytes, sqs_chunks) = cost::largest_sqs_request(scenarios);
     let _ = writeln!(
         body,
-        "How: the counts of section 1 times AWS's on-demand list prices for {} ({}): DynamoDB ${} per million write request units (1 KB each, the item's size before or after the write, whichever is larger) and ${} per million read request units (4 KB strongly consistent; half for eventually consistent), plus GSI writes (an index entry added, removed or changed costs a write unit per 1 KB of entry, a re-keyed entry a delete and a put); SQS ${} per million requests (every message here is far under the 64 KB chunk); Lambda ${} per million invocations and ${} per GB-second (arm64, the template's default architecture) at {} MB (`MemorySize` in `infra/template.yaml`), for one ingest invocation per event and one deliver invocation per poll batch, with the durations measured here against moto (ingest: the API router call; deliver: the whole poll, including receive and delete, so an over-estimate); API Gateway HTTP API ${} per million requests (events that come in through EventBridge skip it). Storage, data transfer and CloudWatch are not included; neither are the free tiers.\n",
+        "How: the counts of section 1 times AWS's on-demand list prices for {} ({}): DynamoDB ${} per million write request units (1 KB each, the item's size before or after the write, whichever is larger; 2 units per KB in a transaction) and ${} per million read request units (4 KB strongly consistent; half for eventually consistent), plus GSI writes (an index entry added, removed or changed costs a write unit per 1 KB of entry, a re-keyed entry a delete and a put); SQS ${} per million requests (each 64 KB chunk of a request's payload is billed as one request; the largest SQS request here carried {} bytes of messages: {} billed request{}); Lambda ${} per million invocations and ${} per GB-second (arm64, the template's default architecture) at {} MB (`MemorySize` in `infra/template.yaml`), for one ingest invocation per event and one deliver invocation per poll batch, with the durations measured here against moto (ingest: the API router call; deliver: the whole poll, including receive and delete, so an over-estimate); API Gateway HTTP API ${} per million requests (events that come in through EventBridge skip it). Storage, data transfer and CloudWatch are not included; neither are the free tiers.\n",
         cost::REGION,
         cost::PRICE_DATE,
         cost::DDB_WRU,
         cost::DDB_RRU,
         cost::SQS_REQ,
+        sqs_bytes,
+        f(sqs_chunks, 0),
+        if sqs_chunks > 1.0 { "s" } else { "" },
         cost::LAMBDA_REQ,
         cost::LAMBDA_GBS,
         cost::LAMBDA_MB,
@@ -388,18 +555,50 @@ fn section_cost(
     // Re-priced at the GitHub sample sizes.
     if let Some(warm) = scenarios.get(1) {
         let p = cost::price(warm);
-        let other = p.gsi_wru * cost::DDB_WRU + p.rru * cost::DDB_RRU;
-        let rest = p.dollars[1] + p.dollars[2] + p.dollars[3];
+        let (written, in_tx, read, sent) = cost::payload_touches(warm);
+        let times = |n: f64| {
+            if n == 0.0 {
+                "never".to_string()
+            } else if (n - 1.0).abs() < 1e-9 {
+                "once".to_string()
+            } else {
+                format!("{} times", f(n, 2))
+            }
+        };
+        let where_written = if (written - in_tx).abs() < 1e-9 {
+            "in ingest's TransactWriteItems, at 2 write units per started KB".to_string()
+        } else {
+            format!("{} of them in a TransactWriteItems, at 2 write units per started KB", times(in_tx))
+        };
+        let small = warm
+            .ops
+            .iter()
+            .filter(|(k, _)| k.1 == requests::DDB && k.2 == "UpdateItem")
+            .map(|(_, o)| o.max_item_bytes)
+            .max()
+            .unwrap_or(0);
         let _ = writeln!(
             body,
-            "The same first-try, one-endpoint event (warm cache) at the sizes of the GitHub sample payloads in `../shared/data/github-webhook-payloads` ({} files, read at bench time): the payload is stored in the delivery item, so every write of it costs one more unit per KB.\n",
-            samples.files.len()
+            "The same first-try, one-endpoint event (warm cache) at the sizes of the GitHub sample payloads in `../shared/data/github-webhook-payloads` ({} files, read at bench time). The payload is stored once per event, in the event item, not in the delivery item. In this scenario an item holding it was written {} per delivered event ({where_written}), {}, and the payload rode in {} SQS request{} (the send, and the receive that hands the message to deliver; SQS bills 64 KB of messages per request). The delivery item's own writes (claim and record, UpdateItems of {} bytes at the largest) and the GSI entries do not grow with the payload. Each row re-prices the items and messages that hold the payload at the sample's size and keeps everything else as measured.\n",
+            samples.files.len(),
+            times(written),
+            if read == 0.0 {
+                "never read back (deliver reads the event item, with a GetItem billed by the whole item at 4 KB per read unit, only for a message that comes without the payload)".to_string()
+            } else {
+                format!(
+                    "read {} (a GetItem of the event item, billed by the whole item at 4 KB per read unit)",
+                    times(read)
+                )
+            },
+            f(sent, 0),
+            if (sent - 1.0).abs() < 1e-9 { "" } else { "s" },
+            small,
         );
         let _ = writeln!(
             body,
-            "| payload | bytes | base-table WRU per delivered event | $ DynamoDB | $ total per million |"
+            "| payload | bytes | base-table WRU per delivered event | RRU | SQS requests | $ DynamoDB | $ total per million |"
         );
-        let _ = writeln!(body, "|---|---|---|---|---|");
+        let _ = writeln!(body, "|---|---|---|---|---|---|---|");
         let mut rows: Vec<(String, usize)> = [0.0, 0.5, 0.95, 1.0]
             .iter()
             .map(|q| {
@@ -415,14 +614,20 @@ fn section_cost(
             .collect();
         rows.push(("mean size over all samples".into(), samples.mean() as usize));
         for (name, size) in rows {
-            let w = cost::wru_at(warm, median.1, size);
-            let ddb = w * cost::DDB_WRU + other;
-            let _ = writeln!(body, "| {name} | {size} | {} | {} | {} |", f(w, 2), f(ddb, 2), f(ddb + rest, 2));
+            let at = cost::price_at(warm, Some(size));
+            let _ = writeln!(
+                body,
+                "| {name} | {size} | {} | {} | {} | {} | {} |",
+                f(at.wru, 2),
+                f(at.rru, 2),
+                f(at.sqs_app + at.sqs_poller + at.sqs_sweeper, 2),
+                f(at.dollars[0], 2),
+                f(at.total(), 2)
+            );
         }
-        let mix: f64 =
-            samples.files.iter().map(|s| cost::wru_at(warm, median.1, s.1) * cost::DDB_WRU + other + rest).sum::<f64>()
-                / samples.files.len() as f64;
-        let _ = writeln!(body, "| every sample equally often | - | - | - | {} |\n", f(mix, 2));
+        let mix: f64 = samples.files.iter().map(|s| cost::price_at(warm, Some(s.1)).total()).sum::<f64>()
+            / samples.files.len() as f64;
+        let _ = writeln!(body, "| every sample equally often | - | - | - | - | - | {} |\n", f(mix, 2));
         summary.push([
             "dollars per million delivered events (first try, 1 endpoint, GitHub sample mix)".into(),
             format!(
@@ -437,10 +642,29 @@ fn section_cost(
             "reported".into(),
         ]);
     }
+    let cfg = stack::config("-", "-");
+    let ticks_a_month = 60.0 * 24.0 * 365.0 / 12.0;
     let _ = writeln!(
         body,
-        "Fixed costs that do not grow with events (not in the table): the sweeper runs every minute whether or not anything is due (one Lambda invocation and one Query per due-index shard, 8 by default: about 43,800 invocations and 350,000 queries a month, each query at least 0.5 read units); the event source mapping long-polls the queue while it is idle. Neither was measured here.\n"
+        "Fixed costs that do not grow with events (not in the table): the sweeper runs every minute whether or not anything is due (one Lambda invocation and at least one Query per due-index shard, {} by default: about {} invocations and {} queries a month, each query at least 0.5 read units); the event source mapping long-polls the queue while it is idle. Neither was measured here.\n",
+        cfg.due_shards,
+        thousands(ticks_a_month),
+        thousands(ticks_a_month * f64::from(cfg.due_shards)),
     );
+}
+
+/// A count rounded to the hundred, with thousands separators.
+fn thousands(v: f64) -> String {
+    let n = ((v / 100.0).round() * 100.0) as u64;
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 fn section_throughput(
@@ -451,40 +675,49 @@ fn section_throughput(
     ceil: &throughput::Throughput,
 ) {
     let _ = writeln!(body, "## 3. Throughput\n");
+    let size = |i: usize| ceil.sizes.map_or("?".to_string(), |s| s[i].to_string());
     let _ = writeln!(
         body,
-        "How: the local runtime (`webhooks_local::start`: the HTTP API on a loopback port, {} SQS pollers feeding deliver in batches of up to 10, long polls of 1 s; no sweeper), a receiver on 127.0.0.1 answering 200, {} clients posting events over HTTP at once; the clock runs from the first post to the last delivery's arrival. Payload: the median GitHub sample. The emulator's ceiling is measured in the same run with the same concurrency ({} producers, {} consumers) and items of the same shape and size: per delivery PutItem (conditional), SendMessageBatch, ReceiveMessage (up to 10), UpdateItem (claim, conditional, ALL_NEW), UpdateItem (record), DeleteMessageBatch, and nothing else (no endpoint lookup, no HTTP, no JSON, no signing).\n",
+        "How: the local runtime (`webhooks_local::start`: the HTTP API on a loopback port, {} SQS pollers feeding deliver in batches of up to 10, long polls of 1 s; no sweeper), a receiver on 127.0.0.1 answering 200, {} clients posting events over HTTP at once; the clock runs from the first post to the last delivery's arrival. Payload: the median GitHub sample. The emulator's ceiling is measured in the same run with the same concurrency ({} producers, {} consumers) and items and messages of the same shape and size (copies of what ingest wrote and sent for the same payload): per delivery the put (one TransactWriteItems of the event item, {} bytes with the payload, and the delivery item, {} bytes, both conditional: the one write request ingest makes, and the same work for the emulator, which copies the table for every transaction), SendMessageBatch (the attempt message as ingest sends it, {} bytes with the payload and the endpoint riding along), ReceiveMessage (up to 10), UpdateItem (claim of the delivery item, conditional, ALL_NEW), UpdateItem (record), DeleteMessageBatch, and nothing else (no endpoint query, no HTTP, no signing; only the message's delivery id is read from its JSON).\n",
         throughput::POLLERS,
         throughput::PRODUCERS,
         throughput::PRODUCERS,
-        throughput::POLLERS
+        throughput::POLLERS,
+        size(0),
+        size(1),
+        size(2),
     );
     let _ = writeln!(
         body,
-        "| run | events | deliveries arrived | seconds | events/s | deliveries/s | ratio to the ceiling |"
+        "| run | events | deliveries arrived | seconds | events/s | deliveries/s | ratio to the ceiling | moto HTTP 500s (retried) |"
     );
-    let _ = writeln!(body, "|---|---|---|---|---|---|---|");
+    let _ = writeln!(body, "|---|---|---|---|---|---|---|---|");
     let c = ceil.deliveries_per_s();
     for (name, t) in [("pipeline, 1 endpoint", p1), ("pipeline, 10 endpoints", p10)] {
         let _ = writeln!(
             body,
-            "| {name} | {} | {} | {} | {} | {} | {} |",
+            "| {name} | {} | {} | {} | {} | {} | {} | {} |",
             t.events,
             t.delivered,
             f(t.seconds, 2),
             f(t.events_per_s(), 1),
             f(t.deliveries_per_s(), 1),
-            f(t.deliveries_per_s() / c, 3)
+            f(t.deliveries_per_s() / c, 3),
+            server_errors(&t.server_errors)
         );
     }
     let _ = writeln!(
         body,
-        "| emulator ceiling (minimal call sequence) | {} | {} | {} | - | {} | 1.00 |\n",
+        "| emulator ceiling (minimal call sequence) | {} | {} | {} | - | {} | 1.00 | {} |\n",
         ceil.events,
         ceil.delivered,
         f(ceil.seconds, 2),
-        f(c, 1)
+        f(c, 1),
+        server_errors(&ceil.server_errors)
     );
+    if [p1, p10, ceil].iter().any(|t| !t.server_errors.is_empty()) {
+        let _ = writeln!(body, "{}\n", SERVER_ERRORS_NOTE.replace("{attempts}", &stack::EMULATOR_ATTEMPTS.to_string()));
+    }
     let r1 = p1.deliveries_per_s() / c;
     let r10 = p10.deliveries_per_s() / c;
     summary.push([
@@ -510,11 +743,29 @@ fn section_throughput(
     }
     let _ = writeln!(
         body,
-        "What the ratio leaves out: the pipeline also makes one strongly consistent Query per event (the tenant's endpoints), reads an endpoint when its 5 s cache is cold, and POSTs over HTTP; those are the difference. On AWS neither side is bound by one Python process: DynamoDB and SQS scale out, and Lambda runs deliver concurrently.\n"
+        "What the ratio leaves out: the pipeline also makes one strongly consistent Query per event (the tenant's endpoints), reads an endpoint only when the one in the message is older than the {} s endpoint cache and the cache has none, signs and POSTs over HTTP; those are the difference. On AWS neither side is bound by one Python process: DynamoDB and SQS scale out, and Lambda runs deliver concurrently.\n",
+        f(stack::config("-", "-").endpoint_cache.as_secs_f64(), 0)
     );
 }
 
-fn section_latency(body: &mut String, summary: &mut Vec<[String; 4]>, lat: &[f64], every: Duration) {
+/// Why the concurrent measurements saw HTTP 500s from moto, and what was done about them.
+const SERVER_ERRORS_NOTE: &str = "moto HTTP 500s: moto 5.2.5 deep-copies a table for every TransactWriteItems (its copy for a rollback) without a lock, so when another request writes to the same table meanwhile (another event's transaction, a claim, a record) the copy fails (`RuntimeError: dictionary changed size during iteration` in moto's log) and moto answers HTTP 500. DynamoDB has no such race. In these measurements the SDK retries them (its standard retries, with {attempts} attempts instead of 3 and a 25 ms initial backoff), so the times include the failed attempts and the backoff.";
+
+/// 5xx answers by operation, as text.
+fn server_errors(m: &std::collections::BTreeMap<String, u64>) -> String {
+    if m.is_empty() {
+        return "none".into();
+    }
+    m.iter().map(|(op, n)| format!("{n} {op}")).collect::<Vec<_>>().join(", ")
+}
+
+fn section_latency(
+    body: &mut String,
+    summary: &mut Vec<[String; 4]>,
+    lat: &[f64],
+    errors: &std::collections::BTreeMap<String, u64>,
+    every: Duration,
+) {
     use throughput::quantile;
     let _ = writeln!(body, "## 4. Latency, ingest to first attempt\n");
     let _ = writeln!(
@@ -534,6 +785,13 @@ fn section_latency(body: &mut String, summary: &mut Vec<[String; 4]>, lat: &[f64
         f(lat.last().copied().unwrap_or(f64::NAN), 1),
         lat.len()
     );
+    if !errors.is_empty() {
+        let _ = writeln!(
+            body,
+            "moto answered HTTP 500 to {} during this run and the SDK retried (see the note in section 3); those attempts are in the latencies.\n",
+            server_errors(errors)
+        );
+    }
     let _ = writeln!(body, "![latency CDF](latency.png)\n");
     summary.push([
         "latency, ingest -> first attempt (local runtime, moto)".into(),
@@ -550,9 +808,11 @@ fn section_latency(body: &mut String, summary: &mut Vec<[String; 4]>, lat: &[f64
 
 fn section_sweeper(body: &mut String, summary: &mut Vec<[String; 4]>, sweeps: &[sweeper::SweepRun], wanted_big: usize) {
     let _ = writeln!(body, "## 5. Sweeper scaling\n");
+    let (shards, cap, item_bytes) = sweeps.first().map_or((0, 0, 0), |s| (s.shards, s.cap, s.item_bytes));
     let _ = writeln!(
         body,
-        "How: a fresh table per size, filled with BatchWriteItem (25 items a call, 4 calls at once) with copies of a delivery item the store itself wrote (through the API; small payload), changed to be either scheduled and not due (a 3 h wait, so in the due index with `due_at` = next attempt - 900 s, in the future) or due (a wait that now fits in SQS's delay, `due_at` a second ago). Then one `service::sweep::sweep` tick with the default configuration (8 due-index shards, a batch cap of 1000, so at most 125 items per shard), its DynamoDB and SQS calls counted by the interceptor. Items read = the Queries' `ScannedCount` (what DynamoDB bills a Query by). Times are moto's: its Query walks the whole table in Python, so the tick's time grows with the table on the emulator even where the items read do not; DynamoDB reads only the index range.\n"
+        "How: a fresh table per size, filled with BatchWriteItem (25 items a call, 4 calls at once) with copies of a delivery item the store itself wrote (through the API; {item_bytes} bytes, the payload being in the event item), changed to be either scheduled and not due (a 3 h wait, so in the due index with `due_at` = next attempt - 900 s, in the future) or due (a wait that now fits in SQS's delay, `due_at` a second ago). Then one `service::sweep::sweep` tick with the default configuration ({shards} due-index shards, a batch cap of {cap} items: it reads an even share of the cap from every shard ({} each), then shares what is left of the cap among the shards that filled their share, reading on from where each stopped, for up to 4 rounds), its DynamoDB and SQS calls counted by the interceptor. Items read = the Queries' `ScannedCount` (what DynamoDB bills a Query by). Times are moto's: its Query walks the whole table in Python, so the tick's time grows with the table on the emulator even where the items read do not; DynamoDB reads only the index range.\n",
+        cap / (shards.max(1) as usize)
     );
     let _ = writeln!(
         body,
@@ -608,14 +868,38 @@ fn section_sweeper(body: &mut String, summary: &mut Vec<[String; 4]>, sweeps: &[
             "items read grow with due items only".into(),
             yes(flat).into(),
         ]);
-        if a.examined < a.due {
+        let same = a.due == b.due && a.examined == b.examined && a.queries == b.queries;
+        let runs: Vec<&sweeper::SweepRun> = if same { vec![a] } else { vec![a, b] };
+        for s in runs {
+            let table = if same { "In both tables".to_string() } else { format!("With {} not due", s.not_due) };
             let _ = writeln!(
                 body,
-                "Note: one tick handled {} of the {} due items: the batch cap (1000) is split evenly over the 8 shards (125 each) and the hash puts more than 125 due items in some shards; the rest wait for the next tick, a minute later.\n",
-                a.examined, a.due
+                "{table}, one tick handled {} of the {} due items (cap {}) with {} queries over the {} shards{}.\n",
+                s.examined,
+                s.due,
+                s.cap,
+                s.queries,
+                s.shards,
+                if s.examined < s.due.min(s.cap) { "; the rest wait for the next tick, a minute later" } else { "" }
             );
         }
     }
+}
+
+/// The workspace's `[profile.release]` settings, as written in its Cargo.toml.
+fn release_profile() -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let settings: Vec<String> = text
+        .lines()
+        .skip_while(|l| l.trim() != "[profile.release]")
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with('['))
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter(|l| !l.is_empty())
+        .map(|l| format!("`{l}`"))
+        .collect();
+    if settings.is_empty() { "not found in the workspace's Cargo.toml".into() } else { settings.join(", ") }
 }
 
 fn section_cold(body: &mut String, summary: &mut Vec<[String; 4]>, colds: &[lambda::ColdStart]) {
@@ -623,7 +907,8 @@ fn section_cold(body: &mut String, summary: &mut Vec<[String; 4]>, colds: &[lamb
     let _ = writeln!(body, "## 6. Cold start and size\n");
     let _ = writeln!(
         body,
-        "How: `cargo build --release -p ingest -p deliver -p sweeper -p admin` (the workspace's release profile: thin LTO, one codegen unit, stripped, panic=abort; x86_64, glibc), the file size of each binary, then each binary started {} times against a local Lambda Runtime API on 127.0.0.1 (a small server in the bench that serves `GET /2018-06-01/runtime/invocation/next`, with `AWS_LAMBDA_RUNTIME_API`, `AWS_LAMBDA_FUNCTION_NAME`, `_MEMORY_SIZE`, `_VERSION`, `AWS_LAMBDA_LOG_STREAM_NAME`/`GROUP_NAME`, `WEBHOOKS_TABLE` and `WEBHOOKS_QUEUE_URL` set). Ready = the first `next` request arrives (configuration read, SDK clients built: what Lambda reports as init), timed from just before the process is spawned, so it includes exec and dynamic loading. Peak RSS at that moment from `/proc/PID/status` (`VmHWM`). A warm page cache; Lambda's own sandbox start and code download are not in these numbers.\n",
+        "How: `cargo build --release -p ingest -p deliver -p sweeper -p admin` (the workspace's release profile: {}; x86_64, glibc), the file size of each binary, then each binary started {} times against a local Lambda Runtime API on 127.0.0.1 (a small server in the bench that serves `GET /2018-06-01/runtime/invocation/next`, with `AWS_LAMBDA_RUNTIME_API`, `AWS_LAMBDA_FUNCTION_NAME`, `_MEMORY_SIZE`, `_VERSION`, `AWS_LAMBDA_LOG_STREAM_NAME`/`GROUP_NAME`, `WEBHOOKS_TABLE` and `WEBHOOKS_QUEUE_URL` set). Ready = the first `next` request arrives (configuration read, SDK clients built: what Lambda reports as init), timed from just before the process is spawned, so it includes exec and dynamic loading. Peak RSS at that moment from `/proc/PID/status` (`VmHWM`). A warm page cache; Lambda's own sandbox start and code download are not in these numbers.\n",
+        release_profile(),
         colds.first().map_or(0, |c| c.ready_ms.len())
     );
     let _ = writeln!(body, "| binary | size, MB | ready p50, ms | min | max | peak RSS at ready, MB |");
@@ -671,7 +956,7 @@ async fn memory(
     url: &str,
     env: &[(&str, &str)],
     logs: &Path,
-) -> Res<(lambda::BatchMemory, Vec<stack::Hit>)> {
+) -> Res<Memory> {
     use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
     let app = stack::app(stack::config(table, url), aws_sdk_dynamodb::Client::new(sdk), aws_sdk_sqs::Client::new(sdk))?;
     let receiver = stack::Receiver::start(0).await?;
@@ -679,14 +964,32 @@ async fn memory(
     // A JSON payload of exactly 256 KiB, the largest ingest accepts.
     let limit = webhooks::config::MAX_PAYLOAD_BYTES;
     let payload = format!(r#"{{"d":"{}"}}"#, "x".repeat(limit - 8));
-    let mut event = SqsEvent::default();
-    for i in 0..10 {
+    let mut ids = Vec::new();
+    for _ in 0..10 {
         let accepted = stack::event(&app, "mem", &stack::unique("evt"), &payload).await?;
-        let id = accepted["deliveries"][0]["id"].as_str().ok_or_else(|| err("no delivery"))?.to_string();
+        ids.push(accepted["deliveries"][0]["id"].as_str().ok_or_else(|| err("no delivery"))?.to_string());
+    }
+    // The attempt messages ingest sent, as the event source mapping would hand them over.
+    let sqs = aws_sdk_sqs::Client::new(sdk);
+    let mut bodies = Vec::new();
+    for _ in 0..20 {
+        if bodies.len() >= ids.len() {
+            break;
+        }
+        let out = sqs.receive_message().queue_url(url).max_number_of_messages(10).wait_time_seconds(1).send().await?;
+        bodies.extend(out.messages.unwrap_or_default().into_iter().filter_map(|m| m.body));
+    }
+    if bodies.len() < ids.len() {
+        return Err(err(format!("{} of {} attempt messages arrived", bodies.len(), ids.len())));
+    }
+    let mut riding = 0;
+    let mut event = SqsEvent::default();
+    for (i, body) in bodies.into_iter().enumerate() {
+        riding += usize::from(webhooks::queue::decode(&body).is_ok_and(|m| m.payload.is_some()));
         let mut m = SqsMessage::default();
         m.message_id = Some(format!("m{i}"));
         m.receipt_handle = Some(format!("r{i}"));
-        m.body = Some(serde_json::json!({"delivery_id": id, "attempt": 1}).to_string());
+        m.body = Some(body);
         m.event_source = Some("aws:sqs".into());
         m.event_source_arn = Some("arn:aws:sqs:us-east-1:000000000000:bench".into());
         m.aws_region = Some("us-east-1".into());
@@ -696,17 +999,40 @@ async fn memory(
     let r = lambda::deliver_batch(api, json, env, logs).await;
     let hits = receiver.hits();
     receiver.stop();
-    Ok((r?, hits))
+    Ok(Memory { batch: r?, hits, riding })
 }
 
-fn section_memory(body: &mut String, summary: &mut Vec<[String; 4]>, mem: Res<(lambda::BatchMemory, Vec<stack::Hit>)>) {
+/// Section 7's measurement: deliver on one batch, what reached the receiver, and how many of
+/// the 10 messages carried their payload.
+struct Memory {
+    batch: lambda::BatchMemory,
+    hits: Vec<stack::Hit>,
+    riding: usize,
+}
+
+fn section_memory(body: &mut String, summary: &mut Vec<[String; 4]>, mem: Res<Memory>) {
     let _ = writeln!(body, "## 7. Memory of deliver on a batch of 10 x 256 KiB\n");
     let _ = writeln!(
         body,
-        "How: 10 events with a JSON payload of exactly 256 KiB (262,144 bytes, the largest ingest accepts) are ingested into a fresh table; the release `deliver` binary is started against the local Runtime API of section 6, which hands it one SQS event with the 10 attempt messages (as the event source mapping would). Deliver claims each delivery (UpdateItem returning the whole item, payload included), POSTs it to a loopback receiver, records the attempt and answers; when it asks for the next event its `VmHWM` (peak resident set since start) is read from `/proc/PID/status`.\n"
+        "How: 10 events with a JSON payload of exactly 256 KiB (262,144 bytes, the largest ingest accepts) are ingested into a fresh table; the 10 attempt messages ingest sent are received from the queue, and the release `deliver` binary is started against the local Runtime API of section 6, which hands it one SQS event with them (as the event source mapping would). Deliver claims each delivery (UpdateItem of the delivery item, which holds no payload, returning it), takes the payload from the message when it rode along or else reads it from the event item (a strongly consistent GetItem), POSTs it to a loopback receiver, records the attempt and answers; when it asks for the next event its `VmHWM` (peak resident set since start) is read from `/proc/PID/status`.\n"
     );
     match mem {
-        Ok((m, hits)) => {
+        Ok(Memory { batch: m, hits, riding }) => {
+            let _ = writeln!(
+                body,
+                "{riding} of the 10 messages carried the payload{}.\n",
+                if riding < 10 {
+                    format!(
+                        " (a 256 KiB payload and the rest of the message are over SQS's {}-byte message limit, so ingest left the payload and the endpoint out of {}), so deliver read {} payload{} from the event item",
+                        webhooks::queue::MAX_MESSAGE_BYTES,
+                        if riding == 0 { "every one".to_string() } else { format!("the other {}", 10 - riding) },
+                        10 - riding,
+                        if riding == 9 { "" } else { "s" }
+                    )
+                } else {
+                    String::new()
+                }
+            );
             let full = hits.iter().filter(|h| h.len == 262_144).count();
             let mb = m.hwm_kib as f64 / 1024.0;
             let _ = writeln!(

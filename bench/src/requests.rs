@@ -174,7 +174,7 @@ pub async fn run(sdk: &aws_config::SdkConfig, payload: &str) -> Res<Vec<Scenario
         drive(
             &s,
             "first try, 1 endpoint (cold)",
-            "1 event, 1 endpoint answering 200; deliver's endpoint cache empty (a cold function or a first event within 5 s)",
+            "1 event, 1 endpoint answering 200; deliver's endpoint cache empty (a cold function, or the endpoint's first event in 5 s), the endpoint riding in the attempt message as ingest read it",
             "t1",
             payload,
             1,

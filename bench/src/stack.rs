@@ -2,7 +2,7 @@
 //! queue on the emulator, an [`App`] over them, the HTTP API called in process, and a
 //! loopback receiver.
 
-use crate::count::{Counter, Counting};
+use crate::count::{Counter, Counting, ServerErrors};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
@@ -40,6 +40,31 @@ pub fn counted_ddb(sdk: &aws_config::SdkConfig, label: &str, counter: &Arc<Count
 pub fn counted_sqs(sdk: &aws_config::SdkConfig, label: &str, counter: &Arc<Counter>) -> aws_sdk_sqs::Client {
     let conf = aws_sdk_sqs::config::Builder::from(sdk).interceptor(Counting::new(label, counter)).build();
     aws_sdk_sqs::Client::from_conf(conf)
+}
+
+/// Attempts the SDK makes per request in the concurrent measurements (its default is 3).
+pub const EMULATOR_ATTEMPTS: u32 = 10;
+
+/// DynamoDB and SQS clients for the measurements that run with concurrency (throughput, the
+/// emulator's ceiling, latency): the SDK's standard retries with [`EMULATOR_ATTEMPTS`]
+/// attempts and a 25 ms initial backoff, and every 5xx answer counted in `errors`. moto 5.2.5
+/// deep-copies a table for every TransactWriteItems (its rollback copy) without a lock, so a
+/// write to the same table meanwhile (another event's transaction, a claim, a record) makes
+/// the copy fail and moto answer HTTP 500 ("dictionary changed size during iteration"); the
+/// SDK's 3 attempts are not always enough under the measurements' concurrency. DynamoDB has
+/// no such race; the report says how many answers it took.
+pub fn retrying_clients(
+    sdk: &aws_config::SdkConfig,
+    errors: &ServerErrors,
+) -> (aws_sdk_dynamodb::Client, aws_sdk_sqs::Client) {
+    use aws_smithy_types::retry::RetryConfig;
+    let retry = RetryConfig::standard()
+        .with_max_attempts(EMULATOR_ATTEMPTS)
+        .with_initial_backoff(std::time::Duration::from_millis(25));
+    let ddb =
+        aws_sdk_dynamodb::config::Builder::from(sdk).retry_config(retry.clone()).interceptor(errors.clone()).build();
+    let sqs = aws_sdk_sqs::config::Builder::from(sdk).retry_config(retry).interceptor(errors.clone()).build();
+    (aws_sdk_dynamodb::Client::from_conf(ddb), aws_sdk_sqs::Client::from_conf(sqs))
 }
 
 /// A unique name.

@@ -2,8 +2,8 @@
 //! deliveries and some due ones.
 //!
 //! The table is filled fast with BatchWriteItem, each item a copy of a delivery item the
-//! store itself wrote (through the API, for a small payload), with its id, keys, status,
-//! `next_attempt_at` and due-index time changed:
+//! store itself wrote (through the API; the payload is in the event item), with its id, keys,
+//! status, `next_attempt_at` and due-index time changed:
 //! - not due: a 3 h wait (over the 900 s SQS limit), so `due_at` = next attempt - 900 s, in the
 //!   future;
 //! - due: a wait that now fits in the SQS delay (next attempt in 120 s), `due_at` in the past.
@@ -18,6 +18,56 @@ use std::time::{Duration, Instant};
 use webhooks::service::sweep;
 use webhooks::store::keys;
 
+/// What ingest wrote and sent for one event to one endpoint.
+#[derive(Debug, Clone)]
+pub struct Template {
+    /// The delivery item (small: the payload is in the event item).
+    pub delivery: HashMap<String, AttributeValue>,
+    /// The event item (the payload).
+    pub event: HashMap<String, AttributeValue>,
+    /// The attempt message's body, as sent (payload and endpoint riding along when they fit).
+    pub message: String,
+}
+
+/// Ingests one event with `payload` through the API into `table` (one endpoint, nobody
+/// listening) and reads back what ingest wrote and sent to `url`.
+///
+/// # Errors
+/// When the API, a read or the receive fails.
+pub async fn template(sdk: &aws_config::SdkConfig, table: &str, url: &str, payload: &str) -> Res<Template> {
+    let ddb = aws_sdk_dynamodb::Client::new(sdk);
+    let sqs = aws_sdk_sqs::Client::new(sdk);
+    let app = stack::app(stack::config(table, url), ddb.clone(), sqs.clone())?;
+    stack::endpoint(&app, "template", "http://127.0.0.1:9/hook", serde_json::Value::Null).await?;
+    let accepted = stack::event(&app, "template", &stack::unique("evt"), payload).await?;
+    let id = accepted["deliveries"][0]["id"].as_str().ok_or_else(|| err("no delivery created"))?.to_string();
+    let event_id = accepted["event_id"].as_str().ok_or_else(|| err("no event id"))?.to_string();
+    let get = |pk: String, sk: &'static str| {
+        ddb.get_item()
+            .table_name(table)
+            .key("pk", AttributeValue::S(pk))
+            .key("sk", AttributeValue::S(sk.into()))
+            .consistent_read(true)
+            .send()
+    };
+    let delivery =
+        get(keys::delivery_pk(&id), keys::DELIVERY_SK).await?.item.ok_or_else(|| err("template delivery not found"))?;
+    let event = get(keys::event_pk("template", &event_id), keys::EVENT_ITEM_SK)
+        .await?
+        .item
+        .ok_or_else(|| err("template event not found"))?;
+    let mut message = None;
+    for _ in 0..5 {
+        let out = sqs.receive_message().queue_url(url).max_number_of_messages(1).wait_time_seconds(1).send().await?;
+        if let Some(body) = out.messages.unwrap_or_default().into_iter().find_map(|m| m.body) {
+            message = Some(body);
+            break;
+        }
+    }
+    let message = message.ok_or_else(|| err("ingest's attempt message did not arrive"))?;
+    Ok(Template { delivery, event, message })
+}
+
 /// A delivery item as the store wrote it, for `payload`, in a table of its own.
 ///
 /// # Errors
@@ -28,20 +78,7 @@ pub async fn template_item(
     url: &str,
     payload: &str,
 ) -> Res<HashMap<String, AttributeValue>> {
-    let ddb = aws_sdk_dynamodb::Client::new(sdk);
-    let app = stack::app(stack::config(table, url), ddb.clone(), aws_sdk_sqs::Client::new(sdk))?;
-    stack::endpoint(&app, "template", "http://127.0.0.1:9/hook", serde_json::Value::Null).await?;
-    let accepted = stack::event(&app, "template", &stack::unique("evt"), payload).await?;
-    let id = accepted["deliveries"][0]["id"].as_str().ok_or_else(|| err("no delivery created"))?.to_string();
-    let out = ddb
-        .get_item()
-        .table_name(table)
-        .key("pk", AttributeValue::S(keys::delivery_pk(&id)))
-        .key("sk", AttributeValue::S(keys::DELIVERY_SK.into()))
-        .consistent_read(true)
-        .send()
-        .await?;
-    out.item.ok_or_else(|| err("template item not found"))
+    Ok(template(sdk, table, url, payload).await?.delivery)
 }
 
 /// What one sweeper tick did on a filled table.
@@ -73,6 +110,12 @@ pub struct SweepRun {
     pub updates: u64,
     /// SendMessageBatch calls.
     pub sends: u64,
+    /// Size of the delivery item copied into the table, bytes.
+    pub item_bytes: usize,
+    /// Due-index shards (the default configuration's).
+    pub shards: u32,
+    /// Most due items one tick reads (the default configuration's).
+    pub cap: usize,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -156,6 +199,7 @@ pub async fn run(sdk: &aws_config::SdkConfig, not_due: usize, due: usize, budget
     let template = template_item(sdk, &table, &url, r#"{"action":"bench","n":1}"#).await?;
     let cfg = stack::config(&table, &url);
     let shards = cfg.due_shards;
+    let cap = cfg.sweep_batch;
     let t = Instant::now();
     let deadline = t + budget;
     let due_written = fill(&ddb, &table, &template, 0, due, true, shards, deadline).await?;
@@ -185,5 +229,8 @@ pub async fn run(sdk: &aws_config::SdkConfig, not_due: usize, due: usize, budget
         rru: ops.iter().filter(|(k, _)| k.1 == DDB && k.2 == "Query").map(|(_, s)| s.rru).sum(),
         updates: sum(DDB, "UpdateItem", &|s| s.calls),
         sends: sum(SQS, "SendMessageBatch", &|s| s.calls),
+        item_bytes: crate::count::item_size(&template),
+        shards,
+        cap,
     })
 }

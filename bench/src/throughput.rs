@@ -2,14 +2,17 @@
 //! pollers feeding deliver, loopback receiver), and the emulator's own ceiling for the
 //! minimal call sequence of one delivery.
 
+use crate::count::ServerErrors;
 use crate::stack::{self, Receiver, Res, err};
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use aws_sdk_dynamodb::types::{AttributeValue, Put, ReturnValue, TransactWriteItem};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, SendMessageBatchRequestEntry};
 use futures::StreamExt;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use webhooks::store::keys;
 use webhooks_local::Options;
 
 /// Pollers the local runtime runs (the event source mapping's concurrency).
@@ -28,6 +31,10 @@ pub struct Throughput {
     pub delivered: u64,
     /// From the first post to the last arrival, seconds.
     pub seconds: f64,
+    /// The ceiling's copies: event item, delivery item and attempt message, bytes.
+    pub sizes: Option<[usize; 3]>,
+    /// HTTP 5xx answers of the emulator, by operation (each retried by the SDK).
+    pub server_errors: BTreeMap<String, u64>,
 }
 
 impl Throughput {
@@ -46,11 +53,12 @@ struct Local {
     base: String,
     receiver: Receiver,
     tenant: String,
+    errors: ServerErrors,
 }
 
 async fn local(sdk: &aws_config::SdkConfig, endpoints: usize) -> Res<Local> {
-    let ddb = aws_sdk_dynamodb::Client::new(sdk);
-    let sqs = aws_sdk_sqs::Client::new(sdk);
+    let errors = ServerErrors::default();
+    let (ddb, sqs) = stack::retrying_clients(sdk, &errors);
     let (table, url) = stack::table_and_queue(&ddb, &sqs, "tput").await?;
     let app = stack::app(stack::config(&table, &url), ddb, sqs.clone())?;
     let receiver = Receiver::start(0).await?;
@@ -65,7 +73,7 @@ async fn local(sdk: &aws_config::SdkConfig, endpoints: usize) -> Res<Local> {
         sweeper: false,
     };
     let running = webhooks_local::start(app, sqs, options).await.map_err(|e| err(e.to_string()))?;
-    Ok(Local { base: format!("http://{}", running.addr), running, receiver, tenant })
+    Ok(Local { base: format!("http://{}", running.addr), running, receiver, tenant, errors })
 }
 
 fn event_body(tenant: &str, id: &str, payload: &str) -> String {
@@ -113,8 +121,14 @@ pub async fn pipeline(
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let last = l.receiver.hits().iter().map(|h| h.at).max().unwrap_or_else(Instant::now);
-    let out =
-        Throughput { endpoints, events, delivered: l.receiver.ok(), seconds: last.duration_since(t0).as_secs_f64() };
+    let out = Throughput {
+        endpoints,
+        events,
+        delivered: l.receiver.ok(),
+        seconds: last.duration_since(t0).as_secs_f64(),
+        sizes: None,
+        server_errors: l.errors.by_operation(),
+    };
     l.running.stop().await;
     l.receiver.stop();
     results.into_iter().collect::<Res<Vec<()>>>()?;
@@ -122,11 +136,16 @@ pub async fn pipeline(
 }
 
 /// Latency of ingest -> first attempt at the receiver for `events` events posted one every
-/// `every` (open loop), in ms, sorted.
+/// `every` (open loop), in ms, sorted; and the emulator's 5xx answers by operation.
 ///
 /// # Errors
 /// When the stack cannot start or a post fails.
-pub async fn latency(sdk: &aws_config::SdkConfig, events: usize, every: Duration, payload: &str) -> Res<Vec<f64>> {
+pub async fn latency(
+    sdk: &aws_config::SdkConfig,
+    events: usize,
+    every: Duration,
+    payload: &str,
+) -> Res<(Vec<f64>, BTreeMap<String, u64>)> {
     let l = local(sdk, 1).await?;
     let http = reqwest::Client::new();
     let mut sent = Vec::new();
@@ -158,7 +177,7 @@ pub async fn latency(sdk: &aws_config::SdkConfig, events: usize, every: Duration
         return Err(err(format!("latency: {} of {events} events arrived within 30 s", lat.len())));
     }
     lat.sort_by(f64::total_cmp);
-    Ok(lat)
+    Ok((lat, l.errors.by_operation()))
 }
 
 /// The q-quantile (nearest rank) of sorted values.
@@ -170,22 +189,27 @@ pub fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-/// The emulator's ceiling: `n` sequences of PutItem (conditional), SendMessageBatch (1
-/// entry), ReceiveMessage (up to 10), UpdateItem (claim, conditional, ALL_NEW), UpdateItem
-/// (record) and DeleteMessageBatch, with the same concurrency as the pipeline (PRODUCERS
-/// putting and sending, POLLERS receiving) and items of the same shape and size (a copy of
-/// an item the store wrote for `payload`). Returns sequences per second.
+/// The emulator's ceiling: `n` sequences of the put (one TransactWriteItems of the event item
+/// and the delivery item, both conditional: ingest's one write request), SendMessageBatch (1
+/// entry), ReceiveMessage (up to 10), UpdateItem (claim of the delivery item, conditional,
+/// ALL_NEW), UpdateItem (record) and DeleteMessageBatch, with the same concurrency as the
+/// pipeline (PRODUCERS putting and sending, POLLERS receiving) and items and messages of the
+/// same shape and size (copies of what ingest wrote and sent for `payload`: the
+/// payload-sized event item, the small delivery item, the attempt message with the payload
+/// and the endpoint riding along). Returns sequences per second.
 ///
 /// # Errors
 /// When a call fails.
 pub async fn ceiling(sdk: &aws_config::SdkConfig, n: usize, payload: &str) -> Res<Throughput> {
-    let ddb = aws_sdk_dynamodb::Client::new(sdk);
-    let sqs = aws_sdk_sqs::Client::new(sdk);
+    let errors = ServerErrors::default();
+    let (ddb, sqs) = stack::retrying_clients(sdk, &errors);
     let (table, url) = stack::table_and_queue(&ddb, &sqs, "ceil").await?;
     // The template comes from a table and queue of its own, so its attempt message does not
     // land in the queue measured here.
     let (t_table, t_url) = stack::table_and_queue(&ddb, &sqs, "ceil-template").await?;
-    let template = crate::sweeper::template_item(sdk, &t_table, &t_url, payload).await?;
+    let template = crate::sweeper::template(sdk, &t_table, &t_url, payload).await?;
+    let message = webhooks::queue::decode(&template.message)?;
+    let tenant = template.event.get("tenant_id").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
     let done = Arc::new(AtomicU64::new(0));
     let t0 = Instant::now();
     let deadline = t0 + Duration::from_secs(120);
@@ -207,13 +231,16 @@ pub async fn ceiling(sdk: &aws_config::SdkConfig, n: usize, payload: &str) -> Re
                     continue;
                 }
                 let work = msgs.iter().map(|m| {
-                    let id = m.body.clone().unwrap_or_default();
+                    // The one thing the consumer reads from the message: which delivery.
+                    let id = webhooks::queue::decode(m.body.as_deref().unwrap_or_default())
+                        .map(|msg| msg.delivery_id)
+                        .unwrap_or_default();
                     let (ddb, table) = (&ddb, &table);
                     async move {
                         let key = |u: aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder| {
                             u.table_name(table)
-                                .key("pk", AttributeValue::S(format!("DELIVERY#{id}")))
-                                .key("sk", AttributeValue::S("DELIVERY".into()))
+                                .key(keys::PK, AttributeValue::S(keys::delivery_pk(&id)))
+                                .key(keys::SK, AttributeValue::S(keys::DELIVERY_SK.into()))
                         };
                         key(ddb.update_item())
                             .update_expression("SET #s = :sending, attempt_count = :one, lease_until = :l")
@@ -271,21 +298,37 @@ pub async fn ceiling(sdk: &aws_config::SdkConfig, n: usize, payload: &str) -> Re
         }));
     }
     let produced: Vec<Res<()>> = futures::stream::iter((0..n).map(|i| {
-        let (ddb, sqs, table, url, template) = (&ddb, &sqs, &table, &url, &template);
+        let (ddb, sqs, table, url, template, message, tenant) =
+            (&ddb, &sqs, &table, &url, &template, &message, &tenant);
         async move {
             let id = format!("dlv_ceil{i:08}");
-            let mut item = template.clone();
-            item.insert("pk".into(), AttributeValue::S(format!("DELIVERY#{id}")));
-            item.insert("id".into(), AttributeValue::S(id.clone()));
-            ddb.put_item()
-                .table_name(table)
-                .set_item(Some(item))
-                .condition_expression("attribute_not_exists(pk)")
-                .send()
-                .await?;
+            let event_id = format!("evt_ceil{i:08}");
+            let mut event = template.event.clone();
+            event.insert(keys::PK.into(), AttributeValue::S(keys::event_pk(tenant, &event_id)));
+            event.insert("event_id".into(), AttributeValue::S(event_id.clone()));
+            let mut delivery = template.delivery.clone();
+            delivery.insert(keys::PK.into(), AttributeValue::S(keys::delivery_pk(&id)));
+            delivery.insert("id".into(), AttributeValue::S(id.clone()));
+            delivery.insert("event_id".into(), AttributeValue::S(event_id));
+            let put = |item| -> Res<TransactWriteItem> {
+                let put = Put::builder()
+                    .table_name(table.as_str())
+                    .set_item(Some(item))
+                    .condition_expression("attribute_not_exists(pk)")
+                    .build()?;
+                Ok(TransactWriteItem::builder().put(put).build())
+            };
+            ddb.transact_write_items().transact_items(put(event)?).transact_items(put(delivery)?).send().await?;
+            let mut msg = message.clone();
+            msg.delivery_id = id;
             sqs.send_message_batch()
                 .queue_url(url)
-                .entries(SendMessageBatchRequestEntry::builder().id("0").message_body(id).build()?)
+                .entries(
+                    SendMessageBatchRequestEntry::builder()
+                        .id("0")
+                        .message_body(webhooks::queue::encode(&msg))
+                        .build()?,
+                )
                 .send()
                 .await?;
             Ok(())
@@ -304,5 +347,11 @@ pub async fn ceiling(sdk: &aws_config::SdkConfig, n: usize, payload: &str) -> Re
         events: n,
         delivered: done.load(Ordering::SeqCst),
         seconds: last.duration_since(t0).as_secs_f64(),
+        sizes: Some([
+            crate::count::item_size(&template.event),
+            crate::count::item_size(&template.delivery),
+            template.message.len(),
+        ]),
+        server_errors: errors.by_operation(),
     })
 }
