@@ -633,7 +633,7 @@ def run(fns, ddb, sqs, table, queue_url, queue_arn, dlq_url, receiver):
     item = get_item(ddb, table, f"DELIVERY#{dlv_eb}", "DELIVERY") if dlv_eb else None
     check("EventBridge delivery item written, scheduled", item is not None and item["status"]["S"] == "scheduled",
           str(item))
-    item = get_item(ddb, table, f"EVENT#acme#{eb_id}", "EVENT")
+    item = get_item(ddb, table, f"EVENT#4:acme#{eb_id}", "EVENT")
     check("EventBridge event's payload item written with the detail as payload", item is not None
           and json.loads(item.get("payload", {}).get("S", "{}")).get("order") == "o_2", str(item))
     kind, resp, err = ingest.invoke(eventbridge_event("order.paid", "com.example.shop", {"order": "o_x"}))

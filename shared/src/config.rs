@@ -36,8 +36,9 @@ pub struct Config {
     /// Number of partitions of the due index (`WEBHOOKS_DUE_SHARDS`, default 8). A sweeper
     /// tick queries each one.
     pub due_shards: u32,
-    /// How long deliver keeps an endpoint's configuration in memory
-    /// (`WEBHOOKS_ENDPOINT_CACHE_SECONDS`, seconds, default 5).
+    /// How long deliver keeps an endpoint's configuration in memory, and how old the copy
+    /// riding in attempt 1's message may be (`WEBHOOKS_ENDPOINT_CACHE_SECONDS`, seconds,
+    /// default 5). Ingest reads it too: at 0 it sends no copy (no signing secret in messages).
     pub endpoint_cache: Duration,
     /// The field of an EventBridge event's `detail` that names the tenant
     /// (`WEBHOOKS_EVENTBRIDGE_TENANT_FIELD`, default `tenant_id`).
@@ -48,11 +49,12 @@ pub struct Config {
     /// Days an exhausted delivery (a dead letter) is kept (`WEBHOOKS_EXHAUSTED_RETENTION_DAYS`,
     /// default 14, from the payment provider's docs).
     pub exhausted_retention_days: u32,
-    /// Days an event's payload item is kept (`WEBHOOKS_EVENT_RETENTION_DAYS`, default 90,
-    /// Svix's default payload retention). It must outlive its deliveries' retries, retention
-    /// and replays: at least the longest schedule (3 days under `standard`) plus
-    /// `WEBHOOKS_DELIVERED_RETENTION_DAYS`. A delivery held or replayed after it is gone ends
-    /// `exhausted` with the error `payload_expired`.
+    /// Days an event's payload item is kept, counted from ingest
+    /// (`WEBHOOKS_EVENT_RETENTION_DAYS`, default 90, Svix's default payload retention). Keep
+    /// it above the longest schedule (3 days under `standard`) plus
+    /// `WEBHOOKS_EXHAUSTED_RETENTION_DAYS` (the replay window). A delivery attempted after it
+    /// is gone (held that long, or replayed that late) ends `exhausted` with the error
+    /// `payload_expired`; it is not sent.
     pub event_retention_days: u32,
     /// Whether to print CloudWatch Embedded Metric Format lines (on when
     /// `AWS_LAMBDA_FUNCTION_NAME` is set, i.e. in Lambda, or `WEBHOOKS_METRICS=emf`).

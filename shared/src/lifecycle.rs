@@ -175,6 +175,7 @@ pub fn new_delivery(
         next_attempt_at: (!held).then_some(now),
         lease_until: None,
         attempts: Vec::new(),
+        payload: None,
         created_at: now,
         updated_at: now,
         reason: None,

@@ -216,6 +216,10 @@ pub struct Delivery {
     /// Every attempt, oldest first.
     #[serde(default)]
     pub attempts: Vec<Attempt>,
+    /// Only on items written before payloads moved to their own item ([`StoredEvent`]): the
+    /// payload deliver sends for them. Never written now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<String>,
     /// When the event was accepted.
     pub created_at: DateTime<Utc>,
     /// When the delivery last changed.

@@ -40,10 +40,11 @@ impl SqsQueue {
 pub const MAX_MESSAGE_BYTES: usize = 262_144;
 
 /// The body of an attempt message (JSON). What rides along (payload, endpoint) is left out
-/// when the message would not fit [`MAX_MESSAGE_BYTES`]; deliver then reads it.
+/// when the message would not fit [`MAX_MESSAGE_BYTES`], or holds U+FFFE or U+FFFF (JSON
+/// leaves them unescaped and SQS refuses them); deliver then reads it.
 pub fn encode(message: &AttemptMessage) -> String {
     let body = serde_json::to_string(message).unwrap_or_default();
-    if body.len() <= MAX_MESSAGE_BYTES {
+    if body.len() <= MAX_MESSAGE_BYTES && !body.contains(['\u{FFFE}', '\u{FFFF}']) {
         return body;
     }
     serde_json::to_string(&AttemptMessage::new(message.delivery_id.clone(), message.attempt)).unwrap_or_default()
@@ -137,5 +138,7 @@ mod tests {
         m.payload = Some("y".repeat(MAX_MESSAGE_BYTES));
         let sent = decode(&encode(&m)).ok();
         assert_eq!(sent, Some(AttemptMessage::new("dlv_1", 2)));
+        m.payload = Some("{\"s\": \"\u{FFFF}\"}".into());
+        assert_eq!(decode(&encode(&m)).ok(), Some(AttemptMessage::new("dlv_1", 2)), "SQS refuses U+FFFF");
     }
 }

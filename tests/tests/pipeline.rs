@@ -535,7 +535,7 @@ async fn a_replay_after_the_payload_retention_ends_exhausted_as_payload_expired(
     aws_sdk_dynamodb::Client::new(&sdk)
         .delete_item()
         .table_name(&stack.app.config.table)
-        .key("pk", aws_sdk_dynamodb::types::AttributeValue::S(format!("EVENT#acme#{event_id}")))
+        .key("pk", aws_sdk_dynamodb::types::AttributeValue::S(webhooks::store::keys::event_pk("acme", event_id)))
         .key("sk", aws_sdk_dynamodb::types::AttributeValue::S("EVENT".into()))
         .send()
         .await
@@ -596,4 +596,38 @@ async fn attempt_one_carries_the_payload_and_the_endpoint_only_while_the_cache_i
         assert_eq!(body.contains(secret), endpoint_rides, "the signing secret only with the endpoint");
         stack.stop().await;
     }
+}
+
+/// The next attempt message on the stack's queue (for tests without pollers).
+async fn next_message(stack: &Stack) -> AttemptMessage {
+    let out =
+        stack.sqs.receive_message().queue_url(&stack.app.config.queue_url).wait_time_seconds(2).send().await.unwrap();
+    webhooks::queue::decode(out.messages()[0].body().unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endpoint_change_reaches_attempts_once_the_endpoint_cache_time_has_passed() {
+    let stack = Stack::start_with(|c| c.endpoint_cache = Duration::from_secs(3), no_pollers()).await;
+    let old = Receiver::start(Reply::Status(200)).await;
+    let new = Receiver::start(Reply::Status(200)).await;
+    let ep = stack.endpoint("acme", &old.url, Value::Null).await;
+    let path = format!("/v1/endpoints/{}", ep["id"].as_str().unwrap());
+
+    // Within the cache time, attempt 1 uses the endpoint that rode in its message, as deliver's
+    // cache would: a URL changed a moment after ingest is not seen yet.
+    stack.event("acme", "order.paid", json!({"n": 1})).await;
+    let (status, _) = stack.call(Method::PATCH, &path, Some(json!({"url": new.url}))).await;
+    assert_eq!(status, 200);
+    deliver::deliver_message(&stack.app, &next_message(&stack).await).await.unwrap();
+    assert_eq!((old.count(), new.count()), (1, 0));
+
+    // Past it, the copy is too old and the change is read.
+    stack.call(Method::PATCH, &path, Some(json!({"url": old.url}))).await;
+    stack.event("acme", "order.paid", json!({"n": 2})).await;
+    stack.call(Method::PATCH, &path, Some(json!({"url": new.url}))).await;
+    let msg = next_message(&stack).await;
+    tokio::time::sleep(Duration::from_millis(3100)).await;
+    deliver::deliver_message(&stack.app, &msg).await.unwrap();
+    assert_eq!((old.count(), new.count()), (1, 1));
+    stack.stop().await;
 }

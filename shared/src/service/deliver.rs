@@ -116,7 +116,9 @@ pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Hand
         tracing::info!(delivery_id = %delivery.id, endpoint_id = %ep.id, "endpoint disabled; delivery held");
         return Ok(Handled::Held);
     }
-    let payload = match (&endpoint, &msg.payload) {
+    // From the message, else from a delivery written before payload items, else the event's
+    // payload item.
+    let payload = match (&endpoint, msg.payload.as_ref().or(delivery.payload.as_ref())) {
         (None, _) => None,
         (Some(_), Some(p)) => Some(p.clone()),
         (Some(_), None) => app.store.get_payload(&delivery.tenant_id, &delivery.event_id).await?,
@@ -171,7 +173,11 @@ pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Hand
         status_code: attempt.status_code,
         delivery_id: Some(delivery.id.clone()),
     };
+    let expired = ours == Some(PAYLOAD_EXPIRED);
     let (transition, enqueue) = match (verdict, probe) {
+        // Nothing left to send, ever: a dead letter, even as a probe (held, it would be
+        // picked as the probe again and again).
+        _ if expired => lifecycle::complete(cfg, now, &delivery, attempt.clone(), Next::Exhausted),
         // 410 Gone (or a failed probe): keep the delivery, held, with this attempt recorded.
         (Verdict::Disable, _) | (Verdict::Retry | Verdict::Final, true) => {
             (lifecycle::hold_claimed(now, &delivery, Some(attempt.clone())), None)
@@ -204,7 +210,7 @@ pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Hand
         app.queue.send(&[e]).await?;
     }
     if let Some(ep) = endpoint.as_ref().filter(|_| ours.is_none() || probe) {
-        health_after_attempt(app, ep, verdict, probe, disable).await?;
+        health_after_attempt(app, ep, verdict, probe, expired, disable).await?;
     }
     Ok(Handled::Attempted(status, Box::new(attempt)))
 }
@@ -215,6 +221,7 @@ async fn health_after_attempt(
     ep: &Endpoint,
     verdict: Verdict,
     probe: bool,
+    payload_expired: bool,
     disable: impl Fn(&str) -> Disabled,
 ) -> Result<(), ServiceError> {
     match verdict {
@@ -232,8 +239,9 @@ async fn health_after_attempt(
         }
         Verdict::Retry | Verdict::Final if probe => {
             app.store.set_probe(&ep.tenant_id, &ep.id, None).await?;
-            let at =
-                app.clock.now() + chrono::Duration::seconds(i64::try_from(ep.auto_resume_after_seconds).unwrap_or(300));
+            // A probe that could not be sent says nothing of the receiver: probe again now.
+            let cool_down = if payload_expired { 0 } else { ep.auto_resume_after_seconds };
+            let at = app.clock.now() + chrono::Duration::seconds(i64::try_from(cool_down).unwrap_or(300));
             health::start_job(app, ep, crate::model::JobKind::Probe, at, None, None).await?;
         }
         Verdict::Retry | Verdict::Final => {

@@ -3,8 +3,10 @@
 //! was held, the half-open probe, and the background jobs that do the bounded work one
 //! sweeper tick at a time.
 //!
-//! Nothing is lost on any of these paths: a held delivery keeps its payload and history and
-//! goes back to `scheduled` when its endpoint is enabled again.
+//! Nothing is dropped on any of these paths: a held delivery keeps its history and goes back
+//! to `scheduled` when its endpoint is enabled again. Its payload lives in the event's item
+//! for `WEBHOOKS_EVENT_RETENTION_DAYS` from ingest; a delivery held longer than that ends
+//! `exhausted` with `payload_expired` when it is released, visibly, rather than sent empty.
 
 use crate::App;
 use crate::error::ServiceError;

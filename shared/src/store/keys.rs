@@ -32,9 +32,17 @@ pub const EVENT_PK: &str = "event_id";
 /// By-event GSI sort key attribute.
 pub const EVENT_SK: &str = "endpoint_id";
 
-/// `IDEMPOTENCY#{tenant_id}#{key}`: a stored answer to an `Idempotency-Key`.
+/// `IDEMPOTENCY#{tenant}#{key}` (tenant as [`scoped`] writes it): a stored answer to an
+/// `Idempotency-Key`.
 pub fn idempotency_pk(tenant_id: &str, key: &str) -> String {
-    format!("IDEMPOTENCY#{tenant_id}#{key}")
+    format!("IDEMPOTENCY#{}", scoped(tenant_id, key))
+}
+
+/// `{byte length of tenant_id}:{tenant_id}#{id}`: an id of the caller's under its tenant,
+/// unambiguous whatever either contains (tenant `a#b` with id `c` and tenant `a` with id
+/// `b#c` are different keys), so one tenant can never reach another's item.
+pub fn scoped(tenant_id: &str, id: &str) -> String {
+    format!("{}:{tenant_id}#{id}", tenant_id.len())
 }
 
 /// Sort key of an idempotency record.
@@ -61,10 +69,10 @@ pub fn delivery_pk(id: &str) -> String {
     format!("DELIVERY#{id}")
 }
 
-/// `EVENT#{tenant_id}#{event_id}`: an event's payload item (event ids are the caller's, so
-/// they are kept apart per tenant).
+/// `EVENT#{tenant}#{event_id}` (tenant as [`scoped`] writes it): an event's payload item
+/// (event ids are the caller's, so they are kept apart per tenant).
 pub fn event_pk(tenant_id: &str, event_id: &str) -> String {
-    format!("EVENT#{tenant_id}#{event_id}")
+    format!("EVENT#{}", scoped(tenant_id, event_id))
 }
 
 /// Sort key of an event's payload item.
@@ -98,4 +106,16 @@ pub fn due_pk(shard: u32) -> String {
 /// A sortable `{time}#{id}` sort key (RFC 3339, milliseconds, `Z`).
 pub fn time_sk(at: chrono::DateTime<chrono::Utc>, id: &str) -> String {
     format!("{}#{id}", at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_under_a_tenant_cannot_collide_across_tenants() {
+        assert_ne!(event_pk("a#b", "c"), event_pk("a", "b#c"));
+        assert_ne!(idempotency_pk("a#b", "c"), idempotency_pk("a", "b#c"));
+        assert_eq!(event_pk("acme", "evt_1"), "EVENT#4:acme#evt_1");
+    }
 }

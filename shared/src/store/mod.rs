@@ -6,7 +6,7 @@
 //! |---|---|---|---|
 //! | endpoint | `TENANT#{tenant_id}` | `ENDPOINT#{endpoint_id}` | - |
 //! | endpoint pointer | `ENDPOINT#{endpoint_id}` | `ENDPOINT` | - |
-//! | event (payload) | `EVENT#{tenant_id}#{event_id}` | `EVENT` | - |
+//! | event (payload) | `EVENT#{len(tenant_id)}:{tenant_id}#{event_id}` | `EVENT` | - |
 //! | delivery | `DELIVERY#{delivery_id}` | `DELIVERY` | `due`, `by_endpoint`, `by_status`, `by_event` |
 //! | job | `JOB#{job_id}` | `JOB` | `due` (while running) |
 //!
