@@ -344,3 +344,51 @@ async fn a_disabled_endpoint_notifies_its_owner_through_sns() {
     assert_eq!(body["status_code"], 410);
     stack.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_probe_whose_payload_expired_is_a_dead_letter_and_the_next_held_delivery_probes() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(500)).await;
+    let ep = endpoint(
+        &stack,
+        "acme",
+        &rx.url,
+        json!({
+            "retry_policy": {"schedule_seconds": [1], "max_attempts": 20},
+            "circuit_breaker_threshold": 2, "auto_resume": true, "auto_resume_after_seconds": 4
+        }),
+    )
+    .await;
+    let first_event = stack.event("acme", "order.paid", json!({"n": 1})).await;
+    let first = delivery_id(&first_event);
+    stack.wait_status(&first, "held", WAIT).await;
+    let second = delivery_id(&stack.event("acme", "order.paid", json!({"n": 2})).await);
+    // The oldest held delivery (the next probe) outlives its payload, as after
+    // WEBHOOKS_EVENT_RETENTION_DAYS.
+    let sdk = webhooks::app::aws_sdk_config().await;
+    aws_sdk_dynamodb::Client::new(&sdk)
+        .delete_item()
+        .table_name(&stack.app.config.table)
+        .key(
+            "pk",
+            aws_sdk_dynamodb::types::AttributeValue::S(webhooks::store::keys::event_pk(
+                "acme",
+                first_event["event_id"].as_str().unwrap(),
+            )),
+        )
+        .key("sk", aws_sdk_dynamodb::types::AttributeValue::S("EVENT".into()))
+        .send()
+        .await
+        .unwrap();
+    rx.set_default(Reply::Status(200));
+
+    // It is not held again (it would be the probe forever): a dead letter saying why, and the
+    // next held delivery probes and resumes the endpoint.
+    let d = stack.wait_status(&first, "exhausted", WAIT).await;
+    assert_eq!(d["attempts"].as_array().unwrap().last().unwrap()["error"], "payload_expired", "{d}");
+    stack.wait_status(&second, "delivered", WAIT).await;
+    let state = endpoint_state(&stack, ep["id"].as_str().unwrap()).await;
+    assert_eq!(state["enabled"], true, "{state}");
+    assert_eq!(rx.count(), 3, "two failures before the pause and the second event; nothing sent without a payload");
+    stack.stop().await;
+}
