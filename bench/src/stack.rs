@@ -14,10 +14,6 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tower::ServiceExt as _;
-use webhooks::clock::{Random, SystemClock};
-use webhooks::queue::SqsQueue;
-use webhooks::sender::HttpSender;
-use webhooks::store::DynamoStore;
 use webhooks::{App, Config, bootstrap};
 
 /// Errors, as text with their cause.
@@ -95,22 +91,13 @@ pub fn config(table: &str, queue_url: &str) -> Config {
     c
 }
 
-/// An [`App`] over the given clients, wired as `App::from_aws` wires the real ones.
+/// An [`App`] over the given clients, wired as `App::from_aws` wires the real ones (it is
+/// `App::from_clients`; owner notifications to the log).
 ///
 /// # Errors
 /// When the HTTP sender cannot be built.
 pub fn app(config: Config, ddb: aws_sdk_dynamodb::Client, sqs: aws_sdk_sqs::Client) -> Res<App> {
-    let store = DynamoStore::new(ddb, &config.table, config.due_shards);
-    let queue = SqsQueue::new(sqs, &config.queue_url);
-    let sender = HttpSender::new(config.request_timeout, config.allow_private_destinations)?;
-    Ok(App::new(
-        config,
-        Arc::new(store),
-        Arc::new(queue),
-        Arc::new(sender),
-        Arc::new(SystemClock),
-        Arc::new(Random::from_os()),
-    ))
+    Ok(App::from_clients(config, ddb, sqs, None)?)
 }
 
 /// Calls the HTTP API in process (the same router the Lambdas and the local runtime serve).

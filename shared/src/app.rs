@@ -87,13 +87,29 @@ impl App {
     /// [`SetupError`] when the HTTP client cannot be built.
     pub async fn from_aws(config: Config) -> Result<Self, SetupError> {
         let sdk = aws_sdk_config().await;
-        let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), &config.table, config.due_shards);
-        let queue = SqsQueue::new(aws_sdk_sqs::Client::new(&sdk), &config.queue_url);
+        let sns = config.notify_topic_arn.as_ref().map(|_| aws_sdk_sns::Client::new(&sdk));
+        Self::from_clients(config, aws_sdk_dynamodb::Client::new(&sdk), aws_sdk_sqs::Client::new(&sdk), sns)
+    }
+
+    /// As [`App::from_aws`], over the given SDK clients (the bench passes clients that count
+    /// their requests). Owner notifications go to SNS when both `config.notify_topic_arn` and
+    /// `sns` are given, else to the log only.
+    ///
+    /// # Errors
+    /// [`SetupError`] when the HTTP client cannot be built.
+    pub fn from_clients(
+        config: Config,
+        dynamodb: aws_sdk_dynamodb::Client,
+        sqs: aws_sdk_sqs::Client,
+        sns: Option<aws_sdk_sns::Client>,
+    ) -> Result<Self, SetupError> {
+        let store = DynamoStore::new(dynamodb, &config.table, config.due_shards);
+        let queue = SqsQueue::new(sqs, &config.queue_url);
         let sender = HttpSender::new(config.request_timeout, config.allow_private_destinations)
             .map_err(|e| SetupError(e.to_string()))?;
-        let notifier: Arc<dyn Notifier> = match &config.notify_topic_arn {
-            Some(arn) => Arc::new(SnsNotifier::new(aws_sdk_sns::Client::new(&sdk), arn)),
-            None => Arc::new(LogNotifier),
+        let notifier: Arc<dyn Notifier> = match (&config.notify_topic_arn, sns) {
+            (Some(arn), Some(sns)) => Arc::new(SnsNotifier::new(sns, arn)),
+            _ => Arc::new(LogNotifier),
         };
         Ok(Self::new(
             config,

@@ -166,6 +166,20 @@ impl Stack {
     pub async fn wait_status(&self, id: &str, status: &str, within: Duration) -> Value {
         self.wait_delivery(id, within, |d| d["status"] == status).await
     }
+
+    /// Deletes an event's payload item, as DynamoDB TTL does after
+    /// `WEBHOOKS_EVENT_RETENTION_DAYS`.
+    pub async fn expire_payload(&self, tenant: &str, event_id: &str) {
+        use aws_sdk_dynamodb::types::AttributeValue;
+        aws_sdk_dynamodb::Client::new(&webhooks::app::aws_sdk_config().await)
+            .delete_item()
+            .table_name(&self.app.config.table)
+            .key(webhooks::store::keys::PK, AttributeValue::S(webhooks::store::keys::event_pk(tenant, event_id)))
+            .key(webhooks::store::keys::SK, AttributeValue::S(webhooks::store::keys::EVENT_ITEM_SK.into()))
+            .send()
+            .await
+            .expect("delete the payload item");
+    }
 }
 
 /// Polls `check` every 50 ms until it returns true, or panics with `what` after `within`.
@@ -370,7 +384,7 @@ impl Store for Serialized {
     async fn insert_event(
         &self,
         event: &StoredEvent,
-        deliveries: &[(Delivery, Option<i64>)],
+        deliveries: &[(&Delivery, Option<i64>)],
     ) -> Result<webhooks::store::Inserted, StoreError> {
         let _one = self.lock.lock().await;
         self.inner.insert_event(event, deliveries).await

@@ -530,16 +530,7 @@ async fn a_replay_after_the_payload_retention_ends_exhausted_as_payload_expired(
     stack.wait_status(&id, "exhausted", WAIT).await;
 
     // What DynamoDB TTL does after WEBHOOKS_EVENT_RETENTION_DAYS: the payload item goes.
-    let sdk = webhooks::app::aws_sdk_config().await;
-    let event_id = accepted["event_id"].as_str().unwrap();
-    aws_sdk_dynamodb::Client::new(&sdk)
-        .delete_item()
-        .table_name(&stack.app.config.table)
-        .key("pk", aws_sdk_dynamodb::types::AttributeValue::S(webhooks::store::keys::event_pk("acme", event_id)))
-        .key("sk", aws_sdk_dynamodb::types::AttributeValue::S("EVENT".into()))
-        .send()
-        .await
-        .unwrap();
+    stack.expire_payload("acme", accepted["event_id"].as_str().unwrap()).await;
     rx.set_default(Reply::Status(200));
     let (status, _) = stack.call(Method::POST, &format!("/v1/deliveries/{id}/replay"), None).await;
     assert_eq!(status, 202);

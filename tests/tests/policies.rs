@@ -173,20 +173,21 @@ async fn the_circuit_breaker_pauses_after_n_failures_in_a_row() {
     stack.stop().await;
 }
 
+/// An endpoint of `acme` retried every second, paused after 2 failures in a row, and probed
+/// `cool_down` seconds after that.
+async fn probing_endpoint(stack: &Stack, url: &str, cool_down: u64) -> Value {
+    let extra = json!({
+        "retry_policy": {"schedule_seconds": [1], "max_attempts": 20},
+        "circuit_breaker_threshold": 2, "auto_resume": true, "auto_resume_after_seconds": cool_down
+    });
+    endpoint(stack, "acme", url, extra).await
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_half_open_probe_resumes_a_paused_endpoint() {
     let stack = Stack::start(|_| {}).await;
     let rx = Receiver::start(Reply::Status(500)).await;
-    let ep = endpoint(
-        &stack,
-        "acme",
-        &rx.url,
-        json!({
-            "retry_policy": {"schedule_seconds": [1], "max_attempts": 20},
-            "circuit_breaker_threshold": 2, "auto_resume": true, "auto_resume_after_seconds": 2
-        }),
-    )
-    .await;
+    let ep = probing_endpoint(&stack, &rx.url, 2).await;
     let ep_id = ep["id"].as_str().unwrap();
     let first = delivery_id(&stack.event("acme", "order.paid", json!({"n": 1})).await);
     stack.wait_status(&first, "held", WAIT).await;
@@ -349,37 +350,14 @@ async fn a_disabled_endpoint_notifies_its_owner_through_sns() {
 async fn a_probe_whose_payload_expired_is_a_dead_letter_and_the_next_held_delivery_probes() {
     let stack = Stack::start(|_| {}).await;
     let rx = Receiver::start(Reply::Status(500)).await;
-    let ep = endpoint(
-        &stack,
-        "acme",
-        &rx.url,
-        json!({
-            "retry_policy": {"schedule_seconds": [1], "max_attempts": 20},
-            "circuit_breaker_threshold": 2, "auto_resume": true, "auto_resume_after_seconds": 4
-        }),
-    )
-    .await;
+    let ep = probing_endpoint(&stack, &rx.url, 4).await;
     let first_event = stack.event("acme", "order.paid", json!({"n": 1})).await;
     let first = delivery_id(&first_event);
     stack.wait_status(&first, "held", WAIT).await;
     let second = delivery_id(&stack.event("acme", "order.paid", json!({"n": 2})).await);
     // The oldest held delivery (the next probe) outlives its payload, as after
     // WEBHOOKS_EVENT_RETENTION_DAYS.
-    let sdk = webhooks::app::aws_sdk_config().await;
-    aws_sdk_dynamodb::Client::new(&sdk)
-        .delete_item()
-        .table_name(&stack.app.config.table)
-        .key(
-            "pk",
-            aws_sdk_dynamodb::types::AttributeValue::S(webhooks::store::keys::event_pk(
-                "acme",
-                first_event["event_id"].as_str().unwrap(),
-            )),
-        )
-        .key("sk", aws_sdk_dynamodb::types::AttributeValue::S("EVENT".into()))
-        .send()
-        .await
-        .unwrap();
+    stack.expire_payload("acme", first_event["event_id"].as_str().unwrap()).await;
     rx.set_default(Reply::Status(200));
 
     // It is not held again (it would be the probe forever): a dead letter saying why, and the

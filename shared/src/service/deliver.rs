@@ -117,11 +117,11 @@ pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Hand
         return Ok(Handled::Held);
     }
     // From the message, else from a delivery written before payload items, else the event's
-    // payload item.
-    let payload = match (&endpoint, msg.payload.as_ref().or(delivery.payload.as_ref())) {
+    // payload item; copied once into the body every send and the next message share.
+    let payload: Option<Bytes> = match (&endpoint, msg.payload.as_ref().or(delivery.payload.as_ref())) {
         (None, _) => None,
-        (Some(_), Some(p)) => Some(p.clone()),
-        (Some(_), None) => app.store.get_payload(&delivery.tenant_id, &delivery.event_id).await?,
+        (Some(_), Some(p)) => Some(Bytes::from(p.clone())),
+        (Some(_), None) => app.store.get_payload(&delivery.tenant_id, &delivery.event_id).await?.map(Bytes::from),
     };
     let started = app.clock.now();
     let result = match (&endpoint, &payload) {
@@ -130,7 +130,7 @@ pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Hand
         (Some(ep), Some(payload)) => {
             match ep.signing_secrets(started).into_iter().map(signing::secret_key).collect::<Result<Vec<_>, _>>() {
                 Err(_) => not_sent(INVALID_SECRET),
-                Ok(keys) => send(&*app.sender, &delivery, payload, &ep.url, &keys, started.timestamp()).await,
+                Ok(keys) => send(&*app.sender, &delivery, payload.clone(), &ep.url, &keys, started.timestamp()).await,
             }
         }
     };
@@ -206,7 +206,7 @@ pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Hand
     emit_metrics(app, &transition, result.duration_ms);
     if let Some(mut e) = enqueue {
         // The next attempt takes the payload along (when it fits), so it needs no read.
-        e.message.payload = payload;
+        e.message.payload = payload.and_then(|p| String::from_utf8(p.to_vec()).ok());
         app.queue.send(&[e]).await?;
     }
     if let Some(ep) = endpoint.as_ref().filter(|_| ours.is_none() || probe) {
@@ -305,12 +305,11 @@ pub fn error_class(outcome: Outcome) -> Option<&'static str> {
 async fn send(
     sender: &dyn Sender,
     d: &Delivery,
-    payload: &str,
+    body: Bytes,
     url: &str,
     keys: &[Vec<u8>],
     timestamp: i64,
 ) -> SendResult {
-    let body = Bytes::from(payload.to_string());
     // During a secret rotation both signatures go out, space separated (Standard Webhooks).
     let signature = keys.iter().map(|k| signing::sign(k, &d.event_id, timestamp, &body)).collect::<Vec<_>>().join(" ");
     let headers = [

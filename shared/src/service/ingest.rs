@@ -116,7 +116,7 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
         tenant_id: event.tenant_id.clone(),
         event_id: event_id.clone(),
         event_type: event.event_type.clone(),
-        payload: event.payload.clone(),
+        payload: event.payload,
         created_at: now,
         expires_at: now.timestamp() + i64::from(app.config.event_retention_days) * 86_400,
     };
@@ -135,9 +135,8 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
             )
         })
         .collect();
-    let rows: Vec<_> = planned.iter().map(|(d, due_at, _)| (d.clone(), *due_at)).collect();
+    let rows: Vec<_> = planned.iter().map(|(d, due_at, _)| (d, *due_at)).collect();
     let inserted = app.store.insert_event(&stored, &rows).await?;
-    let created_any = inserted.deliveries.iter().any(|c| *c);
     let mut deliveries = Vec::with_capacity(planned.len());
     let mut to_send = Vec::new();
     for (((delivery, _, enqueue), ep), created) in planned.into_iter().zip(&targets).zip(inserted.deliveries) {
@@ -147,7 +146,7 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
         // endpoint as read just now (`now` is before the read, so its age is never
         // under-stated).
         to_send.extend(enqueue.filter(|_| created).map(|mut e| {
-            e.message.payload = inserted.event.then(|| event.payload.clone());
+            e.message.payload = inserted.event.then(|| stored.payload.clone());
             // The copy holds the signing secret: with the endpoint cache off (0 s) it stays out.
             e.message.endpoint =
                 (!app.config.endpoint_cache.is_zero()).then(|| EndpointSnapshot { read_at: now, endpoint: ep.clone() });
@@ -155,7 +154,7 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
         }));
     }
     if event.sync {
-        let outcome = sync_attempt(app, &deliveries, to_send.pop().filter(|_| created_any)).await?;
+        let outcome = sync_attempt(app, &deliveries, to_send.pop()).await?;
         return Ok(Accepted { event_id, deliveries, outcome: Some(outcome) });
     }
     if !to_send.is_empty()

@@ -62,6 +62,16 @@ impl DynamoStore {
         Ok(item)
     }
 
+    /// The Query of a tenant's endpoints (their items under `TENANT#{tenant_id}`).
+    fn endpoints_query(&self, tenant_id: &str) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder {
+        self.client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :pk AND begins_with(sk, :ep)")
+            .expression_attribute_values(":pk", s(tenant_pk(tenant_id)))
+            .expression_attribute_values(":ep", s("ENDPOINT#"))
+    }
+
     /// Every item a Query matches, following `LastEvaluatedKey` page by page.
     async fn query_all<T: serde::de::DeserializeOwned>(
         &self,
@@ -258,15 +268,7 @@ impl Store for DynamoStore {
     }
 
     async fn tenant_endpoints(&self, tenant_id: &str) -> Result<Vec<Endpoint>, StoreError> {
-        let query = self
-            .client
-            .query()
-            .table_name(&self.table)
-            .key_condition_expression("pk = :pk AND begins_with(sk, :ep)")
-            .expression_attribute_values(":pk", s(tenant_pk(tenant_id)))
-            .expression_attribute_values(":ep", s("ENDPOINT#"))
-            .consistent_read(true);
-        self.query_all(query).await
+        self.query_all(self.endpoints_query(tenant_id).consistent_read(true)).await
     }
 
     async fn put_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
@@ -390,12 +392,7 @@ impl Store for DynamoStore {
         cursor: Option<&str>,
     ) -> Result<Page<Endpoint>, StoreError> {
         let page = self
-            .client
-            .query()
-            .table_name(&self.table)
-            .key_condition_expression("pk = :pk AND begins_with(sk, :ep)")
-            .expression_attribute_values(":pk", s(tenant_pk(tenant_id)))
-            .expression_attribute_values(":ep", s("ENDPOINT#"))
+            .endpoints_query(tenant_id)
             .limit(i32::try_from(limit.clamp(1, 100)).unwrap_or(100))
             .set_exclusive_start_key(cursor.map(decode_cursor).transpose()?)
             .send()
@@ -505,7 +502,7 @@ impl Store for DynamoStore {
     async fn insert_event(
         &self,
         event: &StoredEvent,
-        deliveries: &[(Delivery, Option<i64>)],
+        deliveries: &[(&Delivery, Option<i64>)],
     ) -> Result<Inserted, StoreError> {
         if deliveries.is_empty() {
             return Ok(Inserted { event: false, deliveries: Vec::new() });

@@ -215,7 +215,7 @@ pub trait Store: Send + Sync {
     async fn insert_event(
         &self,
         event: &StoredEvent,
-        deliveries: &[(Delivery, Option<i64>)],
+        deliveries: &[(&Delivery, Option<i64>)],
     ) -> Result<Inserted, StoreError>;
     /// An event's payload (strongly consistent); `None` once retention removed it.
     async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError>;
