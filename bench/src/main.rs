@@ -432,7 +432,6 @@ fn design_notes(body: &mut String, scenarios: &[requests::Scenario]) {
     let op = |s: &requests::Scenario, label: &str, name: &str| {
         s.ops.iter().filter(|(k, _)| k.0 == label && k.1 == DDB && k.2 == name).map(|(_, o)| o.clone()).next()
     };
-    let cache = stack::config("-", "-").endpoint_cache.as_secs_f64();
     if let Some(w) = scenarios.get(1) {
         let events = w.events.max(1) as f64;
         let tx = op(w, "app", "TransactWriteItems").unwrap_or_default();
@@ -462,16 +461,15 @@ fn design_notes(body: &mut String, scenarios: &[requests::Scenario]) {
     if let Some(c) = scenarios.first() {
         let gets = op(c, "app", "GetItem").map_or(0, |o| o.calls);
         let how = if gets == 0 {
-            format!(
-                "made no DynamoDB read: it used the endpoint that rode in the attempt message (ingest puts the endpoint it just read into attempt 1's message; deliver uses it while it is younger than the {} s endpoint cache, the staleness its cache allows anyway)",
-                f(cache, 0)
-            )
+            "made no DynamoDB read".to_string()
         } else {
-            format!("made {gets} GetItem calls (the endpoint that rides in the attempt message was not used)")
+            format!(
+                "made {gets} GetItem call(s): the endpoint, read strongly consistent right before the POST so that no attempt starts on a configuration older than the last change that answered (one read unit per attempt for an endpoint item under 4 KB)"
+            )
         };
         let _ = writeln!(
             body,
-            "In *{}* deliver's endpoint cache was empty, and deliver {how}. The payload rides in the message too (when the message stays within SQS's 256 KiB), so a first try needs no read in deliver.\n",
+            "In *{}* deliver {how}. The payload rides in the message (when the message stays within SQS's 256 KiB), so a first try reads no payload.\n",
             c.name
         );
     }
@@ -746,8 +744,7 @@ fn section_throughput(
     }
     let _ = writeln!(
         body,
-        "What the ratio leaves out: the pipeline also makes one strongly consistent Query per event (the tenant's endpoints), reads an endpoint only when the one in the message is older than the {} s endpoint cache and the cache has none, signs and POSTs over HTTP; those are the difference. On AWS neither side is bound by one Python process: DynamoDB and SQS scale out, and Lambda runs deliver concurrently.\n",
-        f(stack::config("-", "-").endpoint_cache.as_secs_f64(), 0)
+        "What the ratio leaves out: the pipeline also makes one strongly consistent Query per event (the tenant's endpoints), reads the endpoint before every attempt, signs and POSTs over HTTP; those are the difference. On AWS neither side is bound by one Python process: DynamoDB and SQS scale out, and Lambda runs deliver concurrently.\n"
     );
 }
 

@@ -2,17 +2,11 @@
 
 use crate::clock::{Clock, Random, SystemClock};
 use crate::config::Config;
-use crate::model::Endpoint;
 use crate::notify::{LogNotifier, Notifier, SnsNotifier};
 use crate::queue::{Queue, SqsQueue};
 use crate::sender::{HttpSender, Sender};
-use crate::store::{DynamoStore, Store, StoreError};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
-
-/// Endpoint configurations by (tenant id, endpoint id), with when they were read.
-type EndpointCache = HashMap<(String, String), (Instant, Option<Endpoint>)>;
+use crate::store::{DynamoStore, Store};
+use std::sync::Arc;
 
 /// The service context. Cheap to clone (every field is shared).
 #[derive(Clone)]
@@ -31,7 +25,6 @@ pub struct App {
     pub random: Arc<Random>,
     /// Owner notifications (log only unless set with [`App::with_notifier`]).
     pub notifier: Arc<dyn Notifier>,
-    endpoints: Arc<Mutex<EndpointCache>>,
 }
 
 /// The AWS clients could not be set up.
@@ -49,34 +42,13 @@ impl App {
         clock: Arc<dyn Clock>,
         random: Arc<Random>,
     ) -> Self {
-        Self {
-            config: Arc::new(config),
-            store,
-            queue,
-            sender,
-            clock,
-            random,
-            notifier: Arc::new(LogNotifier),
-            endpoints: Arc::default(),
-        }
+        Self { config: Arc::new(config), store, queue, sender, clock, random, notifier: Arc::new(LogNotifier) }
     }
 
     /// The same app with another notifier.
     pub fn with_notifier(mut self, notifier: Arc<dyn Notifier>) -> Self {
         self.notifier = notifier;
         self
-    }
-
-    /// An endpoint's configuration read from the store, bypassing (and refreshing) the cache.
-    ///
-    /// # Errors
-    /// The store's error.
-    pub async fn endpoint_fresh(&self, tenant_id: &str, id: &str) -> Result<Option<Endpoint>, StoreError> {
-        let ep = self.store.get_endpoint(tenant_id, id).await?;
-        if let Ok(mut cache) = self.endpoints.lock() {
-            cache.insert((tenant_id.to_string(), id.to_string()), (Instant::now(), ep.clone()));
-        }
-        Ok(ep)
     }
 
     /// The real thing: DynamoDB, SQS and HTTP clients from the SDK's standard configuration
@@ -121,37 +93,29 @@ impl App {
         )
         .with_notifier(notifier))
     }
-
-    /// An endpoint's configuration, served from memory for `config.endpoint_cache` after a
-    /// read (deliver's steady state makes no endpoint read per attempt).
-    ///
-    /// # Errors
-    /// The store's error.
-    pub async fn endpoint(&self, tenant_id: &str, id: &str) -> Result<Option<Endpoint>, StoreError> {
-        let key = (tenant_id.to_string(), id.to_string());
-        if let Ok(cache) = self.endpoints.lock()
-            && let Some((at, ep)) = cache.get(&key)
-            && at.elapsed() < self.config.endpoint_cache
-        {
-            return Ok(ep.clone());
-        }
-        let ep = self.store.get_endpoint(tenant_id, id).await?;
-        if let Ok(mut cache) = self.endpoints.lock() {
-            if cache.len() > 10_000 {
-                cache.clear();
-            }
-            cache.insert(key, (Instant::now(), ep.clone()));
-        }
-        Ok(ep)
-    }
 }
 
 /// The SDK's standard configuration (region, credentials and `AWS_ENDPOINT_URL` from the
 /// environment) with one HTTPS client: hyper + rustls on the `ring` provider, the stack
 /// reqwest already links, so a function carries one TLS implementation instead of three
 /// (`make bench` reports the binary sizes).
+///
+/// Every AWS call has a deadline: [`AWS_ATTEMPT_TIMEOUT`] per try and
+/// [`AWS_OPERATION_TIMEOUT`] over the SDK's retries, so a stalled call cannot hold a claim's
+/// lease (deliver also re-checks the lease before it starts a POST) or a sweeper tick.
 pub async fn aws_sdk_config() -> aws_config::SdkConfig {
     use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
     let http = aws_smithy_http_client::Builder::new().tls_provider(Provider::Rustls(CryptoMode::Ring)).build_https();
-    aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(http).load().await
+    let timeouts = aws_config::timeout::TimeoutConfig::builder()
+        .operation_attempt_timeout(AWS_ATTEMPT_TIMEOUT)
+        .operation_timeout(AWS_OPERATION_TIMEOUT)
+        .build();
+    aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(http).timeout_config(timeouts).load().await
 }
+
+/// Deadline of one try of an AWS call: 3 seconds (DynamoDB and SQS answer in milliseconds;
+/// a try this slow is retried by the SDK).
+pub const AWS_ATTEMPT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Deadline of an AWS call over all its tries: 10 seconds.
+pub const AWS_OPERATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);

@@ -36,10 +36,10 @@ pub struct Config {
     /// Number of partitions of the due index (`WEBHOOKS_DUE_SHARDS`, default 8). A sweeper
     /// tick queries each one.
     pub due_shards: u32,
-    /// How long deliver keeps an endpoint's configuration in memory, and how old the copy
-    /// riding in attempt 1's message may be (`WEBHOOKS_ENDPOINT_CACHE_SECONDS`, seconds,
-    /// default 5). Ingest reads it too: at 0 it sends no copy (no signing secret in messages).
-    pub endpoint_cache: Duration,
+    /// How long one sweeper tick may work (`WEBHOOKS_SWEEP_BUDGET_SECONDS`, seconds, default
+    /// 40, under the sweeper function's 60 s timeout): due deliveries first, then job steps
+    /// while time is left; what is left runs on the next tick.
+    pub sweep_budget: Duration,
     /// The field of an EventBridge event's `detail` that names the tenant
     /// (`WEBHOOKS_EVENTBRIDGE_TENANT_FIELD`, default `tenant_id`).
     pub eventbridge_tenant_field: String,
@@ -105,7 +105,7 @@ impl Config {
             redrive_after_seconds: 300,
             sweep_batch: 1000,
             due_shards: 8,
-            endpoint_cache: Duration::from_secs(5),
+            sweep_budget: Duration::from_secs(40),
             eventbridge_tenant_field: "tenant_id".to_string(),
             delivered_retention_days: 30,
             exhausted_retention_days: 14,
@@ -154,7 +154,7 @@ impl Config {
         if c.due_shards == 0 {
             return Err(ConfigError { name: "WEBHOOKS_DUE_SHARDS", problem: "must be at least 1".into() });
         }
-        c.endpoint_cache = Duration::from_secs(parse(&get, "WEBHOOKS_ENDPOINT_CACHE_SECONDS", 5)?);
+        c.sweep_budget = Duration::from_secs(parse(&get, "WEBHOOKS_SWEEP_BUDGET_SECONDS", 40)?);
         if let Some(field) = get("WEBHOOKS_EVENTBRIDGE_TENANT_FIELD").filter(|v| !v.is_empty()) {
             c.eventbridge_tenant_field = field;
         }

@@ -14,6 +14,7 @@ pub mod app;
 pub mod bootstrap;
 pub mod clock;
 pub mod config;
+pub mod endpoint_lifecycle;
 pub mod error;
 pub mod lifecycle;
 pub mod metrics;

@@ -24,8 +24,30 @@
 //! - final and held states are not in the index.
 
 use crate::config::Config;
-use crate::model::{Attempt, Delivery, DeliveryStatus, Endpoint};
+use crate::model::{Attempt, Delivery, DeliveryStatus};
 use chrono::{DateTime, Duration, Utc};
+
+/// Most attempts kept on a delivery item: the newest 20. Older ones are counted in
+/// `attempts_dropped`. With a response body excerpt of at most 1 KiB an attempt record is
+/// under 1.5 KB, so the history stays under 30 KB, far from DynamoDB's 400 KB item limit,
+/// however many probes or replays a delivery sees.
+pub const MAX_KEPT_ATTEMPTS: usize = 20;
+
+/// The claimed delivery's history with `attempt` appended, trimmed to the newest
+/// [`MAX_KEPT_ATTEMPTS`]: the new list and the new dropped count.
+pub fn history(claimed: &Delivery, attempt: Attempt) -> (Vec<Attempt>, u32) {
+    let mut list = claimed.attempts.clone();
+    list.push(attempt);
+    let extra = list.len().saturating_sub(MAX_KEPT_ATTEMPTS);
+    list.drain(..extra);
+    (list, claimed.attempts_dropped + u32::try_from(extra).unwrap_or(0))
+}
+
+/// The fields of a transition that records `attempt` on the claimed delivery.
+fn record(claimed: &Delivery, attempt: Attempt) -> (Field<Vec<Attempt>>, Field<u32>) {
+    let (list, dropped) = history(claimed, attempt);
+    (Field::Set(list), Field::Set(dropped))
+}
 
 /// A change to one attribute.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,24 +91,32 @@ pub struct Transition {
     /// The new due-index time (milliseconds since the epoch); `Remove` takes it out of the
     /// index.
     pub due_at: Field<i64>,
-    /// Appended to the attempt history.
+    /// Appended to the attempt history (the sweeper's record of a lost attempt, about 100
+    /// bytes; deliver replaces the history instead, see `attempts`).
     pub append_attempt: Option<Attempt>,
+    /// The whole attempt history, replacing the stored one: the claimed item's history plus
+    /// the new attempt, trimmed to [`MAX_KEPT_ATTEMPTS`] (see [`history`]).
+    pub attempts: Field<Vec<Attempt>>,
+    /// How many attempts were trimmed from the history so far.
+    pub attempts_dropped: Field<u32>,
     /// The new TTL (unix seconds).
     pub expires_at: Field<i64>,
     /// Why a delivery was ended without the policy deciding (`endpoint_deleted`).
     pub reason: Field<String>,
+    /// The delivery's `created_at`, given when the new status is in another `by_endpoint`
+    /// bucket than the old one (the store re-keys the index entry with it).
+    pub created_at: Option<DateTime<Utc>>,
     /// When the change happens (`updated_at`).
     pub now: DateTime<Utc>,
 }
 
 /// The SQS message that asks deliver to make attempt `attempt` of a delivery.
 ///
-/// Shape (JSON): `{"delivery_id", "attempt", "payload"?, "endpoint"?}`. The two optional
-/// parts save deliver a DynamoDB read each: `payload` is the event's body when the message
-/// still fits SQS's 256 KiB limit with it (ingest and deliver's own retries add it; the
-/// sweeper does not, and deliver then reads the event item); `endpoint` is the endpoint as
-/// ingest read it, used only while younger than `WEBHOOKS_ENDPOINT_CACHE_SECONDS`, the same
-/// staleness deliver's endpoint cache allows.
+/// Shape (JSON): `{"delivery_id", "attempt", "payload"?}`. `payload` is the event's body when
+/// the message still fits SQS's 256 KiB limit with it (ingest and deliver's own retries add
+/// it; the sweeper does not, and deliver then reads the event item), saving deliver a read.
+/// The endpoint never rides along: deliver reads it, strongly consistent, before every
+/// attempt, so no attempt starts on a configuration older than the last change that answered.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AttemptMessage {
     /// The delivery to attempt.
@@ -96,25 +126,13 @@ pub struct AttemptMessage {
     /// The event's payload, byte for byte, when it rides along.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload: Option<String>,
-    /// The endpoint's configuration and when it was read, when it rides along.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub endpoint: Option<EndpointSnapshot>,
 }
 
 impl AttemptMessage {
     /// A message for attempt `attempt` of delivery `delivery_id`, with nothing riding along.
     pub fn new(delivery_id: impl Into<String>, attempt: u32) -> Self {
-        Self { delivery_id: delivery_id.into(), attempt, payload: None, endpoint: None }
+        Self { delivery_id: delivery_id.into(), attempt, payload: None }
     }
-}
-
-/// An endpoint's configuration as read at `read_at`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct EndpointSnapshot {
-    /// When it was read (at or before the read).
-    pub read_at: DateTime<Utc>,
-    /// What was read.
-    pub endpoint: Endpoint,
 }
 
 /// A message to send, with its `DelaySeconds`.
@@ -175,6 +193,7 @@ pub fn new_delivery(
         next_attempt_at: (!held).then_some(now),
         lease_until: None,
         attempts: Vec::new(),
+        attempts_dropped: 0,
         payload: None,
         created_at: now,
         updated_at: now,
@@ -206,8 +225,11 @@ pub fn claim(cfg: &Config, now: DateTime<Utc>, msg: &AttemptMessage) -> Transiti
         lease_until: Field::Set(lease_until),
         due_at: Field::Set(ms(lease_until)),
         append_attempt: None,
+        attempts: Field::Keep,
+        attempts_dropped: Field::Keep,
         expires_at: Field::Keep,
         reason: Field::Keep,
+        created_at: None,
         now,
     }
 }
@@ -236,8 +258,13 @@ pub fn complete(
     next: Next,
 ) -> (Transition, Option<Enqueue>) {
     let days = |d: u32| Field::Set(now.timestamp() + i64::from(d) * 86_400);
-    let base =
-        Transition { append_attempt: Some(attempt), ..settled(finished(claimed), DeliveryStatus::Delivered, now) };
+    let (attempts, attempts_dropped) = record(claimed, attempt);
+    let base = Transition {
+        attempts,
+        attempts_dropped,
+        created_at: Some(claimed.created_at),
+        ..settled(finished(claimed), DeliveryStatus::Delivered, now)
+    };
     match next {
         Next::Delivered => (Transition { expires_at: days(cfg.delivered_retention_days), ..base }, None),
         Next::Exhausted => (
@@ -302,8 +329,11 @@ pub fn sweep(cfg: &Config, now: DateTime<Utc>, item: &DueItem) -> Option<(Transi
                 lease_until: Field::Keep,
                 due_at: Field::Set(ms(next).max(ms(now)) + i64::from(cfg.redrive_after_seconds) * 1000),
                 append_attempt: None,
+                attempts: Field::Keep,
+                attempts_dropped: Field::Keep,
                 expires_at: Field::Keep,
                 reason: Field::Keep,
+                created_at: None,
                 now,
             };
             let msg = AttemptMessage::new(item.id.clone(), item.attempt_count + 1);
@@ -334,8 +364,11 @@ pub fn sweep(cfg: &Config, now: DateTime<Utc>, item: &DueItem) -> Option<(Transi
                 lease_until: Field::Remove,
                 due_at: Field::Set(redrive_due),
                 append_attempt: Some(lost),
+                attempts: Field::Keep,
+                attempts_dropped: Field::Keep,
                 expires_at: Field::Keep,
                 reason: Field::Keep,
+                created_at: None,
                 now,
             };
             let msg = AttemptMessage::new(item.id.clone(), item.attempt_count + 1);
@@ -354,6 +387,7 @@ pub fn release(
     id: &str,
     status: DeliveryStatus,
     attempt_count: u32,
+    created_at: DateTime<Utc>,
     at: DateTime<Utc>,
 ) -> Option<(Transition, Option<Enqueue>)> {
     if !matches!(status, DeliveryStatus::Exhausted | DeliveryStatus::Held) {
@@ -371,8 +405,11 @@ pub fn release(
         lease_until: Field::Remove,
         due_at: Field::Set(due),
         append_attempt: None,
+        attempts: Field::Keep,
+        attempts_dropped: Field::Keep,
         expires_at: Field::Remove,
         reason: Field::Remove,
+        created_at: Some(created_at),
         now,
     };
     Some((t, enqueue))
@@ -380,7 +417,7 @@ pub fn release(
 
 /// Replay an exhausted or held delivery now (see [`release`]).
 pub fn replay(cfg: &Config, now: DateTime<Utc>, d: &Delivery) -> Option<(Transition, Enqueue)> {
-    let (t, e) = release(cfg, now, &d.id, d.status, d.attempt_count, now)?;
+    let (t, e) = release(cfg, now, &d.id, d.status, d.attempt_count, d.created_at, now)?;
     e.map(|e| (t, e))
 }
 
@@ -397,8 +434,11 @@ fn settled(guard: Guard, status: DeliveryStatus, now: DateTime<Utc>) -> Transiti
         lease_until: Field::Remove,
         due_at: Field::Remove,
         append_attempt: None,
+        attempts: Field::Keep,
+        attempts_dropped: Field::Keep,
         expires_at: Field::Keep,
         reason: Field::Keep,
+        created_at: None,
         now,
     }
 }
@@ -411,9 +451,11 @@ pub fn abandon(
     now: DateTime<Utc>,
     status: DeliveryStatus,
     attempt_count: u32,
+    created_at: DateTime<Utc>,
     reason: &str,
 ) -> Transition {
     Transition {
+        created_at: Some(created_at),
         expires_at: Field::Set(now.timestamp() + i64::from(cfg.exhausted_retention_days) * 86_400),
         reason: Field::Set(reason.to_string()),
         ..settled(Guard { status: vec![status], attempt_count, due_at: None }, DeliveryStatus::Exhausted, now)
@@ -422,8 +464,9 @@ pub fn abandon(
 
 /// Hold a scheduled delivery of a disabled or paused endpoint: kept, not attempted, out of
 /// the due index.
-pub fn hold_scheduled(now: DateTime<Utc>, attempt_count: u32) -> Transition {
-    settled(Guard { status: vec![DeliveryStatus::Scheduled], attempt_count, due_at: None }, DeliveryStatus::Held, now)
+pub fn hold_scheduled(now: DateTime<Utc>, attempt_count: u32, created_at: DateTime<Utc>) -> Transition {
+    let guard = Guard { status: vec![DeliveryStatus::Scheduled], attempt_count, due_at: None };
+    Transition { created_at: Some(created_at), ..settled(guard, DeliveryStatus::Held, now) }
 }
 
 /// Hold a claimed delivery. With `attempt` (the 410 that disabled the endpoint, or a failed
@@ -432,11 +475,32 @@ pub fn hold_scheduled(now: DateTime<Utc>, attempt_count: u32) -> Transition {
 pub fn hold_claimed(now: DateTime<Utc>, claimed: &Delivery, attempt: Option<Attempt>) -> Transition {
     let guard = Guard { status: vec![DeliveryStatus::Sending], attempt_count: claimed.attempt_count, due_at: None };
     let undo = attempt.is_none();
+    let (attempts, attempts_dropped) = match attempt {
+        Some(a) => record(claimed, a),
+        None => (Field::Keep, Field::Keep),
+    };
     Transition {
         attempt_count: undo.then(|| claimed.attempt_count.saturating_sub(1)),
-        append_attempt: attempt,
+        attempts,
+        attempts_dropped,
+        created_at: Some(claimed.created_at),
         ..settled(guard, DeliveryStatus::Held, now)
     }
+}
+
+/// Give back a claim without an attempt (deliver found its lease too short to start the POST
+/// within it): `scheduled` again, due now, the attempt number not spent; with the message
+/// for that same attempt.
+pub fn unclaim(cfg: &Config, now: DateTime<Utc>, claimed: &Delivery) -> (Transition, Option<Enqueue>) {
+    let count = claimed.attempt_count.saturating_sub(1);
+    let (due, enqueue) = wait_for(cfg, now, now, &claimed.id, claimed.attempt_count);
+    let t = Transition {
+        attempt_count: Some(count),
+        next_attempt_at: Field::Set(now),
+        due_at: Field::Set(due),
+        ..settled(finished(claimed), DeliveryStatus::Scheduled, now)
+    };
+    (t, enqueue)
 }
 
 #[cfg(test)]
@@ -525,6 +589,21 @@ mod tests {
     }
 
     #[test]
+    fn the_attempt_history_keeps_the_newest_attempts_and_counts_the_rest() {
+        let now = Utc::now();
+        let mut d = claimed(now);
+        for i in 1..=30u32 {
+            let (list, dropped) = history(&d, Attempt { attempt: i, ..attempt(now) });
+            d.attempts = list;
+            d.attempts_dropped = dropped;
+        }
+        assert_eq!(d.attempts.len(), MAX_KEPT_ATTEMPTS);
+        assert_eq!(d.attempts_dropped, 10);
+        assert_eq!(d.attempts.first().map(|a| a.attempt), Some(11));
+        assert_eq!(d.attempts.last().map(|a| a.attempt), Some(30));
+    }
+
+    #[test]
     fn replay_starts_a_fresh_cycle_only_from_exhausted_or_held() {
         let now = Utc::now();
         let mut d = claimed(now);
@@ -537,7 +616,7 @@ mod tests {
         assert_eq!(t.attempts_base, Field::Set(4));
         assert_eq!(e.message.attempt, 5);
         let later = now + Duration::seconds(120);
-        let (t, e) = release(&cfg(), now, &d.id, DeliveryStatus::Held, 4, later).unwrap();
+        let (t, e) = release(&cfg(), now, &d.id, DeliveryStatus::Held, 4, now, later).unwrap();
         assert_eq!(t.next_attempt_at, Field::Set(later));
         assert_eq!(e.unwrap().delay_seconds, 120);
     }

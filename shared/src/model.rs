@@ -52,6 +52,11 @@ pub struct Endpoint {
     /// The held delivery released as the half-open probe, while one is out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe_delivery_id: Option<String>,
+    /// Bumped by every write of the endpoint's configuration or state; every such write is
+    /// conditional on the version it read (see [`crate::endpoint_lifecycle`]). Items written
+    /// before versions existed read as 0.
+    #[serde(default)]
+    pub version: u64,
     /// When it was created.
     pub created_at: DateTime<Utc>,
     /// When it last changed.
@@ -71,6 +76,13 @@ fn default_cooldown() -> u64 {
     DEFAULT_COOLDOWN_SECONDS
 }
 
+/// `disabled.reason` of an endpoint an operator disabled.
+pub const REASON_MANUAL: &str = "manual";
+/// `disabled.reason` of an endpoint whose receiver answered a disable code (410 Gone).
+pub const REASON_GONE: &str = "gone";
+/// `disabled.reason` of an endpoint the circuit breaker paused.
+pub const REASON_CIRCUIT_BREAKER: &str = "circuit_breaker";
+
 /// Why an endpoint stopped receiving attempts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Disabled {
@@ -87,7 +99,45 @@ pub struct Disabled {
     pub delivery_id: Option<String>,
 }
 
+/// Where an endpoint is in its life; derived from `enabled`, `disabled` and
+/// `probe_delivery_id`. The transitions live in [`crate::endpoint_lifecycle`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndpointState<'a> {
+    /// Deliveries are attempted.
+    Enabled,
+    /// Stopped by an operator (`manual`) or by the receiver (`gone`, a disable code such as
+    /// 410): nothing is attempted until someone enables it.
+    Disabled,
+    /// Stopped by the circuit breaker: nothing is attempted; with `auto_resume` a half-open
+    /// probe is released after the cool-down.
+    Paused,
+    /// Paused, with this one held delivery out as the half-open probe: only it is attempted.
+    Probing(&'a str),
+}
+
 impl Endpoint {
+    /// Its state (see [`EndpointState`]).
+    pub fn state(&self) -> EndpointState<'_> {
+        if self.enabled {
+            return EndpointState::Enabled;
+        }
+        match (self.disabled.as_ref().map(|d| d.reason.as_str()), self.probe_delivery_id.as_deref()) {
+            (Some(REASON_CIRCUIT_BREAKER), Some(probe)) => EndpointState::Probing(probe),
+            (Some(REASON_CIRCUIT_BREAKER), None) => EndpointState::Paused,
+            _ => EndpointState::Disabled,
+        }
+    }
+
+    /// Whether an attempt of `delivery_id` may start now: the endpoint is enabled, or this
+    /// delivery is its half-open probe.
+    pub fn accepts(&self, delivery_id: &str) -> bool {
+        match self.state() {
+            EndpointState::Enabled => true,
+            EndpointState::Probing(probe) => probe == delivery_id,
+            EndpointState::Disabled | EndpointState::Paused => false,
+        }
+    }
+
     /// The secrets to sign with at `now`: the current one, and the previous one during a
     /// rotation window.
     pub fn signing_secrets(&self, now: DateTime<Utc>) -> Vec<&str> {
@@ -213,9 +263,14 @@ pub struct Delivery {
     /// When the current claim lapses (status `sending` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_until: Option<DateTime<Utc>>,
-    /// Every attempt, oldest first.
+    /// The most recent attempts, oldest first: at most
+    /// [`crate::lifecycle::MAX_KEPT_ATTEMPTS`] (older ones are counted in `attempts_dropped`),
+    /// so an item never grows toward DynamoDB's 400 KB limit.
     #[serde(default)]
     pub attempts: Vec<Attempt>,
+    /// How many older attempts were dropped from `attempts` (their number, not their record).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attempts_dropped: u32,
     /// Only on items written before payloads moved to their own item ([`StoredEvent`]): the
     /// payload deliver sends for them. Never written now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -230,6 +285,10 @@ pub struct Delivery {
     /// When DynamoDB TTL will remove it, unix seconds (final states only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<i64>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// An accepted event's body, stored once per event in its own item, however many endpoints
@@ -262,6 +321,10 @@ pub enum JobKind {
     Probe,
     /// Replay an endpoint's exhausted deliveries accepted in a time window.
     Recover,
+    /// Hold the scheduled deliveries of a disabled or paused endpoint, a page per step.
+    Hold,
+    /// Tell the owner that the endpoint was disabled or paused (log line, SNS).
+    Notify,
 }
 
 /// A background job and its progress.

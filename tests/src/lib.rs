@@ -17,8 +17,10 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use webhooks::lifecycle::Transition;
-use webhooks::model::{Delivery, Disabled, Endpoint, Job, StoredEvent};
-use webhooks::store::{Applied, DeliveryQuery, DeliverySummary, Due, Page, Store, StoreError};
+use webhooks::model::{Delivery, Endpoint, Job, StoredEvent};
+use webhooks::store::{
+    Applied, Committed, DeliveryQuery, DeliverySummary, Due, EndpointWrite, Page, Store, StoreError,
+};
 use webhooks::{App, Config, bootstrap};
 use webhooks_local::{Options, Running};
 
@@ -48,7 +50,7 @@ pub struct Stack {
 }
 
 /// The configuration tests start from: a 2 s request timeout, a 0.5 s lease margin, the
-/// sweeper every second, loopback receivers allowed, no endpoint cache.
+/// sweeper every second, loopback receivers allowed.
 pub fn test_config(table: &str, queue_url: &str) -> Config {
     let mut c = Config::new(table, queue_url);
     c.request_timeout = Duration::from_millis(2000);
@@ -57,7 +59,6 @@ pub fn test_config(table: &str, queue_url: &str) -> Config {
     c.allow_private_destinations = true;
     c.redrive_after_seconds = 60;
     c.due_shards = 2;
-    c.endpoint_cache = Duration::ZERO;
     c
 }
 
@@ -69,6 +70,16 @@ impl Stack {
 
     /// As [`Stack::start`], with the runtime's options (port is always a free one).
     pub async fn start_with(tweak: impl FnOnce(&mut Config), options: Options) -> Self {
+        Self::start_wrapped(tweak, options, |app| app).await
+    }
+
+    /// As [`Stack::start_with`], the runtime and `self.app` using the app `wrap` makes of the
+    /// real one (a store that injects failures or runs hooks, say).
+    pub async fn start_wrapped(
+        tweak: impl FnOnce(&mut Config),
+        options: Options,
+        wrap: impl FnOnce(App) -> App,
+    ) -> Self {
         let _ = emulator_url();
         let sdk = webhooks::app::aws_sdk_config().await;
         let ddb = aws_sdk_dynamodb::Client::new(&sdk);
@@ -78,7 +89,7 @@ impl Stack {
         let queue_url = bootstrap::create_queue(&sqs, &unique("q"), 30).await.expect("create queue");
         let mut config = test_config(&table, &queue_url);
         tweak(&mut config);
-        let app = App::from_aws(config).await.expect("app");
+        let app = wrap(App::from_aws(config).await.expect("app"));
         let options = Options { listen: SocketAddr::from(([127, 0, 0, 1], 0)), ..options };
         let running = webhooks_local::start(app.clone(), sqs.clone(), options).await.expect("start");
         Self {
@@ -310,7 +321,15 @@ impl Receiver {
     }
 }
 
-/// A [`Store`] that lets one conditional write run at a time.
+/// Called before every store call with the call's name (`apply`, `commit`, `get_endpoint`,
+/// ...): it may delay it, run something else first, or fail it (an injected AWS error).
+pub type Hook = Arc<dyn Fn(&'static str) -> BoxFuture<Result<(), StoreError>> + Send + Sync>;
+
+/// A boxed future, as hooks return.
+pub type BoxFuture<T> = std::pin::Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// A [`Store`] that lets one conditional write run at a time, and runs a [`Hook`] before
+/// every call when given one.
 ///
 /// DynamoDB evaluates a condition and applies the write atomically per item. moto's server
 /// does not: two truly simultaneous conditional updates of one item can both pass their
@@ -320,56 +339,69 @@ impl Receiver {
 pub struct Serialized {
     inner: Arc<dyn Store>,
     lock: tokio::sync::Mutex<()>,
+    hook: Option<Hook>,
 }
 
 impl Serialized {
     /// `app` with its store wrapped.
     pub fn wrap(app: &App) -> App {
+        Self::hooked(app, None)
+    }
+
+    /// `app` with its store wrapped, `hook` running before every call.
+    pub fn hooked(app: &App, hook: Option<Hook>) -> App {
         let mut app = app.clone();
-        app.store = Arc::new(Self { inner: app.store.clone(), lock: tokio::sync::Mutex::new(()) });
+        app.store = Arc::new(Self { inner: app.store.clone(), lock: tokio::sync::Mutex::new(()), hook });
         app
+    }
+
+    async fn before(&self, call: &'static str) -> Result<(), StoreError> {
+        match &self.hook {
+            Some(h) => h(call).await,
+            None => Ok(()),
+        }
     }
 }
 
 #[async_trait::async_trait]
 impl Store for Serialized {
     async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
+        self.before("create_endpoint").await?;
         self.inner.create_endpoint(endpoint).await
     }
     async fn get_endpoint(&self, tenant_id: &str, id: &str) -> Result<Option<Endpoint>, StoreError> {
+        self.before("get_endpoint").await?;
         self.inner.get_endpoint(tenant_id, id).await
     }
     async fn find_endpoint(&self, id: &str) -> Result<Option<Endpoint>, StoreError> {
+        self.before("find_endpoint").await?;
         self.inner.find_endpoint(id).await
     }
     async fn tenant_endpoints(&self, tenant_id: &str) -> Result<Vec<Endpoint>, StoreError> {
+        self.before("tenant_endpoints").await?;
         self.inner.tenant_endpoints(tenant_id).await
     }
-    async fn put_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
-        let _one = self.lock.lock().await;
-        self.inner.put_endpoint(endpoint).await
-    }
-    async fn disable_endpoint(&self, tenant_id: &str, id: &str, disabled: &Disabled) -> Result<bool, StoreError> {
-        let _one = self.lock.lock().await;
-        self.inner.disable_endpoint(tenant_id, id, disabled).await
-    }
-    async fn enable_endpoint(&self, tenant_id: &str, id: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
-        let _one = self.lock.lock().await;
-        self.inner.enable_endpoint(tenant_id, id, now).await
-    }
     async fn count_failure(&self, tenant_id: &str, id: &str) -> Result<Option<u32>, StoreError> {
+        self.before("count_failure").await?;
         let _one = self.lock.lock().await;
         self.inner.count_failure(tenant_id, id).await
     }
     async fn reset_failures(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
+        self.before("reset_failures").await?;
         let _one = self.lock.lock().await;
         self.inner.reset_failures(tenant_id, id).await
     }
-    async fn set_probe(&self, tenant_id: &str, id: &str, delivery_id: Option<&str>) -> Result<(), StoreError> {
+    async fn commit(
+        &self,
+        endpoint: EndpointWrite<'_>,
+        delivery: Option<(&str, &Transition)>,
+    ) -> Result<Committed, StoreError> {
+        self.before("commit").await?;
         let _one = self.lock.lock().await;
-        self.inner.set_probe(tenant_id, id, delivery_id).await
+        self.inner.commit(endpoint, delivery).await
     }
     async fn delete_endpoint(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
+        self.before("delete_endpoint").await?;
         let _one = self.lock.lock().await;
         self.inner.delete_endpoint(tenant_id, id).await
     }
@@ -379,6 +411,7 @@ impl Store for Serialized {
         limit: usize,
         cursor: Option<&str>,
     ) -> Result<Page<Endpoint>, StoreError> {
+        self.before("list_endpoints").await?;
         self.inner.list_endpoints(tenant_id, limit, cursor).await
     }
     async fn insert_event(
@@ -386,34 +419,43 @@ impl Store for Serialized {
         event: &StoredEvent,
         deliveries: &[(&Delivery, Option<i64>)],
     ) -> Result<webhooks::store::Inserted, StoreError> {
+        self.before("insert_event").await?;
         let _one = self.lock.lock().await;
         self.inner.insert_event(event, deliveries).await
     }
     async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError> {
+        self.before("get_payload").await?;
         self.inner.get_payload(tenant_id, event_id).await
     }
     async fn get_delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError> {
+        self.before("get_delivery").await?;
         self.inner.get_delivery(id).await
     }
     async fn apply(&self, id: &str, transition: &Transition, return_new: bool) -> Result<Applied, StoreError> {
+        self.before("apply").await?;
         let _one = self.lock.lock().await;
         self.inner.apply(id, transition, return_new).await
     }
     async fn due(&self, shard: u32, until_ms: i64, limit: usize, after: Option<&Due>) -> Result<Vec<Due>, StoreError> {
+        self.before("due").await?;
         self.inner.due(shard, until_ms, limit, after).await
     }
     async fn put_job(&self, job: &Job) -> Result<(), StoreError> {
+        self.before("put_job").await?;
         let _one = self.lock.lock().await;
         self.inner.put_job(job).await
     }
     async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError> {
+        self.before("get_job").await?;
         self.inner.get_job(id).await
     }
     async fn claim_job(&self, id: &str, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError> {
+        self.before("claim_job").await?;
         let _one = self.lock.lock().await;
         self.inner.claim_job(id, expected_due_at, lease_due_at).await
     }
     async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError> {
+        self.before("event_deliveries").await?;
         self.inner.event_deliveries(event_id).await
     }
     async fn get_idempotent(
@@ -422,6 +464,7 @@ impl Store for Serialized {
         key: &str,
         now: DateTime<Utc>,
     ) -> Result<Option<(u16, String)>, StoreError> {
+        self.before("get_idempotent").await?;
         self.inner.get_idempotent(tenant_id, key, now).await
     }
     async fn put_idempotent(
@@ -431,9 +474,11 @@ impl Store for Serialized {
         answer: (u16, &str),
         expires_at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
+        self.before("put_idempotent").await?;
         self.inner.put_idempotent(tenant_id, key, answer, expires_at).await
     }
     async fn list_deliveries(&self, query: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError> {
+        self.before("list_deliveries").await?;
         self.inner.list_deliveries(query).await
     }
 }

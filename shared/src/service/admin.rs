@@ -1,11 +1,12 @@
 //! The ops surface: endpoints, deliveries, replay, jobs.
 
 use crate::App;
+use crate::endpoint_lifecycle;
 use crate::error::ServiceError;
 use crate::lifecycle;
 use crate::model::{
     Attempt, DEFAULT_BREAKER_THRESHOLD, DEFAULT_COOLDOWN_SECONDS, Delivery, DeliveryStatus, Disabled, Endpoint, Job,
-    JobKind,
+    JobKind, REASON_MANUAL,
 };
 use crate::policy::RetryPolicy;
 use crate::service::health;
@@ -185,6 +186,7 @@ pub async fn create_endpoint(app: &App, body: &Map<String, Value>) -> Result<End
         previous_secret: None,
         previous_secret_expires_at: None,
         probe_delivery_id: None,
+        version: 1,
         created_at: now,
         updated_at: now,
     };
@@ -212,41 +214,44 @@ pub async fn get_endpoint(app: &App, id: &str) -> Result<EndpointView, ServiceEr
     Ok(EndpointView::of(find_endpoint(app, id).await?, false))
 }
 
-/// Changes an endpoint's settings (PATCH: only the fields given).
+/// Changes an endpoint's settings (PATCH: only the fields given), in a write conditional on
+/// the version read (re-read and re-applied when another writer came first); the endpoint's
+/// state (enabled, disabled, paused) is left as it is.
 ///
 /// # Errors
-/// [`ServiceError::NotFound`]; [`ServiceError::Validation`] naming the field.
+/// [`ServiceError::NotFound`]; [`ServiceError::Validation`] naming the field;
+/// [`ServiceError::Conflict`] when the endpoint kept changing under it.
 pub async fn update_endpoint(app: &App, id: &str, body: &Map<String, Value>) -> Result<EndpointView, ServiceError> {
-    let mut ep = find_endpoint(app, id).await?;
-    apply_settings(&mut ep, body, &[])?;
-    ep.updated_at = app.clock.now();
-    app.store.put_endpoint(&ep).await.map_err(|e| match e {
-        StoreError::Unsupported(m) => ServiceError::NotFound(m),
-        other => other.into(),
-    })?;
+    let ep = find_endpoint(app, id).await?;
+    let (ep, _) = health::change_endpoint(app, &ep.tenant_id, id, |ep| {
+        endpoint_lifecycle::configure(ep, app.clock.now(), |e| apply_settings(e, body, &[])).map(Some)
+    })
+    .await?;
     Ok(EndpointView::of(ep, false))
 }
 
-/// Disables an endpoint by hand (reason `manual`); its unfinished deliveries are held.
+/// Disables an endpoint by hand (reason `manual`): from enabled, paused or probing (an
+/// operator's disable wins over the circuit breaker's auto-resume: no more probes). Its
+/// scheduled deliveries are held; none starts an attempt once this has answered.
 ///
 /// # Errors
-/// [`ServiceError::NotFound`].
+/// [`ServiceError::NotFound`]; [`ServiceError::Conflict`] when it kept changing under it.
 pub async fn disable_endpoint(app: &App, id: &str) -> Result<EndpointView, ServiceError> {
     let ep = find_endpoint(app, id).await?;
-    let disabled = Disabled { reason: "manual".into(), at: app.clock.now(), status_code: None, delivery_id: None };
-    health::disable(app, &ep, disabled).await?;
-    get_endpoint(app, id).await
+    let disabled = Disabled { reason: REASON_MANUAL.into(), at: app.clock.now(), status_code: None, delivery_id: None };
+    let (ep, _) = health::disable(app, &ep, disabled).await?;
+    Ok(EndpointView::of(ep, false))
 }
 
 /// Enables an endpoint; its held deliveries are released `release_per_tick` per sweeper
-/// tick by the returned job.
+/// tick by the returned job (written with the enable, so it cannot be missing).
 ///
 /// # Errors
-/// [`ServiceError::NotFound`].
+/// [`ServiceError::NotFound`]; [`ServiceError::Conflict`] when it kept changing under it.
 pub async fn enable_endpoint(app: &App, id: &str) -> Result<(EndpointView, Job), ServiceError> {
     let ep = find_endpoint(app, id).await?;
-    let job = health::enable(app, &ep).await?;
-    Ok((get_endpoint(app, id).await?, job))
+    let (ep, job) = health::enable(app, &ep).await?;
+    Ok((EndpointView::of(ep, false), job))
 }
 
 /// A page of a tenant's endpoints (without secrets).
@@ -292,13 +297,20 @@ pub async fn delete_endpoint(app: &App, id: &str, force: bool) -> Result<usize, 
     }
     let now = app.clock.now();
     for d in &unfinished {
-        let t = lifecycle::abandon(&app.config, now, d.status, d.attempt_count, "endpoint_deleted");
+        let t = lifecycle::abandon(&app.config, now, d.status, d.attempt_count, d.created_at, "endpoint_deleted");
         if let Applied::Lost = app.store.apply(&d.id, &t, false).await? {
             // It moved on meanwhile (an attempt finished): end whatever state it is in now.
             if let Some(cur) = app.store.get_delivery(&d.id).await?
                 && UNFINISHED.contains(&cur.status)
             {
-                let t = lifecycle::abandon(&app.config, now, cur.status, cur.attempt_count, "endpoint_deleted");
+                let t = lifecycle::abandon(
+                    &app.config,
+                    now,
+                    cur.status,
+                    cur.attempt_count,
+                    cur.created_at,
+                    "endpoint_deleted",
+                );
                 app.store.apply(&d.id, &t, false).await?;
             }
         }
@@ -357,7 +369,7 @@ pub async fn endpoint_stats(app: &App, id: &str) -> Result<EndpointStats, Servic
 /// # Errors
 /// [`ServiceError::NotFound`]; [`ServiceError::Validation`] for a malformed `secret`.
 pub async fn rotate_secret(app: &App, id: &str, secret: Option<&str>) -> Result<EndpointView, ServiceError> {
-    let mut ep = find_endpoint(app, id).await?;
+    let ep = find_endpoint(app, id).await?;
     let new = match secret {
         Some(s) => {
             signing::secret_key(s).map_err(|e| invalid("secret", e))?;
@@ -366,15 +378,19 @@ pub async fn rotate_secret(app: &App, id: &str, secret: Option<&str>) -> Result<
         None => signing::generate_secret(&app.random),
     };
     let now = app.clock.now();
-    ep.previous_secret = Some(std::mem::replace(&mut ep.secret, new));
-    ep.previous_secret_expires_at =
-        Some(now + chrono::Duration::from_std(app.config.secret_rotation).unwrap_or(chrono::Duration::hours(24)));
-    ep.updated_at = now;
-    app.store.put_endpoint(&ep).await?;
+    let until = now + chrono::Duration::from_std(app.config.secret_rotation).unwrap_or(chrono::Duration::hours(24));
+    let (ep, _) = health::change_endpoint(app, &ep.tenant_id, id, |ep| {
+        let rotated = endpoint_lifecycle::configure(ep, now, |e| {
+            e.previous_secret = Some(std::mem::replace(&mut e.secret, new.clone()));
+            e.previous_secret_expires_at = Some(until);
+            Ok::<_, ServiceError>(())
+        })?;
+        Ok(Some(rotated))
+    })
+    .await?;
     tracing::info!(endpoint_id = id, until = ?ep.previous_secret_expires_at, "secret rotated");
-    let until = ep.previous_secret_expires_at;
     let mut view = EndpointView::of(ep, true);
-    view.previous_secret_expires_at = until;
+    view.previous_secret_expires_at = Some(until);
     Ok(view)
 }
 

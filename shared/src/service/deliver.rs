@@ -4,22 +4,27 @@
 //! receiver's failure is recorded and rescheduled by us, never left to SQS redelivery, so the
 //! wait between attempts is the policy's, not the queue's visibility timeout.
 //!
-//! Endpoint health lives here too: a 410 under `standard` disables the endpoint and holds the
-//! delivery; N failed attempts in a row pause it (circuit breaker); a delivery that comes due
-//! while its endpoint is disabled is held without an attempt; a half-open probe that succeeds
-//! re-enables the endpoint.
+//! The endpoint's side of an attempt is decided here and written through
+//! [`crate::endpoint_lifecycle`]: a disable code (410 under `standard`) disables the endpoint
+//! and holds the delivery; N failed attempts in a row pause it (circuit breaker); a delivery
+//! that comes up while its endpoint does not accept it is held without an attempt; a
+//! half-open probe's outcome resumes the endpoint or schedules the next probe. Each of these
+//! is written with the attempt's record in one transaction, with the jobs that must follow.
 
 use crate::App;
+use crate::endpoint_lifecycle;
 use crate::error::ServiceError;
 use crate::lifecycle::{self, AttemptMessage, Next, Transition};
 use crate::metrics;
-use crate::model::{Attempt, Delivery, DeliveryStatus, Disabled, Endpoint};
+use crate::model::{
+    Attempt, Delivery, DeliveryStatus, Disabled, Endpoint, EndpointState, REASON_CIRCUIT_BREAKER, REASON_GONE,
+};
 use crate::policy::{Outcome, Verdict};
 use crate::queue;
-use crate::sender::{SendResult, Sender};
+use crate::sender::{RESPONSE_BODY_LIMIT, SendResult, Sender};
 use crate::service::health;
 use crate::signing;
-use crate::store::Applied;
+use crate::store::{Applied, Committed, EndpointWrite};
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use bytes::Bytes;
 
@@ -32,6 +37,9 @@ pub enum Handled {
     Held,
     /// The claim was lost: a duplicate message, or the attempt was already made.
     Duplicate,
+    /// The claim was given back without an attempt (its lease had less left than the request
+    /// timeout) and the same attempt queued again.
+    Requeued,
 }
 
 /// How many attempts this call may make.
@@ -85,7 +93,17 @@ pub async fn deliver_message(app: &App, msg: &AttemptMessage) -> Result<Handled,
     attempt(app, msg, Mode::Policy).await
 }
 
+/// How many times a write guarded by the endpoint's version is decided again after the
+/// endpoint changed under it, before the message goes back to SQS.
+const ENDPOINT_TRIES: usize = 5;
+
 /// Claims and makes one attempt; see [`Mode`].
+///
+/// The order is the guarantee: claim the delivery, read the payload if it did not ride
+/// along, then read the endpoint (strongly consistent) as the last step before the POST. An
+/// endpoint that does not accept this delivery (disabled, paused, or probing with another
+/// delivery) gets it held, in a write conditional on the endpoint's version as read; a claim
+/// whose lease has less left than the request timeout is given back instead of sent.
 ///
 /// # Errors
 /// As [`deliver_message`].
@@ -100,29 +118,33 @@ pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Hand
             return Ok(Handled::Duplicate);
         }
     };
-    let mut endpoint = match fresh_snapshot(app, msg, &delivery) {
-        Some(ep) => Some(ep),
-        None => app.endpoint(&delivery.tenant_id, &delivery.endpoint_id).await?,
-    };
-    if endpoint.as_ref().is_some_and(|ep| !ep.enabled) {
-        // Disabled in the (possibly stale) cache: make sure, and see the current probe.
-        endpoint = app.endpoint_fresh(&delivery.tenant_id, &delivery.endpoint_id).await?;
-    }
-    let probe =
-        endpoint.as_ref().is_some_and(|ep| !ep.enabled && ep.probe_delivery_id.as_deref() == Some(&delivery.id));
-    if let Some(ep) = endpoint.as_ref().filter(|ep| !ep.enabled && !probe) {
-        let t = lifecycle::hold_claimed(app.clock.now(), &delivery, None);
-        apply_or_lost(app, &delivery, &t).await?;
-        tracing::info!(delivery_id = %delivery.id, endpoint_id = %ep.id, "endpoint disabled; delivery held");
-        return Ok(Handled::Held);
-    }
     // From the message, else from a delivery written before payload items, else the event's
     // payload item; copied once into the body every send and the next message share.
-    let payload: Option<Bytes> = match (&endpoint, msg.payload.as_ref().or(delivery.payload.as_ref())) {
-        (None, _) => None,
-        (Some(_), Some(p)) => Some(Bytes::from(p.clone())),
-        (Some(_), None) => app.store.get_payload(&delivery.tenant_id, &delivery.event_id).await?.map(Bytes::from),
+    let payload: Option<Bytes> = match msg.payload.as_ref().or(delivery.payload.as_ref()) {
+        Some(p) => Some(Bytes::from(p.clone())),
+        None => app.store.get_payload(&delivery.tenant_id, &delivery.event_id).await?.map(Bytes::from),
     };
+    let endpoint = match current_endpoint(app, &delivery).await? {
+        Current::Accepts(ep) => ep,
+        Current::Settled(handled) => return Ok(handled),
+    };
+    let lease_left =
+        delivery.lease_until.map(|l| l - app.clock.now()).and_then(|d| d.to_std().ok()).unwrap_or_default();
+    if lease_left < cfg.request_timeout {
+        // The AWS calls since the claim ate into the lease: a POST started now could outlast it
+        // and the sweeper would re-drive a second one. Give the claim back instead.
+        let (t, enqueue) = lifecycle::unclaim(cfg, app.clock.now(), &delivery);
+        if !apply_or_lost(app, &delivery, &t).await? {
+            return Ok(Handled::Duplicate);
+        }
+        if let Some(mut e) = enqueue {
+            e.message.payload = payload.and_then(|p| String::from_utf8(p.to_vec()).ok());
+            app.queue.send(&[e]).await?;
+        }
+        tracing::warn!(delivery_id = %delivery.id, lease_left_ms = lease_left.as_millis() as u64, "lease too short to start the POST; claim given back");
+        return Ok(Handled::Requeued);
+    }
+    let probe = endpoint.as_ref().is_some_and(|ep| ep.state() == EndpointState::Probing(&delivery.id));
     let started = app.clock.now();
     let result = match (&endpoint, &payload) {
         (None, _) => not_sent("endpoint_deleted"),
@@ -161,25 +183,32 @@ pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Hand
             Some(_) => error_class(result.outcome).map(String::from),
         },
         duration_ms: result.duration_ms,
-        response_body: result.body.clone(),
+        response_body: result.body.clone().map(excerpt),
         next_wait_seconds: wait.map(|w| w.seconds),
         retry_after_seconds: result.retry_after_seconds,
         wait_source: wait.map(|w| w.source),
     };
-    let now = app.clock.now();
-    let disable = |reason: &str| Disabled {
-        reason: reason.into(),
-        at: now,
-        status_code: attempt.status_code,
-        delivery_id: Some(delivery.id.clone()),
-    };
     let expired = ours == Some(PAYLOAD_EXPIRED);
+    // The endpoint's side: failures in a row (a counter, before the record so that a lost
+    // record over-counts rather than under-counts), and whether this attempt moves the
+    // endpoint (a disable code, the circuit breaker, the probe's outcome).
+    let failed = matches!(verdict, Verdict::Retry | Verdict::Final) && !probe && ours.is_none();
+    let failures_in_a_row = match (&endpoint, failed) {
+        (Some(ep), true) => app.store.count_failure(&ep.tenant_id, &ep.id).await?.unwrap_or(0),
+        _ => 0,
+    };
+    let now = app.clock.now();
+    let effect = Effect { verdict, probe, expired, failures_in_a_row, status_code: attempt.status_code };
     let (transition, enqueue) = match (verdict, probe) {
         // Nothing left to send, ever: a dead letter, even as a probe (held, it would be
         // picked as the probe again and again).
         _ if expired => lifecycle::complete(cfg, now, &delivery, attempt.clone(), Next::Exhausted),
-        // 410 Gone (or a failed probe): keep the delivery, held, with this attempt recorded.
+        // A disable code (410 Gone), a failed probe, or the failure that opens the breaker:
+        // keep the delivery, held, with this attempt recorded.
         (Verdict::Disable, _) | (Verdict::Retry | Verdict::Final, true) => {
+            (lifecycle::hold_claimed(now, &delivery, Some(attempt.clone())), None)
+        }
+        (Verdict::Retry, false) if endpoint.as_ref().is_some_and(|ep| effect.opens_breaker(ep)) => {
             (lifecycle::hold_claimed(now, &delivery, Some(attempt.clone())), None)
         }
         (Verdict::Success, _) => lifecycle::complete(cfg, now, &delivery, attempt.clone(), Next::Delivered),
@@ -199,7 +228,11 @@ pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Hand
         probe,
         "attempt made"
     );
-    if !apply_or_lost(app, &delivery, &transition).await? {
+    let recorded = match &endpoint {
+        Some(ep) if ours.is_none() || probe => record_with_health(app, &delivery, &transition, ep, &effect).await?,
+        _ => apply_or_lost(app, &delivery, &transition).await?,
+    };
+    if !recorded {
         return Ok(Handled::Duplicate);
     }
     let status = transition.status;
@@ -209,50 +242,122 @@ pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Hand
         e.message.payload = payload.and_then(|p| String::from_utf8(p.to_vec()).ok());
         app.queue.send(&[e]).await?;
     }
-    if let Some(ep) = endpoint.as_ref().filter(|_| ours.is_none() || probe) {
-        health_after_attempt(app, ep, verdict, probe, expired, disable).await?;
+    if let Some(ep) =
+        endpoint.as_ref().filter(|ep| verdict == Verdict::Success && !probe && ep.consecutive_failures > 0)
+    {
+        app.store.reset_failures(&ep.tenant_id, &ep.id).await?;
     }
     Ok(Handled::Attempted(status, Box::new(attempt)))
 }
 
-/// The endpoint's side of an attempt: failures in a row, the circuit breaker, 410, probes.
-async fn health_after_attempt(
-    app: &App,
-    ep: &Endpoint,
+/// What an attempt's outcome asks of its endpoint.
+struct Effect {
     verdict: Verdict,
     probe: bool,
-    payload_expired: bool,
-    disable: impl Fn(&str) -> Disabled,
-) -> Result<(), ServiceError> {
-    match verdict {
-        Verdict::Success if probe => {
-            tracing::info!(endpoint_id = %ep.id, "half-open probe succeeded; resuming");
-            health::enable(app, ep).await?;
-        }
-        Verdict::Success => {
-            if ep.consecutive_failures > 0 {
-                app.store.reset_failures(&ep.tenant_id, &ep.id).await?;
+    expired: bool,
+    failures_in_a_row: u32,
+    status_code: Option<u16>,
+}
+
+impl Effect {
+    fn opens_breaker(&self, ep: &Endpoint) -> bool {
+        ep.circuit_breaker_threshold > 0 && self.failures_in_a_row >= ep.circuit_breaker_threshold
+    }
+
+    /// The endpoint transition this outcome asks for, decided on `ep` as it is now.
+    fn change(&self, app: &App, ep: &Endpoint, delivery_id: &str) -> Option<endpoint_lifecycle::Change> {
+        let now = app.clock.now();
+        let why = |reason: &str| Disabled {
+            reason: reason.into(),
+            at: now,
+            status_code: self.status_code,
+            delivery_id: Some(delivery_id.to_string()),
+        };
+        match self.verdict {
+            Verdict::Disable => endpoint_lifecycle::disable(ep, now, why(REASON_GONE), &app.random),
+            Verdict::Success if self.probe => endpoint_lifecycle::probe_succeeded(ep, delivery_id, now, &app.random),
+            Verdict::Retry | Verdict::Final if self.probe => {
+                // A probe that could not be sent says nothing of the receiver: probe again now.
+                let cool_down = if self.expired { 0 } else { ep.auto_resume_after_seconds };
+                endpoint_lifecycle::probe_failed(ep, delivery_id, now, cool_down, &app.random)
             }
-        }
-        Verdict::Disable => {
-            health::disable(app, ep, disable("gone")).await?;
-        }
-        Verdict::Retry | Verdict::Final if probe => {
-            app.store.set_probe(&ep.tenant_id, &ep.id, None).await?;
-            // A probe that could not be sent says nothing of the receiver: probe again now.
-            let cool_down = if payload_expired { 0 } else { ep.auto_resume_after_seconds };
-            let at = app.clock.now() + chrono::Duration::seconds(i64::try_from(cool_down).unwrap_or(300));
-            health::start_job(app, ep, crate::model::JobKind::Probe, at, None, None).await?;
-        }
-        Verdict::Retry | Verdict::Final => {
-            let failures = app.store.count_failure(&ep.tenant_id, &ep.id).await?.unwrap_or(0);
-            if ep.circuit_breaker_threshold > 0 && failures >= ep.circuit_breaker_threshold && ep.enabled {
-                tracing::warn!(endpoint_id = %ep.id, failures, "circuit breaker opened");
-                health::disable(app, ep, disable("circuit_breaker")).await?;
+            Verdict::Retry | Verdict::Final if self.opens_breaker(ep) => {
+                endpoint_lifecycle::disable(ep, now, why(REASON_CIRCUIT_BREAKER), &app.random)
             }
+            _ => None,
         }
     }
-    Ok(())
+}
+
+/// Records the attempt and, when the outcome moves the endpoint, the endpoint's transition
+/// with its jobs, in one write; an endpoint changed meanwhile is read again and the decision
+/// made again. False when the delivery's lease was lost.
+async fn record_with_health(
+    app: &App,
+    delivery: &Delivery,
+    transition: &Transition,
+    read: &Endpoint,
+    effect: &Effect,
+) -> Result<bool, ServiceError> {
+    let mut ep = read.clone();
+    for _ in 0..ENDPOINT_TRIES {
+        let Some(change) = effect.change(app, &ep, &delivery.id) else {
+            return apply_or_lost(app, delivery, transition).await;
+        };
+        match app.store.commit(EndpointWrite::Change(&change), Some((&delivery.id, transition))).await? {
+            Committed::Done => {
+                tracing::warn!(endpoint_id = %ep.id, state = ?change.endpoint.state(), reason = ?change.endpoint.disabled.as_ref().map(|d| &d.reason), "endpoint state changed by an attempt");
+                health::run_inline(app, &change.jobs).await;
+                return Ok(true);
+            }
+            Committed::DeliveryLost => return Ok(false),
+            Committed::EndpointChanged => match app.store.get_endpoint(&ep.tenant_id, &ep.id).await? {
+                Some(now) => ep = now,
+                None => return apply_or_lost(app, delivery, transition).await,
+            },
+        }
+    }
+    Err(ServiceError::Unavailable(format!("endpoint {} kept changing while recording an attempt", read.id)))
+}
+
+/// The endpoint as it is now, when it accepts this delivery (or is gone: `None`), or what
+/// became of the delivery when it does not (held, in a write conditional on the version read).
+enum Current {
+    Accepts(Option<Endpoint>),
+    Settled(Handled),
+}
+
+async fn current_endpoint(app: &App, delivery: &Delivery) -> Result<Current, ServiceError> {
+    for _ in 0..ENDPOINT_TRIES {
+        let ep = match app.store.get_endpoint(&delivery.tenant_id, &delivery.endpoint_id).await? {
+            Some(ep) if !ep.accepts(&delivery.id) => ep,
+            other => return Ok(Current::Accepts(other)),
+        };
+        let hold = lifecycle::hold_claimed(app.clock.now(), delivery, None);
+        let check = EndpointWrite::Unchanged { tenant_id: &ep.tenant_id, id: &ep.id, version: ep.version };
+        match app.store.commit(check, Some((&delivery.id, &hold))).await? {
+            Committed::Done => {
+                tracing::info!(delivery_id = %delivery.id, endpoint_id = %ep.id, "endpoint not accepting attempts; delivery held");
+                return Ok(Current::Settled(Handled::Held));
+            }
+            Committed::DeliveryLost => return Ok(Current::Settled(Handled::Duplicate)),
+            Committed::EndpointChanged => continue,
+        }
+    }
+    Err(ServiceError::Unavailable(format!("endpoint {} kept changing while holding", delivery.endpoint_id)))
+}
+
+/// At most [`RESPONSE_BODY_LIMIT`] bytes of a response body, cut at a character boundary
+/// (a lossy UTF-8 conversion can make 1 KiB of bytes three times longer).
+fn excerpt(mut body: String) -> String {
+    if body.len() > RESPONSE_BODY_LIMIT {
+        let mut cut = RESPONSE_BODY_LIMIT;
+        while !body.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        body.truncate(cut);
+    }
+    body
 }
 
 /// Applies a transition on a claimed delivery; false when the lease was lost meanwhile.
@@ -325,14 +430,3 @@ async fn send(
 const INVALID_SECRET: &str = "invalid_secret";
 /// The attempt error when the event's payload item is gone (past `WEBHOOKS_EVENT_RETENTION_DAYS`).
 const PAYLOAD_EXPIRED: &str = "payload_expired";
-
-/// The endpoint that rode along in the message, when it is this delivery's and younger than
-/// the endpoint cache's lifetime (the staleness deliver accepts from its cache anyway).
-fn fresh_snapshot(app: &App, msg: &AttemptMessage, delivery: &Delivery) -> Option<Endpoint> {
-    let snap = msg.endpoint.as_ref()?;
-    let age = app.clock.now().signed_duration_since(snap.read_at).to_std().ok()?;
-    (age < app.config.endpoint_cache
-        && snap.endpoint.id == delivery.endpoint_id
-        && snap.endpoint.tenant_id == delivery.tenant_id)
-        .then(|| snap.endpoint.clone())
-}

@@ -1,7 +1,15 @@
-//! Endpoint health: disabling (410 Gone, circuit breaker, an operator), holding the
-//! unfinished deliveries of a disabled endpoint, re-enabling it with a bounded release of what
-//! was held, the half-open probe, and the background jobs that do the bounded work one
-//! sweeper tick at a time.
+//! Endpoint health: the services that move an endpoint through
+//! [`crate::endpoint_lifecycle`] (disable, enable, any guarded change with its re-read on a lost
+//! guard) and the background jobs that carry out what must follow a transition, one bounded
+//! step per sweeper tick: hold a disabled endpoint's scheduled deliveries, tell its owner,
+//! release what was held after an enable, release a half-open probe, recover a window of dead
+//! letters.
+//!
+//! A transition's jobs are written in the same transaction as the transition; the caller runs
+//! the hold and notify steps at once (best effort) and the sweeper runs whatever is still due,
+//! so each is done at least once whatever single call fails. Every step is idempotent: a hold
+//! or release is a guarded delivery transition, and a notification sent twice says the same
+//! thing twice.
 //!
 //! Nothing is dropped on any of these paths: a held delivery keeps its history and goes back
 //! to `scheduled` when its endpoint is enabled again. Its payload lives in the event's item
@@ -9,70 +17,109 @@
 //! `exhausted` with `payload_expired` when it is released, visibly, rather than sent empty.
 
 use crate::App;
+use crate::endpoint_lifecycle::{self, Change};
 use crate::error::ServiceError;
 use crate::lifecycle::{self, Enqueue};
-use crate::model::{DeliveryStatus, Disabled, Endpoint, Job, JobKind};
-use crate::store::{Applied, DeliveryQuery, collect_deliveries};
+use crate::model::{DeliveryStatus, Disabled, Endpoint, EndpointState, Job, JobKind};
+use crate::store::{Applied, Committed, DeliveryQuery, EndpointWrite};
 use chrono::{DateTime, Duration, Utc};
 
-/// Most scheduled deliveries held inline when an endpoint is disabled (the rest are held by
-/// deliver when they come due).
-pub const HOLD_INLINE_LIMIT: usize = 1000;
+/// How many times a guarded endpoint change is decided again after losing its guard before
+/// the caller gets 409 `conflict`.
+pub const CHANGE_TRIES: usize = 5;
 
-/// Disables an endpoint (once: a second disable of a disabled endpoint does nothing), tells
-/// its owner, holds its scheduled deliveries, and, for a paused endpoint with `auto_resume`,
-/// schedules the half-open probe. Returns whether it changed anything.
+/// How long after a release or hold job starts it keeps looking for stragglers: the
+/// `by_endpoint` index it reads lags the table (usually well under a second), so a step that
+/// finds nothing left ends the job only once the job is this old. Seconds.
+pub const INDEX_SETTLE_SECONDS: i64 = 5;
+
+/// Reads endpoint (`tenant_id`, `id`), asks `decide` for a change on it as read, and commits
+/// the change with its jobs; when another writer changed the endpoint first, reads it again
+/// and asks again. Runs the change's hold and notify jobs inline afterwards (the sweeper
+/// finishes them if this fails). Returns the endpoint as stored after, and the change written
+/// (`None` when `decide` asked for none).
 ///
 /// # Errors
+/// [`ServiceError::NotFound`] when the endpoint does not exist; [`ServiceError::Conflict`]
+/// when it changed under every one of [`CHANGE_TRIES`] tries; whatever `decide` returns;
 /// [`ServiceError::Unavailable`] when DynamoDB failed.
-pub async fn disable(app: &App, endpoint: &Endpoint, disabled: Disabled) -> Result<bool, ServiceError> {
-    if !app.store.disable_endpoint(&endpoint.tenant_id, &endpoint.id, &disabled).await? {
-        return Ok(false);
-    }
-    app.notifier.endpoint_disabled(endpoint, &disabled).await;
-    if disabled.reason == "circuit_breaker" && endpoint.auto_resume {
-        let at = disabled.at + Duration::seconds(i64::try_from(endpoint.auto_resume_after_seconds).unwrap_or(300));
-        start_job(app, endpoint, JobKind::Probe, at, None, None).await?;
-    }
-    hold_pending(app, endpoint).await?;
-    Ok(true)
-}
-
-/// Holds up to [`HOLD_INLINE_LIMIT`] scheduled deliveries of an endpoint. Returns how many.
-///
-/// # Errors
-/// [`ServiceError::Unavailable`] when DynamoDB failed.
-pub async fn hold_pending(app: &App, endpoint: &Endpoint) -> Result<usize, ServiceError> {
-    let query = DeliveryQuery {
-        endpoint_id: Some(endpoint.id.clone()),
-        status: Some(DeliveryStatus::Scheduled),
-        ..DeliveryQuery::default()
-    };
-    let mut held = 0;
-    for d in collect_deliveries(app.store.as_ref(), query, HOLD_INLINE_LIMIT).await? {
-        let t = lifecycle::hold_scheduled(app.clock.now(), d.attempt_count);
-        if let Applied::Done(_) = app.store.apply(&d.id, &t, false).await? {
-            held += 1;
+pub async fn change_endpoint(
+    app: &App,
+    tenant_id: &str,
+    id: &str,
+    mut decide: impl FnMut(&Endpoint) -> Result<Option<Change>, ServiceError>,
+) -> Result<(Endpoint, Option<Change>), ServiceError> {
+    for _ in 0..CHANGE_TRIES {
+        let ep = app.store.get_endpoint(tenant_id, id).await?.ok_or_else(|| not_found(id))?;
+        let Some(change) = decide(&ep)? else { return Ok((ep, None)) };
+        match app.store.commit(EndpointWrite::Change(&change), None).await? {
+            Committed::Done => {
+                run_inline(app, &change.jobs).await;
+                return Ok((change.endpoint.clone(), Some(change)));
+            }
+            Committed::EndpointChanged | Committed::DeliveryLost => continue,
         }
     }
-    Ok(held)
+    Err(ServiceError::Conflict(format!("endpoint {id} changed under {CHANGE_TRIES} tries; retry")))
 }
 
-/// Enables an endpoint and starts the job that gives back its held deliveries,
+fn not_found(id: &str) -> ServiceError {
+    ServiceError::NotFound(format!("endpoint {id}"))
+}
+
+/// Disables an endpoint for `disabled.reason` (see [`endpoint_lifecycle::disable`] for which
+/// states it moves). Returns the endpoint after, and whether it changed.
+///
+/// # Errors
+/// As [`change_endpoint`].
+pub async fn disable(app: &App, endpoint: &Endpoint, disabled: Disabled) -> Result<(Endpoint, bool), ServiceError> {
+    let (ep, change) = change_endpoint(app, &endpoint.tenant_id, &endpoint.id, |ep| {
+        Ok(endpoint_lifecycle::disable(ep, app.clock.now(), disabled.clone(), &app.random))
+    })
+    .await?;
+    if change.is_some() {
+        tracing::warn!(endpoint_id = %ep.id, reason = %disabled.reason, "endpoint disabled");
+    }
+    Ok((ep, change.is_some()))
+}
+
+/// Enables an endpoint; the returned job gives back its held deliveries,
 /// `config.release_per_tick` per sweeper tick.
 ///
 /// # Errors
-/// [`ServiceError::NotFound`]; [`ServiceError::Unavailable`] when DynamoDB failed.
-pub async fn enable(app: &App, endpoint: &Endpoint) -> Result<Job, ServiceError> {
-    let now = app.clock.now();
-    if !app.store.enable_endpoint(&endpoint.tenant_id, &endpoint.id, now).await? {
-        return Err(ServiceError::NotFound(format!("endpoint {}", endpoint.id)));
-    }
-    tracing::info!(endpoint_id = %endpoint.id, "endpoint enabled");
-    start_job(app, endpoint, JobKind::Release, now, None, None).await
+/// As [`change_endpoint`].
+pub async fn enable(app: &App, endpoint: &Endpoint) -> Result<(Endpoint, Job), ServiceError> {
+    let (ep, change) = change_endpoint(app, &endpoint.tenant_id, &endpoint.id, |ep| {
+        Ok(Some(endpoint_lifecycle::enable(ep, app.clock.now(), &app.random)))
+    })
+    .await?;
+    let job = change
+        .and_then(|c| c.jobs.into_iter().next())
+        .ok_or_else(|| ServiceError::Unavailable("enable wrote no release job".into()))?;
+    tracing::info!(endpoint_id = %ep.id, "endpoint enabled");
+    Ok((ep, job))
 }
 
-/// Creates a running job whose first step is due at `run_at`.
+/// Runs the first step of the hold and notify jobs among `jobs` now, so that a disable's
+/// effects do not wait for the next sweeper tick. Best effort: a step that fails (or that
+/// another worker took) is left to the sweeper, which finds the job in the due index.
+pub async fn run_inline(app: &App, jobs: &[Job]) {
+    for job in jobs.iter().filter(|j| matches!(j.kind, JobKind::Hold | JobKind::Notify)) {
+        let Some(at) = job.run_at else { continue };
+        match run_job_step(app, &job.id, at.timestamp_millis()).await {
+            Ok(messages) if messages.is_empty() => {}
+            Ok(messages) => {
+                if let Err(e) = app.queue.send(&messages).await {
+                    tracing::warn!(job_id = %job.id, error = %e, "job messages not sent; the sweeper re-drives them");
+                }
+            }
+            Err(e) => tracing::warn!(job_id = %job.id, error = %e, "job step failed; the sweeper runs it again"),
+        }
+    }
+}
+
+/// Creates a running job of `kind` on `endpoint` whose first step is due at `run_at` (recover
+/// jobs; the jobs of a transition are written by the transition).
 ///
 /// # Errors
 /// [`ServiceError::Unavailable`] when DynamoDB failed.
@@ -85,20 +132,7 @@ pub async fn start_job(
     until: Option<DateTime<Utc>>,
 ) -> Result<Job, ServiceError> {
     let now = app.clock.now();
-    let job = Job {
-        id: format!("job_{}", app.random.ulid(now)),
-        kind,
-        tenant_id: endpoint.tenant_id.clone(),
-        endpoint_id: endpoint.id.clone(),
-        status: "running".into(),
-        since,
-        until,
-        cursor: None,
-        processed: 0,
-        run_at: Some(run_at),
-        created_at: now,
-        updated_at: now,
-    };
+    let job = Job { since, until, ..endpoint_lifecycle::new_job(&app.random, endpoint, kind, now, run_at) };
     app.store.put_job(&job).await?;
     Ok(job)
 }
@@ -120,13 +154,14 @@ pub async fn run_job_step(app: &App, id: &str, due_at: i64) -> Result<Vec<Enqueu
     let endpoint = app.store.get_endpoint(&job.tenant_id, &job.endpoint_id).await?;
     let mut out = Vec::new();
     let limit = app.config.release_per_tick.max(1);
+    let settled = now - job.created_at >= Duration::seconds(INDEX_SETTLE_SECONDS);
     match (job.kind, endpoint) {
         (_, None) => job.status = "cancelled".into(),
         (JobKind::Release, Some(ep)) if !ep.enabled => job.status = "cancelled".into(),
         (JobKind::Release, Some(ep)) => {
             // Released deliveries leave `held`, so each step starts from the oldest again.
             let (found, _) = release_page(app, &ep, DeliveryStatus::Held, limit, None, &mut job, &mut out).await?;
-            if found < limit {
+            if found < limit && settled {
                 job.status = "done".into();
             }
         }
@@ -139,37 +174,29 @@ pub async fn run_job_step(app: &App, id: &str, due_at: i64) -> Result<Vec<Enqueu
                 None => job.status = "done".into(),
             }
         }
-        (JobKind::Probe, Some(ep)) if ep.enabled => job.status = "done".into(),
-        (JobKind::Probe, Some(ep)) => {
-            let page = app
-                .store
-                .list_deliveries(&DeliveryQuery {
-                    endpoint_id: Some(ep.id.clone()),
-                    status: Some(DeliveryStatus::Held),
-                    oldest_first: true,
-                    limit: 1,
-                    ..DeliveryQuery::default()
-                })
-                .await?;
-            match page.data.first() {
-                None => {
-                    // Nothing to probe with yet; look again after the cool-down.
-                    job.run_at =
-                        Some(now + Duration::seconds(i64::try_from(ep.auto_resume_after_seconds).unwrap_or(300)));
-                }
-                Some(d) => {
-                    app.store.set_probe(&ep.tenant_id, &ep.id, Some(&d.id)).await?;
-                    if let Some((t, e)) = lifecycle::release(&app.config, now, &d.id, d.status, d.attempt_count, now)
-                        && let Applied::Done(_) = app.store.apply(&d.id, &t, false).await?
-                    {
-                        out.extend(e);
-                        job.processed += 1;
-                    }
-                    tracing::info!(endpoint_id = %ep.id, delivery_id = %d.id, "half-open probe released");
-                    job.status = "done".into();
-                }
+        (JobKind::Hold, Some(ep)) if ep.enabled => job.status = "cancelled".into(),
+        (JobKind::Hold, Some(ep)) => {
+            let found = hold_page(app, &ep, limit, &mut job).await?;
+            if found < limit && settled {
+                job.status = "done".into();
             }
         }
+        (JobKind::Notify, Some(ep)) => {
+            match (&ep.disabled, ep.enabled) {
+                (Some(disabled), false) => app.notifier.endpoint_disabled(&ep, disabled).await,
+                _ => job.status = "cancelled".into(),
+            }
+            if job.status == "running" {
+                job.processed += 1;
+                job.status = "done".into();
+            }
+        }
+        (JobKind::Probe, Some(ep)) => match ep.state() {
+            EndpointState::Paused if ep.auto_resume => probe_step(app, &ep, &mut job, &mut out).await?,
+            // A probe is out already (this job is a leftover), or the endpoint was enabled or
+            // disabled for another reason: no probe.
+            _ => job.status = "cancelled".into(),
+        },
     }
     if job.status == "running" && job.run_at.is_none_or(|t| t <= now) {
         job.run_at = Some(now);
@@ -180,6 +207,72 @@ pub async fn run_job_step(app: &App, id: &str, due_at: i64) -> Result<Vec<Enqueu
     job.updated_at = now;
     app.store.put_job(&job).await?;
     Ok(out)
+}
+
+/// Releases the oldest held delivery of a paused endpoint as its half-open probe: the
+/// endpoint's move to probing and the delivery's release are one write.
+async fn probe_step(app: &App, ep: &Endpoint, job: &mut Job, out: &mut Vec<Enqueue>) -> Result<(), ServiceError> {
+    let now = app.clock.now();
+    let page = app
+        .store
+        .list_deliveries(&DeliveryQuery {
+            endpoint_id: Some(ep.id.clone()),
+            status: Some(DeliveryStatus::Held),
+            oldest_first: true,
+            limit: 1,
+            ..DeliveryQuery::default()
+        })
+        .await?;
+    let Some(d) = page.data.first() else {
+        // Nothing to probe with yet; look again after the cool-down.
+        job.run_at = Some(now + Duration::seconds(i64::try_from(ep.auto_resume_after_seconds).unwrap_or(300)));
+        return Ok(());
+    };
+    let (Some(change), Some((t, e))) = (
+        endpoint_lifecycle::probe_out(ep, &d.id, now),
+        lifecycle::release(&app.config, now, &d.id, d.status, d.attempt_count, d.created_at, now),
+    ) else {
+        return Ok(());
+    };
+    match app.store.commit(EndpointWrite::Change(&change), Some((&d.id, &t))).await? {
+        Committed::Done => {
+            out.extend(e);
+            job.processed += 1;
+            job.status = "done".into();
+            tracing::info!(endpoint_id = %ep.id, delivery_id = %d.id, "half-open probe released");
+        }
+        // Someone moved first: decide again on the next tick.
+        Committed::EndpointChanged | Committed::DeliveryLost => {}
+    }
+    Ok(())
+}
+
+/// Holds one page (up to `limit`, oldest first) of a disabled endpoint's scheduled
+/// deliveries, each in a write conditional on the endpoint's version as read (an enable in
+/// between makes it lose, so nothing is held behind an enable). Returns how many it found.
+async fn hold_page(app: &App, ep: &Endpoint, limit: usize, job: &mut Job) -> Result<usize, ServiceError> {
+    let page = app
+        .store
+        .list_deliveries(&DeliveryQuery {
+            endpoint_id: Some(ep.id.clone()),
+            status: Some(DeliveryStatus::Scheduled),
+            oldest_first: true,
+            limit,
+            ..DeliveryQuery::default()
+        })
+        .await?;
+    let now = app.clock.now();
+    for d in &page.data {
+        let t = lifecycle::hold_scheduled(now, d.attempt_count, d.created_at);
+        let check = EndpointWrite::Unchanged { tenant_id: &ep.tenant_id, id: &ep.id, version: ep.version };
+        match app.store.commit(check, Some((&d.id, &t))).await? {
+            Committed::Done => job.processed += 1,
+            Committed::DeliveryLost => {}
+            // Enabled (or changed) meanwhile: stop; the next step reads it again.
+            Committed::EndpointChanged => break,
+        }
+    }
+    Ok(page.data.len())
 }
 
 /// Releases one page (up to `limit`, oldest first) of `ep`'s deliveries in `status`
@@ -208,7 +301,7 @@ async fn release_page(
         .await?;
     let now = app.clock.now();
     for d in &page.data {
-        if let Some((t, e)) = lifecycle::release(&app.config, now, &d.id, d.status, d.attempt_count, now)
+        if let Some((t, e)) = lifecycle::release(&app.config, now, &d.id, d.status, d.attempt_count, d.created_at, now)
             && let Applied::Done(_) = app.store.apply(&d.id, &t, false).await?
         {
             out.extend(e);

@@ -12,7 +12,7 @@
 use crate::App;
 use crate::config::MAX_PAYLOAD_BYTES;
 use crate::error::ServiceError;
-use crate::lifecycle::{self, EndpointSnapshot, Enqueue};
+use crate::lifecycle::{self, Enqueue};
 use crate::model::{Attempt, DeliveryStatus, StoredEvent, delivery_id};
 use crate::service::deliver::{self, Handled, Mode};
 use serde::Serialize;
@@ -131,7 +131,11 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
                 &event.event_type,
                 &event.tenant_id,
                 &ep.id,
-                !ep.enabled,
+                // Queued like any other: deliver holds it, in a write conditional on the
+                // endpoint's version, if the endpoint does not accept it when it comes up. (A
+                // delivery written `held` here could race an enable whose release job had
+                // already run, and stay held on an enabled endpoint.)
+                false,
             )
         })
         .collect();
@@ -141,15 +145,10 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
     let mut to_send = Vec::new();
     for (((delivery, _, enqueue), ep), created) in planned.into_iter().zip(&targets).zip(inserted.deliveries) {
         deliveries.push(DeliveryRef { id: delivery.id, endpoint_id: ep.id.clone() });
-        // Attempt 1 carries what deliver would otherwise read: the payload (unless the event
-        // id was seen before: then the first payload stands, and deliver reads it) and the
-        // endpoint as read just now (`now` is before the read, so its age is never
-        // under-stated).
+        // Attempt 1 carries the payload (unless the event id was seen before: then the first
+        // payload stands, and deliver reads it), saving deliver a read.
         to_send.extend(enqueue.filter(|_| created).map(|mut e| {
             e.message.payload = inserted.event.then(|| stored.payload.clone());
-            // The copy holds the signing secret: with the endpoint cache off (0 s) it stays out.
-            e.message.endpoint =
-                (!app.config.endpoint_cache.is_zero()).then(|| EndpointSnapshot { read_at: now, endpoint: ep.clone() });
             e
         }));
     }

@@ -21,8 +21,11 @@ pub struct SweepReport {
     pub recovered_leases: usize,
     /// Items another tick or worker changed first.
     pub lost: usize,
-    /// Job steps run (release after re-enable, recover, half-open probe).
+    /// Job steps run (hold, notify, release after re-enable, recover, half-open probe).
     pub jobs_run: usize,
+    /// Due job steps left for the next tick because the tick's budget
+    /// (`WEBHOOKS_SWEEP_BUDGET_SECONDS`) was spent.
+    pub jobs_deferred: usize,
 }
 
 /// Up to `sweep_batch` due items over all shards: an even share of each shard first, then
@@ -64,18 +67,14 @@ pub async fn sweep(app: &App) -> Result<SweepReport, ServiceError> {
     let now = app.clock.now();
     let items = read_due(app, now.timestamp_millis()).await?;
     let mut report = SweepReport { examined: items.len(), ..SweepReport::default() };
+    let started = std::time::Instant::now();
     let mut to_send = Vec::new();
     let mut planned = Vec::new();
+    let mut jobs = Vec::new();
     for item in &items {
         match item {
             Due::Delivery(d) => planned.extend(lifecycle::sweep(cfg, now, d)),
-            Due::Job { id, due_at } => match health::run_job_step(app, id, *due_at).await {
-                Ok(messages) => {
-                    report.jobs_run += 1;
-                    to_send.extend(messages);
-                }
-                Err(e) => tracing::warn!(job_id = %id, error = %e, "job step failed; it runs again after its lease"),
-            },
+            Due::Job { id, due_at } => jobs.push((id, *due_at)),
         }
     }
     let applied: Vec<_> = futures::stream::iter(planned.into_iter().map(|(t, enqueue)| {
@@ -102,6 +101,29 @@ pub async fn sweep(app: &App) -> Result<SweepReport, ServiceError> {
             Ok(None) => report.lost += 1,
             Err(e) => {
                 first_error.get_or_insert(e);
+            }
+        }
+    }
+    // Job steps after the due deliveries, while the tick's budget lasts: a busy job cannot
+    // starve re-drives and long waits, and what is left runs next tick.
+    for (id, due_at) in jobs {
+        if started.elapsed() >= cfg.sweep_budget {
+            report.jobs_deferred += 1;
+            continue;
+        }
+        match tokio::time::timeout(
+            cfg.sweep_budget.saturating_sub(started.elapsed()),
+            health::run_job_step(app, id, due_at),
+        )
+        .await
+        {
+            Ok(Ok(messages)) => {
+                report.jobs_run += 1;
+                to_send.extend(messages);
+            }
+            Ok(Err(e)) => tracing::warn!(job_id = %id, error = %e, "job step failed; it runs again after its lease"),
+            Err(_) => {
+                tracing::warn!(job_id = %id, "job step ran out of the tick's budget; it runs again after its lease")
             }
         }
     }

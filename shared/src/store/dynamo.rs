@@ -1,13 +1,16 @@
 //! The DynamoDB implementation of [`Store`].
 
 use super::keys::*;
-use super::{Applied, DeliveryQuery, DeliverySummary, Due, Inserted, Page, Store, StoreError};
+use super::{
+    Applied, Committed, DeliveryQuery, DeliverySummary, Due, EndpointWrite, Inserted, Page, Store, StoreError,
+};
+use crate::endpoint_lifecycle::Change;
 use crate::lifecycle::{DueItem, Field, Transition};
-use crate::model::{Delivery, DeliveryStatus, Disabled, Endpoint, Job, StoredEvent};
+use crate::model::{Delivery, DeliveryStatus, Endpoint, Job, StoredEvent};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::DisplayErrorContext;
-use aws_sdk_dynamodb::types::{AttributeValue, Put, ReturnValue, TransactWriteItem};
+use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Put, ReturnValue, TransactWriteItem};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use std::collections::HashMap;
@@ -58,7 +61,131 @@ impl DynamoStore {
             item.insert(STATUS_SK.into(), s(time_sk(delivery.updated_at, &delivery.id)));
         }
         item.insert(EP_PK.into(), s(&delivery.endpoint_id));
-        item.insert(EP_SK.into(), s(time_sk(delivery.created_at, &delivery.id)));
+        item.insert(EP_SK.into(), s(endpoint_sk(delivery.status, delivery.created_at, &delivery.id)));
+        Ok(item)
+    }
+
+    /// A delivery transition as an UpdateItem's update expression, condition (the guard) and
+    /// values; the expression uses the name `#status` for `status`.
+    fn transition_parts(&self, id: &str, t: &Transition) -> Result<(String, String, Item), StoreError> {
+        let mut u = Update::default();
+        u.set.push("#status = :status".into());
+        u.values.insert(":status".into(), s(t.status.as_str()));
+        u.set("updated_at", time(&t.now));
+        if let Some(c) = t.attempt_count {
+            u.set("attempt_count", n(c));
+        }
+        u.field("attempts_base", &t.attempts_base, |v| n(v));
+        if t.forgive_attempt {
+            u.set.push("attempts_base = if_not_exists(attempts_base, :zero) + :one".into());
+            u.values.insert(":zero".into(), n(0));
+            u.values.insert(":one".into(), n(1));
+        }
+        u.field("next_attempt_at", &t.next_attempt_at, time);
+        u.field("lease_until", &t.lease_until, time);
+        u.field(TTL, &t.expires_at, |v| n(v));
+        u.field("reason", &t.reason, |v| s(v));
+        match &t.due_at {
+            Field::Keep => {}
+            Field::Set(at) => {
+                u.set(DUE_AT, n(at));
+                u.set(DUE_PK, s(due_pk(due_shard(id, self.due_shards))));
+            }
+            Field::Remove => u.remove.extend([DUE_AT.to_string(), DUE_PK.to_string()]),
+        }
+        if let Some(a) = &t.append_attempt {
+            u.set.push("attempts = list_append(if_not_exists(attempts, :empty), :attempt)".into());
+            u.values.insert(":empty".into(), AttributeValue::L(vec![]));
+            u.values.insert(":attempt".into(), AttributeValue::L(vec![AttributeValue::M(to_item(a)?)]));
+        } else if let Field::Set(list) = &t.attempts {
+            let list = list.iter().map(|a| to_item(a).map(AttributeValue::M)).collect::<Result<Vec<_>, _>>()?;
+            u.set("attempts", AttributeValue::L(list));
+        }
+        u.field("attempts_dropped", &t.attempts_dropped, |v| n(v));
+        if let Some(created_at) = t.created_at {
+            u.set(EP_SK, s(endpoint_sk(t.status, created_at, id)));
+        }
+        if matches!(t.status, DeliveryStatus::Exhausted | DeliveryStatus::Held) {
+            u.set(STATUS_KEY, s(t.status.as_str()));
+            u.set(STATUS_SK, s(time_sk(t.now, id)));
+        } else {
+            u.remove.extend([STATUS_KEY.to_string(), STATUS_SK.to_string()]);
+        }
+        // The guard.
+        let mut cond = vec!["attribute_exists(pk)".to_string()];
+        let names: Vec<String> = t
+            .guard
+            .status
+            .iter()
+            .enumerate()
+            .map(|(i, st)| {
+                let name = format!(":g_status{i}");
+                u.values.insert(name.clone(), s(st.as_str()));
+                name
+            })
+            .collect();
+        cond.push(format!("#status IN ({})", names.join(", ")));
+        cond.push("attempt_count = :g_attempt_count".into());
+        u.values.insert(":g_attempt_count".into(), n(t.guard.attempt_count));
+        if let Some(due) = t.guard.due_at {
+            cond.push(format!("{DUE_AT} = :g_due_at"));
+            u.values.insert(":g_due_at".into(), n(due));
+        }
+        Ok((u.expression(), cond.join(" AND "), u.values))
+    }
+
+    /// An endpoint [`Change`] as a transaction item: an UpdateItem that sets every attribute
+    /// of the new endpoint (the failures counter only when the change resets it) and removes
+    /// the optional ones it lacks, on the condition that the stored version is the one read.
+    fn endpoint_change(&self, change: &Change) -> Result<TransactWriteItem, StoreError> {
+        let mut item = to_item(&change.endpoint)?;
+        if !change.reset_failures {
+            item.remove("consecutive_failures");
+        }
+        let (condition, mut names, mut values) = version_guard(change.expected_version);
+        let mut set = Vec::new();
+        for (i, (attr, value)) in item.into_iter().enumerate() {
+            names.insert(format!("#a{i}"), attr);
+            values.insert(format!(":a{i}"), value);
+            set.push(format!("#a{i} = :a{i}"));
+        }
+        let mut remove = Vec::new();
+        for (i, attr) in OPTIONAL_ENDPOINT_ATTRIBUTES.iter().enumerate() {
+            if !names.iter().any(|(k, a)| k.starts_with("#a") && a == attr) {
+                names.insert(format!("#r{i}"), (*attr).to_string());
+                remove.push(format!("#r{i}"));
+            }
+        }
+        let mut expression = format!("SET {}", set.join(", "));
+        if !remove.is_empty() {
+            expression.push_str(&format!(" REMOVE {}", remove.join(", ")));
+        }
+        let update = aws_sdk_dynamodb::types::Update::builder()
+            .table_name(&self.table)
+            .key(PK, s(tenant_pk(&change.endpoint.tenant_id)))
+            .key(SK, s(endpoint_key(&change.endpoint.id)))
+            .update_expression(expression)
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
+            .build()
+            .map_err(aws)?;
+        Ok(TransactWriteItem::builder().update(update).build())
+    }
+
+    /// A job as an item, in the due index at `run_at` while it is running.
+    fn job_item(&self, job: &Job) -> Result<Item, StoreError> {
+        let mut item = to_item(job)?;
+        item.insert(PK.into(), s(job_pk(&job.id)));
+        item.insert(SK.into(), s(JOB_SK));
+        if let (Some(at), "running") = (job.run_at, job.status.as_str()) {
+            item.insert(DUE_PK.into(), s(due_pk(due_shard(&job.id, self.due_shards))));
+            item.insert(DUE_AT.into(), n(at.timestamp_millis()));
+        }
+        // A finished job leaves after the retention of a dead letter's record.
+        if job.status != "running" {
+            item.insert(TTL.into(), n(job.updated_at.timestamp() + JOB_RETENTION_SECONDS));
+        }
         Ok(item)
     }
 
@@ -104,6 +231,25 @@ impl DynamoStore {
             .key(SK, s(endpoint_key(id)))
             .condition_expression("attribute_exists(pk)")
     }
+}
+
+/// The optional attributes of an endpoint item, removed by a change that leaves them unset.
+const OPTIONAL_ENDPOINT_ATTRIBUTES: [&str; 5] =
+    ["event_types", "disabled", "previous_secret", "previous_secret_expires_at", "probe_delivery_id"];
+
+/// How long a finished job item is kept (DynamoDB TTL): 14 days, in seconds.
+const JOB_RETENTION_SECONDS: i64 = 14 * 86_400;
+
+/// The condition that an endpoint exists at `version` (items from before versions read as 0).
+/// (condition, names, values); the name `#g_version` stands for `version`.
+fn version_guard(version: u64) -> (String, HashMap<String, String>, Item) {
+    let condition = if version == 0 {
+        "attribute_exists(pk) AND (attribute_not_exists(#g_version) OR #g_version = :g_version)"
+    } else {
+        "attribute_exists(pk) AND #g_version = :g_version"
+    };
+    let names = HashMap::from([("#g_version".to_string(), "version".to_string())]);
+    (condition.to_string(), names, Item::from([(":g_version".to_string(), n(version))]))
 }
 
 fn aws<E: std::error::Error + 'static>(e: E) -> StoreError {
@@ -271,61 +417,6 @@ impl Store for DynamoStore {
         self.query_all(self.endpoints_query(tenant_id).consistent_read(true)).await
     }
 
-    async fn put_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
-        let mut item = to_item(endpoint)?;
-        item.insert(PK.into(), s(tenant_pk(&endpoint.tenant_id)));
-        item.insert(SK.into(), s(endpoint_key(&endpoint.id)));
-        let result = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression("attribute_exists(pk)")
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(e) if e.as_service_error().is_some_and(|se| se.is_conditional_check_failed_exception()) => {
-                Err(StoreError::Unsupported(format!("endpoint {} does not exist", endpoint.id)))
-            }
-            Err(e) => Err(aws(e)),
-        }
-    }
-
-    async fn disable_endpoint(&self, tenant_id: &str, id: &str, disabled: &Disabled) -> Result<bool, StoreError> {
-        let d = AttributeValue::M(to_item(disabled)?);
-        let result = self
-            .endpoint_update(tenant_id, id)
-            .update_expression("SET enabled = :f, disabled = :d, updated_at = :now")
-            .condition_expression("enabled = :t")
-            .expression_attribute_values(":f", AttributeValue::Bool(false))
-            .expression_attribute_values(":t", AttributeValue::Bool(true))
-            .expression_attribute_values(":d", d)
-            .expression_attribute_values(":now", time(&disabled.at))
-            .send()
-            .await;
-        conditional(result)
-    }
-
-    async fn enable_endpoint(
-        &self,
-        tenant_id: &str,
-        id: &str,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<bool, StoreError> {
-        let result = self
-            .endpoint_update(tenant_id, id)
-            .update_expression(
-                "SET enabled = :t, consecutive_failures = :zero, updated_at = :now REMOVE disabled, probe_delivery_id",
-            )
-            .expression_attribute_values(":t", AttributeValue::Bool(true))
-            .expression_attribute_values(":zero", n(0))
-            .expression_attribute_values(":now", time(&now))
-            .send()
-            .await;
-        conditional(result)
-    }
-
     async fn count_failure(&self, tenant_id: &str, id: &str) -> Result<Option<u32>, StoreError> {
         let result = self
             .endpoint_update(tenant_id, id)
@@ -354,15 +445,6 @@ impl Store for DynamoStore {
             .send()
             .await;
         conditional(result).map(|_| ())
-    }
-
-    async fn set_probe(&self, tenant_id: &str, id: &str, delivery_id: Option<&str>) -> Result<(), StoreError> {
-        let req = self.endpoint_update(tenant_id, id);
-        let req = match delivery_id {
-            Some(d) => req.update_expression("SET probe_delivery_id = :d").expression_attribute_values(":d", s(d)),
-            None => req.update_expression("REMOVE probe_delivery_id"),
-        };
-        conditional(req.send().await).map(|_| ())
     }
 
     async fn delete_endpoint(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
@@ -468,13 +550,7 @@ impl Store for DynamoStore {
     }
 
     async fn put_job(&self, job: &Job) -> Result<(), StoreError> {
-        let mut item = to_item(job)?;
-        item.insert(PK.into(), s(job_pk(&job.id)));
-        item.insert(SK.into(), s(JOB_SK));
-        if let (Some(at), "running") = (job.run_at, job.status.as_str()) {
-            item.insert(DUE_PK.into(), s(due_pk(due_shard(&job.id, self.due_shards))));
-            item.insert(DUE_AT.into(), n(at.timestamp_millis()));
-        }
+        let item = self.job_item(job)?;
         self.client.put_item().table_name(&self.table).set_item(Some(item)).send().await.map_err(aws)?;
         Ok(())
     }
@@ -579,72 +655,17 @@ impl Store for DynamoStore {
     }
 
     async fn apply(&self, id: &str, t: &Transition, return_new: bool) -> Result<Applied, StoreError> {
-        let mut u = Update::default();
-        u.set.push("#status = :status".into());
-        u.values.insert(":status".into(), s(t.status.as_str()));
-        u.set("updated_at", time(&t.now));
-        if let Some(c) = t.attempt_count {
-            u.set("attempt_count", n(c));
-        }
-        u.field("attempts_base", &t.attempts_base, |v| n(v));
-        if t.forgive_attempt {
-            u.set.push("attempts_base = if_not_exists(attempts_base, :zero) + :one".into());
-            u.values.insert(":zero".into(), n(0));
-            u.values.insert(":one".into(), n(1));
-        }
-        u.field("next_attempt_at", &t.next_attempt_at, time);
-        u.field("lease_until", &t.lease_until, time);
-        u.field(TTL, &t.expires_at, |v| n(v));
-        u.field("reason", &t.reason, |v| s(v));
-        match &t.due_at {
-            Field::Keep => {}
-            Field::Set(at) => {
-                u.set(DUE_AT, n(at));
-                u.set(DUE_PK, s(due_pk(due_shard(id, self.due_shards))));
-            }
-            Field::Remove => u.remove.extend([DUE_AT.to_string(), DUE_PK.to_string()]),
-        }
-        if let Some(a) = &t.append_attempt {
-            u.set.push("attempts = list_append(if_not_exists(attempts, :empty), :attempt)".into());
-            u.values.insert(":empty".into(), AttributeValue::L(vec![]));
-            u.values.insert(":attempt".into(), AttributeValue::L(vec![AttributeValue::M(to_item(a)?)]));
-        }
-        if matches!(t.status, DeliveryStatus::Exhausted | DeliveryStatus::Held) {
-            u.set(STATUS_KEY, s(t.status.as_str()));
-            u.set(STATUS_SK, s(time_sk(t.now, id)));
-        } else {
-            u.remove.extend([STATUS_KEY.to_string(), STATUS_SK.to_string()]);
-        }
-        // The guard.
-        let mut cond = vec!["attribute_exists(pk)".to_string()];
-        let names: Vec<String> = t
-            .guard
-            .status
-            .iter()
-            .enumerate()
-            .map(|(i, st)| {
-                let name = format!(":g_status{i}");
-                u.values.insert(name.clone(), s(st.as_str()));
-                name
-            })
-            .collect();
-        cond.push(format!("#status IN ({})", names.join(", ")));
-        cond.push("attempt_count = :g_attempt_count".into());
-        u.values.insert(":g_attempt_count".into(), n(t.guard.attempt_count));
-        if let Some(due) = t.guard.due_at {
-            cond.push(format!("{DUE_AT} = :g_due_at"));
-            u.values.insert(":g_due_at".into(), n(due));
-        }
+        let (update, condition, values) = self.transition_parts(id, t)?;
         let result = self
             .client
             .update_item()
             .table_name(&self.table)
             .key(PK, s(delivery_pk(id)))
             .key(SK, s(DELIVERY_SK))
-            .update_expression(u.expression())
-            .condition_expression(cond.join(" AND "))
+            .update_expression(update)
+            .condition_expression(condition)
             .expression_attribute_names("#status", "status")
-            .set_expression_attribute_values(Some(u.values))
+            .set_expression_attribute_values(Some(values))
             .return_values(if return_new { ReturnValue::AllNew } else { ReturnValue::None })
             .send()
             .await;
@@ -657,6 +678,74 @@ impl Store for DynamoStore {
                 Ok(Applied::Lost)
             }
             Err(e) => Err(aws(e)),
+        }
+    }
+
+    async fn commit(
+        &self,
+        endpoint: EndpointWrite<'_>,
+        delivery: Option<(&str, &Transition)>,
+    ) -> Result<Committed, StoreError> {
+        let mut items = vec![match endpoint {
+            EndpointWrite::Change(change) => self.endpoint_change(change)?,
+            EndpointWrite::Unchanged { tenant_id, id, version } => {
+                let (condition, names, values) = version_guard(version);
+                let check = ConditionCheck::builder()
+                    .table_name(&self.table)
+                    .key(PK, s(tenant_pk(tenant_id)))
+                    .key(SK, s(endpoint_key(id)))
+                    .condition_expression(condition)
+                    .set_expression_attribute_names(Some(names))
+                    .set_expression_attribute_values(Some(values))
+                    .build()
+                    .map_err(aws)?;
+                TransactWriteItem::builder().condition_check(check).build()
+            }
+        }];
+        if let Some((id, t)) = delivery {
+            let (update, condition, values) = self.transition_parts(id, t)?;
+            let update = aws_sdk_dynamodb::types::Update::builder()
+                .table_name(&self.table)
+                .key(PK, s(delivery_pk(id)))
+                .key(SK, s(DELIVERY_SK))
+                .update_expression(update)
+                .condition_expression(condition)
+                .expression_attribute_names("#status", "status")
+                .set_expression_attribute_values(Some(values))
+                .build()
+                .map_err(aws)?;
+            items.push(TransactWriteItem::builder().update(update).build());
+        }
+        if let EndpointWrite::Change(change) = endpoint {
+            for job in &change.jobs {
+                let put = Put::builder()
+                    .table_name(&self.table)
+                    .set_item(Some(self.job_item(job)?))
+                    .condition_expression("attribute_not_exists(pk)")
+                    .build()
+                    .map_err(aws)?;
+                items.push(TransactWriteItem::builder().put(put).build());
+            }
+        }
+        let result = self.client.transact_write_items().set_transact_items(Some(items)).send().await;
+        use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+        match result {
+            Ok(_) => Ok(Committed::Done),
+            Err(e) => match e.as_service_error() {
+                Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
+                    let failed = |i: usize| {
+                        c.cancellation_reasons().get(i).and_then(|r| r.code()) == Some("ConditionalCheckFailed")
+                    };
+                    if delivery.is_some() && failed(1) {
+                        Ok(Committed::DeliveryLost)
+                    } else {
+                        // The endpoint's guard, or a conflicting transaction on one of the
+                        // items: either way the caller re-reads and decides again.
+                        Ok(Committed::EndpointChanged)
+                    }
+                }
+                _ => Err(aws(e)),
+            },
         }
     }
 
@@ -709,37 +798,83 @@ impl Store for DynamoStore {
 
     async fn list_deliveries(&self, q: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError> {
         let limit = q.limit.clamp(1, 100);
-        let mut start = q.cursor.as_deref().map(decode_cursor).transpose()?;
-        let mut data = Vec::new();
-        loop {
-            let mut req = self.client.query().table_name(&self.table).scan_index_forward(q.oldest_first);
-            req = match (&q.endpoint_id, q.status) {
-                (Some(ep), status) => {
-                    // ep_sk is `{created_at}#{id}`: a window on acceptance time is a key range.
-                    let from = q.since.map(|t| time_sk(t, "")).unwrap_or_else(|| "0".into());
-                    let to = q.until.map(|t| time_sk(t, "")).unwrap_or_else(|| "~".into());
-                    let r = req
-                        .index_name(ENDPOINT_INDEX)
-                        .key_condition_expression("ep_pk = :k AND ep_sk BETWEEN :from AND :to")
-                        .expression_attribute_values(":k", s(ep))
-                        .expression_attribute_values(":from", s(from))
-                        .expression_attribute_values(":to", s(to));
-                    match status {
-                        Some(st) => r
-                            .filter_expression("#status = :st")
-                            .expression_attribute_names("#status", "status")
-                            .expression_attribute_values(":st", s(st.as_str())),
-                        None => r,
+        match (&q.endpoint_id, q.status) {
+            (Some(ep), Some(status)) => {
+                let start = q.cursor.as_deref().map(decode_cursor).transpose()?;
+                let (data, next) = self.bucket_page(ep, endpoint_bucket(status), Some(status), q, limit, start).await?;
+                Ok(Page { data, next_cursor: next.map(encode_cursor).transpose()? })
+            }
+            (Some(ep), None) => self.merged_page(ep, q, limit).await,
+            (None, Some(st)) => {
+                let mut start = q.cursor.as_deref().map(decode_cursor).transpose()?;
+                let mut data = Vec::new();
+                loop {
+                    let page = self
+                        .client
+                        .query()
+                        .table_name(&self.table)
+                        .scan_index_forward(q.oldest_first)
+                        .index_name(STATUS_INDEX)
+                        .key_condition_expression("status_key = :k")
+                        .expression_attribute_values(":k", s(st.as_str()))
+                        .limit(i32::try_from(limit - data.len()).unwrap_or(100))
+                        .set_exclusive_start_key(start.take())
+                        .send()
+                        .await
+                        .map_err(aws)?;
+                    for item in page.items.unwrap_or_default() {
+                        data.push(from_item(item)?);
+                    }
+                    match page.last_evaluated_key {
+                        Some(k) if !k.is_empty() => {
+                            if data.len() >= limit {
+                                return Ok(Page { data, next_cursor: Some(encode_cursor(k)?) });
+                            }
+                            start = Some(k);
+                        }
+                        _ => return Ok(Page { data, next_cursor: None }),
                     }
                 }
-                (None, Some(st)) => req
-                    .index_name(STATUS_INDEX)
-                    .key_condition_expression("status_key = :k")
-                    .expression_attribute_values(":k", s(st.as_str())),
-                (None, None) => {
-                    return Err(StoreError::Unsupported("list deliveries by endpoint_id or by status".into()));
-                }
-            };
+            }
+            (None, None) => Err(StoreError::Unsupported("list deliveries by endpoint_id or by status".into())),
+        }
+    }
+}
+
+impl DynamoStore {
+    /// Up to `limit` deliveries of endpoint `ep` in one `by_endpoint` bucket (a key range:
+    /// nothing outside the bucket is read), in `status` when given (the `open` bucket holds
+    /// two), accepted in the query's window, from `start`. Returns them and the key to go on
+    /// from, if there may be more.
+    async fn bucket_page(
+        &self,
+        ep: &str,
+        bucket: &str,
+        status: Option<DeliveryStatus>,
+        q: &DeliveryQuery,
+        limit: usize,
+        mut start: Option<Item>,
+    ) -> Result<(Vec<DeliverySummary>, Option<Item>), StoreError> {
+        let from = format!("{bucket}#{}", q.since.map(|t| time_sk(t, "")).unwrap_or_else(|| "0".into()));
+        let to = format!("{bucket}#{}", q.until.map(|t| time_sk(t, "")).unwrap_or_else(|| "~".into()));
+        let mut data = Vec::new();
+        loop {
+            let mut req = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .scan_index_forward(q.oldest_first)
+                .index_name(ENDPOINT_INDEX)
+                .key_condition_expression("ep_pk = :k AND ep_sk BETWEEN :from AND :to")
+                .expression_attribute_values(":k", s(ep))
+                .expression_attribute_values(":from", s(&from))
+                .expression_attribute_values(":to", s(&to));
+            if let Some(st) = status.filter(|st| matches!(st, DeliveryStatus::Scheduled | DeliveryStatus::Sending)) {
+                req = req
+                    .filter_expression("#status = :st")
+                    .expression_attribute_names("#status", "status")
+                    .expression_attribute_values(":st", s(st.as_str()));
+            }
             let page = req
                 .limit(i32::try_from(limit - data.len()).unwrap_or(100))
                 .set_exclusive_start_key(start.take())
@@ -752,14 +887,90 @@ impl Store for DynamoStore {
             match page.last_evaluated_key {
                 Some(k) if !k.is_empty() => {
                     if data.len() >= limit {
-                        return Ok(Page { data, next_cursor: Some(encode_cursor(k)?) });
+                        return Ok((data, Some(k)));
                     }
                     start = Some(k);
                 }
-                _ => {
-                    return Ok(Page { data, next_cursor: None });
-                }
+                _ => return Ok((data, None)),
             }
         }
+    }
+
+    /// A page of an endpoint's deliveries in any status: the newest (or oldest) `limit` over
+    /// every bucket, merged. The cursor says, per bucket, where to go on (or that it is done).
+    async fn merged_page(
+        &self,
+        ep: &str,
+        q: &DeliveryQuery,
+        limit: usize,
+    ) -> Result<Page<DeliverySummary>, StoreError> {
+        // Per bucket still to read: None = from the start, Some(key) = after key. In the
+        // cursor, a bucket is `{}` (from the start), its key, or null (done).
+        let mut positions: HashMap<String, Option<Item>> = HashMap::new();
+        let mut started = false;
+        if let Some(c) = q.cursor.as_deref() {
+            let json: serde_json::Value =
+                serde_json::from_slice(&B64URL.decode(c).map_err(|_| StoreError::InvalidCursor)?)
+                    .map_err(|_| StoreError::InvalidCursor)?;
+            let buckets = json.get("buckets").and_then(|b| b.as_object()).ok_or(StoreError::InvalidCursor)?;
+            for (bucket, at) in buckets {
+                let key = match at {
+                    serde_json::Value::Null => continue,
+                    serde_json::Value::Object(o) if o.is_empty() => None,
+                    other => Some(serde_dynamo::to_item(other.clone()).map_err(|_| StoreError::InvalidCursor)?),
+                };
+                positions.insert(bucket.clone(), key);
+            }
+            started = true;
+        }
+        let mut fetched = Vec::new();
+        let mut next_keys: HashMap<&str, Option<Item>> = HashMap::new();
+        for bucket in ENDPOINT_BUCKETS {
+            let start = match positions.get(bucket) {
+                Some(start) => start.clone(),
+                None if started => continue,
+                None => None,
+            };
+            let (items, next) = self.bucket_page(ep, bucket, None, q, limit, start).await?;
+            next_keys.insert(bucket, next);
+            fetched.extend(items.into_iter().map(|d| (bucket, d)));
+        }
+        let order = |d: &DeliverySummary| (d.created_at, d.id.clone());
+        fetched.sort_by_key(|(_, d)| order(d));
+        if !q.oldest_first {
+            fetched.reverse();
+        }
+        let rest = fetched.split_off(fetched.len().min(limit));
+        let mut cursor = serde_json::Map::new();
+        for bucket in ENDPOINT_BUCKETS {
+            if !next_keys.contains_key(bucket) {
+                continue; // done before this page
+            }
+            let unread = rest.iter().any(|(b, _)| *b == bucket);
+            let position = if unread {
+                // Go on after the last one taken from this bucket (or where it started).
+                match fetched.iter().rev().find(|(b, _)| *b == bucket) {
+                    Some((_, d)) => Some(Item::from([
+                        (PK.to_string(), s(delivery_pk(&d.id))),
+                        (SK.to_string(), s(DELIVERY_SK)),
+                        (EP_PK.to_string(), s(ep)),
+                        (EP_SK.to_string(), s(endpoint_sk(d.status, d.created_at, &d.id))),
+                    ])),
+                    None => positions.get(bucket).cloned().flatten(),
+                }
+            } else {
+                next_keys.get(bucket).cloned().flatten()
+            };
+            let value = match position {
+                Some(key) => from_item::<serde_json::Value>(key)?,
+                None if unread => serde_json::Value::Object(serde_json::Map::new()),
+                None => serde_json::Value::Null,
+            };
+            cursor.insert(bucket.to_string(), value);
+        }
+        let data = fetched.into_iter().map(|(_, d)| d).collect();
+        let open = cursor.values().any(|v| !v.is_null());
+        let next_cursor = open.then(|| B64URL.encode(serde_json::json!({ "buckets": cursor }).to_string()));
+        Ok(Page { data, next_cursor })
     }
 }

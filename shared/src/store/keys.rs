@@ -103,6 +103,30 @@ pub fn due_pk(shard: u32) -> String {
     format!("DUE#{shard}")
 }
 
+/// The `by_endpoint` bucket of a status: `open` (scheduled, sending), `held`, `exhausted`,
+/// `delivered`.
+pub fn endpoint_bucket(status: crate::model::DeliveryStatus) -> &'static str {
+    use crate::model::DeliveryStatus as S;
+    match status {
+        S::Scheduled | S::Sending => "open",
+        S::Held => "held",
+        S::Exhausted => "exhausted",
+        S::Delivered => "delivered",
+    }
+}
+
+/// Every `by_endpoint` bucket.
+pub const ENDPOINT_BUCKETS: [&str; 4] = ["open", "held", "exhausted", "delivered"];
+
+/// `{bucket}#{created_at}#{id}`: a delivery's `by_endpoint` sort key.
+pub fn endpoint_sk(
+    status: crate::model::DeliveryStatus,
+    created_at: chrono::DateTime<chrono::Utc>,
+    id: &str,
+) -> String {
+    format!("{}#{}", endpoint_bucket(status), time_sk(created_at, id))
+}
+
 /// A sortable `{time}#{id}` sort key (RFC 3339, milliseconds, `Z`).
 pub fn time_sk(at: chrono::DateTime<chrono::Utc>, id: &str) -> String {
     format!("{}#{id}", at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))

@@ -17,15 +17,19 @@
 //! GSIs (all sparse):
 //! - `due`: `due_pk` = `DUE#{shard}` (hash of the id, [`keys::due_shard`]), `due_at` (number,
 //!   milliseconds). Holds only in-flight deliveries; see [`crate::lifecycle`].
-//! - `by_endpoint`: `ep_pk` = endpoint id, `ep_sk` = `{created_at}#{id}`.
+//! - `by_endpoint`: `ep_pk` = endpoint id, `ep_sk` = `{bucket}#{created_at}#{id}`, where the
+//!   bucket is `open` (scheduled or sending), `held`, `exhausted` or `delivered`
+//!   ([`keys::endpoint_bucket`]): an endpoint's held or unfinished deliveries are a key range
+//!   read without touching its history; a claim (scheduled to sending) keeps the key.
 //! - `by_status`: `status_key` = `exhausted` or `held` (only those states; the dead-letter
 //!   list), `status_sk` = `{updated_at}#{id}`.
 
 pub mod dynamo;
 pub mod keys;
 
+use crate::endpoint_lifecycle::Change;
 use crate::lifecycle::{DueItem, Transition};
-use crate::model::{Delivery, DeliveryStatus, Disabled, Endpoint, Job, StoredEvent};
+use crate::model::{Delivery, DeliveryStatus, Endpoint, Job, StoredEvent};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -160,6 +164,33 @@ pub struct Inserted {
     pub deliveries: Vec<bool>,
 }
 
+/// The endpoint part of a [`Store::commit`].
+#[derive(Debug, Clone, Copy)]
+pub enum EndpointWrite<'a> {
+    /// Write this change (guarded by its expected version) and create its jobs.
+    Change(&'a Change),
+    /// Write nothing to the endpoint; only require that it is still at `version`.
+    Unchanged {
+        /// Tenant.
+        tenant_id: &'a str,
+        /// Endpoint id.
+        id: &'a str,
+        /// The version read.
+        version: u64,
+    },
+}
+
+/// What a [`Store::commit`] came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Committed {
+    /// Everything was written.
+    Done,
+    /// Nothing was written: the endpoint is gone or no longer at the version read.
+    EndpointChanged,
+    /// Nothing was written: the delivery's guard did not hold.
+    DeliveryLost,
+}
+
 /// Whether a guarded transition applied.
 #[derive(Debug, Clone)]
 pub enum Applied {
@@ -183,21 +214,20 @@ pub trait Store: Send + Sync {
     async fn find_endpoint(&self, id: &str) -> Result<Option<Endpoint>, StoreError>;
     /// Every endpoint of a tenant: one strongly consistent Query (paged past 1 MB).
     async fn tenant_endpoints(&self, tenant_id: &str) -> Result<Vec<Endpoint>, StoreError>;
-    /// Replaces an endpoint's configuration (PATCH).
-    ///
-    /// # Errors
-    /// [`StoreError::Unsupported`] when it does not exist.
-    async fn put_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError>;
-    /// Disables an enabled endpoint; false when it was already disabled or is gone.
-    async fn disable_endpoint(&self, tenant_id: &str, id: &str, disabled: &Disabled) -> Result<bool, StoreError>;
-    /// Enables an endpoint and zeroes its failure count; false when it is gone.
-    async fn enable_endpoint(&self, tenant_id: &str, id: &str, now: DateTime<Utc>) -> Result<bool, StoreError>;
     /// Adds one to the endpoint's failures in a row and returns the new count (None: gone).
+    /// A counter, not state: no version check, no version bump.
     async fn count_failure(&self, tenant_id: &str, id: &str) -> Result<Option<u32>, StoreError>;
-    /// Zeroes the endpoint's failures in a row.
+    /// Zeroes the endpoint's failures in a row (a counter; see [`Store::count_failure`]).
     async fn reset_failures(&self, tenant_id: &str, id: &str) -> Result<(), StoreError>;
-    /// Records (or clears) the delivery out as the endpoint's half-open probe.
-    async fn set_probe(&self, tenant_id: &str, id: &str, delivery_id: Option<&str>) -> Result<(), StoreError>;
+    /// Writes, in one TransactWriteItems, an endpoint transition (or only a check that the
+    /// endpoint is still at a version) with its jobs and, when given, a guarded delivery
+    /// transition: all of it or nothing. The one way an endpoint's configuration or state is
+    /// written after its creation (see [`crate::endpoint_lifecycle`]).
+    async fn commit(
+        &self,
+        endpoint: EndpointWrite<'_>,
+        delivery: Option<(&str, &Transition)>,
+    ) -> Result<Committed, StoreError>;
     /// Deletes an endpoint and its pointer.
     async fn delete_endpoint(&self, tenant_id: &str, id: &str) -> Result<(), StoreError>;
     /// A page of a tenant's endpoints.

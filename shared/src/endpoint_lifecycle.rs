@@ -1,0 +1,273 @@
+//! The one place that owns an endpoint's state transitions, as [`crate::lifecycle`] owns a
+//! delivery's.
+//!
+//! ```text
+//!            disable (manual), a disable code such as 410 (gone)
+//!  enabled ------------------------------------------------------> disabled
+//!     |   circuit breaker: N failed attempts in a row                  |
+//!     '------------------------------------> paused                    |
+//!                                   probe out |  ^ probe failed        |
+//!                                             v  |                     |
+//!                                           probing --probe 2xx--> enabled
+//!  paused, probing --disable (manual) or a disable code--> disabled (probing ends)
+//!  disabled, paused, probing --enable--> enabled
+//! ```
+//!
+//! Who moves it: an operator (`disable`, `enable`, `PATCH`, `rotate-secret` through
+//! [`crate::service::admin`]), deliver (a disable code, the circuit breaker, the probe's
+//! outcome) and the sweeper's probe job. Each function here returns a [`Change`]: the endpoint
+//! as it must be stored, the version it must still have (the guard), and the jobs that must
+//! follow the transition. The store writes all of it in one TransactWriteItems
+//! ([`crate::store::Store::commit`]), so a transition and its side effects (hold, notify,
+//! release, the next probe) are recorded together or not at all; the jobs sit in the due
+//! index and the sweeper finishes whatever the caller did not finish inline, so a failed AWS
+//! call or a dead process cannot leave one undone. A write whose guard lost (someone changed
+//! the endpoint since it was read) is re-read and decided again by the caller.
+//!
+//! What each state does to deliveries (deliver reads the endpoint with a strongly consistent
+//! GetItem after its claim and right before its POST, whatever path queued the attempt):
+//! - **enabled**: attempted under the retry policy.
+//! - **disabled**, **paused**: new events are stored and held when they come up; scheduled
+//!   deliveries are held (the hold job, and deliver when one comes due); an attempt in flight
+//!   finishes and is recorded; held ones wait for `enable` (or the probe).
+//! - **probing**: as paused, except the one probe delivery, which is attempted.
+//!
+//! The failures-in-a-row counter is not state: it moves with an atomic ADD
+//! ([`crate::store::Store::count_failure`]) and no versioned write touches it, except the
+//! ones that reset it (enable, a successful probe).
+
+use crate::clock::Random;
+use crate::model::{
+    Disabled, Endpoint, EndpointState, Job, JobKind, REASON_CIRCUIT_BREAKER, REASON_GONE, REASON_MANUAL,
+};
+use chrono::{DateTime, Duration, Utc};
+
+/// A guarded change of an endpoint: write `endpoint` only while the stored one is still at
+/// `expected_version`, and create `jobs` with it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    /// The version read; the write loses when the stored version differs.
+    pub expected_version: u64,
+    /// The endpoint as it must be stored (`version` = `expected_version` + 1).
+    pub endpoint: Endpoint,
+    /// Zero the failures-in-a-row counter in the same write.
+    pub reset_failures: bool,
+    /// Work that must follow the transition, written with it (see the module docs).
+    pub jobs: Vec<Job>,
+}
+
+/// A new running job of `kind` on `ep`, first due at `run_at`.
+pub fn new_job(random: &Random, ep: &Endpoint, kind: JobKind, now: DateTime<Utc>, run_at: DateTime<Utc>) -> Job {
+    Job {
+        id: format!("job_{}", random.ulid(now)),
+        kind,
+        tenant_id: ep.tenant_id.clone(),
+        endpoint_id: ep.id.clone(),
+        status: "running".into(),
+        since: None,
+        until: None,
+        cursor: None,
+        processed: 0,
+        run_at: Some(run_at),
+        created_at: now,
+        updated_at: now,
+    }
+}
+
+fn next(ep: &Endpoint, now: DateTime<Utc>) -> Endpoint {
+    let mut e = ep.clone();
+    e.version = ep.version + 1;
+    e.updated_at = now;
+    e
+}
+
+/// `now` plus `seconds`, at most [`crate::policy::MAX_WAIT_SECONDS`].
+fn after(now: DateTime<Utc>, seconds: u64) -> DateTime<Utc> {
+    now + Duration::seconds(i64::try_from(seconds.min(crate::policy::MAX_WAIT_SECONDS)).unwrap_or(0))
+}
+
+/// A change of configuration (PATCH, secret rotation): `apply` edits a copy; the state is
+/// left as it is.
+///
+/// # Errors
+/// Whatever `apply` returns.
+pub fn configure<E>(
+    ep: &Endpoint,
+    now: DateTime<Utc>,
+    apply: impl FnOnce(&mut Endpoint) -> Result<(), E>,
+) -> Result<Change, E> {
+    let mut e = next(ep, now);
+    apply(&mut e)?;
+    // State fields are this module's; a configuration change never moves them.
+    e.enabled = ep.enabled;
+    e.disabled = ep.disabled.clone();
+    e.probe_delivery_id = ep.probe_delivery_id.clone();
+    e.version = ep.version + 1;
+    Ok(Change { expected_version: ep.version, endpoint: e, reset_failures: false, jobs: Vec::new() })
+}
+
+/// Stops an endpoint for `disabled.reason`:
+/// - from enabled, any reason: disabled (or paused for `circuit_breaker`), with a hold job, a
+///   notify job and, for a pause with `auto_resume`, the probe job after the cool-down;
+/// - from paused or probing, `manual` or `gone`: disabled for that reason, probing ends (an
+///   operator's disable wins over the breaker's auto-resume);
+/// - otherwise (already disabled, or the breaker on a paused endpoint): `None`, no change.
+pub fn disable(ep: &Endpoint, now: DateTime<Utc>, disabled: Disabled, random: &Random) -> Option<Change> {
+    let reason = disabled.reason.clone();
+    match (ep.state(), reason.as_str()) {
+        (EndpointState::Enabled, _) => {}
+        (EndpointState::Paused | EndpointState::Probing(_), REASON_MANUAL | REASON_GONE) => {}
+        _ => return None,
+    }
+    let mut e = next(ep, now);
+    e.enabled = false;
+    e.disabled = Some(disabled);
+    e.probe_delivery_id = None;
+    let mut jobs = vec![new_job(random, ep, JobKind::Hold, now, now), new_job(random, ep, JobKind::Notify, now, now)];
+    if reason == REASON_CIRCUIT_BREAKER && ep.auto_resume {
+        jobs.push(new_job(random, ep, JobKind::Probe, now, after(now, ep.auto_resume_after_seconds)));
+    }
+    Some(Change { expected_version: ep.version, endpoint: e, reset_failures: false, jobs })
+}
+
+/// Starts an endpoint again from any state: enabled, failures zeroed, no probe, and a release
+/// job that gives back its held deliveries at a bounded rate. From enabled it changes nothing
+/// but still starts a release job (harmless: it finds nothing held).
+pub fn enable(ep: &Endpoint, now: DateTime<Utc>, random: &Random) -> Change {
+    let mut e = next(ep, now);
+    e.enabled = true;
+    e.disabled = None;
+    e.probe_delivery_id = None;
+    e.consecutive_failures = 0;
+    let jobs = vec![new_job(random, ep, JobKind::Release, now, now)];
+    Change { expected_version: ep.version, endpoint: e, reset_failures: true, jobs }
+}
+
+/// Paused to probing, with `delivery_id` (a held delivery, released in the same write) as the
+/// probe. `None` unless paused.
+pub fn probe_out(ep: &Endpoint, delivery_id: &str, now: DateTime<Utc>) -> Option<Change> {
+    if ep.state() != EndpointState::Paused {
+        return None;
+    }
+    let mut e = next(ep, now);
+    e.probe_delivery_id = Some(delivery_id.to_string());
+    Some(Change { expected_version: ep.version, endpoint: e, reset_failures: false, jobs: Vec::new() })
+}
+
+/// The probe `delivery_id` failed: back to paused, with the next probe job after
+/// `cool_down_seconds` (0 when the probe could not be sent at all and says nothing of the
+/// receiver). `None` unless probing with that delivery.
+pub fn probe_failed(
+    ep: &Endpoint,
+    delivery_id: &str,
+    now: DateTime<Utc>,
+    cool_down_seconds: u64,
+    random: &Random,
+) -> Option<Change> {
+    if ep.state() != EndpointState::Probing(delivery_id) {
+        return None;
+    }
+    let mut e = next(ep, now);
+    e.probe_delivery_id = None;
+    let at = after(now, cool_down_seconds);
+    let jobs = vec![new_job(random, ep, JobKind::Probe, now, at)];
+    Some(Change { expected_version: ep.version, endpoint: e, reset_failures: false, jobs })
+}
+
+/// The probe `delivery_id` succeeded: enabled, as [`enable`]. `None` unless probing with
+/// that delivery.
+pub fn probe_succeeded(ep: &Endpoint, delivery_id: &str, now: DateTime<Utc>, random: &Random) -> Option<Change> {
+    (ep.state() == EndpointState::Probing(delivery_id)).then(|| enable(ep, now, random))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::RetryPolicy;
+
+    fn ep() -> Endpoint {
+        let now = Utc::now();
+        Endpoint {
+            id: "ep_1".into(),
+            tenant_id: "t".into(),
+            url: "https://example.com".into(),
+            event_types: None,
+            retry_policy: RetryPolicy::standard(),
+            secret: "whsec_AAAA".into(),
+            enabled: true,
+            disabled: None,
+            consecutive_failures: 3,
+            circuit_breaker_threshold: 5,
+            auto_resume: true,
+            auto_resume_after_seconds: 60,
+            previous_secret: None,
+            previous_secret_expires_at: None,
+            probe_delivery_id: None,
+            version: 7,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
+    fn why(reason: &str) -> Disabled {
+        Disabled { reason: reason.into(), at: Utc::now(), status_code: None, delivery_id: None }
+    }
+
+    fn kinds(c: &Change) -> Vec<JobKind> {
+        c.jobs.iter().map(|j| j.kind).collect()
+    }
+
+    #[test]
+    fn every_change_is_guarded_by_the_version_read_and_bumps_it() {
+        let r = Random::seeded(1);
+        let now = Utc::now();
+        let c = disable(&ep(), now, why(REASON_MANUAL), &r).unwrap();
+        assert_eq!((c.expected_version, c.endpoint.version), (7, 8));
+        let c = configure::<()>(&ep(), now, |e| {
+            e.url = "https://other.example.com".into();
+            e.enabled = false; // not a configuration field: ignored
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!((c.expected_version, c.endpoint.version, c.endpoint.enabled), (7, 8, true));
+        assert_eq!(enable(&ep(), now, &r).expected_version, 7);
+    }
+
+    #[test]
+    fn the_breaker_pauses_with_a_probe_and_a_manual_disable_of_a_paused_endpoint_wins() {
+        let r = Random::seeded(1);
+        let now = Utc::now();
+        let paused = disable(&ep(), now, why(REASON_CIRCUIT_BREAKER), &r).unwrap();
+        assert_eq!(kinds(&paused), [JobKind::Hold, JobKind::Notify, JobKind::Probe]);
+        assert_eq!(paused.endpoint.state(), EndpointState::Paused);
+        assert!(disable(&paused.endpoint, now, why(REASON_CIRCUIT_BREAKER), &r).is_none());
+
+        let probing = probe_out(&paused.endpoint, "dlv_1", now).unwrap().endpoint;
+        assert_eq!(probing.state(), EndpointState::Probing("dlv_1"));
+        assert!(probing.accepts("dlv_1") && !probing.accepts("dlv_2"));
+
+        let manual = disable(&probing, now, why(REASON_MANUAL), &r).unwrap();
+        assert_eq!(manual.endpoint.state(), EndpointState::Disabled);
+        assert_eq!(kinds(&manual), [JobKind::Hold, JobKind::Notify], "no probe after a manual disable");
+        assert!(probe_succeeded(&manual.endpoint, "dlv_1", now, &r).is_none());
+
+        let gone = disable(&probing, now, why(REASON_GONE), &r).unwrap();
+        assert_eq!(gone.endpoint.disabled.unwrap().reason, REASON_GONE);
+    }
+
+    #[test]
+    fn a_probe_resumes_or_goes_back_to_paused_with_the_next_probe() {
+        let r = Random::seeded(1);
+        let now = Utc::now();
+        let paused = disable(&ep(), now, why(REASON_CIRCUIT_BREAKER), &r).unwrap().endpoint;
+        let probing = probe_out(&paused, "dlv_1", now).unwrap().endpoint;
+        assert!(probe_failed(&probing, "dlv_2", now, 60, &r).is_none(), "only the probe's own outcome counts");
+        let failed = probe_failed(&probing, "dlv_1", now, 60, &r).unwrap();
+        assert_eq!(failed.endpoint.state(), EndpointState::Paused);
+        assert_eq!(failed.jobs[0].run_at, Some(now + Duration::seconds(60)));
+        let ok = probe_succeeded(&probing, "dlv_1", now, &r).unwrap();
+        assert_eq!(ok.endpoint.state(), EndpointState::Enabled);
+        assert!(ok.reset_failures);
+        assert_eq!(kinds(&ok), [JobKind::Release]);
+    }
+}
