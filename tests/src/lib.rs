@@ -215,6 +215,10 @@ pub enum Reply {
     WithHeaders(u16, Vec<(&'static str, String)>),
     /// Sleep this long, then 200.
     Hang(Duration),
+    /// Sleep this long, then answer this status.
+    SlowStatus(Duration, u16),
+    /// This status with this body, byte for byte.
+    Body(u16, Vec<u8>),
 }
 
 /// A request a receiver got.
@@ -271,6 +275,11 @@ async fn receive(State(script): State<Arc<Mutex<Script>>>, headers: HeaderMap, b
             tokio::time::sleep(d).await;
             StatusCode::OK.into_response()
         }
+        Reply::SlowStatus(d, code) => {
+            tokio::time::sleep(d).await;
+            StatusCode::from_u16(code).expect("status").into_response()
+        }
+        Reply::Body(code, body) => (StatusCode::from_u16(code).expect("status"), body).into_response(),
     }
 }
 
@@ -318,6 +327,76 @@ impl Receiver {
     /// How many requests so far.
     pub fn count(&self) -> usize {
         self.script.lock().expect("script").hits.len()
+    }
+}
+
+/// A [`webhooks::notify::Notifier`] that keeps what it was told: (endpoint id, reason).
+#[derive(Default, Clone)]
+pub struct RecordingNotifier(pub Arc<Mutex<Vec<(String, String)>>>);
+
+impl RecordingNotifier {
+    /// Every notification so far.
+    pub fn sent(&self) -> Vec<(String, String)> {
+        self.0.lock().expect("notifications").clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl webhooks::notify::Notifier for RecordingNotifier {
+    async fn endpoint_disabled(&self, endpoint: &Endpoint, disabled: &webhooks::model::Disabled) {
+        self.0.lock().expect("notifications").push((endpoint.id.clone(), disabled.reason.clone()));
+    }
+}
+
+/// A [`webhooks::queue::Queue`] that runs a [`Hook`] (called with `queue_send`) before every
+/// send, which may fail it.
+pub struct HookedQueue {
+    inner: Arc<dyn webhooks::queue::Queue>,
+    hook: Hook,
+}
+
+impl HookedQueue {
+    /// `app` with its queue wrapped.
+    pub fn wrap(app: App, hook: Hook) -> App {
+        let mut app = app;
+        app.queue = Arc::new(Self { inner: app.queue.clone(), hook });
+        app
+    }
+}
+
+#[async_trait::async_trait]
+impl webhooks::queue::Queue for HookedQueue {
+    async fn send(&self, messages: &[webhooks::lifecycle::Enqueue]) -> Result<(), webhooks::queue::QueueError> {
+        (self.hook)("queue_send").await.map_err(|e| webhooks::queue::QueueError(e.to_string()))?;
+        self.inner.send(messages).await
+    }
+}
+
+/// Counts the DynamoDB Query requests a client makes (an SDK interceptor).
+#[derive(Debug, Default, Clone)]
+pub struct QueryCounter(pub Arc<std::sync::atomic::AtomicUsize>);
+
+impl QueryCounter {
+    /// Queries so far.
+    pub fn count(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl aws_sdk_dynamodb::config::Intercept for QueryCounter {
+    fn name(&self) -> &'static str {
+        "QueryCounter"
+    }
+
+    fn read_before_execution(
+        &self,
+        context: &aws_sdk_dynamodb::config::interceptors::BeforeSerializationInterceptorContextRef<'_>,
+        _cfg: &mut aws_sdk_dynamodb::config::ConfigBag,
+    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+        if context.input().downcast_ref::<aws_sdk_dynamodb::operation::query::QueryInput>().is_some() {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        Ok(())
     }
 }
 

@@ -5,8 +5,8 @@ use crate::endpoint_lifecycle;
 use crate::error::ServiceError;
 use crate::lifecycle;
 use crate::model::{
-    Attempt, DEFAULT_BREAKER_THRESHOLD, DEFAULT_COOLDOWN_SECONDS, Delivery, DeliveryStatus, Disabled, Endpoint, Job,
-    JobKind, REASON_MANUAL,
+    Attempt, DEFAULT_BREAKER_THRESHOLD, DEFAULT_COOLDOWN_SECONDS, Delivery, DeliveryStatus, Disabled, Endpoint,
+    EndpointState, Job, JobKind, REASON_MANUAL,
 };
 use crate::policy::RetryPolicy;
 use crate::service::health;
@@ -31,6 +31,10 @@ pub struct EndpointView {
     pub retry_policy: RetryPolicy,
     /// Whether it receives attempts.
     pub enabled: bool,
+    /// `enabled`, `disabled` (an operator, or a disable code such as 410), `paused` (the
+    /// circuit breaker) or `probing` (paused, with one held delivery out as the half-open
+    /// probe); see [`crate::endpoint_lifecycle`].
+    pub state: &'static str,
     /// Why and when it was disabled, while it is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disabled: Option<Disabled>,
@@ -57,7 +61,14 @@ pub struct EndpointView {
 impl EndpointView {
     /// The view of `ep`, with its secret when `with_secret`.
     pub fn of(ep: Endpoint, with_secret: bool) -> Self {
+        let state = match ep.state() {
+            EndpointState::Enabled => "enabled",
+            EndpointState::Disabled => "disabled",
+            EndpointState::Paused => "paused",
+            EndpointState::Probing(_) => "probing",
+        };
         Self {
+            state,
             id: ep.id,
             tenant_id: ep.tenant_id,
             url: ep.url,
@@ -471,8 +482,12 @@ pub struct DeliveryView {
     pub attempt_count: u32,
     /// When the next attempt is due; absent unless `scheduled`.
     pub next_attempt_at: Option<DateTime<Utc>>,
-    /// Every attempt, oldest first.
+    /// The most recent attempts (at most [`crate::lifecycle::MAX_KEPT_ATTEMPTS`]), oldest
+    /// first.
     pub attempts: Vec<Attempt>,
+    /// How many older attempts are no longer listed in `attempts` (0 is left out).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub attempts_dropped: u32,
     /// Accepted at.
     pub created_at: DateTime<Utc>,
     /// Last change.
@@ -496,12 +511,17 @@ impl From<Delivery> for DeliveryView {
             attempt_count: d.attempt_count,
             next_attempt_at: d.next_attempt_at,
             attempts: d.attempts,
+            attempts_dropped: d.attempts_dropped,
             created_at: d.created_at,
             updated_at: d.updated_at,
             reason: d.reason,
             expires_at: d.expires_at.and_then(|s| DateTime::from_timestamp(s, 0)),
         }
     }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// A delivery with its attempts.

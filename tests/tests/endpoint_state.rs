@@ -1,0 +1,373 @@
+//! Endpoint state you can trust: every attempt sees the endpoint as it is now, endpoint
+//! changes are guarded transitions, their side effects survive a failed AWS call, and no step
+//! reads an endpoint's history to find its held deliveries.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use webhooks::lifecycle::AttemptMessage;
+use webhooks::service::{admin, deliver};
+use webhooks::store::StoreError;
+use webhooks_local::Options;
+use webhooks_tests::{
+    BoxFuture, Hook, HookedQueue, QueryCounter, Receiver, RecordingNotifier, Reply, Serialized, Stack, eventually,
+};
+
+const WITHIN: Duration = Duration::from_secs(30);
+
+fn no_pollers() -> Options {
+    Options { pollers: 0, sweeper: false, ..Options::default() }
+}
+
+async fn endpoint(stack: &Stack, url: &str, extra: Value) -> Value {
+    let mut body = json!({"tenant_id": "acme", "url": url});
+    body.as_object_mut().unwrap().extend(extra.as_object().cloned().unwrap_or_default());
+    let (status, ep) = stack.call(Method::POST, "/v1/endpoints", Some(body)).await;
+    assert_eq!(status, 201, "{ep}");
+    ep
+}
+
+async fn get_endpoint(stack: &Stack, id: &str) -> Value {
+    stack.call(Method::GET, &format!("/v1/endpoints/{id}"), None).await.1
+}
+
+fn first_delivery(accepted: &Value) -> String {
+    accepted["deliveries"][0]["id"].as_str().unwrap().to_string()
+}
+
+fn one_second_retries() -> Value {
+    json!({"retry_policy": {"schedule_seconds": [1, 1, 1, 1, 1], "max_attempts": 6}})
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_attempt_starts_after_disable_has_answered_and_the_delivery_is_held_with_its_history() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::SlowStatus(Duration::from_millis(1200), 503)).await;
+    let ep = endpoint(&stack, &rx.url, one_second_retries()).await;
+    let id = first_delivery(&stack.event("acme", "order.paid", json!({"n": 1})).await);
+    // Attempt 2 is in flight (it arrived; the receiver answers 1.2 s later).
+    eventually("attempt 2 in flight", WITHIN, || async { rx.count() >= 2 }).await;
+    let (status, _) =
+        stack.call(Method::POST, &format!("/v1/endpoints/{}/disable", ep["id"].as_str().unwrap()), None).await;
+    assert_eq!(status, 200);
+    let answered = Instant::now();
+    let d = stack.wait_status(&id, "held", WITHIN).await;
+    let late: Vec<_> = rx.hits().into_iter().filter(|h| h.at > answered).map(|h| h.header("webhook-attempt")).collect();
+    assert!(late.is_empty(), "attempts started after disable answered: {late:?}");
+    assert_eq!(d["attempts"].as_array().unwrap().len(), 2, "the in-flight attempt finished and was recorded: {d:#}");
+    assert_eq!(d["attempts"][1]["status_code"], 503);
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_attempt_after_a_url_patch_answered_goes_to_the_new_url() {
+    let stack = Stack::start(|_| {}).await;
+    let old = Receiver::start(Reply::Status(503)).await;
+    let new = Receiver::start(Reply::Status(200)).await;
+    let ep = endpoint(&stack, &old.url, one_second_retries()).await;
+    let id = first_delivery(&stack.event("acme", "order.paid", json!({"n": 1})).await);
+    stack.wait_delivery(&id, WITHIN, |d| d["attempt_count"] == 2 && d["status"] == "scheduled").await;
+    let path = format!("/v1/endpoints/{}", ep["id"].as_str().unwrap());
+    let (status, body) = stack.call(Method::PATCH, &path, Some(json!({"url": new.url}))).await;
+    assert_eq!(status, 200, "{body}");
+    let d = stack.wait_status(&id, "delivered", WITHIN).await;
+    assert_eq!((old.count(), new.count()), (2, 1), "{d:#}");
+    assert_eq!(new.hits()[0].header("webhook-attempt"), "3");
+    stack.stop().await;
+}
+
+/// A store hook that blocks the first `commit` after it is armed until released.
+struct Gate {
+    armed: AtomicBool,
+    reached: AtomicBool,
+    release: tokio::sync::Notify,
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_breaker_that_opens_while_a_patch_is_in_flight_is_not_lost_and_its_probe_still_runs() {
+    let gate = Arc::new(Gate {
+        armed: AtomicBool::new(false),
+        reached: AtomicBool::new(false),
+        release: tokio::sync::Notify::new(),
+    });
+    let g = gate.clone();
+    let hook: Hook = Arc::new(move |call| {
+        let g = g.clone();
+        Box::pin(async move {
+            if call == "commit" && g.armed.swap(false, Ordering::SeqCst) {
+                g.reached.store(true, Ordering::SeqCst);
+                g.release.notified().await;
+            }
+            Ok(())
+        }) as BoxFuture<Result<(), StoreError>>
+    });
+    let stack = Stack::start_wrapped(|_| {}, Options::default(), |app| Serialized::hooked(&app, Some(hook))).await;
+    let down = Receiver::start(Reply::Status(503)).await;
+    let up = Receiver::start(Reply::Status(200)).await;
+    let extra = json!({"retry_policy": {"schedule_seconds": [1], "max_attempts": 5},
+        "circuit_breaker_threshold": 1, "auto_resume": true, "auto_resume_after_seconds": 1});
+    let ep = endpoint(&stack, &down.url, extra).await;
+    let ep_id = ep["id"].as_str().unwrap().to_string();
+
+    // The PATCH reads the endpoint, then its write waits at the gate.
+    gate.armed.store(true, Ordering::SeqCst);
+    let patch = {
+        let (http, url) = (stack.http.clone(), format!("{}/v1/endpoints/{ep_id}", stack.base));
+        let body = json!({"url": up.url});
+        tokio::spawn(async move { http.patch(url).json(&body).send().await.unwrap().status().as_u16() })
+    };
+    eventually("the PATCH at its write", WITHIN, || async { gate.reached.load(Ordering::SeqCst) }).await;
+    // Meanwhile the breaker opens.
+    let id = first_delivery(&stack.event("acme", "order.paid", json!({"n": 1})).await);
+    eventually("the breaker open", WITHIN, || async { get_endpoint(&stack, &ep_id).await["enabled"] == false }).await;
+    gate.release.notify_one();
+    assert_eq!(patch.await.unwrap(), 200);
+
+    let after = get_endpoint(&stack, &ep_id).await;
+    assert_eq!(after["url"], up.url.as_str(), "the PATCH applied: {after:#}");
+    // No lost update: the pause stands or its probe already resumed the endpoint through the
+    // new URL; either way nothing is stuck.
+    let d = stack.wait_status(&id, "delivered", WITHIN).await;
+    assert_eq!(up.count(), 1, "{d:#}");
+    eventually("the endpoint resumed", WITHIN, || async { get_endpoint(&stack, &ep_id).await["enabled"] == true })
+        .await;
+    stack.stop().await;
+}
+
+async fn paused_endpoint(stack: &Stack, rx: &Receiver, policy: Value) -> (String, String) {
+    let extra = json!({"retry_policy": policy, "circuit_breaker_threshold": 1, "auto_resume": true,
+        "auto_resume_after_seconds": 1});
+    let ep = endpoint(stack, &rx.url, extra).await;
+    let ep_id = ep["id"].as_str().unwrap().to_string();
+    let id = first_delivery(&stack.event("acme", "order.paid", json!({"n": 1})).await);
+    stack.wait_status(&id, "held", WITHIN).await;
+    assert_eq!(get_endpoint(stack, &ep_id).await["disabled"]["reason"], "circuit_breaker");
+    (ep_id, id)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_manual_disable_of_a_paused_endpoint_wins_and_no_probe_follows() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(503)).await;
+    let (ep_id, id) = paused_endpoint(&stack, &rx, json!({"schedule_seconds": [1], "max_attempts": 5})).await;
+    let (status, body) = stack.call(Method::POST, &format!("/v1/endpoints/{ep_id}/disable"), None).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["disabled"]["reason"], "manual", "{body:#}");
+    rx.set_default(Reply::Status(200));
+    let hits = rx.count();
+    // Absence can only be seen over time: three cool-downs (1 s) and sweeper ticks (1 s).
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(rx.count(), hits, "a probe went out after a manual disable");
+    let ep = get_endpoint(&stack, &ep_id).await;
+    assert_eq!((ep["enabled"].clone(), ep["disabled"]["reason"].clone()), (json!(false), json!("manual")));
+    assert_eq!(stack.delivery(&id).await["status"], "held");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_probe_answered_with_a_disable_code_disables_the_endpoint_as_gone_and_tells_the_owner() {
+    let notes = RecordingNotifier::default();
+    let n = notes.clone();
+    let stack = Stack::start_wrapped(|_| {}, Options::default(), move |app| app.with_notifier(Arc::new(n))).await;
+    let rx = Receiver::start(Reply::Status(503)).await;
+    let policy = json!({"schedule_seconds": [1], "max_attempts": 5, "disable_on": [410]});
+    let (ep_id, id) = paused_endpoint(&stack, &rx, policy).await;
+    rx.set_default(Reply::Status(410));
+    eventually("disabled as gone", WITHIN, || async {
+        get_endpoint(&stack, &ep_id).await["disabled"]["reason"] == "gone"
+    })
+    .await;
+    let ep = get_endpoint(&stack, &ep_id).await;
+    assert_eq!(ep["disabled"]["status_code"], 410);
+    eventually("the owner told", WITHIN, || async { notes.sent().contains(&(ep_id.clone(), "gone".to_string())) })
+        .await;
+    let d = stack.delivery(&id).await;
+    assert_eq!(d["status"], "held");
+    assert_eq!(d["attempts"].as_array().unwrap().last().unwrap()["status_code"], 410);
+    let hits = rx.count();
+    tokio::time::sleep(Duration::from_secs(3)).await; // three cool-downs: no further probe
+    assert_eq!(rx.count(), hits, "probing went on after the receiver answered 410");
+    stack.stop().await;
+}
+
+/// Fails the first call named `name` once `armed` is set.
+fn fail_once(name: &'static str, armed: Arc<AtomicBool>, failed: Arc<AtomicBool>) -> Hook {
+    Arc::new(move |call| {
+        let (armed, failed) = (armed.clone(), failed.clone());
+        Box::pin(async move {
+            if call == name && armed.load(Ordering::SeqCst) && !failed.swap(true, Ordering::SeqCst) {
+                return Err(StoreError::Aws(format!("injected failure of {call}")));
+            }
+            Ok(())
+        }) as BoxFuture<Result<(), StoreError>>
+    })
+}
+
+const CALLS: [&str; 9] = [
+    "apply",
+    "get_payload",
+    "get_endpoint",
+    "commit",
+    "claim_job",
+    "get_job",
+    "put_job",
+    "list_deliveries",
+    "queue_send",
+];
+
+/// A stack whose store and queue fail the first `call` once `armed` is set; with a recording
+/// notifier.
+async fn failing_stack(call: &'static str, armed: Arc<AtomicBool>) -> (Stack, RecordingNotifier, Arc<AtomicBool>) {
+    let failed = Arc::new(AtomicBool::new(false));
+    let notes = RecordingNotifier::default();
+    let (n, hook) = (notes.clone(), fail_once(call, armed, failed.clone()));
+    let tweak = |c: &mut webhooks::Config| c.redrive_after_seconds = 3;
+    let stack = Stack::start_wrapped(tweak, Options::default(), move |app| {
+        let app = Serialized::hooked(&app, Some(hook.clone())).with_notifier(Arc::new(n));
+        HookedQueue::wrap(app, hook)
+    })
+    .await;
+    (stack, notes, failed)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_410_disables_holds_and_notifies_whichever_single_aws_call_fails() {
+    let runs = CALLS.iter().map(|&call| async move {
+        let armed = Arc::new(AtomicBool::new(false));
+        let (stack, notes, failed) = failing_stack(call, armed.clone()).await;
+        let rx = Receiver::start(Reply::Status(410)).await;
+        let ep = endpoint(&stack, &rx.url, json!({})).await;
+        let ep_id = ep["id"].as_str().unwrap().to_string();
+        armed.store(true, Ordering::SeqCst);
+        let id = first_delivery(&stack.event("acme", "order.paid", json!({"n": 1})).await);
+        let d = stack.wait_status(&id, "held", WITHIN).await;
+        let e = get_endpoint(&stack, &ep_id).await;
+        assert_eq!(
+            (e["enabled"].clone(), e["disabled"]["reason"].clone()),
+            (json!(false), json!("gone")),
+            "{call}: {e:#}"
+        );
+        eventually(&format!("{call}: the owner told"), WITHIN, || async { !notes.sent().is_empty() }).await;
+        assert_eq!(d["attempts"].as_array().unwrap().last().unwrap()["status_code"], 410, "{call}: {d:#}");
+        stack.stop().await;
+        (call, failed.load(Ordering::SeqCst))
+    });
+    let injected: Vec<_> = futures::future::join_all(runs).await;
+    // Every call of the path was failed once in some run (get_payload is not on it: the
+    // payload rides in the message).
+    let missed: Vec<_> = injected.iter().filter(|(c, f)| !f && *c != "get_payload").collect();
+    assert!(missed.is_empty(), "calls never made on the 410 path: {missed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_successful_probe_resumes_and_releases_whichever_single_aws_call_fails() {
+    let runs = CALLS.iter().map(|&call| async move {
+        let armed = Arc::new(AtomicBool::new(false));
+        let (stack, _notes, failed) = failing_stack(call, armed.clone()).await;
+        let rx = Receiver::start(Reply::Status(503)).await;
+        let (ep_id, first) = paused_endpoint(&stack, &rx, json!({"schedule_seconds": [1], "max_attempts": 5})).await;
+        let second = first_delivery(&stack.event("acme", "order.paid", json!({"n": 2})).await);
+        stack.wait_status(&second, "held", WITHIN).await;
+        armed.store(true, Ordering::SeqCst);
+        rx.set_default(Reply::Status(200));
+        for id in [&first, &second] {
+            stack.wait_status(id, "delivered", WITHIN).await;
+        }
+        let e = get_endpoint(&stack, &ep_id).await;
+        assert_eq!(e["enabled"], true, "{call}: {e:#}");
+        stack.stop().await;
+        (call, failed.load(Ordering::SeqCst))
+    });
+    let injected: Vec<_> = futures::future::join_all(runs).await;
+    let missed: Vec<_> = injected.iter().filter(|(_, f)| !f).collect();
+    assert!(missed.is_empty(), "calls never made on the probe path: {missed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_attempt_history_on_an_item_stays_bounded_however_many_attempts() {
+    let stack = Stack::start_with(|_| {}, no_pollers()).await;
+    // 1 KiB of bytes that are not UTF-8: read lossily, each becomes a 3-byte U+FFFD.
+    let rx = Receiver::start(Reply::Body(500, vec![0xff; 1024])).await;
+    endpoint(&stack, &rx.url, json!({"retry_policy": {"schedule_seconds": [1], "max_attempts": 50}})).await;
+    let id = first_delivery(&stack.event("acme", "order.paid", json!({"n": 1})).await);
+    for n in 1..=150u32 {
+        if n > 1 && (n - 1) % 50 == 0 {
+            admin::replay(&stack.app, &id).await.unwrap();
+        }
+        let handled = deliver::deliver_message(&stack.app, &AttemptMessage::new(id.clone(), n)).await;
+        assert!(matches!(handled, Ok(deliver::Handled::Attempted(..))), "attempt {n}: {handled:?}");
+    }
+    let d = stack.delivery(&id).await;
+    let attempts = d["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), webhooks::lifecycle::MAX_KEPT_ATTEMPTS);
+    assert_eq!(d["attempts_dropped"], 150 - webhooks::lifecycle::MAX_KEPT_ATTEMPTS);
+    assert_eq!(attempts.last().unwrap()["attempt"], 150);
+    assert!(attempts.iter().all(|a| a["response_body"].as_str().unwrap().len() <= 1024));
+    assert!(d.to_string().len() < 64 * 1024, "{} bytes", d.to_string().len());
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn finding_an_endpoints_held_deliveries_reads_none_of_its_history() {
+    let counter = QueryCounter::default();
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let ep = endpoint(&stack, &rx.url, json!({})).await;
+    let ep_id = ep["id"].as_str().unwrap().to_string();
+    let mut ids = Vec::new();
+    for n in 0..150 {
+        ids.push(first_delivery(&stack.event("acme", "order.paid", json!({"n": n})).await));
+    }
+    for id in &ids {
+        stack.wait_status(id, "delivered", WITHIN).await;
+    }
+    // A store on a client that counts its Query requests.
+    let sdk = webhooks::app::aws_sdk_config().await;
+    let conf = aws_sdk_dynamodb::config::Builder::from(&sdk).interceptor(counter.clone()).build();
+    let store =
+        webhooks::store::DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf), &stack.app.config.table, 2);
+    use webhooks::store::Store as _;
+    let page = store
+        .list_deliveries(&webhooks::store::DeliveryQuery {
+            endpoint_id: Some(ep_id.clone()),
+            status: Some(webhooks::model::DeliveryStatus::Held),
+            oldest_first: true,
+            limit: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(page.data.is_empty());
+    assert_eq!(counter.count(), 1, "Queries to find no held delivery among 150 delivered");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_post_starts_when_the_claims_lease_has_less_left_than_the_request_timeout() {
+    // The first endpoint read after arming stalls past the whole lease (2 s timeout + 0.5 s).
+    let stalled = Arc::new(AtomicUsize::new(0));
+    let s = stalled.clone();
+    let hook: Hook = Arc::new(move |call| {
+        let s = s.clone();
+        Box::pin(async move {
+            if call == "get_endpoint" && s.fetch_add(1, Ordering::SeqCst) == 0 {
+                tokio::time::sleep(Duration::from_millis(3000)).await;
+                s.store(100, Ordering::SeqCst);
+            }
+            Ok(())
+        }) as BoxFuture<Result<(), StoreError>>
+    });
+    let stack = Stack::start_wrapped(|_| {}, Options::default(), |app| Serialized::hooked(&app, Some(hook))).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    endpoint(&stack, &rx.url, json!({})).await;
+    let id = first_delivery(&stack.event("acme", "order.paid", json!({"n": 1})).await);
+    let d = stack.wait_status(&id, "delivered", WITHIN).await;
+    eventually("the stalled worker went on", WITHIN, || async { stalled.load(Ordering::SeqCst) >= 100 }).await;
+    // What the stalled worker would have sent arrives within moments of its read: give it 1 s.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(rx.count(), 1, "two POSTs for one delivery: {d:#}");
+    stack.stop().await;
+}
