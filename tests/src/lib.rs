@@ -59,6 +59,7 @@ pub fn test_config(table: &str, queue_url: &str) -> Config {
     c.allow_private_destinations = true;
     c.redrive_after_seconds = 60;
     c.due_shards = 2;
+    c.sweep_budget = Duration::from_secs(5);
     c
 }
 

@@ -146,10 +146,24 @@ pub async fn start_job(
 pub async fn run_job_step(app: &App, id: &str, due_at: i64) -> Result<Vec<Enqueue>, ServiceError> {
     let now = app.clock.now();
     // Take the step: a concurrent tick loses this condition. If this worker dies, the job is
-    // due again in a minute.
-    if !app.store.claim_job(id, due_at, now.timestamp_millis() + 60_000).await? {
+    // due again after the lease (the sweeper's budget: no step outlives it).
+    let lease =
+        now.timestamp_millis() + i64::try_from(app.config.sweep_budget.as_millis()).unwrap_or(60_000).max(1_000);
+    if !app.store.claim_job(id, due_at, lease).await? {
         return Ok(Vec::new());
     }
+    match job_step(app, id, now).await {
+        Ok(out) => Ok(out),
+        Err(e) => {
+            // Due again at once rather than after the lease (best effort: the lease is the
+            // fallback). Every step is idempotent, so repeating its first half is safe.
+            let _ = app.store.claim_job(id, lease, now.timestamp_millis()).await;
+            Err(e)
+        }
+    }
+}
+
+async fn job_step(app: &App, id: &str, now: DateTime<Utc>) -> Result<Vec<Enqueue>, ServiceError> {
     let Some(mut job) = app.store.get_job(id).await? else { return Ok(Vec::new()) };
     let endpoint = app.store.get_endpoint(&job.tenant_id, &job.endpoint_id).await?;
     let mut out = Vec::new();
