@@ -276,7 +276,9 @@ async fn hold_page(app: &App, ep: &Endpoint, limit: usize, job: &mut Job) -> Res
         })
         .await?;
     let now = app.clock.now();
-    for d in &page.data {
+    // The half-open probe, released while this job runs, is the one delivery a paused
+    // endpoint accepts: it is not held.
+    for d in page.data.iter().filter(|d| !ep.accepts(&d.id)) {
         let t = lifecycle::hold_scheduled(now, d.attempt_count, d.created_at);
         let check = EndpointWrite::Unchanged { tenant_id: &ep.tenant_id, id: &ep.id, version: ep.version };
         match app.store.commit(check, Some((&d.id, &t))).await? {
