@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use webhooks::lifecycle::Transition;
 use webhooks::model::{Delivery, Disabled, Endpoint, Job, StoredEvent};
-use webhooks::store::{Applied, DeliveryQuery, DeliverySummary, Due, Page, Store, StoreError};
+use webhooks::store::{Applied, DeliveryQuery, DeliverySummary, Due, IdempotencyRecord, Page, Store, StoreError};
 use webhooks::{App, Config, bootstrap};
 use webhooks_local::{Options, Running};
 
@@ -416,24 +416,39 @@ impl Store for Serialized {
     async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError> {
         self.inner.event_deliveries(event_id).await
     }
-    async fn get_idempotent(
-        &self,
-        tenant_id: &str,
-        key: &str,
-        now: DateTime<Utc>,
-    ) -> Result<Option<(u16, String)>, StoreError> {
-        self.inner.get_idempotent(tenant_id, key, now).await
-    }
-    async fn put_idempotent(
-        &self,
-        tenant_id: &str,
-        key: &str,
-        answer: (u16, &str),
-        expires_at: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
-        self.inner.put_idempotent(tenant_id, key, answer, expires_at).await
-    }
     async fn list_deliveries(&self, query: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError> {
         self.inner.list_deliveries(query).await
+    }
+    async fn begin_idempotent(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        record: &IdempotencyRecord,
+        now: DateTime<Utc>,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        let _one = self.lock.lock().await;
+        self.inner.begin_idempotent(tenant_id, key, record, now).await
+    }
+    async fn renew_idempotent(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        expected_lease_ms: i64,
+        lease_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let _one = self.lock.lock().await;
+        self.inner.renew_idempotent(tenant_id, key, expected_lease_ms, lease_ms).await
+    }
+    async fn finish_idempotent(&self, tenant_id: &str, key: &str, answer: (u16, &str)) -> Result<(), StoreError> {
+        self.inner.finish_idempotent(tenant_id, key, answer).await
+    }
+    async fn release_idempotent(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        forget: bool,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        self.inner.release_idempotent(tenant_id, key, forget, now_ms).await
     }
 }
