@@ -14,5 +14,11 @@ if [ -z "${AWS_ENDPOINT_URL:-}" ]; then
   echo "emulator: moto $MOTO_VERSION on $AWS_ENDPOINT_URL (log in .local/moto.log)"
 fi
 export WEBHOOKS_LOG_FORMAT="${WEBHOOKS_LOG_FORMAT:-text}"
-cargo build -q -p webhooks-local
+# Not quiet: a first build compiles about 400 crates (about 15 minutes on 2 cores, a few on
+# 8); cargo's progress bar shows where it is. The admin CLI is built here too, so its first
+# `cargo run -p webhooks-admin` does not compile for minutes.
+if [ ! -x "$ROOT/target/debug/webhooks-local" ]; then
+  echo "building the local runtime and the admin CLI (first build: about 15 minutes on 2 cores)" >&2
+fi
+cargo build -p webhooks-local -p webhooks-admin
 "$ROOT/target/debug/webhooks-local"

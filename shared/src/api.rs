@@ -14,7 +14,7 @@
 //! | `GET /v1/endpoints/{id}/stats` | 200 [`admin::EndpointStats`] |
 //! | `POST /v1/endpoints/{id}/rotate-secret` `{"secret"?}` | 200 endpoint with the new secret |
 //! | `POST /v1/endpoints/{id}/recover` `{"since", "until"?}` | 202 [`crate::model::Job`] |
-//! | `GET /v1/events/{id}` | 200 [`admin::EventView`] |
+//! | `GET /v1/events/{id}?tenant_id=` | 200 [`admin::EventView`]; 409 naming the tenants when the id is in several and `tenant_id` is not given |
 //! | `GET /v1/jobs/{id}` | 200 [`crate::model::Job`] (progress of a release, recover or probe) |
 //! | `GET /v1/deliveries/{id}` | 200 [`admin::DeliveryView`] |
 //! | `GET /v1/deliveries?status=&endpoint_id=&limit=&cursor=` | 200 `{"data", "next_cursor"}` |
@@ -27,7 +27,7 @@ use crate::config::MAX_PAYLOAD_BYTES;
 use crate::error::ServiceError;
 use crate::model::DeliveryStatus;
 use crate::service::{admin, ingest};
-use crate::store::DeliveryQuery;
+use crate::store::{DeliveryQuery, IdempotencyRecord};
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
@@ -53,8 +53,9 @@ impl IntoResponse for ServiceError {
     }
 }
 
-/// Reads a JSON body: 413 when over [`MAX_BODY_BYTES`], 400 when it is not JSON, 422 naming
-/// the field when it does not fit `T`.
+/// Reads a JSON body: 413 when over [`MAX_BODY_BYTES`], 400 when it is not JSON, 422
+/// `body: must be a JSON object` for any other JSON value, 422 naming the field when it does
+/// not fit `T` (an unknown field included: the bodies deny them).
 fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ServiceError> {
     let bytes = body.map_err(|e| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
@@ -63,6 +64,12 @@ fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Resul
             ServiceError::InvalidJson(e.body_text())
         }
     })?;
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return match serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
+            Ok(_) => Err(ServiceError::Validation("body: must be a JSON object".into())),
+            Err(e) => Err(ServiceError::InvalidJson(format!("request body is not valid JSON: {e}"))),
+        };
+    }
     let mut de = serde_json::Deserializer::from_slice(&bytes);
     serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
@@ -70,7 +77,7 @@ fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Resul
         match inner.classify() {
             serde_json::error::Category::Data => {
                 if path == "." {
-                    ServiceError::Validation(inner.to_string())
+                    ServiceError::Validation(format!("body: {inner}"))
                 } else {
                     ServiceError::Validation(format!("{path}: {inner}"))
                 }
@@ -85,6 +92,7 @@ fn required<T>(value: Option<T>, field: &str) -> Result<T, ServiceError> {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct EventBody {
     tenant_id: Option<String>,
     event_type: Option<String>,
@@ -94,8 +102,42 @@ struct EventBody {
 }
 
 /// `Idempotency-Key`: a retried POST with the same key (per tenant, for
-/// `config.idempotency_window`) gets the original answer back.
+/// `config.idempotency_window`, 24 h) and the same request gets the original answer back
+/// (header `idempotent-replayed: true`); the same key with another request is 422
+/// `idempotency_key_reused`; a retry while the first request is still in progress is 409
+/// `in_progress` (not stored). After the window the key is free: a new event.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+/// The fingerprint an `Idempotency-Key` is bound to: SHA-256 (hex) of the request's
+/// `tenant_id`, `event_type`, `id`, `mode` and the payload's bytes as sent, each
+/// length-prefixed so no two requests share one.
+pub fn fingerprint(event: &ingest::NewEvent) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    let id = event.id.as_deref().unwrap_or("");
+    let mode = if event.sync { "sync" } else { "async" };
+    for part in [event.tenant_id.as_str(), event.event_type.as_str(), id, mode, event.payload.as_str()] {
+        h.update((part.len() as u64).to_be_bytes());
+        h.update(part.as_bytes());
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// How long a request owns its `Idempotency-Key` before a retry may take it over (its
+/// Lambda died): the request timeout (a sync attempt) plus 30 s.
+fn idempotency_lease(app: &App) -> chrono::Duration {
+    chrono::Duration::from_std(app.config.request_timeout).unwrap_or(chrono::Duration::seconds(30))
+        + chrono::Duration::seconds(30)
+}
+
+fn replayed(status: u16, body: &str) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::ACCEPTED);
+    let mut response = (status, body.to_string()).into_response();
+    let headers = response.headers_mut();
+    headers.insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/json"));
+    headers.insert("idempotent-replayed", axum::http::HeaderValue::from_static("true"));
+    response
+}
 
 async fn post_event(
     State(app): State<App>,
@@ -108,35 +150,115 @@ async fn post_event(
         Some("sync") => true,
         Some(other) => return Err(ServiceError::Validation(format!("mode: {other:?} is not async or sync"))),
     };
-    let tenant_id = required(b.tenant_id, "tenant_id")?;
-    let key = match headers.get(IDEMPOTENCY_KEY) {
-        None => None,
-        Some(v) => Some(v.to_str().ok().filter(|k| (1..=255).contains(&k.len())).ok_or_else(|| {
-            ServiceError::Validation("Idempotency-Key: must be 1 to 255 visible ASCII characters".into())
-        })?),
-    };
-    if let Some(key) = key
-        && let Some((status, stored)) = app.store.get_idempotent(&tenant_id, key, app.clock.now()).await?
-    {
-        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::ACCEPTED);
-        let mut response = (status, stored).into_response();
-        let headers = response.headers_mut();
-        headers.insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/json"));
-        headers.insert("idempotent-replayed", axum::http::HeaderValue::from_static("true"));
-        return Ok(response);
-    }
-    // Without an event id, the key names the event, so concurrent retries converge on it.
-    let id = b.id.or_else(|| key.map(|k| format!("evt_{}", &crate::model::delivery_id(&tenant_id, k)[4..30])));
-    let event = ingest::NewEvent {
-        tenant_id: tenant_id.clone(),
+    let mut event = ingest::NewEvent {
+        tenant_id: required(b.tenant_id, "tenant_id")?,
         event_type: required(b.event_type, "event_type")?,
         payload: required(b.payload, "payload")?.get().to_string(),
-        id,
+        id: b.id,
         sync,
     };
-    let accepted = ingest::ingest(&app, event).await?;
-    let (status, body) = match &accepted.outcome {
-        None => (StatusCode::ACCEPTED, serde_json::to_value(&accepted)),
+    ingest::check(&event)?;
+    let key = match headers.get(IDEMPOTENCY_KEY) {
+        None => None,
+        Some(v) => {
+            let k = v.to_str().map_err(|_| {
+                ServiceError::Validation(format!(
+                    "Idempotency-Key: ids and names use only {}",
+                    crate::validate::ID_ALPHABET
+                ))
+            })?;
+            crate::validate::client_id("Idempotency-Key", k)?;
+            Some(k.to_string())
+        }
+    };
+    let Some(key) = key else {
+        let accepted = ingest::ingest(&app, event).await?;
+        let (status, body) = answer(&accepted)?;
+        return Ok((status, Json(body)).into_response());
+    };
+
+    // The key: claim it (in progress, bound to this request's fingerprint and event id), run
+    // the request, store the answer. See [`IDEMPOTENCY_KEY`].
+    let now = app.clock.now();
+    let fp = fingerprint(&event);
+    let window = chrono::Duration::from_std(app.config.idempotency_window).unwrap_or(chrono::Duration::hours(24));
+    let lease_ms = (now + idempotency_lease(&app)).timestamp_millis();
+    let record = IdempotencyRecord {
+        fingerprint: fp.clone(),
+        event_id: event.id.clone().unwrap_or_else(|| format!("evt_{}", app.random.ulid(now))),
+        status_code: None,
+        body: None,
+        lease_until: lease_ms,
+        expires_at: (now + window).timestamp(),
+    };
+    let tenant = event.tenant_id.clone();
+    let event_id = match app.store.begin_idempotent(&tenant, &key, &record, now).await? {
+        None => record.event_id,
+        Some(existing) => {
+            if !existing.fingerprint.is_empty() && existing.fingerprint != fp {
+                return Err(ServiceError::IdempotencyKeyReused(format!(
+                    "Idempotency-Key: {key:?} was used with a different request (tenant, event type, id, mode \
+                     or payload) within its window; use a new key for a new request"
+                )));
+            }
+            if let Some((status, body)) = existing.answer() {
+                return Ok(replayed(status, body));
+            }
+            let in_progress = || {
+                ServiceError::InProgress(format!(
+                    "Idempotency-Key: the first request with {key:?} is still in progress; retry later for its answer"
+                ))
+            };
+            if existing.lease_until > now.timestamp_millis() {
+                return Err(in_progress());
+            }
+            // Its owner died or failed: take over, with the same event id.
+            if !app.store.renew_idempotent(&tenant, &key, existing.lease_until, lease_ms).await? {
+                return Err(in_progress());
+            }
+            existing.event_id
+        }
+    };
+    event.id = Some(event_id);
+    let result = match ingest::ingest(&app, event).await {
+        Ok(accepted) => answer(&accepted),
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok((status, body)) => {
+            app.store.finish_idempotent(&tenant, &key, (status.as_u16(), &body.to_string())).await?;
+            Ok((status, Json(body)).into_response())
+        }
+        Err(e) => {
+            // Refused (4xx): nothing was written, the key is free again. Failed (5xx): keep
+            // the key's event id so the retry converges on the same event.
+            let forget = e.status() < 500;
+            if let Err(release) =
+                app.store.release_idempotent(&tenant, &key, forget, app.clock.now().timestamp_millis()).await
+            {
+                tracing::warn!(error = %release, "idempotency key release failed; it frees itself when its lease ends");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// The HTTP answer to an accepted event: 202 [`ingest::Accepted`]; sync mode 200 (delivered)
+/// or 502 with the attempt, or 202 with `deferred` when the inline attempt could not be
+/// completed.
+fn answer(accepted: &ingest::Accepted) -> Result<(StatusCode, serde_json::Value), ServiceError> {
+    let internal = |e: serde_json::Error| ServiceError::Internal(format!("answer not serializable: {e}"));
+    match &accepted.outcome {
+        None => Ok((StatusCode::ACCEPTED, serde_json::to_value(accepted).map_err(internal)?)),
+        Some(outcome) if outcome.deferred.is_some() => {
+            let body = serde_json::json!({
+                "event_id": accepted.event_id,
+                "deliveries": accepted.deliveries,
+                "deferred": true,
+                "message": outcome.deferred,
+            });
+            Ok((StatusCode::ACCEPTED, body))
+        }
         Some(outcome) => {
             let status =
                 if outcome.status == DeliveryStatus::Delivered { StatusCode::OK } else { StatusCode::BAD_GATEWAY };
@@ -147,16 +269,9 @@ async fn post_event(
                 "status_code": outcome.attempt.as_ref().and_then(|a| a.status_code),
                 "attempt": outcome.attempt,
             });
-            (status, Ok(body))
+            Ok((status, body))
         }
-    };
-    let body = body.map_err(|e| ServiceError::Unavailable(e.to_string()))?;
-    if let Some(key) = key {
-        let expires = app.clock.now()
-            + chrono::Duration::from_std(app.config.idempotency_window).unwrap_or(chrono::Duration::hours(24));
-        app.store.put_idempotent(&tenant_id, key, (status.as_u16(), &body.to_string()), expires).await?;
     }
-    Ok((status, Json(body)).into_response())
 }
 
 fn parse_object(
@@ -183,8 +298,8 @@ async fn patch_endpoint(
 
 async fn enable_endpoint(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ServiceError> {
     let (endpoint, job) = admin::enable_endpoint(&app, &id).await?;
-    let mut body = serde_json::to_value(endpoint).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
-    body["release_job"] = serde_json::to_value(job).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+    let mut body = serde_json::to_value(endpoint).map_err(|e| ServiceError::Internal(e.to_string()))?;
+    body["release_job"] = serde_json::to_value(job).map_err(|e| ServiceError::Internal(e.to_string()))?;
     Ok(Json(body).into_response())
 }
 
@@ -204,10 +319,8 @@ async fn list_endpoints(
     params: Result<Query<EndpointListParams>, QueryRejection>,
 ) -> Result<Response, ServiceError> {
     let Query(p) = params.map_err(|e| ServiceError::Validation(e.body_text()))?;
-    let tenant = p
-        .tenant_id
-        .filter(|t| !t.is_empty())
-        .ok_or_else(|| ServiceError::Validation("tenant_id: is required".into()))?;
+    let tenant = p.tenant_id.unwrap_or_default();
+    crate::validate::client_id("tenant_id", &tenant)?;
     let limit = check_limit(p.limit)?;
     Ok(Json(admin::list_endpoints(&app, &tenant, limit, p.cursor.as_deref().filter(|c| !c.is_empty())).await?)
         .into_response())
@@ -233,6 +346,7 @@ async fn endpoint_stats(State(app): State<App>, Path(id): Path<String>) -> Resul
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RotateBody {
     secret: Option<String>,
 }
@@ -250,6 +364,7 @@ async fn rotate_secret(
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RecoverBody {
     since: Option<String>,
     until: Option<String>,
@@ -266,8 +381,22 @@ async fn recover(
     Ok((StatusCode::ACCEPTED, Json(job)).into_response())
 }
 
-async fn get_event(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ServiceError> {
-    Ok(Json(admin::get_event(&app, &id).await?).into_response())
+#[derive(Deserialize)]
+struct EventParams {
+    tenant_id: Option<String>,
+}
+
+async fn get_event(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    params: Result<Query<EventParams>, QueryRejection>,
+) -> Result<Response, ServiceError> {
+    let Query(p) = params.map_err(|e| ServiceError::Validation(e.body_text()))?;
+    let tenant = p.tenant_id.filter(|t| !t.is_empty());
+    if let Some(t) = &tenant {
+        crate::validate::client_id("tenant_id", t)?;
+    }
+    Ok(Json(admin::get_event(&app, &id, tenant.as_deref()).await?).into_response())
 }
 
 fn check_limit(limit: Option<usize>) -> Result<usize, ServiceError> {
@@ -323,11 +452,22 @@ async fn list_deliveries(
         })?),
     };
     let limit = check_limit(p.limit)?;
+    let since = time_param("since", p.since)?;
+    let until = time_param("until", p.until)?;
+    if let (Some(s), Some(u)) = (since, until)
+        && s > u
+    {
+        return Err(ServiceError::Validation(format!(
+            "since, until: since ({}) is after until ({}); the window is since <= accepted < until",
+            s.to_rfc3339(),
+            u.to_rfc3339()
+        )));
+    }
     let query = DeliveryQuery {
         endpoint_id: p.endpoint_id.filter(|s| !s.is_empty()),
         status,
-        since: time_param("since", p.since)?,
-        until: time_param("until", p.until)?,
+        since,
+        until,
         oldest_first: false,
         limit,
         cursor: p.cursor.filter(|s| !s.is_empty()),

@@ -37,6 +37,18 @@ pub enum ServiceError {
     /// An AWS call failed; nothing the caller did (503 `unavailable`). Safe to retry.
     #[error("{0}")]
     Unavailable(String),
+    /// Our bug: AWS refused a request we built (a `ValidationException`), or an answer could
+    /// not be serialized (500 `internal`). Logged; retrying the same request will not help.
+    #[error("{0}")]
+    Internal(String),
+    /// The `Idempotency-Key` was first used with a different request (422
+    /// `idempotency_key_reused`); use a new key for a new request.
+    #[error("{0}")]
+    IdempotencyKeyReused(String),
+    /// The first request with this `Idempotency-Key` is still being processed (409
+    /// `in_progress`); retry later to get its answer. Never stored as the key's answer.
+    #[error("{0}")]
+    InProgress(String),
 }
 
 impl ServiceError {
@@ -49,6 +61,9 @@ impl ServiceError {
             Self::NotFound(_) => 404,
             Self::Conflict(_) => 409,
             Self::Unavailable(_) => 503,
+            Self::Internal(_) => 500,
+            Self::IdempotencyKeyReused(_) => 422,
+            Self::InProgress(_) => 409,
         }
     }
 
@@ -61,6 +76,9 @@ impl ServiceError {
             Self::NotFound(_) => "not_found",
             Self::Conflict(_) => "conflict",
             Self::Unavailable(_) => "unavailable",
+            Self::Internal(_) => "internal",
+            Self::IdempotencyKeyReused(_) => "idempotency_key_reused",
+            Self::InProgress(_) => "in_progress",
         }
     }
 
@@ -77,6 +95,9 @@ impl From<crate::store::StoreError> for ServiceError {
                 Self::Validation("cursor: not a cursor this API returned".into())
             }
             crate::store::StoreError::Unsupported(m) => Self::Validation(m),
+            // DynamoDB refused a request we built: validation belongs before any AWS call, so
+            // this is our bug, and retrying will not help.
+            crate::store::StoreError::Invalid(m) => Self::Internal(format!("internal error: {m}")),
             other => Self::Unavailable(other.to_string()),
         }
     }

@@ -26,6 +26,7 @@ pub mod sender;
 pub mod service;
 pub mod signing;
 pub mod store;
+pub mod validate;
 
 pub use app::App;
 pub use config::Config;

@@ -14,13 +14,15 @@ pub trait Notifier: Send + Sync {
     async fn endpoint_disabled(&self, endpoint: &Endpoint, disabled: &Disabled);
 }
 
-/// The message body of a notification (JSON).
+/// The message body of a notification (JSON): the endpoint's id, tenant, URL with any
+/// userinfo redacted ([`crate::sender::redact_url`]; never a password or a signing secret),
+/// the reason and what to do.
 pub fn message(endpoint: &Endpoint, disabled: &Disabled) -> serde_json::Value {
     serde_json::json!({
         "notification": "endpoint_disabled",
         "endpoint_id": endpoint.id,
         "tenant_id": endpoint.tenant_id,
-        "url": endpoint.url,
+        "url": crate::sender::redact_url(&endpoint.url),
         "reason": disabled.reason,
         "status_code": disabled.status_code,
         "delivery_id": disabled.delivery_id,
@@ -69,6 +71,42 @@ impl Notifier for SnsNotifier {
             .await;
         if let Err(e) = result {
             tracing::error!(error = %aws_sdk_sns::error::DisplayErrorContext(e), "notification publish failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_owner_notification_carries_no_credentials_or_secrets() {
+        let now = chrono::Utc::now();
+        let ep = Endpoint {
+            id: "ep_1".into(),
+            tenant_id: "acme".into(),
+            url: "https://hookuser:hookpass@example.com/hook".into(),
+            event_types: None,
+            retry_policy: crate::policy::RetryPolicy::standard(),
+            secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
+            enabled: false,
+            disabled: None,
+            consecutive_failures: 0,
+            circuit_breaker_threshold: 100,
+            auto_resume: false,
+            auto_resume_after_seconds: 300,
+            previous_secret: Some("whsec_cHJldmlvdXNwcmV2aW91c3ByZXZpb3Vz".into()),
+            previous_secret_expires_at: None,
+            probe_delivery_id: None,
+            version: 1,
+            created_at: now,
+            updated_at: now,
+        };
+        let d = Disabled { reason: "gone".into(), at: now, status_code: Some(410), delivery_id: None };
+        let text = message(&ep, &d).to_string();
+        assert!(text.contains("example.com/hook"), "{text}");
+        for secret in ["hookpass", "hookuser", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "cHJldmlvdXNwcmV2aW91c3ByZXZpb3Vz"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
         }
     }
 }

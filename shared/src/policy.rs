@@ -53,7 +53,9 @@ pub struct RetryPolicy {
     /// explicit status code as a string (`"409"`). Anything else is final.
     pub retry_on: Vec<String>,
     /// Status codes whose `Retry-After` can lengthen the wait (`standard`: 429 and 503).
-    #[serde(default)]
+    /// Shown (and stored) as `honor_retry_after`, the name a request uses for it; items
+    /// stored under the old name `retry_after_on` still read.
+    #[serde(default, rename = "honor_retry_after", alias = "retry_after_on")]
     pub retry_after_on: Vec<u16>,
     /// Status codes that disable the endpoint (`standard`: 410 Gone).
     #[serde(default)]
@@ -125,6 +127,31 @@ fn err(field: &str, message: impl Into<String>) -> PolicyError {
 
 const CLASSES: [&str; 6] = ["timeout", "connection", "3xx", "4xx", "5xx", "429"];
 
+/// The settings of a custom policy.
+const CUSTOM_SETTINGS: [&str; 7] =
+    ["schedule_seconds", "max_attempts", "jitter", "retry_on", "honor_retry_after", "retry_after_on", "disable_on"];
+
+/// Every key a `retry_policy` object may have besides `preset`.
+const ALL_SETTINGS: [&str; 8] = [
+    "schedule_seconds",
+    "max_attempts",
+    "jitter",
+    "retry_on",
+    "honor_retry_after",
+    "retry_after_on",
+    "disable_on",
+    "max_retries",
+];
+
+/// JSON equality with numbers compared by value (`0` and `0.0` are the same jitter).
+fn same(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same(p, q)),
+        _ => a == b,
+    }
+}
+
 fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| (*s).to_string()).collect()
 }
@@ -192,21 +219,26 @@ impl RetryPolicy {
         }
     }
 
-    /// Reads a policy from a request body's `retry_policy` value.
+    /// Reads a policy from a request body's `retry_policy` value. Whatever the API shows as
+    /// an endpoint's `retry_policy` is accepted back unchanged.
     ///
     /// - absent or `{"preset": "standard"}`: [`RetryPolicy::standard`];
     /// - `{"preset": "svix"}`, `{"preset": "rate_limit_only"}`;
     /// - `{"preset": "frappe", "max_retries": N}` (N from 0 to 49, default 3);
-    /// - custom (`"preset": "custom"` or no preset): `schedule_seconds` (required),
-    ///   `max_attempts` (default one more than the schedule's length), `jitter` (0 to 0.5,
-    ///   default 0), `retry_on` (default every class), `honor_retry_after` (`true` = 429 and
-    ///   503, the default; `false`; or a list of status codes), `disable_on` (status codes,
-    ///   default none).
+    /// - a preset's other fields may be given when they equal the preset's own values (as GET
+    ///   shows them); a different value is refused: presets are fixed;
+    /// - custom (`"preset": "custom"`, or no preset and any custom setting): `schedule_seconds`
+    ///   (required), `max_attempts` (default one more than the schedule's length), `jitter` (0
+    ///   to 0.5, default 0), and, each defaulting to the `standard` preset's value,
+    ///   `retry_on` (timeout, connection, 3xx, 4xx, 5xx), `honor_retry_after` (`true` = 429
+    ///   and 503; `false`; or a list of status codes; `retry_after_on` is read as the same) and
+    ///   `disable_on` (410).
     ///
     /// # Errors
-    /// [`PolicyError`] naming the field: an unknown preset or key, an empty schedule, a wait
-    /// of 0 or over 7 days, `max_attempts` outside 1..=50, `jitter` outside 0..=0.5, an
-    /// unknown class or status code.
+    /// [`PolicyError`] naming the field: a key that is no setting of any policy (reported
+    /// first, so a typo is named as itself), an unknown preset, a preset field changed, an
+    /// empty schedule, a wait of 0 or over 7 days, `max_attempts` outside 1..=50, `jitter`
+    /// outside 0..=0.5, an unknown class or status code.
     pub fn from_request(value: Option<&Value>) -> Result<Self, PolicyError> {
         let Some(value) = value.filter(|v| !v.is_null()) else {
             return Ok(Self::standard());
@@ -214,9 +246,23 @@ impl RetryPolicy {
         let obj = value
             .as_object()
             .ok_or_else(|| PolicyError { field: "retry_policy".into(), message: "must be an object".into() })?;
+        let unknown: Vec<&String> =
+            obj.keys().filter(|k| k.as_str() != "preset" && !ALL_SETTINGS.contains(&k.as_str())).collect();
+        if let Some(first) = unknown.first() {
+            let names: Vec<_> = unknown.iter().map(|k| format!("{k:?}")).collect();
+            return Err(err(
+                first,
+                format!(
+                    "unknown field{} {}; a retry policy has preset, {}",
+                    if names.len() > 1 { "s" } else { "" },
+                    names.join(", "),
+                    ALL_SETTINGS.join(", ")
+                ),
+            ));
+        }
         let preset = match obj.get("preset") {
             None | Some(Value::Null) => {
-                if obj.contains_key("schedule_seconds") {
+                if obj.keys().any(|k| CUSTOM_SETTINGS.contains(&k.as_str())) {
                     "custom"
                 } else {
                     "standard"
@@ -225,18 +271,11 @@ impl RetryPolicy {
             Some(Value::String(s)) => s.as_str(),
             Some(_) => return Err(err("preset", "must be a string")),
         };
-        let only = |allowed: &[&str]| -> Result<(), PolicyError> {
-            match obj.keys().find(|k| k.as_str() != "preset" && !allowed.contains(&k.as_str())) {
-                Some(k) => Err(err(k, format!("is not a setting of the {preset} preset"))),
-                None => Ok(()),
-            }
-        };
         match preset {
-            "standard" => only(&[]).map(|()| Self::standard()),
-            "svix" => only(&[]).map(|()| Self::svix()),
-            "rate_limit_only" => only(&[]).map(|()| Self::rate_limit_only()),
+            "standard" => Self::standard().fixed(obj, &[]),
+            "svix" => Self::svix().fixed(obj, &[]),
+            "rate_limit_only" => Self::rate_limit_only().fixed(obj, &[]),
             "frappe" => {
-                only(&["max_retries"])?;
                 let n = match obj.get("max_retries") {
                     None | Some(Value::Null) => 3,
                     Some(v) => match v.as_u64() {
@@ -249,10 +288,12 @@ impl RetryPolicy {
                         }
                     },
                 };
-                Ok(Self::frappe(n))
+                Self::frappe(n).fixed(obj, &["max_retries"])
             }
             "custom" => {
-                only(&["schedule_seconds", "max_attempts", "jitter", "retry_on", "honor_retry_after", "disable_on"])?;
+                if let Some(k) = obj.keys().find(|k| k.as_str() == "max_retries") {
+                    return Err(err(k, "is not a setting of the custom preset (it is frappe's)"));
+                }
                 Self::custom(obj)
             }
             other => Err(err(
@@ -260,6 +301,31 @@ impl RetryPolicy {
                 format!("unknown preset {other:?}; use standard, svix, frappe, rate_limit_only or custom"),
             )),
         }
+    }
+
+    /// `self` (a named preset) when every field `obj` gives, other than `preset` and the
+    /// `settable` ones, equals the preset's own value as the API shows it.
+    fn fixed(self, obj: &Map<String, Value>, settable: &[&str]) -> Result<Self, PolicyError> {
+        let shown = serde_json::to_value(&self).unwrap_or(Value::Null);
+        for (k, v) in obj {
+            if k == "preset" || settable.contains(&k.as_str()) {
+                continue;
+            }
+            match shown.get(k) {
+                Some(own) if same(own, v) => {}
+                Some(own) => {
+                    return Err(err(
+                        k,
+                        format!(
+                            "the {} preset's {k} is {own}; a preset is fixed, so use a custom policy (no preset) to change it",
+                            self.preset
+                        ),
+                    ));
+                }
+                None => return Err(err(k, format!("is not a setting of the {} preset", self.preset))),
+            }
+        }
+        Ok(self)
     }
 
     fn custom(obj: &Map<String, Value>) -> Result<Self, PolicyError> {
@@ -296,8 +362,9 @@ impl RetryPolicy {
                 _ => return Err(err("jitter", "must be a number from 0 to 0.5")),
             },
         };
+        let standard = Self::standard();
         let retry_on = match obj.get("retry_on") {
-            None | Some(Value::Null) => strings(&CLASSES),
+            None | Some(Value::Null) => standard.retry_on.clone(),
             Some(Value::Array(items)) => {
                 let mut out = Vec::new();
                 for (i, item) in items.iter().enumerate() {
@@ -318,14 +385,21 @@ impl RetryPolicy {
             }
             Some(_) => return Err(err("retry_on", "must be a list")),
         };
-        let retry_after_on = match obj.get("honor_retry_after") {
-            None | Some(Value::Null) | Some(Value::Bool(true)) => vec![429, 503],
+        let (field, given) = match (obj.get("honor_retry_after"), obj.get("retry_after_on")) {
+            (Some(h), Some(r)) if !same(h, r) => {
+                return Err(err("retry_after_on", "is the old name of honor_retry_after; give one of them"));
+            }
+            (Some(h), _) => ("honor_retry_after", Some(h)),
+            (None, r) => ("retry_after_on", r),
+        };
+        let retry_after_on = match given {
+            None | Some(Value::Null) | Some(Value::Bool(true)) => standard.retry_after_on.clone(),
             Some(Value::Bool(false)) => vec![],
-            Some(Value::Array(items)) => codes(items, "honor_retry_after")?,
-            Some(_) => return Err(err("honor_retry_after", "must be true, false or a list of status codes")),
+            Some(Value::Array(items)) => codes(items, field)?,
+            Some(_) => return Err(err(field, "must be true, false or a list of status codes")),
         };
         let disable_on = match obj.get("disable_on") {
-            None | Some(Value::Null) => vec![],
+            None | Some(Value::Null) => standard.disable_on.clone(),
             Some(Value::Array(items)) => codes(items, "disable_on")?,
             Some(_) => return Err(err("disable_on", "must be a list of status codes")),
         };
@@ -549,7 +623,37 @@ mod tests {
         assert_eq!(waits, vec![Some(1), Some(2), Some(4), Some(4), Some(4), None]);
         let d = RetryPolicy::from_request(Some(&json!({"schedule_seconds": [1, 2]}))).unwrap();
         assert_eq!(d.max_attempts, 3);
-        assert_eq!(d.classify(Outcome::Status(410)), Verdict::Retry);
+    }
+
+    #[test]
+    fn a_custom_policy_takes_the_standard_value_of_every_field_it_omits() {
+        let d = RetryPolicy::from_request(Some(&json!({"schedule_seconds": [1, 2]}))).unwrap();
+        let standard = RetryPolicy::standard();
+        assert_eq!(d.classify(Outcome::Status(410)), Verdict::Disable, "410 disables, as under standard");
+        assert_eq!(d.retry_on, standard.retry_on);
+        assert_eq!(d.retry_after_on, standard.retry_after_on);
+        assert_eq!(d.disable_on, standard.disable_on);
+    }
+
+    #[test]
+    fn every_policy_as_shown_is_read_back_as_itself() {
+        let custom =
+            json!({"schedule_seconds": [1, 2], "jitter": 0.3, "retry_on": ["409", 500], "honor_retry_after": false});
+        for p in [
+            RetryPolicy::standard(),
+            RetryPolicy::svix(),
+            RetryPolicy::frappe(0),
+            RetryPolicy::frappe(7),
+            RetryPolicy::rate_limit_only(),
+            RetryPolicy::from_request(Some(&custom)).unwrap(),
+        ] {
+            let shown = serde_json::to_value(&p).unwrap();
+            assert_eq!(RetryPolicy::from_request(Some(&shown)), Ok(p), "{shown}");
+        }
+        let changed = json!({"preset": "standard", "max_attempts": 3});
+        assert_eq!(RetryPolicy::from_request(Some(&changed)).unwrap_err().field, "retry_policy.max_attempts");
+        let typo = json!({"schedule": [1, 2], "max_attempts": 4});
+        assert_eq!(RetryPolicy::from_request(Some(&typo)).unwrap_err().field, "retry_policy.schedule");
     }
 
     #[test]

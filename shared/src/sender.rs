@@ -112,6 +112,9 @@ impl HttpSender {
             .timeout(timeout)
             .connect_timeout(timeout)
             .redirect(reqwest::redirect::Policy::none())
+            // An answer is classified by its status line: a malformed header line after it is
+            // skipped rather than turning a 2xx into a `connection` failure.
+            .http1_ignore_invalid_headers_in_responses(true)
             .dns_resolver(std::sync::Arc::new(GuardedResolver { allow_private }))
             .user_agent(concat!("webhooks/", env!("CARGO_PKG_VERSION")))
             .build()?;
@@ -141,6 +144,24 @@ fn is_refused(e: &reqwest::Error) -> bool {
         source = s.source();
     }
     false
+}
+
+/// `url` as logs, notifications and metrics may show it: any userinfo (`user:password@`)
+/// replaced by `***`, so credentials in an endpoint URL never leave the endpoint's record.
+/// Something that does not parse as a URL is shown as `<unparseable url>`.
+///
+/// `https://user:pw@example.com/hook` becomes `https://***@example.com/hook`.
+pub fn redact_url(url: &str) -> String {
+    let Ok(mut parsed) = url::Url::parse(url) else {
+        return "<unparseable url>".into();
+    };
+    if parsed.username().is_empty() && parsed.password().is_none() {
+        return parsed.into();
+    }
+    // Both setters fail only for URLs that cannot have userinfo (no host), handled above.
+    let _ = parsed.set_password(None);
+    let _ = parsed.set_username("***");
+    parsed.into()
 }
 
 /// Parses `Retry-After`: delta seconds or an HTTP-date, as seconds from `now`. `None` when
@@ -208,7 +229,11 @@ impl Sender for HttpSender {
                     body: None,
                     retry_after_seconds: None,
                     duration_ms: elapsed(started),
-                    detail: Some(crate::error::chain(&e)),
+                    // reqwest's message carries the URL: keep its credentials out.
+                    detail: Some(match url::Url::parse(&redact_url(url)) {
+                        Ok(shown) => crate::error::chain(&e.with_url(shown)),
+                        Err(_) => crate::error::chain(&e.without_url()),
+                    }),
                 }
             }
         }
@@ -239,6 +264,14 @@ mod tests {
         for ip in ["93.184.216.34", "8.8.8.8", "2606:4700::1111"] {
             assert!(is_public(ip.parse().unwrap()), "{ip}");
         }
+    }
+
+    #[test]
+    fn credentials_in_urls_are_redacted() {
+        assert_eq!(redact_url("https://user:s3cret@example.com/hook?a=1"), "https://***@example.com/hook?a=1");
+        assert_eq!(redact_url("http://s3cret@127.0.0.1:9/x"), "http://***@127.0.0.1:9/x");
+        assert_eq!(redact_url("https://example.com/hook"), "https://example.com/hook");
+        assert!(!redact_url("not a url s3cret").contains("s3cret"));
     }
 
     #[test]

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use webhooks::lifecycle::Transition;
 use webhooks::model::{Delivery, Endpoint, Job, StoredEvent};
 use webhooks::store::{
-    Applied, Committed, DeliveryQuery, DeliverySummary, Due, EndpointWrite, Page, Store, StoreError,
+    Applied, Committed, DeliveryQuery, DeliverySummary, Due, EndpointWrite, IdempotencyRecord, Page, Store, StoreError,
 };
 use webhooks::{App, Config, bootstrap};
 use webhooks_local::{Options, Running};
@@ -539,27 +539,40 @@ impl Store for Serialized {
         self.before("event_deliveries").await?;
         self.inner.event_deliveries(event_id).await
     }
-    async fn get_idempotent(
-        &self,
-        tenant_id: &str,
-        key: &str,
-        now: DateTime<Utc>,
-    ) -> Result<Option<(u16, String)>, StoreError> {
-        self.before("get_idempotent").await?;
-        self.inner.get_idempotent(tenant_id, key, now).await
-    }
-    async fn put_idempotent(
-        &self,
-        tenant_id: &str,
-        key: &str,
-        answer: (u16, &str),
-        expires_at: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
-        self.before("put_idempotent").await?;
-        self.inner.put_idempotent(tenant_id, key, answer, expires_at).await
-    }
     async fn list_deliveries(&self, query: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError> {
         self.before("list_deliveries").await?;
         self.inner.list_deliveries(query).await
+    }
+    async fn begin_idempotent(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        record: &IdempotencyRecord,
+        now: DateTime<Utc>,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        let _one = self.lock.lock().await;
+        self.inner.begin_idempotent(tenant_id, key, record, now).await
+    }
+    async fn renew_idempotent(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        expected_lease_ms: i64,
+        lease_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let _one = self.lock.lock().await;
+        self.inner.renew_idempotent(tenant_id, key, expected_lease_ms, lease_ms).await
+    }
+    async fn finish_idempotent(&self, tenant_id: &str, key: &str, answer: (u16, &str)) -> Result<(), StoreError> {
+        self.inner.finish_idempotent(tenant_id, key, answer).await
+    }
+    async fn release_idempotent(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        forget: bool,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        self.inner.release_idempotent(tenant_id, key, forget, now_ms).await
     }
 }

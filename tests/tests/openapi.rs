@@ -146,6 +146,21 @@ async fn every_operation_in_openapi_yaml_answers_as_documented() {
     )
     .await;
     call(s, sp, Method::GET, "/v1/events/{id}", &format!("/v1/events/{event_id}"), None).await;
+    call(s, sp, Method::GET, "/v1/events/{id}", &format!("/v1/events/{event_id}?tenant_id=acme"), None).await;
+    // An Idempotency-Key: the first answer, then the same key with another request.
+    for payload in [json!({"n": 1}), json!({"n": 2})] {
+        let resp = stack
+            .http
+            .post(format!("{}/v1/events", stack.base))
+            .header("idempotency-key", "openapi-key")
+            .json(&json!({"tenant_id": "acme", "event_type": "order.paid", "payload": payload}))
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        let body: Value = resp.json().await.unwrap();
+        sp.check(&Method::POST, "/v1/events", status, &body);
+    }
     call(s, sp, Method::GET, "/v1/events/{id}", "/v1/events/evt_missing", None).await;
 
     // Deliveries: state, lists, dead letters, replay.

@@ -12,6 +12,7 @@ use crate::policy::RetryPolicy;
 use crate::service::health;
 use crate::signing;
 use crate::store::{Applied, DeliveryQuery, DeliverySummary, Page, StoreError, collect_deliveries};
+use crate::validate;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -144,9 +145,9 @@ fn apply_settings(ep: &mut Endpoint, body: &Map<String, Value>, extra: &[&str]) 
     Ok(())
 }
 
+/// An event-type filter: `*`, an event type (the id rule), or a prefix of one ending in `.*`.
 fn valid_filter(name: &str) -> bool {
-    let base = name.strip_suffix(".*").unwrap_or(name);
-    name == "*" || (!base.is_empty() && !base.contains('*') && name.len() <= 256 && !name.contains(char::is_whitespace))
+    name == "*" || validate::is_client_id(name.strip_suffix(".*").unwrap_or(name))
 }
 
 fn validate_url(url: &str) -> Result<(), ServiceError> {
@@ -164,11 +165,11 @@ fn validate_url(url: &str) -> Result<(), ServiceError> {
 /// # Errors
 /// [`ServiceError::Validation`] naming the field.
 pub async fn create_endpoint(app: &App, body: &Map<String, Value>) -> Result<EndpointView, ServiceError> {
-    let tenant_id = body
-        .get("tenant_id")
-        .and_then(Value::as_str)
-        .filter(|t| !t.trim().is_empty())
-        .ok_or_else(|| invalid("tenant_id", "is required (a non-empty string)"))?;
+    let tenant_id = match body.get("tenant_id") {
+        None | Some(Value::Null) => return Err(invalid("tenant_id", "is required")),
+        Some(v) => v.as_str().ok_or_else(|| invalid("tenant_id", "must be a string"))?,
+    };
+    validate::client_id("tenant_id", tenant_id)?;
     if !body.contains_key("url") {
         return Err(invalid("url", "is required"));
     }
@@ -214,6 +215,7 @@ pub async fn create_endpoint(app: &App, body: &Map<String, Value>) -> Result<End
 /// # Errors
 /// [`ServiceError::NotFound`].
 pub async fn find_endpoint(app: &App, id: &str) -> Result<Endpoint, ServiceError> {
+    validate::lookup_id("endpoint", id)?;
     app.store.find_endpoint(id).await?.ok_or_else(|| ServiceError::NotFound(format!("endpoint {id}")))
 }
 
@@ -439,12 +441,30 @@ pub struct EventView {
     pub deliveries: Vec<DeliverySummary>,
 }
 
-/// An event with its deliveries.
+/// An event with its deliveries. An event is identified by (tenant, id): two tenants may
+/// use the same id, and no answer mixes their records.
+///
+/// - with `tenant_id`: that tenant's event (404 when it has none with this id);
+/// - without: the event when one tenant has this id; when several do, 409 naming them, so the
+///   caller asks again with `tenant_id`.
 ///
 /// # Errors
-/// [`ServiceError::NotFound`] when no delivery has this event id.
-pub async fn get_event(app: &App, id: &str) -> Result<EventView, ServiceError> {
-    let deliveries = app.store.event_deliveries(id).await?;
+/// [`ServiceError::NotFound`] when no delivery of the tenant has this event id;
+/// [`ServiceError::Conflict`] listing the tenants when the id is ambiguous without `tenant_id`.
+pub async fn get_event(app: &App, id: &str, tenant_id: Option<&str>) -> Result<EventView, ServiceError> {
+    validate::lookup_id("event", id)?;
+    let mut deliveries = app.store.event_deliveries(id).await?;
+    if let Some(t) = tenant_id {
+        deliveries.retain(|d| d.tenant_id == t);
+    }
+    let tenants: std::collections::BTreeSet<&str> = deliveries.iter().map(|d| d.tenant_id.as_str()).collect();
+    if tenants.len() > 1 {
+        let names: Vec<_> = tenants.into_iter().collect();
+        return Err(ServiceError::Conflict(format!(
+            "event {id} exists in tenants {}; ask again with ?tenant_id=",
+            names.join(", ")
+        )));
+    }
     let first = deliveries.first().ok_or_else(|| ServiceError::NotFound(format!("event {id}")))?;
     Ok(EventView {
         id: id.to_string(),
@@ -460,6 +480,7 @@ pub async fn get_event(app: &App, id: &str) -> Result<EventView, ServiceError> {
 /// # Errors
 /// [`ServiceError::NotFound`].
 pub async fn get_job(app: &App, id: &str) -> Result<Job, ServiceError> {
+    validate::lookup_id("job", id)?;
     app.store.get_job(id).await?.ok_or_else(|| ServiceError::NotFound(format!("job {id}")))
 }
 
@@ -529,6 +550,7 @@ fn is_zero(n: &u32) -> bool {
 /// # Errors
 /// [`ServiceError::NotFound`].
 pub async fn get_delivery(app: &App, id: &str) -> Result<DeliveryView, ServiceError> {
+    validate::lookup_id("delivery", id)?;
     let d = app.store.get_delivery(id).await?.ok_or_else(|| ServiceError::NotFound(format!("delivery {id}")))?;
     Ok(d.into())
 }
@@ -551,6 +573,7 @@ pub async fn list_deliveries(app: &App, query: DeliveryQuery) -> Result<Page<Del
 /// [`ServiceError::NotFound`]; [`ServiceError::Conflict`] when it is not exhausted or held
 /// (or changed while replaying).
 pub async fn replay(app: &App, id: &str) -> Result<DeliveryView, ServiceError> {
+    validate::lookup_id("delivery", id)?;
     let d = app.store.get_delivery(id).await?.ok_or_else(|| ServiceError::NotFound(format!("delivery {id}")))?;
     let now = app.clock.now();
     let Some((t, enqueue)) = lifecycle::replay(&app.config, now, &d) else {

@@ -3,7 +3,8 @@
 //!
 //! One write request per event (up to 99 endpoints): a TransactWriteItems of the payload item
 //! and one small delivery item per endpoint, so a delivery's later writes never carry the
-//! payload. Idempotency rides on the ids: the payload item is keyed by (tenant, event id) and
+//! payload. Past 99 endpoints the items go in several transactions, and a failed one takes
+//! back what the earlier ones created, so a 503 always means nothing was accepted. Idempotency rides on the ids: the payload item is keyed by (tenant, event id) and
 //! a delivery id is derived from (event id, endpoint id), every put is conditional, so
 //! ingesting the same event id twice creates nothing new. A delivery written
 //! but never enqueued (a crash or an SQS failure between the two) sits in the due index and is
@@ -15,6 +16,7 @@ use crate::error::ServiceError;
 use crate::lifecycle::{self, Enqueue};
 use crate::model::{Attempt, DeliveryStatus, StoredEvent, delivery_id};
 use crate::service::deliver::{self, Handled, Mode};
+use crate::validate;
 use serde::Serialize;
 
 /// An event to deliver.
@@ -41,6 +43,11 @@ pub struct SyncOutcome {
     pub status: DeliveryStatus,
     /// The attempt record.
     pub attempt: Option<Attempt>,
+    /// Set when the inline attempt could not be claimed or recorded (an AWS call failed after
+    /// the event was accepted): what happened and what will. The delivery then continues
+    /// asynchronously under the endpoint's retry policy, and the answer is 202, not 200/502.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deferred: Option<String>,
 }
 
 /// A delivery created for an event.
@@ -64,14 +71,23 @@ pub struct Accepted {
     pub outcome: Option<SyncOutcome>,
 }
 
-const MAX_NAME: usize = 256;
-
-fn check_name(field: &str, value: &str) -> Result<(), ServiceError> {
-    if value.trim().is_empty() {
-        return Err(ServiceError::Validation(format!("{field}: is required")));
+/// Checks an event before any AWS call: `tenant_id`, `event_type` and `id` by the one rule
+/// for client-chosen ids ([`validate::client_id`]), the payload's size.
+///
+/// # Errors
+/// [`ServiceError::Validation`] naming the field; [`ServiceError::TooLarge`] for a payload
+/// over 256 KiB.
+pub fn check(event: &NewEvent) -> Result<(), ServiceError> {
+    validate::client_id("tenant_id", &event.tenant_id)?;
+    validate::client_id("event_type", &event.event_type)?;
+    if let Some(id) = &event.id {
+        validate::client_id("id", id)?;
     }
-    if value.len() > MAX_NAME {
-        return Err(ServiceError::Validation(format!("{field}: at most {MAX_NAME} bytes")));
+    if event.payload.len() > MAX_PAYLOAD_BYTES {
+        return Err(ServiceError::TooLarge(format!(
+            "payload: {} bytes is over the limit of {MAX_PAYLOAD_BYTES} bytes",
+            event.payload.len()
+        )));
     }
     Ok(())
 }
@@ -83,23 +99,13 @@ fn check_name(field: &str, value: &str) -> Result<(), ServiceError> {
 /// endpoint is attempted inline, once, and [`Accepted::outcome`] says what happened.
 ///
 /// # Errors
-/// - [`ServiceError::Validation`] for an empty or over-long `tenant_id`, `event_type` or `id`,
-///   or `sync` where the event would go to other than exactly one endpoint;
+/// - [`ServiceError::Validation`] for a `tenant_id`, `event_type` or `id` outside the id rule
+///   ([`check`]), or `sync` where the event would go to other than exactly one endpoint;
 /// - [`ServiceError::TooLarge`] for a payload over 256 KiB;
-/// - [`ServiceError::Unavailable`] when DynamoDB failed (retry with the same `id`: it is
-///   idempotent).
+/// - [`ServiceError::Unavailable`] when DynamoDB failed; nothing was accepted then, however
+///   many endpoints the event fans out to (retry; with the same `id` it is idempotent).
 pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError> {
-    check_name("tenant_id", &event.tenant_id)?;
-    check_name("event_type", &event.event_type)?;
-    if let Some(id) = &event.id {
-        check_name("id", id)?;
-    }
-    if event.payload.len() > MAX_PAYLOAD_BYTES {
-        return Err(ServiceError::TooLarge(format!(
-            "payload: {} bytes is over the limit of {MAX_PAYLOAD_BYTES} bytes",
-            event.payload.len()
-        )));
-    }
+    check(&event)?;
     let now = app.clock.now();
     let event_id = event.id.clone().unwrap_or_else(|| format!("evt_{}", app.random.ulid(now)));
     let endpoints = app.store.tenant_endpoints(&event.tenant_id).await?;
@@ -176,14 +182,41 @@ async fn sync_attempt(
     let Some(d) = deliveries.first() else {
         return Err(ServiceError::Validation("mode: sync needs exactly one subscribed endpoint".into()));
     };
-    if let Some(first) = first
-        && let Handled::Attempted(status, attempt) = deliver::attempt(app, &first.message, Mode::Once).await?
-    {
-        return Ok(SyncOutcome { delivery_id: d.id.clone(), status, attempt: Some(*attempt) });
+    if let Some(first) = first {
+        match deliver::attempt(app, &first.message, Mode::Once).await {
+            Ok(Handled::Attempted(status, attempt)) => {
+                return Ok(SyncOutcome { delivery_id: d.id.clone(), status, attempt: Some(*attempt), deferred: None });
+            }
+            Ok(_) => {}
+            Err(e) => {
+                // The event and its delivery are written and in the due index: the sweeper
+                // re-drives it (a claim that failed), or records the lost attempt when the
+                // lease runs out and re-drives it (a record that failed after the POST). Say so
+                // rather than answer 503, which would read as "nothing was accepted".
+                tracing::warn!(delivery_id = %d.id, error = %e, "sync attempt not completed; delivery deferred");
+                let deferred = format!(
+                    "the inline attempt could not be completed ({e}); the event is accepted and delivery {} \
+                     continues asynchronously under the endpoint's retry policy (the receiver may see this \
+                     webhook-id more than once); follow GET /v1/deliveries/{}",
+                    d.id, d.id
+                );
+                return Ok(SyncOutcome {
+                    delivery_id: d.id.clone(),
+                    status: DeliveryStatus::Scheduled,
+                    attempt: None,
+                    deferred: Some(deferred),
+                });
+            }
+        }
     }
     let current =
         app.store.get_delivery(&d.id).await?.ok_or_else(|| ServiceError::NotFound(format!("delivery {}", d.id)))?;
-    Ok(SyncOutcome { delivery_id: d.id.clone(), status: current.status, attempt: current.attempts.last().cloned() })
+    Ok(SyncOutcome {
+        delivery_id: d.id.clone(),
+        status: current.status,
+        attempt: current.attempts.last().cloned(),
+        deferred: None,
+    })
 }
 
 /// Accepts an EventBridge event: `detail-type` is the event type, `detail` the payload, `id`

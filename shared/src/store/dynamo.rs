@@ -2,7 +2,8 @@
 
 use super::keys::*;
 use super::{
-    Applied, Committed, DeliveryQuery, DeliverySummary, Due, EndpointWrite, Inserted, Page, Store, StoreError,
+    Applied, Committed, DeliveryQuery, DeliverySummary, Due, EndpointWrite, IdempotencyRecord, Inserted, Page, Store,
+    StoreError,
 };
 use crate::endpoint_lifecycle::Change;
 use crate::lifecycle::{DueItem, Field, Transition};
@@ -29,6 +30,73 @@ impl DynamoStore {
     /// A store on `table`, with the due index split into `due_shards` partitions.
     pub fn new(client: Client, table: impl Into<String>, due_shards: u32) -> Self {
         Self { client, table: table.into(), due_shards: due_shards.max(1) }
+    }
+
+    /// Writes one transaction's worth of an event's items, conditional on each being new,
+    /// pushing one flag per item onto `created` (true: this call created it). When some
+    /// exist already (the event was ingested before, maybe only partly), the missing ones are
+    /// created one by one and the rest left as they are.
+    async fn write_chunk(&self, chunk: &[Item], created: &mut Vec<bool>) -> Result<(), StoreError> {
+        let writes = chunk
+            .iter()
+            .map(|item| {
+                let put = Put::builder()
+                    .table_name(&self.table)
+                    .set_item(Some(item.clone()))
+                    .condition_expression("attribute_not_exists(pk)")
+                    .build()
+                    .map_err(aws)?;
+                Ok(TransactWriteItem::builder().put(put).build())
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        match self.client.transact_write_items().set_transact_items(Some(writes)).send().await {
+            Ok(_) => created.extend(std::iter::repeat_n(true, chunk.len())),
+            Err(e) if cancelled_by_condition(&e) => {
+                for item in chunk {
+                    let result = self
+                        .client
+                        .put_item()
+                        .table_name(&self.table)
+                        .set_item(Some(item.clone()))
+                        .condition_expression("attribute_not_exists(pk)")
+                        .send()
+                        .await;
+                    created.push(conditional(result)?);
+                }
+            }
+            Err(e) => return Err(aws(e)),
+        }
+        Ok(())
+    }
+
+    /// After a failed write of an event's items: deletes the ones this call created (the
+    /// first `created.len()` of `items`, where flagged), and returns the error to answer.
+    /// Should a delete fail too, the error says which event id to retry with to complete it.
+    async fn take_back(&self, items: &[Item], created: &[bool], error: StoreError) -> StoreError {
+        let mut left = 0;
+        for (item, mine) in items.iter().zip(created) {
+            if !*mine {
+                continue;
+            }
+            let mut key = Item::new();
+            for k in [PK, SK] {
+                if let Some(v) = item.get(k) {
+                    key.insert(k.to_string(), v.clone());
+                }
+            }
+            if self.client.delete_item().table_name(&self.table).set_key(Some(key)).send().await.is_err() {
+                left += 1;
+            }
+        }
+        if left == 0 {
+            return error;
+        }
+        let event_id =
+            items.first().and_then(|i| i.get("event_id")).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+        tracing::error!(event_id, left, error = %error, "event partly written and not fully taken back");
+        StoreError::Aws(format!(
+            "{error}; {left} items of event {event_id} could not be taken back: retry with \"id\": \"{event_id}\" to complete it"
+        ))
     }
 
     /// A strongly consistent GetItem of `(pk, sk)`, read into `T`.
@@ -253,7 +321,15 @@ fn version_guard(version: u64) -> (String, HashMap<String, String>, Item) {
 }
 
 fn aws<E: std::error::Error + 'static>(e: E) -> StoreError {
-    StoreError::Aws(DisplayErrorContext(e).to_string())
+    let text = DisplayErrorContext(e).to_string();
+    // DynamoDB's error code for a request it refuses as malformed (an oversized key, a bad
+    // expression, a key of the wrong shape): ours to fix, not the caller's to retry.
+    if text.contains("ValidationException") {
+        tracing::error!(error = %text, "dynamodb refused a request we built");
+        StoreError::Invalid(text)
+    } else {
+        StoreError::Aws(text)
+    }
 }
 
 fn s(v: impl Into<String>) -> AttributeValue {
@@ -499,56 +575,6 @@ impl Store for DynamoStore {
         self.query_all(query).await
     }
 
-    async fn get_idempotent(
-        &self,
-        tenant_id: &str,
-        key: &str,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Option<(u16, String)>, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(PK, s(idempotency_pk(tenant_id, key)))
-            .key(SK, s(IDEMPOTENCY_SK))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(aws)?;
-        let Some(item) = out.item else { return Ok(None) };
-        let num = |name: &str| item.get(name).and_then(|v| v.as_n().ok()).and_then(|v| v.parse::<i64>().ok());
-        // TTL deletes lazily: an expired record is treated as absent.
-        if num(TTL).is_some_and(|t| t <= now.timestamp()) {
-            return Ok(None);
-        }
-        let status = num("status_code").and_then(|c| u16::try_from(c).ok()).unwrap_or(202);
-        let body = item.get("body").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
-        Ok(Some((status, body)))
-    }
-
-    async fn put_idempotent(
-        &self,
-        tenant_id: &str,
-        key: &str,
-        answer: (u16, &str),
-        expires_at: chrono::DateTime<chrono::Utc>,
-    ) -> Result<(), StoreError> {
-        let result = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .item(PK, s(idempotency_pk(tenant_id, key)))
-            .item(SK, s(IDEMPOTENCY_SK))
-            .item("status_code", n(answer.0))
-            .item("body", s(answer.1))
-            .item(TTL, n(expires_at.timestamp()))
-            .condition_expression("attribute_not_exists(pk) OR expires_at <= :now")
-            .expression_attribute_values(":now", n(chrono::Utc::now().timestamp()))
-            .send()
-            .await;
-        conditional(result).map(|_| ())
-    }
-
     async fn put_job(&self, job: &Job) -> Result<(), StoreError> {
         let item = self.job_item(job)?;
         self.client.put_item().table_name(&self.table).set_item(Some(item)).send().await.map_err(aws)?;
@@ -591,39 +617,13 @@ impl Store for DynamoStore {
         for (d, due_at) in deliveries {
             items.push(self.delivery_item(d, *due_at)?);
         }
-        // One flag per item, the event's first.
-        let mut created = Vec::with_capacity(items.len());
+        // One flag per item, the event's first. Past one transaction (100 items) the event
+        // is written in several; when one fails, the items earlier ones created are taken
+        // back, so a failed call leaves nothing behind (all or nothing, as one transaction).
+        let mut created: Vec<bool> = Vec::with_capacity(items.len());
         for chunk in items.chunks(MAX_TRANSACTION_ITEMS) {
-            let writes = chunk
-                .iter()
-                .map(|item| {
-                    let put = Put::builder()
-                        .table_name(&self.table)
-                        .set_item(Some(item.clone()))
-                        .condition_expression("attribute_not_exists(pk)")
-                        .build()
-                        .map_err(aws)?;
-                    Ok(TransactWriteItem::builder().put(put).build())
-                })
-                .collect::<Result<Vec<_>, StoreError>>()?;
-            match self.client.transact_write_items().set_transact_items(Some(writes)).send().await {
-                Ok(_) => created.extend(std::iter::repeat_n(true, chunk.len())),
-                Err(e) if cancelled_by_condition(&e) => {
-                    // Some of these exist already (the event was ingested before, maybe only
-                    // partly): create the missing ones one by one, leave the rest as they are.
-                    for item in chunk {
-                        let result = self
-                            .client
-                            .put_item()
-                            .table_name(&self.table)
-                            .set_item(Some(item.clone()))
-                            .condition_expression("attribute_not_exists(pk)")
-                            .send()
-                            .await;
-                        created.push(conditional(result)?);
-                    }
-                }
-                Err(e) => return Err(aws(e)),
+            if let Err(e) = self.write_chunk(chunk, &mut created).await {
+                return Err(self.take_back(&items, &created, e).await);
             }
         }
         Ok(Inserted {
@@ -838,6 +838,114 @@ impl Store for DynamoStore {
             }
             (None, None) => Err(StoreError::Unsupported("list deliveries by endpoint_id or by status".into())),
         }
+    }
+
+    async fn begin_idempotent(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        record: &IdempotencyRecord,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        let pk = idempotency_pk(tenant_id, key);
+        let mut item = to_item(record)?;
+        item.insert(PK.into(), s(&pk));
+        item.insert(SK.into(), s(IDEMPOTENCY_SK));
+        // Two tries: a live record can expire or be released between the put and the read.
+        for _ in 0..2 {
+            let result = self
+                .client
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(item.clone()))
+                .condition_expression("attribute_not_exists(pk) OR expires_at <= :now")
+                .expression_attribute_values(":now", n(now.timestamp()))
+                .send()
+                .await;
+            if conditional(result)? {
+                return Ok(None);
+            }
+            if let Some(existing) = self.get::<IdempotencyRecord>(pk.clone(), IDEMPOTENCY_SK).await?
+                && existing.expires_at > now.timestamp()
+            {
+                return Ok(Some(existing));
+            }
+        }
+        Err(StoreError::Aws(format!("idempotency record {pk} changed twice while it was claimed; retry")))
+    }
+
+    async fn renew_idempotent(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        expected_lease_ms: i64,
+        lease_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, s(idempotency_pk(tenant_id, key)))
+            .key(SK, s(IDEMPOTENCY_SK))
+            .update_expression("SET lease_until = :lease")
+            .condition_expression("lease_until = :expected AND attribute_not_exists(status_code)")
+            .expression_attribute_values(":lease", n(lease_ms))
+            .expression_attribute_values(":expected", n(expected_lease_ms))
+            .send()
+            .await;
+        conditional(result)
+    }
+
+    async fn finish_idempotent(&self, tenant_id: &str, key: &str, answer: (u16, &str)) -> Result<(), StoreError> {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, s(idempotency_pk(tenant_id, key)))
+            .key(SK, s(IDEMPOTENCY_SK))
+            .update_expression("SET status_code = :status, body = :body REMOVE lease_until")
+            .expression_attribute_values(":status", n(answer.0))
+            .expression_attribute_values(":body", s(answer.1))
+            .send()
+            .await
+            .map_err(aws)?;
+        Ok(())
+    }
+
+    async fn release_idempotent(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        forget: bool,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let pk = s(idempotency_pk(tenant_id, key));
+        // Conditional on no answer yet: a record that was answered meanwhile stays.
+        if forget {
+            let result = self
+                .client
+                .delete_item()
+                .table_name(&self.table)
+                .key(PK, pk)
+                .key(SK, s(IDEMPOTENCY_SK))
+                .condition_expression("attribute_not_exists(status_code)")
+                .send()
+                .await;
+            conditional(result)?;
+        } else {
+            let result = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .key(PK, pk)
+                .key(SK, s(IDEMPOTENCY_SK))
+                .update_expression("SET lease_until = :now")
+                .condition_expression("attribute_exists(pk) AND attribute_not_exists(status_code)")
+                .expression_attribute_values(":now", n(now_ms))
+                .send()
+                .await;
+            conditional(result)?;
+        }
+        Ok(())
     }
 }
 

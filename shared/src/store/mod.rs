@@ -42,6 +42,10 @@ pub enum StoreError {
     /// The AWS call failed (after the SDK's own retries).
     #[error("dynamodb: {0}")]
     Aws(String),
+    /// DynamoDB refused the request as malformed (a `ValidationException`): a request we
+    /// built wrong, never worth retrying.
+    #[error("dynamodb refused the request: {0}")]
+    Invalid(String),
     /// An item could not be read back into the domain type.
     #[error("corrupt item: {0}")]
     Corrupt(String),
@@ -265,21 +269,66 @@ pub trait Store: Send + Sync {
     async fn claim_job(&self, id: &str, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError>;
     /// Every delivery of an event (one per endpoint it went to), from the `by_event` index.
     async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError>;
-    /// A stored `Idempotency-Key` answer (HTTP status, JSON body) unless it has expired.
-    async fn get_idempotent(
-        &self,
-        tenant_id: &str,
-        key: &str,
-        now: DateTime<Utc>,
-    ) -> Result<Option<(u16, String)>, StoreError>;
-    /// Stores an `Idempotency-Key` answer until `expires_at` (first writer wins).
-    async fn put_idempotent(
-        &self,
-        tenant_id: &str,
-        key: &str,
-        answer: (u16, &str),
-        expires_at: DateTime<Utc>,
-    ) -> Result<(), StoreError>;
     /// A page of deliveries.
     async fn list_deliveries(&self, query: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError>;
+    /// Claims an `Idempotency-Key` for a request: writes `record` (in progress: no answer)
+    /// unless a record of the key is still inside its window (`expires_at` after `now`).
+    /// `None`: this call owns the key now; `Some`: the live record, untouched.
+    async fn begin_idempotent(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        record: &IdempotencyRecord,
+        now: DateTime<Utc>,
+    ) -> Result<Option<IdempotencyRecord>, StoreError>;
+    /// Takes over an in-progress record whose lease ran out (its owner died or gave up):
+    /// moves `lease_until` from `expected_lease_ms` to `lease_ms`; false when another
+    /// request took it first or it was answered meanwhile.
+    async fn renew_idempotent(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        expected_lease_ms: i64,
+        lease_ms: i64,
+    ) -> Result<bool, StoreError>;
+    /// Stores the final answer (HTTP status, JSON body) on the key's record; its retries
+    /// replay it until the record's `expires_at`.
+    async fn finish_idempotent(&self, tenant_id: &str, key: &str, answer: (u16, &str)) -> Result<(), StoreError>;
+    /// Gives up an in-progress claim: with `forget`, deletes the record (the request was
+    /// refused, nothing was written: the key is free again); else ends its lease at `now_ms`,
+    /// keeping its fingerprint and event id, so the next retry takes over the same event.
+    async fn release_idempotent(&self, tenant_id: &str, key: &str, forget: bool, now_ms: i64)
+    -> Result<(), StoreError>;
+}
+
+/// The record of an `Idempotency-Key` (one item per tenant and key, for the window).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdempotencyRecord {
+    /// SHA-256 (hex) of the request it was first used with; another request with the same
+    /// key is refused. Empty on records written before fingerprints (they match anything).
+    #[serde(default)]
+    pub fingerprint: String,
+    /// The event id this key's request creates, fixed when the key is first claimed so that
+    /// a retry after a failure converges on the same event.
+    #[serde(default)]
+    pub event_id: String,
+    /// The final answer's HTTP status; absent while the first request is in progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_code: Option<u16>,
+    /// The final answer's JSON body; absent while in progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+    /// While in progress: until when (unix milliseconds) the claiming request owns it.
+    #[serde(default)]
+    pub lease_until: i64,
+    /// End of the key's window (unix seconds; also the item's TTL). After it the key is free
+    /// and a new request with it creates a new event.
+    pub expires_at: i64,
+}
+
+impl IdempotencyRecord {
+    /// The stored answer, once there is one.
+    pub fn answer(&self) -> Option<(u16, &str)> {
+        Some((self.status_code?, self.body.as_deref()?))
+    }
 }

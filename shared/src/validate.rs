@@ -1,0 +1,87 @@
+//! The one rule for every id and name a client chooses, shared by every route and checked
+//! before any AWS call.
+//!
+//! An event `id` becomes the `webhook-id` header of every attempt and is signed with it, and
+//! Standard Webhooks receivers read headers as bytes in some stacks and as Latin-1 in others;
+//! a tenant, an event type and an `Idempotency-Key` become parts of DynamoDB keys. So every
+//! one of them (`id`, `tenant_id`, `event_type`, `Idempotency-Key`) is 1 to
+//! [`MAX_ID_BYTES`] characters from [`ID_ALPHABET`]: ASCII letters and digits and
+//! `- _ . : ~ @ + = /`. No spaces, no control characters (no CR or LF), nothing outside ASCII,
+//! so the value is the same bytes in every header reader and in every key.
+
+use crate::error::ServiceError;
+
+/// Longest client-chosen id or name, in bytes (= characters: the alphabet is ASCII).
+pub const MAX_ID_BYTES: usize = 256;
+
+/// The allowed characters, as the API documents them.
+pub const ID_ALPHABET: &str = "A-Z a-z 0-9 - _ . : ~ @ + = /";
+
+/// The JSON Schema / regex form of the rule (openapi.yaml states the same pattern).
+pub const ID_PATTERN: &str = "^[A-Za-z0-9._:~@+=/-]{1,256}$";
+
+fn allowed(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || b"-_.:~@+=/".contains(&c)
+}
+
+/// Whether `value` is a valid client-chosen id or name (see the module docs).
+pub fn is_client_id(value: &str) -> bool {
+    (1..=MAX_ID_BYTES).contains(&value.len()) && value.bytes().all(allowed)
+}
+
+/// Checks a client-chosen id or name.
+///
+/// # Errors
+/// [`ServiceError::Validation`] naming `field`: empty, longer than [`MAX_ID_BYTES`], or a
+/// character outside [`ID_ALPHABET`] (the message gives the first one's position).
+pub fn client_id(field: &str, value: &str) -> Result<(), ServiceError> {
+    if value.is_empty() {
+        return Err(ServiceError::Validation(format!("{field}: is required (1 to {MAX_ID_BYTES} characters)")));
+    }
+    if value.len() > MAX_ID_BYTES {
+        return Err(ServiceError::Validation(format!(
+            "{field}: {} bytes is over the limit of {MAX_ID_BYTES}",
+            value.len()
+        )));
+    }
+    if let Some(i) = value.bytes().position(|c| !allowed(c)) {
+        return Err(ServiceError::Validation(format!(
+            "{field}: character {} is not allowed; ids and names use only {ID_ALPHABET}",
+            i + 1
+        )));
+    }
+    Ok(())
+}
+
+/// Checks an id taken from the URL path of a lookup (`ep_...`, `dlv_...`, `job_...`, an event
+/// id): one that could never have been stored is simply not found, without an AWS call.
+///
+/// # Errors
+/// [`ServiceError::NotFound`] naming `kind` and the id.
+pub fn lookup_id(kind: &str, id: &str) -> Result<(), ServiceError> {
+    if is_client_id(id) {
+        Ok(())
+    } else {
+        Err(ServiceError::NotFound(format!("{kind} {}: no such {kind}", id.chars().take(64).collect::<String>())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_unsafe_or_oversized_values_are_refused_naming_the_field() {
+        for bad in ["evt-1\r\nx-extra: 1", "a b", "", "caf\u{e9}", "tab\there", "nul\0"] {
+            let e = client_id("id", bad).unwrap_err();
+            assert_eq!(e.code(), "validation_error");
+            assert!(e.to_string().starts_with("id: "), "{e}");
+        }
+        assert!(client_id("tenant_id", &"a".repeat(MAX_ID_BYTES + 1)).is_err());
+        for good in ["evt_01HX", "order-7", "order.paid", "acme", "550e8400-e29b-41d4-a716-446655440000", "a+b/c="] {
+            assert!(client_id("id", good).is_ok(), "{good}");
+            assert!(http::HeaderValue::from_str(good).is_ok());
+        }
+        assert!(client_id("id", &"a".repeat(MAX_ID_BYTES)).is_ok());
+    }
+}

@@ -1,0 +1,492 @@
+//! The ingest and admin contract under hostile and careless input (issue 11): header-safe
+//! ids, tenant-scoped events, idempotency keys bound to their request, honest sync answers,
+//! all-or-nothing fan-out, secrets kept out of logs, policies that round-trip.
+
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::Intercept;
+use aws_smithy_runtime_api::client::interceptors::context::BeforeSerializationInterceptorContextMut;
+use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::config_bag::ConfigBag;
+use reqwest::Method;
+use serde_json::{Value, json};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use webhooks_tests::{Receiver, Reply, Stack, eventually};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn code(body: &Value) -> &str {
+    body["error"]["code"].as_str().unwrap_or("")
+}
+
+fn message(body: &Value) -> &str {
+    body["error"]["message"].as_str().unwrap_or("")
+}
+
+async fn post_keyed(stack: &Stack, key: &str, body: &Value) -> (u16, Value, bool) {
+    let resp = stack
+        .http
+        .post(format!("{}/v1/events", stack.base))
+        .header("idempotency-key", key)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let replayed = resp.headers().get("idempotent-replayed").is_some();
+    (status, resp.json().await.unwrap_or(Value::Null), replayed)
+}
+
+/// Fails the `nth` (1-based) call of one DynamoDB operation, once, before it is sent.
+#[derive(Debug)]
+struct FailNth {
+    operation: &'static str,
+    nth: usize,
+    seen: AtomicUsize,
+}
+
+impl Intercept for FailNth {
+    fn name(&self) -> &'static str {
+        "fail the nth call of an operation"
+    }
+
+    fn modify_before_serialization(
+        &self,
+        _context: &mut BeforeSerializationInterceptorContextMut<'_>,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if cfg.load::<Metadata>().is_some_and(|m| m.name() == self.operation)
+            && self.seen.fetch_add(1, Ordering::SeqCst) + 1 == self.nth
+        {
+            return Err(format!("injected failure of {} call {}", self.operation, self.nth).into());
+        }
+        Ok(())
+    }
+}
+
+/// The API of `stack`'s table and queue, served on its own port by an app whose DynamoDB
+/// client fails the `nth` call of `operation` once. Returns its base URL.
+async fn faulty_api(stack: &Stack, operation: &'static str, nth: usize) -> String {
+    let sdk = webhooks::app::aws_sdk_config().await;
+    let conf = aws_sdk_dynamodb::config::Builder::from(&sdk)
+        .interceptor(FailNth { operation, nth, seen: AtomicUsize::new(0) })
+        .build();
+    let ddb = aws_sdk_dynamodb::Client::from_conf(conf);
+    let app =
+        webhooks::App::from_clients((*stack.app.config).clone(), ddb, stack.sqs.clone(), None).expect("faulty app");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, webhooks::api::router(app)).await;
+    });
+    format!("http://{addr}")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ids_that_cannot_be_a_header_value_are_refused_naming_the_field() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    stack.endpoint("acme", &rx.url, Value::Null).await;
+    let cases = [
+        (json!({"tenant_id": "acme", "event_type": "order.paid", "payload": {}, "id": "evt-1\r\nx-extra: 1"}), "id"),
+        (json!({"tenant_id": "ac me", "event_type": "order.paid", "payload": {}}), "tenant_id"),
+        (json!({"tenant_id": "acme", "event_type": "order.paid\n", "payload": {}}), "event_type"),
+        (json!({"tenant_id": "acme", "event_type": "order.paid", "payload": {}, "id": "caf\u{e9}"}), "id"),
+        (json!({"tenant_id": "t".repeat(257), "event_type": "order.paid", "payload": {}}), "tenant_id"),
+    ];
+    for (body, field) in cases {
+        let (status, answer) = stack.call(Method::POST, "/v1/events", Some(body.clone())).await;
+        assert_eq!((status, code(&answer)), (422, "validation_error"), "{body}: {answer}");
+        assert!(message(&answer).starts_with(&format!("{field}: ")), "{body}: {answer}");
+    }
+    let (status, answer, _) =
+        post_keyed(&stack, "key with spaces", &json!({"tenant_id": "acme", "event_type": "order.paid", "payload": {}}))
+            .await;
+    assert_eq!(status, 422, "{answer}");
+    assert!(message(&answer).starts_with("Idempotency-Key: "), "{answer}");
+    assert_eq!(rx.count(), 0, "nothing refused reaches the receiver");
+
+    // Endpoints follow the same rule: a tenant events would refuse is refused here too, before
+    // any AWS call (a 5000-character one reached DynamoDB and came back 503).
+    for tenant in ["t".repeat(5000), "t".repeat(300), "a\r\nb".to_string()] {
+        let body = json!({"tenant_id": tenant, "url": rx.url});
+        let (status, answer) = stack.call(Method::POST, "/v1/endpoints", Some(body)).await;
+        assert_eq!((status, code(&answer)), (422, "validation_error"), "{answer}");
+        assert!(message(&answer).starts_with("tenant_id: "), "{answer}");
+        let (status, answer) =
+            stack.call(Method::GET, &format!("/v1/endpoints?tenant_id={}", "t".repeat(5000)), None).await;
+        assert_eq!(status, 422, "{answer}");
+    }
+    let (status, answer) = stack.call(Method::GET, &format!("/v1/endpoints/ep_{}", "x".repeat(5000)), None).await;
+    assert_eq!((status, code(&answer)), (404, "not_found"), "{answer}");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_aws_validation_error_is_internal_not_unavailable() {
+    let stack = Stack::start(|_| {}).await;
+    // Past the API's own checks, DynamoDB refuses a key over 2048 bytes: our bug, not the
+    // caller's to retry.
+    let now = chrono::Utc::now();
+    let endpoint = webhooks::model::Endpoint {
+        id: "ep_validation".into(),
+        tenant_id: "t".repeat(5000),
+        url: "http://127.0.0.1:9/hook".into(),
+        event_types: None,
+        retry_policy: webhooks::policy::RetryPolicy::standard(),
+        secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
+        enabled: true,
+        disabled: None,
+        consecutive_failures: 0,
+        circuit_breaker_threshold: 100,
+        auto_resume: false,
+        auto_resume_after_seconds: 300,
+        previous_secret: None,
+        previous_secret_expires_at: None,
+        probe_delivery_id: None,
+        version: 1,
+        created_at: now,
+        updated_at: now,
+    };
+    let e = stack.app.store.create_endpoint(&endpoint).await.unwrap_err();
+    let e = webhooks::error::ServiceError::from(e);
+    assert_eq!((e.status(), e.code()), (500, "internal"), "{e}");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_event_id_in_two_tenants_is_looked_up_per_tenant() {
+    let stack = Stack::start(|_| {}).await;
+    let a = Receiver::start(Reply::Status(200)).await;
+    let b = Receiver::start(Reply::Status(200)).await;
+    stack.endpoint("tenant-a", &a.url, Value::Null).await;
+    stack.endpoint("tenant-b", &b.url, Value::Null).await;
+    for (tenant, event_type) in [("tenant-a", "order.paid"), ("tenant-b", "invoice.sent")] {
+        let body = json!({"tenant_id": tenant, "event_type": event_type, "payload": {}, "id": "order-7"});
+        let (status, answer) = stack.call(Method::POST, "/v1/events", Some(body)).await;
+        assert_eq!(status, 202, "{answer}");
+    }
+    let (status, answer) = stack.call(Method::GET, "/v1/events/order-7", None).await;
+    assert_eq!((status, code(&answer)), (409, "conflict"), "{answer}");
+    assert!(message(&answer).contains("tenant-a") && message(&answer).contains("tenant-b"), "{answer}");
+    for (tenant, event_type) in [("tenant-a", "order.paid"), ("tenant-b", "invoice.sent")] {
+        let (status, event) = stack.call(Method::GET, &format!("/v1/events/order-7?tenant_id={tenant}"), None).await;
+        assert_eq!(status, 200, "{event}");
+        assert_eq!((event["tenant_id"].as_str(), event["event_type"].as_str()), (Some(tenant), Some(event_type)));
+        let deliveries = event["deliveries"].as_array().unwrap();
+        assert_eq!(deliveries.len(), 1, "{event}");
+        assert!(deliveries.iter().all(|d| d["tenant_id"] == tenant), "no view mixes tenants: {event}");
+    }
+    let (status, _) = stack.call(Method::GET, "/v1/events/order-7?tenant_id=tenant-c", None).await;
+    assert_eq!(status, 404);
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idempotency_key_reused_with_a_different_request_is_refused() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    stack.endpoint("acme", &rx.url, Value::Null).await;
+    let paid = json!({"tenant_id": "acme", "event_type": "order.paid", "payload": {"amount": 100}});
+    let refund = json!({"tenant_id": "acme", "event_type": "order.refunded", "payload": {"amount": -100}});
+    let (status, first, _) = post_keyed(&stack, "key-1", &paid).await;
+    assert_eq!(status, 202, "{first}");
+    let (status, answer, _) = post_keyed(&stack, "key-1", &refund).await;
+    assert_eq!((status, code(&answer)), (422, "idempotency_key_reused"), "{answer}");
+    let (status, again, replayed) = post_keyed(&stack, "key-1", &paid).await;
+    assert_eq!((status, replayed), (202, true));
+    assert_eq!(again, first);
+    // The same key in another tenant is another key.
+    stack.endpoint("other", &rx.url, Value::Null).await;
+    let (status, _, replayed) =
+        post_keyed(&stack, "key-1", &json!({"tenant_id": "other", "event_type": "x", "payload": {}})).await;
+    assert_eq!((status, replayed), (202, false));
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idempotency_key_is_free_after_its_window() {
+    let stack = Stack::start(|c| c.idempotency_window = Duration::from_secs(2)).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    stack.endpoint("acme", &rx.url, Value::Null).await;
+    let first_body = json!({"tenant_id": "acme", "event_type": "order.paid", "payload": {"n": 1}});
+    let (status, first, _) = post_keyed(&stack, "daily-report", &first_body).await;
+    assert_eq!(status, 202, "{first}");
+    let second_body = json!({"tenant_id": "acme", "event_type": "order.paid", "payload": {"n": 2}});
+    let second: Arc<Mutex<Value>> = Arc::default();
+    eventually("the key to be free after its 2 s window", WAIT, || async {
+        let (status, answer, _) = post_keyed(&stack, "daily-report", &second_body).await;
+        // Within the window the other payload is refused; after it, a new event.
+        assert!(status == 422 || status == 202, "{status} {answer}");
+        *second.lock().unwrap() = answer;
+        status == 202
+    })
+    .await;
+    let second = second.lock().unwrap().clone();
+    assert_ne!(second["event_id"], first["event_id"], "a new event: {second}");
+    let d = second["deliveries"][0]["id"].as_str().unwrap();
+    stack.wait_status(d, "delivered", WAIT).await;
+    assert!(rx.hits().iter().any(|h| h.body.as_ref() == br#"{"n":2}"#), "the new payload was sent");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sync_retry_while_the_first_call_is_in_flight_is_in_progress_and_later_gets_the_answer() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Hang(Duration::from_millis(1500))).await;
+    stack.endpoint("acme", &rx.url, Value::Null).await;
+    let body = json!({"tenant_id": "acme", "event_type": "order.paid", "payload": {}, "mode": "sync"});
+    let first = {
+        let (http, base, body) = (stack.http.clone(), stack.base.clone(), body.clone());
+        tokio::spawn(async move {
+            let r = http.post(format!("{base}/v1/events")).header("idempotency-key", "k-sync").json(&body).send();
+            let r = r.await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        })
+    };
+    eventually("the first attempt to reach the receiver", WAIT, || async { rx.count() == 1 }).await;
+    let (status, answer, _) = post_keyed(&stack, "k-sync", &body).await;
+    assert_eq!((status, code(&answer)), (409, "in_progress"), "{answer}");
+    let (status, original) = first.await.unwrap();
+    assert_eq!((status, original["status"].as_str()), (200, Some("delivered")), "{original}");
+    let (status, later, replayed) = post_keyed(&stack, "k-sync", &body).await;
+    assert_eq!((status, replayed), (200, true), "{later}");
+    assert_eq!(later, original, "the final answer, not the in-progress one");
+    assert_eq!(rx.count(), 1);
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sync_attempt_that_cannot_be_claimed_says_it_is_deferred() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    stack.endpoint("acme", &rx.url, Value::Null).await;
+    // The claim is the first UpdateItem of a sync event.
+    let base = faulty_api(&stack, "UpdateItem", 1).await;
+    let body = json!({"tenant_id": "acme", "event_type": "order.paid", "payload": {}, "mode": "sync"});
+    let resp = stack.http.post(format!("{base}/v1/events")).json(&body).send().await.unwrap();
+    let status = resp.status().as_u16();
+    let answer: Value = resp.json().await.unwrap();
+    assert_eq!(status, 202, "accepted and deferred, not 503: {answer}");
+    assert_eq!(answer["deferred"], true, "{answer}");
+    assert!(message_of(&answer).contains("asynchronously"), "{answer}");
+    // What the answer says happens: the delivery goes out asynchronously.
+    let d = answer["deliveries"][0]["id"].as_str().unwrap();
+    stack.wait_status(d, "delivered", Duration::from_secs(90)).await;
+    stack.stop().await;
+}
+
+fn message_of(answer: &Value) -> &str {
+    answer["message"].as_str().unwrap_or("")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fan_out_over_several_transactions_is_all_or_nothing() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    for _ in 0..150 {
+        stack.endpoint("big", &rx.url, Value::Null).await;
+    }
+    // 151 items: two transactions; the second fails.
+    let base = faulty_api(&stack, "TransactWriteItems", 2).await;
+    let body = json!({"tenant_id": "big", "event_type": "order.paid", "payload": {}, "id": "evt-fan"});
+    let resp = stack.http.post(format!("{base}/v1/events")).json(&body).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 503);
+    let (status, answer) = stack.call(Method::GET, "/v1/events/evt-fan?tenant_id=big", None).await;
+    assert_eq!(status, 404, "a 503 means nothing was accepted: {answer}");
+    let (status, answer) = stack.call(Method::POST, "/v1/events", Some(body)).await;
+    assert_eq!(status, 202, "{answer}");
+    assert_eq!(answer["deliveries"].as_array().unwrap().len(), 150);
+    eventually("150 deliveries", Duration::from_secs(60), || async { rx.count() >= 150 }).await;
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn since_after_until_is_refused_naming_both() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let ep = stack.endpoint("acme", &rx.url, Value::Null).await;
+    let path = format!(
+        "/v1/deliveries?endpoint_id={}&since=2025-02-01T00:00:00Z&until=2025-01-01T00:00:00Z",
+        ep["id"].as_str().unwrap()
+    );
+    let (status, answer) = stack.call(Method::GET, &path, None).await;
+    assert_eq!((status, code(&answer)), (422, "validation_error"), "{answer}");
+    assert!(message(&answer).contains("since") && message(&answer).contains("until"), "{answer}");
+    stack.stop().await;
+}
+
+/// Every log line of this test binary, as text.
+fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buf: Arc<Mutex<Vec<u8>>> = Arc::default();
+        let writer = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("debug,aws=info,aws_smithy_runtime=info,hyper=info"))
+            .with_writer(move || Capture(writer.clone()))
+            .with_ansi(false)
+            .finish();
+        let _ = tracing::subscriber::set_global_default(subscriber);
+        buf
+    })
+    .clone()
+}
+
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(data);
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn logs_of_a_disable_and_notify_cycle_carry_no_credentials_or_secrets() {
+    let logs = captured_logs();
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(410)).await;
+    let url = rx.url.replace("http://", "http://hookuser:hookpass@");
+    let ep = stack.endpoint("acme", &url, Value::Null).await;
+    let id = ep["id"].as_str().unwrap().to_string();
+    let secret = ep["secret"].as_str().unwrap().trim_start_matches("whsec_").to_string();
+    let d = stack.event("acme", "order.paid", json!({})).await;
+    stack.wait_status(d["deliveries"][0]["id"].as_str().unwrap(), "held", WAIT).await;
+    assert!(rx.hits()[0].header("authorization").starts_with("Basic "), "the credentials are still used");
+    // An operator cycle too: enable, rotate, disable by hand.
+    stack.call(Method::POST, &format!("/v1/endpoints/{id}/enable"), None).await;
+    let (_, rotated) = stack.call(Method::POST, &format!("/v1/endpoints/{id}/rotate-secret"), None).await;
+    let rotated = rotated["secret"].as_str().unwrap().trim_start_matches("whsec_").to_string();
+    stack.call(Method::POST, &format!("/v1/endpoints/{id}/disable"), None).await;
+    let text = || String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    eventually("the owner notification in the log", WAIT, || async {
+        text().lines().any(|l| l.contains("endpoint_disabled") && l.contains(&id))
+    })
+    .await;
+    let all = text();
+    let notification = all.lines().find(|l| l.contains("endpoint_disabled") && l.contains(&id)).unwrap();
+    assert!(notification.contains("***@127.0.0.1"), "the URL, redacted: {notification}");
+    for s in ["hookpass", "hookuser:", secret.as_str(), rotated.as_str()] {
+        assert!(!all.contains(s), "{s:?} appears in the logs");
+    }
+    stack.stop().await;
+}
+
+/// A receiver on raw TCP that answers every request with `head` (status line and headers,
+/// without the blank line) and an empty body.
+async fn raw_receiver(head: String) -> (String, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let head = head.clone();
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                // The request: its head, then content-length bytes of body.
+                loop {
+                    let Ok(n) = sock.read(&mut chunk).await else { return };
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    let text = String::from_utf8_lossy(&buf).to_lowercase();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let len = text[..end]
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0)))
+                            .unwrap_or(0usize);
+                        if buf.len() >= end + 4 + len {
+                            break;
+                        }
+                    }
+                }
+                counter.fetch_add(1, Ordering::SeqCst);
+                let _ = sock
+                    .write_all(format!("{head}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").as_bytes())
+                    .await;
+            });
+        }
+    });
+    (url, hits)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_2xx_with_a_malformed_header_line_is_classified_by_its_status() {
+    let stack = Stack::start(|_| {}).await;
+    let (url, hits) = raw_receiver("HTTP/1.1 200 OK\r\nx-ok: 1\r\nthis is not a header line".into()).await;
+    stack.endpoint("acme", &url, json!({"schedule_seconds": [1], "max_attempts": 3})).await;
+    let d = stack.event("acme", "order.paid", json!({})).await;
+    let d = stack.wait_status(d["deliveries"][0]["id"].as_str().unwrap(), "delivered", WAIT).await;
+    assert_eq!(d["attempts"][0]["status_code"], 200, "{d}");
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_retry_policy_the_api_shows_is_accepted_back_unchanged() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let policies = [
+        Value::Null,
+        json!({"preset": "standard"}),
+        json!({"preset": "svix"}),
+        json!({"preset": "frappe", "max_retries": 5}),
+        json!({"preset": "rate_limit_only"}),
+        json!({"schedule_seconds": [1, 2, 4], "max_attempts": 4, "jitter": 0.1, "retry_on": ["5xx", "409"],
+               "honor_retry_after": [429], "disable_on": [410, 451]}),
+        json!({"schedule_seconds": [5]}),
+    ];
+    for policy in policies {
+        let ep = stack.endpoint("acme", &rx.url, policy.clone()).await;
+        let id = ep["id"].as_str().unwrap();
+        let (_, shown) = stack.call(Method::GET, &format!("/v1/endpoints/{id}"), None).await;
+        let shown = shown["retry_policy"].clone();
+        let (status, patched) =
+            stack.call(Method::PATCH, &format!("/v1/endpoints/{id}"), Some(json!({"retry_policy": shown}))).await;
+        assert_eq!(status, 200, "PATCH of {shown}: {patched}");
+        assert_eq!(patched["retry_policy"], shown);
+        let body = json!({"tenant_id": "acme", "url": rx.url, "retry_policy": shown});
+        let (status, created) = stack.call(Method::POST, "/v1/endpoints", Some(body)).await;
+        assert_eq!(status, 201, "POST of {shown}: {created}");
+        assert_eq!(created["retry_policy"], shown);
+    }
+    // A custom policy's omissions are the standard's: 410 disables, Retry-After on 429/503.
+    let ep = stack.endpoint("acme", &rx.url, json!({"schedule_seconds": [5]})).await;
+    assert_eq!(ep["retry_policy"]["disable_on"], json!([410]));
+    assert_eq!(ep["retry_policy"]["honor_retry_after"], json!([429, 503]));
+    assert_eq!(ep["retry_policy"]["retry_on"], json!(["timeout", "connection", "3xx", "4xx", "5xx"]));
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unknown_and_misspelt_fields_are_named() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let body = json!({"tenant_id": "acme", "event_type": "order.paid", "payload": {}, "priority": "high"});
+    let (status, answer) = stack.call(Method::POST, "/v1/events", Some(body)).await;
+    assert_eq!((status, code(&answer)), (422, "validation_error"), "{answer}");
+    assert!(message(&answer).contains("priority"), "{answer}");
+
+    let body = json!({"tenant_id": "acme", "url": rx.url, "retry_policy": {"schedule": [1, 2], "max_attempts": 4}});
+    let (status, answer) = stack.call(Method::POST, "/v1/endpoints", Some(body)).await;
+    assert_eq!(status, 422, "{answer}");
+    assert!(message(&answer).starts_with("retry_policy.schedule: "), "{answer}");
+
+    let (status, answer) = stack.post_raw("/v1/events", r#"["acme", "order.paid"]"#).await;
+    assert_eq!((status, message(&answer)), (422, "body: must be a JSON object"), "{answer}");
+    let (status, answer) = stack.post_raw("/v1/endpoints", "[1]").await;
+    assert_eq!((status, message(&answer)), (422, "body: must be a JSON object"), "{answer}");
+    stack.stop().await;
+}
