@@ -78,6 +78,10 @@ pub struct Config {
     pub idempotency_window: std::time::Duration,
 }
 
+/// The smallest `WEBHOOKS_LEASE_MARGIN_MS`: 1000 milliseconds, room for the AWS calls between
+/// a claim and its POST and for the record after it.
+pub const MIN_LEASE_MARGIN_MS: u64 = 1_000;
+
 /// Largest accepted event payload in bytes (256 KiB, SQS's and EventBridge's own limit).
 pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
 
@@ -148,6 +152,14 @@ impl Config {
         c.sweep_interval = Duration::from_secs(parse(&get, "WEBHOOKS_SWEEP_INTERVAL_SECONDS", 60)?);
         c.allow_private_destinations = parse(&get, "WEBHOOKS_ALLOW_PRIVATE_DESTINATIONS", false)?;
         c.lease_margin = Duration::from_millis(parse(&get, "WEBHOOKS_LEASE_MARGIN_MS", 5_000)?);
+        if c.lease_margin < Duration::from_millis(MIN_LEASE_MARGIN_MS) {
+            // Deliver starts a POST only with a whole request timeout left on its lease: the
+            // margin must cover the reads between claim and POST and the record after it.
+            return Err(ConfigError {
+                name: "WEBHOOKS_LEASE_MARGIN_MS",
+                problem: format!("must be at least {MIN_LEASE_MARGIN_MS} (the AWS calls around a POST)"),
+            });
+        }
         c.redrive_after_seconds = parse(&get, "WEBHOOKS_REDRIVE_AFTER_SECONDS", 300)?;
         c.sweep_batch = parse(&get, "WEBHOOKS_SWEEP_BATCH", 1000)?;
         c.due_shards = parse(&get, "WEBHOOKS_DUE_SHARDS", 8)?;

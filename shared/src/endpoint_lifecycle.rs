@@ -87,13 +87,15 @@ fn after(now: DateTime<Utc>, seconds: u64) -> DateTime<Utc> {
 }
 
 /// A change of configuration (PATCH, secret rotation): `apply` edits a copy; the state is
-/// left as it is.
+/// left as it is. A paused endpoint whose `auto_resume` is turned on (or whose cool-down
+/// changes) gets a probe job after the (new) cool-down.
 ///
 /// # Errors
 /// Whatever `apply` returns.
 pub fn configure<E>(
     ep: &Endpoint,
     now: DateTime<Utc>,
+    random: &Random,
     apply: impl FnOnce(&mut Endpoint) -> Result<(), E>,
 ) -> Result<Change, E> {
     let mut e = next(ep, now);
@@ -103,7 +105,14 @@ pub fn configure<E>(
     e.disabled = ep.disabled.clone();
     e.probe_delivery_id = ep.probe_delivery_id.clone();
     e.version = ep.version + 1;
-    Ok(Change { expected_version: ep.version, endpoint: e, reset_failures: false, jobs: Vec::new() })
+    let resume_changed =
+        e.auto_resume && (!ep.auto_resume || e.auto_resume_after_seconds != ep.auto_resume_after_seconds);
+    let jobs = if e.state() == EndpointState::Paused && resume_changed {
+        vec![new_job(random, ep, JobKind::Probe, now, after(now, e.auto_resume_after_seconds))]
+    } else {
+        Vec::new()
+    };
+    Ok(Change { expected_version: ep.version, endpoint: e, reset_failures: false, jobs })
 }
 
 /// Stops an endpoint for `disabled.reason`:
@@ -223,7 +232,7 @@ mod tests {
         let now = Utc::now();
         let c = disable(&ep(), now, why(REASON_MANUAL), &r).unwrap();
         assert_eq!((c.expected_version, c.endpoint.version), (7, 8));
-        let c = configure::<()>(&ep(), now, |e| {
+        let c = configure::<()>(&ep(), now, &r, |e| {
             e.url = "https://other.example.com".into();
             e.enabled = false; // not a configuration field: ignored
             Ok(())
@@ -231,6 +240,23 @@ mod tests {
         .unwrap();
         assert_eq!((c.expected_version, c.endpoint.version, c.endpoint.enabled), (7, 8, true));
         assert_eq!(enable(&ep(), now, &r).expected_version, 7);
+    }
+
+    #[test]
+    fn turning_auto_resume_on_while_paused_schedules_a_probe() {
+        let r = Random::seeded(1);
+        let now = Utc::now();
+        let manual = Endpoint { auto_resume: false, ..ep() };
+        let paused = disable(&manual, now, why(REASON_CIRCUIT_BREAKER), &r).unwrap();
+        assert_eq!(kinds(&paused), [JobKind::Hold, JobKind::Notify], "no probe without auto_resume");
+        let on = configure::<()>(&paused.endpoint, now, &r, |e| {
+            e.auto_resume = true;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(kinds(&on), [JobKind::Probe]);
+        let unchanged = configure::<()>(&on.endpoint, now, &r, |_| Ok(())).unwrap();
+        assert!(unchanged.jobs.is_empty());
     }
 
     #[test]

@@ -11,7 +11,11 @@ use async_trait::async_trait;
 #[async_trait]
 pub trait Notifier: Send + Sync {
     /// The endpoint stopped receiving attempts.
-    async fn endpoint_disabled(&self, endpoint: &Endpoint, disabled: &Disabled);
+    ///
+    /// # Errors
+    /// A description of why the notification could not be sent; the notify job that calls
+    /// this runs again, so an owner is told at least once.
+    async fn endpoint_disabled(&self, endpoint: &Endpoint, disabled: &Disabled) -> Result<(), String>;
 }
 
 /// The message body of a notification (JSON): the endpoint's id, tenant, URL with any
@@ -37,8 +41,9 @@ pub struct LogNotifier;
 
 #[async_trait]
 impl Notifier for LogNotifier {
-    async fn endpoint_disabled(&self, endpoint: &Endpoint, disabled: &Disabled) {
+    async fn endpoint_disabled(&self, endpoint: &Endpoint, disabled: &Disabled) -> Result<(), String> {
         tracing::warn!(notification = %message(endpoint, disabled), "endpoint disabled");
+        Ok(())
     }
 }
 
@@ -58,8 +63,8 @@ impl SnsNotifier {
 
 #[async_trait]
 impl Notifier for SnsNotifier {
-    async fn endpoint_disabled(&self, endpoint: &Endpoint, disabled: &Disabled) {
-        LogNotifier.endpoint_disabled(endpoint, disabled).await;
+    async fn endpoint_disabled(&self, endpoint: &Endpoint, disabled: &Disabled) -> Result<(), String> {
+        LogNotifier.endpoint_disabled(endpoint, disabled).await?;
         let subject = format!("Webhook endpoint {} disabled: {}", endpoint.id, disabled.reason);
         let result = self
             .client
@@ -69,9 +74,11 @@ impl Notifier for SnsNotifier {
             .message(message(endpoint, disabled).to_string())
             .send()
             .await;
-        if let Err(e) = result {
-            tracing::error!(error = %aws_sdk_sns::error::DisplayErrorContext(e), "notification publish failed");
-        }
+        result.map(|_| ()).map_err(|e| {
+            let e = aws_sdk_sns::error::DisplayErrorContext(e).to_string();
+            tracing::error!(error = %e, "notification publish failed; the notify job runs again");
+            format!("sns: {e}")
+        })
     }
 }
 

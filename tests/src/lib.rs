@@ -345,8 +345,9 @@ impl RecordingNotifier {
 
 #[async_trait::async_trait]
 impl webhooks::notify::Notifier for RecordingNotifier {
-    async fn endpoint_disabled(&self, endpoint: &Endpoint, disabled: &webhooks::model::Disabled) {
+    async fn endpoint_disabled(&self, endpoint: &Endpoint, disabled: &webhooks::model::Disabled) -> Result<(), String> {
         self.0.lock().expect("notifications").push((endpoint.id.clone(), disabled.reason.clone()));
+        Ok(())
     }
 }
 

@@ -264,7 +264,6 @@ async fn a_410_disables_holds_and_notifies_whichever_single_aws_call_fails() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_successful_probe_resumes_and_releases_whichever_single_aws_call_fails() {
-    webhooks::init_tracing();
     let only = std::env::var("FAIL_ONLY").ok();
     let runs = CALLS.iter().filter(|c| only.as_deref().is_none_or(|o| o == **c)).map(|&call| async move {
         let armed = Arc::new(AtomicBool::new(false));

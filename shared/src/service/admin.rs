@@ -237,7 +237,7 @@ pub async fn get_endpoint(app: &App, id: &str) -> Result<EndpointView, ServiceEr
 pub async fn update_endpoint(app: &App, id: &str, body: &Map<String, Value>) -> Result<EndpointView, ServiceError> {
     let ep = find_endpoint(app, id).await?;
     let (ep, _) = health::change_endpoint(app, &ep.tenant_id, id, |ep| {
-        endpoint_lifecycle::configure(ep, app.clock.now(), |e| apply_settings(e, body, &[])).map(Some)
+        endpoint_lifecycle::configure(ep, app.clock.now(), &app.random, |e| apply_settings(e, body, &[])).map(Some)
     })
     .await?;
     Ok(EndpointView::of(ep, false))
@@ -393,7 +393,7 @@ pub async fn rotate_secret(app: &App, id: &str, secret: Option<&str>) -> Result<
     let now = app.clock.now();
     let until = now + chrono::Duration::from_std(app.config.secret_rotation).unwrap_or(chrono::Duration::hours(24));
     let (ep, _) = health::change_endpoint(app, &ep.tenant_id, id, |ep| {
-        let rotated = endpoint_lifecycle::configure(ep, now, |e| {
+        let rotated = endpoint_lifecycle::configure(ep, now, &app.random, |e| {
             e.previous_secret = Some(std::mem::replace(&mut e.secret, new.clone()));
             e.previous_secret_expires_at = Some(until);
             Ok::<_, ServiceError>(())

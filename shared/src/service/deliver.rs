@@ -125,7 +125,7 @@ pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Hand
         None => app.store.get_payload(&delivery.tenant_id, &delivery.event_id).await?.map(Bytes::from),
     };
     let endpoint = match current_endpoint(app, &delivery).await? {
-        Current::Accepts(ep) => ep,
+        Current::Accepts(ep) => ep.map(|b| *b),
         Current::Settled(handled) => return Ok(handled),
     };
     let lease_left =
@@ -189,35 +189,47 @@ pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Hand
         wait_source: wait.map(|w| w.source),
     };
     let expired = ours == Some(PAYLOAD_EXPIRED);
-    // The endpoint's side: failures in a row (a counter, before the record so that a lost
-    // record over-counts rather than under-counts), and whether this attempt moves the
-    // endpoint (a disable code, the circuit breaker, the probe's outcome).
+    // The endpoint's side: failures in a row (a counter, best effort: the attempt was made, so
+    // nothing may stop its record), and whether this attempt moves the endpoint (a disable
+    // code, the circuit breaker, the probe's outcome).
     let failed = matches!(verdict, Verdict::Retry | Verdict::Final) && !probe && ours.is_none();
     let failures_in_a_row = match (&endpoint, failed) {
-        (Some(ep), true) => app.store.count_failure(&ep.tenant_id, &ep.id).await?.unwrap_or(0),
+        (Some(ep), true) => match app.store.count_failure(&ep.tenant_id, &ep.id).await {
+            Ok(n) => n.unwrap_or(0),
+            Err(e) => {
+                tracing::warn!(endpoint_id = %ep.id, error = %e, "failure not counted; the breaker counts the next one");
+                0
+            }
+        },
         _ => 0,
     };
     let now = app.clock.now();
     let effect = Effect { verdict, probe, expired, failures_in_a_row, status_code: attempt.status_code };
-    let (transition, enqueue) = match (verdict, probe) {
+    // What the retry policy alone makes of the attempt, and the delivery held with it: which
+    // one is written depends on the endpoint as it is when the record is written.
+    let plain = match verdict {
         // Nothing left to send, ever: a dead letter, even as a probe (held, it would be
         // picked as the probe again and again).
         _ if expired => lifecycle::complete(cfg, now, &delivery, attempt.clone(), Next::Exhausted),
-        // A disable code (410 Gone), a failed probe, or the failure that opens the breaker:
-        // keep the delivery, held, with this attempt recorded.
-        (Verdict::Disable, _) | (Verdict::Retry | Verdict::Final, true) => {
-            (lifecycle::hold_claimed(now, &delivery, Some(attempt.clone())), None)
-        }
-        (Verdict::Retry, false) if endpoint.as_ref().is_some_and(|ep| effect.opens_breaker(ep)) => {
-            (lifecycle::hold_claimed(now, &delivery, Some(attempt.clone())), None)
-        }
-        (Verdict::Success, _) => lifecycle::complete(cfg, now, &delivery, attempt.clone(), Next::Delivered),
-        (Verdict::Retry, false) => {
+        Verdict::Success => lifecycle::complete(cfg, now, &delivery, attempt.clone(), Next::Delivered),
+        Verdict::Retry if !probe => {
             let scaled = |s: u64| ((s as f64) * cfg.wait_scale).ceil().max(1.0) as u64;
             let next = wait.map_or(Next::Exhausted, |w| Next::RetryIn(scaled(w.seconds)));
             lifecycle::complete(cfg, now, &delivery, attempt.clone(), next)
         }
-        (Verdict::Final, false) => lifecycle::complete(cfg, now, &delivery, attempt.clone(), Next::Exhausted),
+        Verdict::Final => lifecycle::complete(cfg, now, &delivery, attempt.clone(), Next::Exhausted),
+        // A disable code, or a probe's retryable failure: nothing to retry on its own.
+        Verdict::Disable | Verdict::Retry => (lifecycle::hold_claimed(now, &delivery, Some(attempt.clone())), None),
+    };
+    let held = lifecycle::hold_claimed(now, &delivery, Some(attempt.clone()));
+    let recorded = match &endpoint {
+        Some(ep) if ours.is_none() || probe => {
+            record_with_health(app, &delivery, &attempt, plain, held, ep, &effect).await?
+        }
+        _ => apply_or_lost(app, &delivery, &plain.0).await?.then_some(plain),
+    };
+    let Some((transition, enqueue)) = recorded else {
+        return Ok(Handled::Duplicate);
     };
     tracing::info!(
         delivery_id = %delivery.id,
@@ -228,13 +240,6 @@ pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Hand
         probe,
         "attempt made"
     );
-    let recorded = match &endpoint {
-        Some(ep) if ours.is_none() || probe => record_with_health(app, &delivery, &transition, ep, &effect).await?,
-        _ => apply_or_lost(app, &delivery, &transition).await?,
-    };
-    if !recorded {
-        return Ok(Handled::Duplicate);
-    }
     let status = transition.status;
     emit_metrics(app, &transition, result.duration_ms);
     if let Some(mut e) = enqueue {
@@ -273,9 +278,16 @@ impl Effect {
             status_code: self.status_code,
             delivery_id: Some(delivery_id.to_string()),
         };
+        // A probe refused for its own sake (a final 4xx: the payload, not the receiver) shows
+        // the receiver is up: resume, and this delivery is a dead letter, rather than picking
+        // the same refused delivery as the probe again and again.
+        let refused = self.verdict == Verdict::Final && self.status_code.is_some_and(|c| (400..500).contains(&c));
         match self.verdict {
             Verdict::Disable => endpoint_lifecycle::disable(ep, now, why(REASON_GONE), &app.random),
             Verdict::Success if self.probe => endpoint_lifecycle::probe_succeeded(ep, delivery_id, now, &app.random),
+            Verdict::Final if self.probe && refused => {
+                endpoint_lifecycle::probe_succeeded(ep, delivery_id, now, &app.random)
+            }
             Verdict::Retry | Verdict::Final if self.probe => {
                 // A probe that could not be sent says nothing of the receiver: probe again now.
                 let cool_down = if self.expired { 0 } else { ep.auto_resume_after_seconds };
@@ -289,41 +301,79 @@ impl Effect {
     }
 }
 
+/// A delivery transition and the message to send once it is written.
+type Recorded = (Transition, Option<lifecycle::Enqueue>);
+
 /// Records the attempt and, when the outcome moves the endpoint, the endpoint's transition
 /// with its jobs, in one write; an endpoint changed meanwhile is read again and the decision
-/// made again. False when the delivery's lease was lost.
+/// made again. The delivery ends `held` (with this attempt) when the endpoint, as written or
+/// as it stands, does not accept it, else as the policy says (`plain`); a hold without an
+/// endpoint change is conditional on the endpoint's version, so nothing is held behind an
+/// enable. Returns what was written, `None` when the delivery's lease was lost.
 async fn record_with_health(
     app: &App,
     delivery: &Delivery,
-    transition: &Transition,
+    attempt: &Attempt,
+    plain: Recorded,
+    held: Transition,
     read: &Endpoint,
     effect: &Effect,
-) -> Result<bool, ServiceError> {
+) -> Result<Option<Recorded>, ServiceError> {
     let mut ep = read.clone();
+    let settled = |t: &Transition| !matches!(t.status, DeliveryStatus::Scheduled | DeliveryStatus::Held);
     for _ in 0..ENDPOINT_TRIES {
-        let Some(change) = effect.change(app, &ep, &delivery.id) else {
-            return apply_or_lost(app, delivery, transition).await;
-        };
-        match app.store.commit(EndpointWrite::Change(&change), Some((&delivery.id, transition))).await? {
-            Committed::Done => {
-                tracing::warn!(endpoint_id = %ep.id, state = ?change.endpoint.state(), reason = ?change.endpoint.disabled.as_ref().map(|d| &d.reason), "endpoint state changed by an attempt");
-                health::run_inline(app, &change.jobs).await;
-                return Ok(true);
+        let (write, chosen, jobs) = match effect.change(app, &ep, &delivery.id) {
+            Some(change) => {
+                let hold = change.endpoint.state() != EndpointState::Enabled && !settled(&plain.0);
+                let jobs = change.jobs.clone();
+                (Some(change), if hold { (held.clone(), None) } else { plain.clone() }, jobs)
             }
-            Committed::DeliveryLost => return Ok(false),
+            // No move of the endpoint: as the policy says, but a delivery still to be
+            // attempted is held while the endpoint does not accept it.
+            None if !settled(&plain.0) && !ep.accepts(&delivery.id) => (None, (held.clone(), None), Vec::new()),
+            None if plain.0.status == DeliveryStatus::Held => {
+                // Held by the policy alone (a disable code on an endpoint that accepts it
+                // again): go on as a retry, due now.
+                let (t, e) =
+                    lifecycle::complete(&app.config, app.clock.now(), delivery, attempt.clone(), Next::RetryIn(1));
+                (None, (t, e), Vec::new())
+            }
+            None => return Ok(apply_or_lost(app, delivery, &plain.0).await?.then_some(plain)),
+        };
+        let endpoint = match &write {
+            Some(change) => EndpointWrite::Change(change),
+            None => EndpointWrite::Unchanged { tenant_id: &ep.tenant_id, id: &ep.id, version: ep.version },
+        };
+        match app.store.commit(endpoint, Some((&delivery.id, &chosen.0))).await? {
+            Committed::Done => {
+                if let Some(change) = &write {
+                    tracing::warn!(endpoint_id = %ep.id, state = ?change.endpoint.state(), reason = ?change.endpoint.disabled.as_ref().map(|d| &d.reason), "endpoint state changed by an attempt");
+                }
+                health::run_inline(app, &jobs).await;
+                return Ok(Some(chosen));
+            }
+            Committed::DeliveryLost => return Ok(None),
             Committed::EndpointChanged => match app.store.get_endpoint(&ep.tenant_id, &ep.id).await? {
                 Some(now) => ep = now,
-                None => return apply_or_lost(app, delivery, transition).await,
+                None => return Ok(apply_or_lost(app, delivery, &plain.0).await?.then_some(plain)),
             },
         }
     }
-    Err(ServiceError::Unavailable(format!("endpoint {} kept changing while recording an attempt", read.id)))
+    // The attempt was made: record it as the policy says rather than not at all (deliver
+    // holds the delivery when it comes up, if the endpoint does not accept it by then).
+    tracing::warn!(endpoint_id = %read.id, delivery_id = %delivery.id, "endpoint kept changing; attempt recorded without its endpoint effect");
+    let fallback = if plain.0.status == DeliveryStatus::Held {
+        lifecycle::complete(&app.config, app.clock.now(), delivery, attempt.clone(), Next::RetryIn(1))
+    } else {
+        plain
+    };
+    Ok(apply_or_lost(app, delivery, &fallback.0).await?.then_some(fallback))
 }
 
 /// The endpoint as it is now, when it accepts this delivery (or is gone: `None`), or what
 /// became of the delivery when it does not (held, in a write conditional on the version read).
 enum Current {
-    Accepts(Option<Endpoint>),
+    Accepts(Option<Box<Endpoint>>),
     Settled(Handled),
 }
 
@@ -331,7 +381,7 @@ async fn current_endpoint(app: &App, delivery: &Delivery) -> Result<Current, Ser
     for _ in 0..ENDPOINT_TRIES {
         let ep = match app.store.get_endpoint(&delivery.tenant_id, &delivery.endpoint_id).await? {
             Some(ep) if !ep.accepts(&delivery.id) => ep,
-            other => return Ok(Current::Accepts(other)),
+            other => return Ok(Current::Accepts(other.map(Box::new))),
         };
         let hold = lifecycle::hold_claimed(app.clock.now(), delivery, None);
         let check = EndpointWrite::Unchanged { tenant_id: &ep.tenant_id, id: &ep.id, version: ep.version };

@@ -190,14 +190,16 @@ async fn job_step(app: &App, id: &str, now: DateTime<Utc>) -> Result<Vec<Enqueue
         }
         (JobKind::Hold, Some(ep)) if ep.enabled => job.status = "cancelled".into(),
         (JobKind::Hold, Some(ep)) => {
-            let found = hold_page(app, &ep, limit, &mut job).await?;
-            if found < limit && settled {
+            let (found, interrupted) = hold_page(app, &ep, limit, &mut job).await?;
+            if found < limit && settled && !interrupted {
                 job.status = "done".into();
             }
         }
         (JobKind::Notify, Some(ep)) => {
             match (&ep.disabled, ep.enabled) {
-                (Some(disabled), false) => app.notifier.endpoint_disabled(&ep, disabled).await,
+                (Some(disabled), false) => {
+                    app.notifier.endpoint_disabled(&ep, disabled).await.map_err(ServiceError::Unavailable)?;
+                }
                 _ => job.status = "cancelled".into(),
             }
             if job.status == "running" {
@@ -263,8 +265,9 @@ async fn probe_step(app: &App, ep: &Endpoint, job: &mut Job, out: &mut Vec<Enque
 
 /// Holds one page (up to `limit`, oldest first) of a disabled endpoint's scheduled
 /// deliveries, each in a write conditional on the endpoint's version as read (an enable in
-/// between makes it lose, so nothing is held behind an enable). Returns how many it found.
-async fn hold_page(app: &App, ep: &Endpoint, limit: usize, job: &mut Job) -> Result<usize, ServiceError> {
+/// between makes it lose, so nothing is held behind an enable). Returns how many it found, and
+/// whether it stopped early because the endpoint changed (then the job goes on next tick).
+async fn hold_page(app: &App, ep: &Endpoint, limit: usize, job: &mut Job) -> Result<(usize, bool), ServiceError> {
     let page = app
         .store
         .list_deliveries(&DeliveryQuery {
@@ -285,10 +288,10 @@ async fn hold_page(app: &App, ep: &Endpoint, limit: usize, job: &mut Job) -> Res
             Committed::Done => job.processed += 1,
             Committed::DeliveryLost => {}
             // Enabled (or changed) meanwhile: stop; the next step reads it again.
-            Committed::EndpointChanged => break,
+            Committed::EndpointChanged => return Ok((page.data.len(), true)),
         }
     }
-    Ok(page.data.len())
+    Ok((page.data.len(), false))
 }
 
 /// Releases one page (up to `limit`, oldest first) of `ep`'s deliveries in `status`

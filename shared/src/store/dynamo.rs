@@ -727,26 +727,33 @@ impl Store for DynamoStore {
                 items.push(TransactWriteItem::builder().put(put).build());
             }
         }
-        let result = self.client.transact_write_items().set_transact_items(Some(items)).send().await;
         use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-        match result {
-            Ok(_) => Ok(Committed::Done),
-            Err(e) => match e.as_service_error() {
-                Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
-                    let failed = |i: usize| {
-                        c.cancellation_reasons().get(i).and_then(|r| r.code()) == Some("ConditionalCheckFailed")
-                    };
-                    if delivery.is_some() && failed(1) {
-                        Ok(Committed::DeliveryLost)
-                    } else {
-                        // The endpoint's guard, or a conflicting transaction on one of the
-                        // items: either way the caller re-reads and decides again.
-                        Ok(Committed::EndpointChanged)
-                    }
-                }
-                _ => Err(aws(e)),
-            },
+        // A transaction that collided with another on one of its items (TransactionConflict)
+        // is tried again after a short pause; a failed condition is an answer, not an error.
+        let mut pause = std::time::Duration::from_millis(20);
+        for _ in 0..4 {
+            let result = self.client.transact_write_items().set_transact_items(Some(items.clone())).send().await;
+            let e = match result {
+                Ok(_) => return Ok(Committed::Done),
+                Err(e) => e,
+            };
+            let Some(TransactWriteItemsError::TransactionCanceledException(c)) = e.as_service_error() else {
+                return Err(aws(e));
+            };
+            let code = |i: usize| c.cancellation_reasons().get(i).and_then(|r| r.code()).unwrap_or("None");
+            if code(0) == "ConditionalCheckFailed" {
+                return Ok(Committed::EndpointChanged);
+            }
+            if delivery.is_some() && code(1) == "ConditionalCheckFailed" {
+                return Ok(Committed::DeliveryLost);
+            }
+            if !(0..items.len()).any(|i| code(i) == "TransactionConflict") {
+                return Err(aws(e));
+            }
+            tokio::time::sleep(pause).await;
+            pause *= 2;
         }
+        Err(StoreError::Aws("transaction kept conflicting with others on the same items".into()))
     }
 
     async fn due(&self, shard: u32, until_ms: i64, limit: usize, after: Option<&Due>) -> Result<Vec<Due>, StoreError> {
@@ -963,6 +970,13 @@ impl DynamoStore {
         limit: usize,
         mut start: Option<Item>,
     ) -> Result<(Vec<DeliverySummary>, Option<Item>), StoreError> {
+        if let Some(key) = &start {
+            // A cursor from another endpoint or bucket would reach DynamoDB as a bad key.
+            let attr = |name: &str| key.get(name).and_then(|v| v.as_s().ok()).map(String::as_str);
+            if attr(EP_PK) != Some(ep) || !attr(EP_SK).is_some_and(|sk| sk.starts_with(&format!("{bucket}#"))) {
+                return Err(StoreError::InvalidCursor);
+            }
+        }
         let from = format!("{bucket}#{}", q.since.map(|t| time_sk(t, "")).unwrap_or_else(|| "0".into()));
         let to = format!("{bucket}#{}", q.until.map(|t| time_sk(t, "")).unwrap_or_else(|| "~".into()));
         let mut data = Vec::new();
@@ -1043,7 +1057,8 @@ impl DynamoStore {
             next_keys.insert(bucket, next);
             fetched.extend(items.into_iter().map(|d| (bucket, d)));
         }
-        let order = |d: &DeliverySummary| (d.created_at, d.id.clone());
+        // The index's own order: the `{time}#{id}` string (milliseconds), then the id.
+        let order = |d: &DeliverySummary| time_sk(d.created_at, &d.id);
         fetched.sort_by_key(|(_, d)| order(d));
         if !q.oldest_first {
             fetched.reverse();
