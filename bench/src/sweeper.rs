@@ -147,7 +147,7 @@ async fn fill(
         set("status", AttributeValue::S("scheduled".into()));
         set("attempt_count", AttributeValue::N("1".into()));
         set("next_attempt_at", AttributeValue::S(next_s.clone()));
-        set(keys::EP_SK, AttributeValue::S(format!("{created}#{id}")));
+        set(keys::EP_SK, AttributeValue::S(format!("open#{created}#{id}")));
         it
     };
     let batches: Vec<Vec<usize>> = (from..from + count).collect::<Vec<_>>().chunks(25).map(<[usize]>::to_vec).collect();

@@ -113,9 +113,11 @@ pub async fn aws_sdk_config() -> aws_config::SdkConfig {
     aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(http).timeout_config(timeouts).load().await
 }
 
-/// Deadline of one try of an AWS call: 3 seconds (DynamoDB and SQS answer in milliseconds;
-/// a try this slow is retried by the SDK).
-pub const AWS_ATTEMPT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+/// Deadline of one try of an AWS call: 10 seconds. DynamoDB and SQS answer in milliseconds,
+/// but a try cut short can still have been applied (a transaction of 100 items on an
+/// emulator takes seconds), so the deadline is far from the normal case.
+pub const AWS_ATTEMPT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Deadline of an AWS call over all its tries: 10 seconds.
-pub const AWS_OPERATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Deadline of an AWS call over all its tries: 25 seconds, under the sweeper's 40 s budget
+/// and far under deliver's 120 s Lambda timeout.
+pub const AWS_OPERATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(25);
