@@ -544,6 +544,14 @@ impl Store for Serialized {
         self.before("list_deliveries").await?;
         self.inner.list_deliveries(query).await
     }
+    async fn count_deliveries(
+        &self,
+        endpoint_id: &str,
+        status: webhooks::model::DeliveryStatus,
+    ) -> Result<u64, StoreError> {
+        self.before("count_deliveries").await?;
+        self.inner.count_deliveries(endpoint_id, status).await
+    }
     async fn begin_idempotent(
         &self,
         tenant_id: &str,

@@ -305,7 +305,12 @@ async fn the_attempt_history_on_an_item_stays_bounded_however_many_attempts() {
         if n > 1 && (n - 1) % 50 == 0 {
             admin::replay(&stack.app, &id).await.unwrap();
         }
-        let handled = deliver::deliver_message(&stack.app, &AttemptMessage::new(id.clone(), n)).await;
+        let msg = AttemptMessage::new(id.clone(), n);
+        let mut handled = deliver::deliver_message(&stack.app, &msg).await;
+        // A loaded emulator can eat the lease margin: the claim is given back, try it again.
+        while matches!(handled, Ok(deliver::Handled::Requeued)) {
+            handled = deliver::deliver_message(&stack.app, &msg).await;
+        }
         assert!(matches!(handled, Ok(deliver::Handled::Attempted(..))), "attempt {n}: {handled:?}");
     }
     let d = stack.delivery(&id).await;

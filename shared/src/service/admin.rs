@@ -348,30 +348,42 @@ pub struct EndpointStats {
     pub counted: u64,
 }
 
-/// Counts an endpoint's deliveries (a paged Query of its `by_endpoint` index).
+/// Counts an endpoint's deliveries: one `Select=COUNT` Query per status, each reading only
+/// that status's key range of the `by_endpoint` index (about one request per 3,000
+/// deliveries in it; no item is returned), and one item for the last success.
 ///
 /// # Errors
 /// [`ServiceError::NotFound`].
 pub async fn endpoint_stats(app: &App, id: &str) -> Result<EndpointStats, ServiceError> {
     let ep = find_endpoint(app, id).await?;
-    let mut counts: std::collections::BTreeMap<String, u64> =
-        ["scheduled", "sending", "delivered", "exhausted", "held"].into_iter().map(|s| (s.to_string(), 0)).collect();
-    let mut last_success_at: Option<DateTime<Utc>> = None;
-    let query = DeliveryQuery { endpoint_id: Some(ep.id.clone()), ..DeliveryQuery::default() };
-    let all = collect_deliveries(app.store.as_ref(), query, usize::MAX).await?;
-    for d in &all {
-        *counts.entry(d.status.as_str().to_string()).or_default() += 1;
-        if d.status == DeliveryStatus::Delivered && last_success_at.is_none_or(|t| d.updated_at > t) {
-            last_success_at = Some(d.updated_at);
-        }
-    }
-    let counted = all.len() as u64;
+    let statuses = [
+        DeliveryStatus::Scheduled,
+        DeliveryStatus::Sending,
+        DeliveryStatus::Delivered,
+        DeliveryStatus::Exhausted,
+        DeliveryStatus::Held,
+    ];
+    let counted =
+        futures::future::try_join_all(statuses.iter().map(|st| app.store.count_deliveries(&ep.id, *st))).await?;
+    let counts: std::collections::BTreeMap<String, u64> =
+        statuses.iter().zip(&counted).map(|(st, n)| (st.as_str().to_string(), *n)).collect();
+    // The newest delivery that was delivered (newest by acceptance; its last change is when
+    // it was delivered): one item of the delivered range.
+    let newest = app
+        .store
+        .list_deliveries(&DeliveryQuery {
+            endpoint_id: Some(ep.id.clone()),
+            status: Some(DeliveryStatus::Delivered),
+            limit: 1,
+            ..DeliveryQuery::default()
+        })
+        .await?;
     Ok(EndpointStats {
         endpoint_id: ep.id,
         counts,
-        last_success_at,
+        last_success_at: newest.data.first().map(|d| d.updated_at),
         consecutive_failures: ep.consecutive_failures,
-        counted,
+        counted: counted.iter().sum(),
     })
 }
 

@@ -954,9 +954,43 @@ impl Store for DynamoStore {
         }
         Ok(())
     }
+
+    async fn count_deliveries(&self, endpoint_id: &str, status: DeliveryStatus) -> Result<u64, StoreError> {
+        self.count_in_bucket(endpoint_id, status).await
+    }
 }
 
 impl DynamoStore {
+    /// See [`Store::count_deliveries`].
+    async fn count_in_bucket(&self, ep: &str, status: DeliveryStatus) -> Result<u64, StoreError> {
+        let bucket = endpoint_bucket(status);
+        let mut total = 0u64;
+        let mut start: Option<Item> = None;
+        loop {
+            let mut req = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(ENDPOINT_INDEX)
+                .select(aws_sdk_dynamodb::types::Select::Count)
+                .key_condition_expression("ep_pk = :k AND begins_with(ep_sk, :b)")
+                .expression_attribute_values(":k", s(ep))
+                .expression_attribute_values(":b", s(format!("{bucket}#")));
+            if matches!(status, DeliveryStatus::Scheduled | DeliveryStatus::Sending) {
+                req = req
+                    .filter_expression("#status = :st")
+                    .expression_attribute_names("#status", "status")
+                    .expression_attribute_values(":st", s(status.as_str()));
+            }
+            let page = req.set_exclusive_start_key(start.take()).send().await.map_err(aws)?;
+            total += u64::try_from(page.count).unwrap_or(0);
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => return Ok(total),
+            }
+        }
+    }
+
     /// Up to `limit` deliveries of endpoint `ep` in one `by_endpoint` bucket (a key range:
     /// nothing outside the bucket is read), in `status` when given (the `open` bucket holds
     /// two), accepted in the query's window, from `start`. Returns them and the key to go on

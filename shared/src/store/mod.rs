@@ -271,6 +271,10 @@ pub trait Store: Send + Sync {
     async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError>;
     /// A page of deliveries.
     async fn list_deliveries(&self, query: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError>;
+    /// How many of an endpoint's deliveries are in `status`: a `Select=COUNT` Query of that
+    /// status's `by_endpoint` key range (one request per 1 MB of index entries, about 3,000
+    /// deliveries; nothing outside the range is read, and no item is returned).
+    async fn count_deliveries(&self, endpoint_id: &str, status: DeliveryStatus) -> Result<u64, StoreError>;
     /// Claims an `Idempotency-Key` for a request: writes `record` (in progress: no answer)
     /// unless a record of the key is still inside its window (`expires_at` after `now`).
     /// `None`: this call owns the key now; `Some`: the live record, untouched.
