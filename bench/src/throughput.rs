@@ -84,6 +84,12 @@ fn event_body(tenant: &str, id: &str, payload: &str) -> String {
     )
 }
 
+/// A reqwest client for the bench's own calls, on the ring provider the service uses.
+fn http_client() -> Res<reqwest::Client> {
+    webhooks::sender::install_tls_provider();
+    Ok(reqwest::Client::builder().build()?)
+}
+
 async fn post(http: &reqwest::Client, base: &str, body: String) -> Res<()> {
     let r = http.post(format!("{base}/v1/events")).header("content-type", "application/json").body(body).send().await?;
     if r.status().as_u16() != 202 {
@@ -105,7 +111,7 @@ pub async fn pipeline(
     limit: Duration,
 ) -> Res<Throughput> {
     let l = local(sdk, endpoints).await?;
-    let http = reqwest::Client::new();
+    let http = http_client()?;
     let want = (events * endpoints) as u64;
     let t0 = Instant::now();
     let results: Vec<Res<()>> = futures::stream::iter((0..events).map(|_| {
@@ -147,7 +153,7 @@ pub async fn latency(
     payload: &str,
 ) -> Res<(Vec<f64>, BTreeMap<String, u64>)> {
     let l = local(sdk, 1).await?;
-    let http = reqwest::Client::new();
+    let http = http_client()?;
     let mut sent = Vec::new();
     let mut tasks = Vec::new();
     let mut tick = tokio::time::interval(every);

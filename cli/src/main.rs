@@ -154,7 +154,11 @@ impl Client {
         } else {
             None
         };
-        Ok(Self { http: reqwest::Client::new(), base: cli.api.trim_end_matches('/').to_string(), signer })
+        // reqwest is built without a crypto provider of its own (the service keeps aws-lc out
+        // of its build): rustls on ring, as the service's sender; an error only says one is set.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder().build().map_err(|e| format!("HTTP client: {e}"))?;
+        Ok(Self { http, base: cli.api.trim_end_matches('/').to_string(), signer })
     }
 
     async fn call(&self, method: http::Method, path: &str, body: Option<Value>) -> Result<Value, String> {

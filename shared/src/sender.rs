@@ -15,6 +15,27 @@ use std::time::{Duration, Instant, SystemTime};
 /// Most response body bytes kept on an attempt record (1 KiB).
 pub const RESPONSE_BODY_LIMIT: usize = 1024;
 
+/// Most header lines read in an HTTP/1 answer: 1000, ten times hyper's default of 100.
+///
+/// An answer is classified by its status line, and hyper fails the whole response when its
+/// headers exceed the limit, which would turn a receiver's `200 OK` with many headers (proxies
+/// and frameworks add them) into a `connection` failure retried until exhausted. Hyper
+/// allocates room for this many headers while it parses an answer (64 bytes each), so the limit
+/// stays finite; the header section is also bounded by hyper's read buffer (about 400 KiB).
+pub const RESPONSE_MAX_HEADERS: usize = 1000;
+
+/// Makes rustls on ring the process's default TLS crypto provider, once.
+///
+/// reqwest is built with `rustls-no-provider` (its `rustls` feature would bring aws-lc as a
+/// second crypto library next to the ring that the AWS SDK client uses, see
+/// [`crate::app::aws_sdk_config`]), and then takes the process default when a client is
+/// built; without one it panics. [`HttpSender::new`] calls this; so must any other code that
+/// builds a reqwest client (the tests, the bench). A provider already installed is kept.
+pub fn install_tls_provider() {
+    // The error only says a default is already installed (by an earlier call or the host).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// What one POST came back with.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SendResult {
@@ -108,6 +129,7 @@ impl HttpSender {
     /// # Errors
     /// reqwest's error when its TLS backend cannot start.
     pub fn new(timeout: Duration, allow_private: bool) -> Result<Self, reqwest::Error> {
+        install_tls_provider();
         let client = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout)
@@ -115,6 +137,8 @@ impl HttpSender {
             // An answer is classified by its status line: a malformed header line after it is
             // skipped rather than turning a 2xx into a `connection` failure.
             .http1_ignore_invalid_headers_in_responses(true)
+            // Nor do many header lines: see RESPONSE_MAX_HEADERS.
+            .http1_max_headers(RESPONSE_MAX_HEADERS)
             .dns_resolver(std::sync::Arc::new(GuardedResolver { allow_private }))
             .user_agent(concat!("webhooks/", env!("CARGO_PKG_VERSION")))
             .build()?;

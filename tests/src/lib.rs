@@ -97,7 +97,10 @@ impl Stack {
         Self {
             app,
             base: format!("http://{}", running.addr),
-            http: reqwest::Client::new(),
+            http: {
+                webhooks::sender::install_tls_provider();
+                reqwest::Client::new()
+            },
             sqs,
             running: Some(running),
         }

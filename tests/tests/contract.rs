@@ -442,6 +442,19 @@ async fn a_2xx_with_a_malformed_header_line_is_classified_by_its_status() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_2xx_with_200_header_lines_is_classified_by_its_status() {
+    let stack = Stack::start(|_| {}).await;
+    let lines: String = (0..200).map(|i| format!("\r\nx-h{i}: {i}")).collect();
+    let (url, hits) = raw_receiver(format!("HTTP/1.1 200 OK{lines}")).await;
+    stack.endpoint("acme", &url, json!({"schedule_seconds": [1], "max_attempts": 3})).await;
+    let d = stack.event("acme", "order.paid", json!({})).await;
+    let d = stack.wait_status(d["deliveries"][0]["id"].as_str().unwrap(), "delivered", WAIT).await;
+    assert_eq!(d["attempts"][0]["status_code"], 200, "{d}");
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn every_retry_policy_the_api_shows_is_accepted_back_unchanged() {
     let stack = Stack::start(|_| {}).await;
     let rx = Receiver::start(Reply::Status(200)).await;
