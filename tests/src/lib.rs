@@ -107,10 +107,15 @@ impl Stack {
     }
 
     /// Stops the runtime.
+    /// Stops the runtime and deletes the test's table and queue, so that the emulator, shared
+    /// by every test of a run, does not slow down as the run goes on.
     pub async fn stop(mut self) {
         if let Some(r) = self.running.take() {
             r.stop().await;
         }
+        let ddb = aws_sdk_dynamodb::Client::new(&webhooks::app::aws_sdk_config().await);
+        let _ = ddb.delete_table().table_name(&self.app.config.table).send().await;
+        let _ = self.sqs.delete_queue().queue_url(&self.app.config.queue_url).send().await;
     }
 
     /// A request to the API; returns the status and the JSON body (`null` when empty).
