@@ -49,13 +49,13 @@ pub struct Stack {
     running: Option<Running>,
 }
 
-/// The configuration tests start from: a 2 s request timeout, a 2 s lease margin (room for a
-/// loaded emulator between a claim and its POST), the
+/// The configuration tests start from: a 2 s request timeout, a 5 s lease margin (the
+/// default: room for a loaded emulator between a claim and its POST), the
 /// sweeper every second, loopback receivers allowed.
 pub fn test_config(table: &str, queue_url: &str) -> Config {
     let mut c = Config::new(table, queue_url);
     c.request_timeout = Duration::from_millis(2000);
-    c.lease_margin = Duration::from_millis(2000);
+    c.lease_margin = Duration::from_millis(5000);
     c.sweep_interval = Duration::from_secs(1);
     c.allow_private_destinations = true;
     c.redrive_after_seconds = 60;

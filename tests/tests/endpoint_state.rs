@@ -360,7 +360,7 @@ async fn finding_an_endpoints_held_deliveries_reads_none_of_its_history() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn no_post_starts_when_the_claims_lease_has_less_left_than_the_request_timeout() {
-    // The first endpoint read stalls past the whole lease (2 s timeout + 2 s margin): the
+    // The first endpoint read stalls past the whole lease (2 s timeout + 5 s margin): the
     // sweeper re-drives the delivery meanwhile, and the stalled worker must not POST too.
     let stalled = Arc::new(AtomicUsize::new(0));
     let s = stalled.clone();
@@ -368,7 +368,7 @@ async fn no_post_starts_when_the_claims_lease_has_less_left_than_the_request_tim
         let s = s.clone();
         Box::pin(async move {
             if call == "get_endpoint" && s.fetch_add(1, Ordering::SeqCst) == 0 {
-                tokio::time::sleep(Duration::from_millis(4500)).await;
+                tokio::time::sleep(Duration::from_millis(8000)).await;
                 s.store(100, Ordering::SeqCst);
             }
             Ok(())

@@ -207,7 +207,7 @@ async fn a_worker_that_dies_after_its_claim_is_recovered_when_the_lease_expires(
     let stack = Stack::start_with(
         |c| {
             c.request_timeout = Duration::from_millis(1000);
-            c.lease_margin = Duration::from_millis(500);
+            c.lease_margin = Duration::from_millis(1000);
         },
         no_pollers(),
     )
