@@ -152,9 +152,11 @@ async fn a_wait_longer_than_the_sqs_limit_goes_through_the_sweeper_on_time() {
     assert_eq!(hits.len(), 2);
     let gap = hits[1].at - hits[0].at;
     // Due 6 s after the first attempt ended; SQS can only hold 2 s, so the sweeper (every
-    // second) enqueued it with the remaining delay.
+    // second) enqueued it with the remaining delay. The upper bound tells that from a re-drive
+    // (60 s) or a second SQS-limit wait; it is not a latency target: in a full `make test` on
+    // 2 cores, with 18 stacks on one emulator, the gap has been seen at 8.9-9.8 s (7.6 s alone).
     assert!(gap >= Duration::from_millis(5900), "too early: {gap:?}");
-    assert!(gap <= Duration::from_millis(8500), "too late: {gap:?}");
+    assert!(gap <= Duration::from_millis(11_000), "too late: {gap:?}; the attempts as recorded: {}", d["attempts"]);
     stack.stop().await;
 }
 
