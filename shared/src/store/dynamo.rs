@@ -813,35 +813,17 @@ impl Store for DynamoStore {
             }
             (Some(ep), None) => self.merged_page(ep, q, limit).await,
             (None, Some(st)) => {
-                let mut start = q.cursor.as_deref().map(decode_cursor).transpose()?;
-                let mut data = Vec::new();
-                loop {
-                    let page = self
-                        .client
-                        .query()
-                        .table_name(&self.table)
-                        .scan_index_forward(q.oldest_first)
-                        .index_name(STATUS_INDEX)
-                        .key_condition_expression("status_key = :k")
-                        .expression_attribute_values(":k", s(st.as_str()))
-                        .limit(i32::try_from(limit - data.len()).unwrap_or(100))
-                        .set_exclusive_start_key(start.take())
-                        .send()
-                        .await
-                        .map_err(aws)?;
-                    for item in page.items.unwrap_or_default() {
-                        data.push(from_item(item)?);
-                    }
-                    match page.last_evaluated_key {
-                        Some(k) if !k.is_empty() => {
-                            if data.len() >= limit {
-                                return Ok(Page { data, next_cursor: Some(encode_cursor(k)?) });
-                            }
-                            start = Some(k);
-                        }
-                        _ => return Ok(Page { data, next_cursor: None }),
-                    }
-                }
+                let req = self
+                    .client
+                    .query()
+                    .table_name(&self.table)
+                    .scan_index_forward(q.oldest_first)
+                    .index_name(STATUS_INDEX)
+                    .key_condition_expression("status_key = :k")
+                    .expression_attribute_values(":k", s(st.as_str()));
+                let start = q.cursor.as_deref().map(decode_cursor).transpose()?;
+                let (data, next) = self.fill_page(req, limit, start).await?;
+                Ok(Page { data, next_cursor: next.map(encode_cursor).transpose()? })
             }
             (None, None) => Err(StoreError::Unsupported("list deliveries by endpoint_id or by status".into())),
         }
@@ -1002,7 +984,7 @@ impl DynamoStore {
         status: Option<DeliveryStatus>,
         q: &DeliveryQuery,
         limit: usize,
-        mut start: Option<Item>,
+        start: Option<Item>,
     ) -> Result<(Vec<DeliverySummary>, Option<Item>), StoreError> {
         if let Some(key) = &start {
             // A cursor from another endpoint or bucket would reach DynamoDB as a bad key.
@@ -1013,25 +995,38 @@ impl DynamoStore {
         }
         let from = format!("{bucket}#{}", q.since.map(|t| time_sk(t, "")).unwrap_or_else(|| "0".into()));
         let to = format!("{bucket}#{}", q.until.map(|t| time_sk(t, "")).unwrap_or_else(|| "~".into()));
+        let mut req = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .scan_index_forward(q.oldest_first)
+            .index_name(ENDPOINT_INDEX)
+            .key_condition_expression("ep_pk = :k AND ep_sk BETWEEN :from AND :to")
+            .expression_attribute_values(":k", s(ep))
+            .expression_attribute_values(":from", s(&from))
+            .expression_attribute_values(":to", s(&to));
+        if let Some(st) = status.filter(|st| matches!(st, DeliveryStatus::Scheduled | DeliveryStatus::Sending)) {
+            req = req
+                .filter_expression("#status = :st")
+                .expression_attribute_names("#status", "status")
+                .expression_attribute_values(":st", s(st.as_str()));
+        }
+        self.fill_page(req, limit, start).await
+    }
+
+    /// Runs `req` page by page from `start` until `limit` deliveries are read or the range
+    /// ends (a filter can make a page come back short). Returns them and the key to go on
+    /// from, if there may be more.
+    async fn fill_page(
+        &self,
+        req: aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
+        limit: usize,
+        mut start: Option<Item>,
+    ) -> Result<(Vec<DeliverySummary>, Option<Item>), StoreError> {
         let mut data = Vec::new();
         loop {
-            let mut req = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .scan_index_forward(q.oldest_first)
-                .index_name(ENDPOINT_INDEX)
-                .key_condition_expression("ep_pk = :k AND ep_sk BETWEEN :from AND :to")
-                .expression_attribute_values(":k", s(ep))
-                .expression_attribute_values(":from", s(&from))
-                .expression_attribute_values(":to", s(&to));
-            if let Some(st) = status.filter(|st| matches!(st, DeliveryStatus::Scheduled | DeliveryStatus::Sending)) {
-                req = req
-                    .filter_expression("#status = :st")
-                    .expression_attribute_names("#status", "status")
-                    .expression_attribute_values(":st", s(st.as_str()));
-            }
             let page = req
+                .clone()
                 .limit(i32::try_from(limit - data.len()).unwrap_or(100))
                 .set_exclusive_start_key(start.take())
                 .send()
