@@ -314,13 +314,17 @@ async fn ingest_is_idempotent_on_the_event_id_and_filters_on_event_type() {
 
     let body = json!({"tenant_id": "acme", "event_type": "order.paid", "payload": {"a": 1}, "id": "evt_fixed_1"});
     let (s1, first) = stack.call(Method::POST, "/v1/events", Some(body.clone())).await;
-    let (s2, second) = stack.call(Method::POST, "/v1/events", Some(body)).await;
-    assert_eq!((s1, s2), (202, 202));
-    assert_eq!(first["event_id"], "evt_fixed_1");
-    assert_eq!(first, second, "the same event id answers with the same deliveries");
+    assert_eq!(s1, 202);
     for d in first["deliveries"].as_array().unwrap() {
         stack.wait_status(d["id"].as_str().unwrap(), "delivered", WAIT).await;
     }
+    // Posted again once the first is delivered: moto restores a table copy when a
+    // TransactWriteItems is cancelled (as this one's is, its items existing), which reverts
+    // writes other clients made meanwhile (an attempt's record); DynamoDB does not.
+    let (s2, second) = stack.call(Method::POST, "/v1/events", Some(body)).await;
+    assert_eq!(s2, 202);
+    assert_eq!(first["event_id"], "evt_fixed_1");
+    assert_eq!(first, second, "the same event id answers with the same deliveries");
     let refunded = stack.event("acme", "order.refunded", json!({"a": 2})).await;
     assert_eq!(refunded["deliveries"].as_array().unwrap().len(), 1);
     stack.wait_status(&delivery_id(&refunded, 0), "delivered", WAIT).await;
