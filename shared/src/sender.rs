@@ -36,12 +36,26 @@ pub fn install_tls_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
+/// At most [`RESPONSE_BODY_LIMIT`] bytes of a response body read as lossy UTF-8, cut at a
+/// character boundary (each invalid byte becomes a 3-byte U+FFFD, so 1 KiB read can triple).
+fn excerpt(mut body: String) -> String {
+    if body.len() > RESPONSE_BODY_LIMIT {
+        let mut cut = RESPONSE_BODY_LIMIT;
+        while !body.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        body.truncate(cut);
+    }
+    body
+}
+
 /// What one POST came back with.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SendResult {
     /// Status, timeout, connection error or refused destination.
     pub outcome: Outcome,
-    /// The first [`RESPONSE_BODY_LIMIT`] bytes of the body (lossy UTF-8), when it answered.
+    /// The body's first [`RESPONSE_BODY_LIMIT`] bytes as lossy UTF-8, at most that long
+    /// itself, when it answered.
     pub body: Option<String>,
     /// `Retry-After`, in seconds from now, when present and valid (seconds or HTTP-date).
     pub retry_after_seconds: Option<u64>,
@@ -234,7 +248,7 @@ impl Sender for HttpSender {
                 kept.truncate(RESPONSE_BODY_LIMIT);
                 SendResult {
                     outcome: Outcome::Status(status),
-                    body: (!kept.is_empty()).then(|| String::from_utf8_lossy(&kept).into_owned()),
+                    body: (!kept.is_empty()).then(|| excerpt(String::from_utf8_lossy(&kept).into_owned())),
                     retry_after_seconds: retry_after,
                     duration_ms: elapsed(started),
                     detail: None,

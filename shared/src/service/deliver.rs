@@ -21,7 +21,7 @@ use crate::model::{
 };
 use crate::policy::{Outcome, Verdict};
 use crate::queue;
-use crate::sender::{RESPONSE_BODY_LIMIT, SendResult, Sender};
+use crate::sender::{SendResult, Sender};
 use crate::service::health;
 use crate::signing;
 use crate::store::{Applied, Committed, EndpointWrite};
@@ -183,7 +183,7 @@ pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Hand
             Some(_) => error_class(result.outcome).map(String::from),
         },
         duration_ms: result.duration_ms,
-        response_body: result.body.clone().map(excerpt),
+        response_body: result.body.clone(),
         next_wait_seconds: wait.map(|w| w.seconds),
         retry_after_seconds: result.retry_after_seconds,
         wait_source: wait.map(|w| w.source),
@@ -205,8 +205,10 @@ pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Hand
     };
     let now = app.clock.now();
     let effect = Effect { verdict, probe, expired, failures_in_a_row, status_code: attempt.status_code };
-    // What the retry policy alone makes of the attempt, and the delivery held with it: which
-    // one is written depends on the endpoint as it is when the record is written.
+    // What the retry policy alone makes of the attempt, and the delivery held with it (built
+    // only when used: it copies the attempt history): which one is written depends on the
+    // endpoint as it is when the record is written.
+    let held = || lifecycle::hold_claimed(now, &delivery, Some(attempt.clone()));
     let plain = match verdict {
         // Nothing left to send, ever: a dead letter, even as a probe (held, it would be
         // picked as the probe again and again).
@@ -219,9 +221,8 @@ pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Hand
         }
         Verdict::Final => lifecycle::complete(cfg, now, &delivery, attempt.clone(), Next::Exhausted),
         // A disable code, or a probe's retryable failure: nothing to retry on its own.
-        Verdict::Disable | Verdict::Retry => (lifecycle::hold_claimed(now, &delivery, Some(attempt.clone())), None),
+        Verdict::Disable | Verdict::Retry => (held(), None),
     };
-    let held = lifecycle::hold_claimed(now, &delivery, Some(attempt.clone()));
     let recorded = match &endpoint {
         Some(ep) if ours.is_none() || probe => {
             record_with_health(app, &delivery, &attempt, plain, held, ep, &effect).await?
@@ -315,7 +316,7 @@ async fn record_with_health(
     delivery: &Delivery,
     attempt: &Attempt,
     plain: Recorded,
-    held: Transition,
+    held: impl Fn() -> Transition,
     read: &Endpoint,
     effect: &Effect,
 ) -> Result<Option<Recorded>, ServiceError> {
@@ -326,11 +327,11 @@ async fn record_with_health(
             Some(change) => {
                 let hold = change.endpoint.state() != EndpointState::Enabled && !settled(&plain.0);
                 let jobs = change.jobs.clone();
-                (Some(change), if hold { (held.clone(), None) } else { plain.clone() }, jobs)
+                (Some(change), if hold { (held(), None) } else { plain.clone() }, jobs)
             }
             // No move of the endpoint: as the policy says, but a delivery still to be
             // attempted is held while the endpoint does not accept it.
-            None if !settled(&plain.0) && !ep.accepts(&delivery.id) => (None, (held.clone(), None), Vec::new()),
+            None if !settled(&plain.0) && !ep.accepts(&delivery.id) => (None, (held(), None), Vec::new()),
             None if plain.0.status == DeliveryStatus::Held => {
                 // Held by the policy alone (a disable code on an endpoint that accepts it
                 // again): go on as a retry, due now.
@@ -395,19 +396,6 @@ async fn current_endpoint(app: &App, delivery: &Delivery) -> Result<Current, Ser
         }
     }
     Err(ServiceError::Unavailable(format!("endpoint {} kept changing while holding", delivery.endpoint_id)))
-}
-
-/// At most [`RESPONSE_BODY_LIMIT`] bytes of a response body, cut at a character boundary
-/// (a lossy UTF-8 conversion can make 1 KiB of bytes three times longer).
-fn excerpt(mut body: String) -> String {
-    if body.len() > RESPONSE_BODY_LIMIT {
-        let mut cut = RESPONSE_BODY_LIMIT;
-        while !body.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        body.truncate(cut);
-    }
-    body
 }
 
 /// Applies a transition on a claimed delivery; false when the lease was lost meanwhile.
