@@ -77,7 +77,7 @@ impl App {
     ) -> Result<Self, SetupError> {
         let store = DynamoStore::new(dynamodb, &config.table, config.due_shards);
         let queue = SqsQueue::new(sqs, &config.queue_url);
-        let sender = HttpSender::new(config.request_timeout, config.allow_private_destinations)
+        let sender = HttpSender::new(config.request_timeout, config.allow_private_destinations, config.require_https)
             .map_err(|e| SetupError(e.to_string()))?;
         let notifier: Arc<dyn Notifier> = match (&config.notify_topic_arn, sns) {
             (Some(arn), Some(sns)) => Arc::new(SnsNotifier::new(sns, arn)),

@@ -24,6 +24,10 @@ pub struct Config {
     /// Whether the HTTP sender may connect to loopback, private and link-local addresses
     /// (`WEBHOOKS_ALLOW_PRIVATE_DESTINATIONS`, default false). Only the local runtime sets it.
     pub allow_private_destinations: bool,
+    /// Whether endpoint URLs must be `https://` (`WEBHOOKS_REQUIRE_HTTPS`, default true in
+    /// Lambda, i.e. when `AWS_LAMBDA_FUNCTION_NAME` is set, false elsewhere, as under `make
+    /// run`). On: `http://` is refused at registration (422) and at each attempt.
+    pub require_https: bool,
     /// Added to the request timeout to form a claim's lease (`WEBHOOKS_LEASE_MARGIN_MS`,
     /// milliseconds, default 5000).
     pub lease_margin: Duration,
@@ -105,6 +109,7 @@ impl Config {
             sqs_max_delay_seconds: 900,
             sweep_interval: Duration::from_secs(60),
             allow_private_destinations: false,
+            require_https: false,
             lease_margin: Duration::from_millis(5_000),
             redrive_after_seconds: 300,
             sweep_batch: 1000,
@@ -151,6 +156,8 @@ impl Config {
         }
         c.sweep_interval = Duration::from_secs(parse(&get, "WEBHOOKS_SWEEP_INTERVAL_SECONDS", 60)?);
         c.allow_private_destinations = parse(&get, "WEBHOOKS_ALLOW_PRIVATE_DESTINATIONS", false)?;
+        let in_lambda = get("AWS_LAMBDA_FUNCTION_NAME").is_some_and(|v| !v.is_empty());
+        c.require_https = parse(&get, "WEBHOOKS_REQUIRE_HTTPS", in_lambda)?;
         c.lease_margin = Duration::from_millis(parse(&get, "WEBHOOKS_LEASE_MARGIN_MS", 5_000)?);
         if c.lease_margin < Duration::from_millis(MIN_LEASE_MARGIN_MS) {
             // Deliver starts a POST only with a whole request timeout left on its lease: the
@@ -181,7 +188,7 @@ impl Config {
         }
         c.secret_rotation = Duration::from_secs(3600 * parse::<u64>(&get, "WEBHOOKS_SECRET_ROTATION_HOURS", 24)?);
         c.idempotency_window = Duration::from_secs(3600 * parse::<u64>(&get, "WEBHOOKS_IDEMPOTENCY_HOURS", 24)?);
-        c.emit_metrics = get("AWS_LAMBDA_FUNCTION_NAME").is_some_and(|v| !v.is_empty())
+        c.emit_metrics = in_lambda
             || get("WEBHOOKS_METRICS").is_some_and(|v| v == "emf");
         Ok(c)
     }

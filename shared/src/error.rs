@@ -45,6 +45,11 @@ pub enum ServiceError {
     /// `idempotency_key_reused`); use a new key for a new request.
     #[error("{0}")]
     IdempotencyKeyReused(String),
+    /// The endpoint URL points where attempts may not go (422 `destination_not_allowed`): a
+    /// loopback, private, link-local or otherwise non-public address, or a name resolving
+    /// there (see [`crate::destination`]).
+    #[error("{0}")]
+    DestinationNotAllowed(String),
     /// The first request with this `Idempotency-Key` is still being processed (409
     /// `in_progress`); retry later to get its answer. Never stored as the key's answer.
     #[error("{0}")]
@@ -63,6 +68,7 @@ impl ServiceError {
             Self::Unavailable(_) => 503,
             Self::Internal(_) => 500,
             Self::IdempotencyKeyReused(_) => 422,
+            Self::DestinationNotAllowed(_) => 422,
             Self::InProgress(_) => 409,
         }
     }
@@ -78,6 +84,7 @@ impl ServiceError {
             Self::Unavailable(_) => "unavailable",
             Self::Internal(_) => "internal",
             Self::IdempotencyKeyReused(_) => "idempotency_key_reused",
+            Self::DestinationNotAllowed(_) => "destination_not_allowed",
             Self::InProgress(_) => "in_progress",
         }
     }

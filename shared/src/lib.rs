@@ -14,6 +14,7 @@ pub mod app;
 pub mod bootstrap;
 pub mod clock;
 pub mod config;
+pub mod destination;
 pub mod endpoint_lifecycle;
 pub mod error;
 pub mod lifecycle;

@@ -1,15 +1,16 @@
 //! The HTTP sender: POSTs an attempt and reports what came back.
 //!
 //! The destination check (SSRF) lives in DNS resolution: the client's resolver refuses a name
-//! that resolves to a loopback, private, link-local or otherwise non-public address, so a
-//! public name that is later pointed at an internal address is refused at connect time, not
-//! only when the endpoint is created. URLs with a literal IP are checked the same way before
-//! the request. Redirects are never followed (a 3xx is a failed attempt).
+//! that resolves to a loopback, private, link-local or otherwise non-public address (the
+//! ranges of [`crate::destination`], also checked when the endpoint is registered), so a
+//! public name that is later pointed at an internal address is refused at connect time. URLs
+//! with a literal IP or a `localhost` name are refused before the request. Proxy variables are
+//! ignored and redirects are never followed (a 3xx is a failed attempt).
 
 use crate::policy::Outcome;
 use async_trait::async_trait;
 use bytes::Bytes;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime};
 
 /// Most response body bytes kept on an attempt record (1 KiB).
@@ -77,6 +78,7 @@ pub trait Sender: Send + Sync {
 pub struct HttpSender {
     client: reqwest::Client,
     allow_private: bool,
+    require_https: bool,
 }
 
 /// A destination that resolves to a non-public address.
@@ -84,37 +86,7 @@ pub struct HttpSender {
 #[error("destination {0} is not a public address")]
 pub struct DestinationRefused(pub String);
 
-/// Whether `ip` is a public unicast address.
-pub fn is_public(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => {
-            let o = v4.octets();
-            !(v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                || v4.is_documentation()
-                || v4.is_multicast()
-                || o[0] == 0
-                || (o[0] == 100 && (64..128).contains(&o[1])) // shared address space, RFC 6598
-                || (o[0] == 192 && o[1] == 0 && o[2] == 0) // IETF protocol assignments
-                || o[0] >= 240)
-        }
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_public(IpAddr::V4(v4));
-            }
-            let seg = v6.segments();
-            !(v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (seg[0] & 0xfe00) == 0xfc00 // unique local
-                || (seg[0] & 0xffc0) == 0xfe80 // link local
-                || seg[0] == 0x2001 && seg[1] == 0xdb8) // documentation
-        }
-    }
-}
+pub use crate::destination::is_public;
 
 struct GuardedResolver {
     allow_private: bool,
@@ -138,16 +110,21 @@ impl reqwest::dns::Resolve for GuardedResolver {
 }
 
 impl HttpSender {
-    /// A sender with the per-request `timeout`; `allow_private` lifts the destination check.
+    /// A sender with the per-request `timeout`; `allow_private` lifts the destination check;
+    /// `require_https` refuses `http://` URLs (`WEBHOOKS_REQUIRE_HTTPS`).
+    ///
+    /// Proxy variables (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`) are ignored: through a proxy
+    /// the proxy resolves the name, and the destination check would never see the address.
     ///
     /// # Errors
     /// reqwest's error when its TLS backend cannot start.
-    pub fn new(timeout: Duration, allow_private: bool) -> Result<Self, reqwest::Error> {
+    pub fn new(timeout: Duration, allow_private: bool, require_https: bool) -> Result<Self, reqwest::Error> {
         install_tls_provider();
         let client = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout)
             .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
             // An answer is classified by its status line: a malformed header line after it is
             // skipped rather than turning a 2xx into a `connection` failure.
             .http1_ignore_invalid_headers_in_responses(true)
@@ -156,20 +133,7 @@ impl HttpSender {
             .dns_resolver(std::sync::Arc::new(GuardedResolver { allow_private }))
             .user_agent(concat!("webhooks/", env!("CARGO_PKG_VERSION")))
             .build()?;
-        Ok(Self { client, allow_private })
-    }
-
-    fn literal_refused(&self, url: &str) -> Option<String> {
-        if self.allow_private {
-            return None;
-        }
-        let parsed = url::Url::parse(url).ok()?;
-        let ip = match parsed.host()? {
-            url::Host::Ipv4(v4) => IpAddr::V4(v4),
-            url::Host::Ipv6(v6) => IpAddr::V6(v6),
-            url::Host::Domain(_) => return None,
-        };
-        (!is_public(ip)).then(|| ip.to_string())
+        Ok(Self { client, allow_private, require_https })
     }
 }
 
@@ -218,13 +182,13 @@ impl Sender for HttpSender {
     async fn post(&self, url: &str, headers: &[(&'static str, String)], body: Bytes) -> SendResult {
         let started = Instant::now();
         let elapsed = |s: Instant| u64::try_from(s.elapsed().as_millis()).unwrap_or(u64::MAX);
-        if let Some(ip) = self.literal_refused(url) {
+        if let Some(why) = crate::destination::refused_before_connect(url, self.allow_private, self.require_https) {
             return SendResult {
                 outcome: Outcome::Refused,
                 body: None,
                 retry_after_seconds: None,
                 duration_ms: 0,
-                detail: Some(DestinationRefused(ip).to_string()),
+                detail: Some(why),
             };
         }
         let mut req = self.client.post(url).header("content-type", "application/json");
@@ -283,28 +247,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn public_and_private_addresses() {
-        for ip in [
-            "127.0.0.1",
-            "10.1.2.3",
-            "172.16.0.1",
-            "192.168.1.1",
-            "169.254.169.254",
-            "100.64.0.1",
-            "0.0.0.0",
-            "::1",
-            "fe80::1",
-            "fd00::1",
-            "::ffff:127.0.0.1",
-        ] {
-            assert!(!is_public(ip.parse().unwrap()), "{ip}");
-        }
-        for ip in ["93.184.216.34", "8.8.8.8", "2606:4700::1111"] {
-            assert!(is_public(ip.parse().unwrap()), "{ip}");
-        }
-    }
-
-    #[test]
     fn credentials_in_urls_are_redacted() {
         assert_eq!(redact_url("https://user:s3cret@example.com/hook?a=1"), "https://***@example.com/hook?a=1");
         assert_eq!(redact_url("http://s3cret@127.0.0.1:9/x"), "http://***@127.0.0.1:9/x");
@@ -325,14 +267,58 @@ mod tests {
         assert_eq!(parse_retry_after(Some(&earlier), now), None);
     }
 
+    /// The proxy variables this test sets in its child process.
+    const PROXY_VARIABLES: [&str; 6] = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"];
+
+    /// Runs this test binary again with every proxy variable pointing at a canary listener on
+    /// loopback (a process's environment cannot be changed safely from a running test), and
+    /// has the child POST to names the resolver cannot place. Through a proxy, the proxy would
+    /// resolve the name and the destination check would never see the address: the canary
+    /// must get no connection.
+    #[tokio::test]
+    async fn proxy_variables_are_ignored() {
+        let canary = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        canary.set_nonblocking(true).unwrap();
+        let proxy = format!("http://{}", canary.local_addr().unwrap());
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+        child.args(["--exact", "sender::tests::posts_through_proxy_variables_as_a_child", "--nocapture"]);
+        for name in PROXY_VARIABLES {
+            child.env(name, &proxy);
+        }
+        child.env("NO_PROXY", "").env("no_proxy", "").env("WEBHOOKS_PROXY_CHILD", "1");
+        let out = child.output().unwrap();
+        let printed = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "child failed: {printed}");
+        assert!(printed.contains("child posted 2"), "the child did not run: {printed}");
+        assert!(canary.accept().is_err(), "a request went to the proxy");
+    }
+
+    /// The child half of [`proxy_variables_are_ignored`]; does nothing unless started by it.
+    #[tokio::test]
+    async fn posts_through_proxy_variables_as_a_child() {
+        if std::env::var_os("WEBHOOKS_PROXY_CHILD").is_none() {
+            return;
+        }
+        let s = HttpSender::new(Duration::from_secs(2), false, false).unwrap();
+        let mut posted = 0;
+        for url in ["http://hook.example.invalid/x", "https://hook.example.invalid/x"] {
+            let r = s.post(url, &[], Bytes::new()).await;
+            // Without the proxy the name does not resolve (a connection failure, or a timeout
+            // where DNS itself is unreachable); never an answer. The parent checks the proxy.
+            assert!(matches!(r.outcome, Outcome::Connection | Outcome::Timeout), "{url}: {r:?}");
+            posted += 1;
+        }
+        println!("child posted {posted}");
+    }
+
     #[tokio::test]
     async fn refuses_loopback_unless_allowed() {
-        let s = HttpSender::new(Duration::from_secs(1), false).unwrap();
+        let s = HttpSender::new(Duration::from_secs(1), false, false).unwrap();
         let r = s.post("http://127.0.0.1:9/x", &[], Bytes::new()).await;
         assert_eq!(r.outcome, Outcome::Refused);
         let r = s.post("http://localhost:9/x", &[], Bytes::new()).await;
         assert_eq!(r.outcome, Outcome::Refused);
-        let allowed = HttpSender::new(Duration::from_secs(1), true).unwrap();
+        let allowed = HttpSender::new(Duration::from_secs(1), true, false).unwrap();
         let r = allowed.post("http://127.0.0.1:9/x", &[], Bytes::new()).await;
         assert_eq!(r.outcome, Outcome::Connection);
     }

@@ -1,6 +1,7 @@
 //! The ops surface: endpoints, deliveries, replay, jobs.
 
 use crate::App;
+use crate::destination;
 use crate::endpoint_lifecycle;
 use crate::error::ServiceError;
 use crate::lifecycle;
@@ -163,7 +164,8 @@ fn validate_url(url: &str) -> Result<(), ServiceError> {
 /// `auto_resume_after_seconds` optional.
 ///
 /// # Errors
-/// [`ServiceError::Validation`] naming the field.
+/// [`ServiceError::Validation`] naming the field; [`ServiceError::DestinationNotAllowed`] for
+/// a URL whose host is, or now resolves to, a non-public address (see [`crate::destination`]).
 pub async fn create_endpoint(app: &App, body: &Map<String, Value>) -> Result<EndpointView, ServiceError> {
     let tenant_id = match body.get("tenant_id") {
         None | Some(Value::Null) => return Err(invalid("tenant_id", "is required")),
@@ -203,6 +205,7 @@ pub async fn create_endpoint(app: &App, body: &Map<String, Value>) -> Result<End
         updated_at: now,
     };
     apply_settings(&mut endpoint, body, &["tenant_id", "secret"])?;
+    destination::check_registration(&app.config, &endpoint.url).await?;
     app.store.create_endpoint(&endpoint).await.map_err(|e| match e {
         StoreError::AlreadyExists => ServiceError::Conflict("endpoint id already exists; retry".into()),
         other => other.into(),
@@ -236,6 +239,10 @@ pub async fn get_endpoint(app: &App, id: &str) -> Result<EndpointView, ServiceEr
 /// [`ServiceError::Conflict`] when the endpoint kept changing under it.
 pub async fn update_endpoint(app: &App, id: &str, body: &Map<String, Value>) -> Result<EndpointView, ServiceError> {
     let ep = find_endpoint(app, id).await?;
+    if let Some(url) = body.get("url").and_then(Value::as_str) {
+        validate_url(url)?;
+        destination::check_registration(&app.config, url).await?;
+    }
     let (ep, _) = health::change_endpoint(app, &ep.tenant_id, id, |ep| {
         endpoint_lifecycle::configure(ep, app.clock.now(), &app.random, |e| apply_settings(e, body, &[])).map(Some)
     })
