@@ -64,13 +64,18 @@ fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Resul
             ServiceError::InvalidJson(e.body_text())
         }
     })?;
+    parse_json_object(&bytes)
+}
+
+/// A request body that must be one JSON object, deserialized into `T`; errors name the path.
+fn parse_json_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ServiceError> {
     if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-        return match serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
+        return match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
             Ok(_) => Err(ServiceError::Validation("body: must be a JSON object".into())),
             Err(e) => Err(ServiceError::InvalidJson(format!("request body is not valid JSON: {e}"))),
         };
     }
-    let mut de = serde_json::Deserializer::from_slice(&bytes);
+    let mut de = serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
@@ -139,18 +144,22 @@ fn replayed(status: u16, body: &str) -> Response {
     response
 }
 
-async fn post_event(
-    State(app): State<App>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ServiceError> {
-    let b: EventBody = parse_body(body)?;
+/// The event a `POST /v1/events` body asks for (`{"tenant_id", "event_type", "payload", "id"?,
+/// "mode"?: "async"|"sync"}`), checked by [`ingest::check`]. Pure: reads nothing, writes
+/// nothing.
+///
+/// # Errors
+/// [`ServiceError::InvalidJson`] (400) for a body that is not JSON,
+/// [`ServiceError::Validation`] (422) naming the field, [`ServiceError::TooLarge`] (413) for
+/// a payload over the limit.
+pub fn event_request(body: &[u8]) -> Result<ingest::NewEvent, ServiceError> {
+    let b: EventBody = parse_json_object(body)?;
     let sync = match b.mode.as_deref() {
         None | Some("async") => false,
         Some("sync") => true,
         Some(other) => return Err(ServiceError::Validation(format!("mode: {other:?} is not async or sync"))),
     };
-    let mut event = ingest::NewEvent {
+    let event = ingest::NewEvent {
         tenant_id: required(b.tenant_id, "tenant_id")?,
         event_type: required(b.event_type, "event_type")?,
         payload: required(b.payload, "payload")?.get().to_string(),
@@ -158,6 +167,22 @@ async fn post_event(
         sync,
     };
     ingest::check(&event)?;
+    Ok(event)
+}
+
+async fn post_event(
+    State(app): State<App>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ServiceError> {
+    let body = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ServiceError::TooLarge(format!("request body is over the limit of {MAX_BODY_BYTES} bytes"))
+        } else {
+            ServiceError::InvalidJson(e.body_text())
+        }
+    })?;
+    let mut event = event_request(&body)?;
     let key = match headers.get(IDEMPOTENCY_KEY) {
         None => None,
         Some(v) => {

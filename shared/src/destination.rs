@@ -96,9 +96,7 @@ fn is_localhost(host: &str) -> bool {
 pub async fn check_registration(cfg: &Config, url: &str) -> Result<(), ServiceError> {
     let parsed = url::Url::parse(url).map_err(|e| ServiceError::Validation(format!("url: not a URL ({e})")))?;
     if cfg.require_https && parsed.scheme() != "https" {
-        return Err(ServiceError::Validation(
-            "url: must be an https URL (WEBHOOKS_REQUIRE_HTTPS is on)".into(),
-        ));
+        return Err(ServiceError::Validation("url: must be an https URL (WEBHOOKS_REQUIRE_HTTPS is on)".into()));
     }
     if cfg.allow_private_destinations {
         return Ok(());

@@ -268,7 +268,8 @@ mod tests {
     }
 
     /// The proxy variables this test sets in its child process.
-    const PROXY_VARIABLES: [&str; 6] = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"];
+    const PROXY_VARIABLES: [&str; 6] =
+        ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"];
 
     /// Runs this test binary again with every proxy variable pointing at a canary listener on
     /// loopback (a process's environment cannot be changed safely from a running test), and

@@ -45,27 +45,27 @@ impl Canary {
 fn loopback_spellings(port: u16) -> Vec<String> {
     [
         "127.0.0.1",
-        "2130706433",       // decimal
-        "0x7f000001",       // hex
-        "0x7f.0.0.1",       // hex first part
-        "0177.0.0.1",       // octal
-        "017700000001",     // octal, one part
-        "127.1",            // short form
-        "127.0.1",          // short form
-        "127.0.0.1.",       // trailing dot
-        "127.255.255.254",  // anywhere in 127/8
-        "[::1]",            // IPv6 loopback
+        "2130706433",         // decimal
+        "0x7f000001",         // hex
+        "0x7f.0.0.1",         // hex first part
+        "0177.0.0.1",         // octal
+        "017700000001",       // octal, one part
+        "127.1",              // short form
+        "127.0.1",            // short form
+        "127.0.0.1.",         // trailing dot
+        "127.255.255.254",    // anywhere in 127/8
+        "[::1]",              // IPv6 loopback
         "[::ffff:127.0.0.1]", // IPv4-mapped
-        "[::ffff:7f00:1]",  // IPv4-mapped, hex
-        "[::127.0.0.1]",    // IPv4-compatible
-        "[0:0:0:0:0:0:0:1]", // long form
+        "[::ffff:7f00:1]",    // IPv4-mapped, hex
+        "[::127.0.0.1]",      // IPv4-compatible
+        "[0:0:0:0:0:0:0:1]",  // long form
         "localhost",
         "LocalHost.",
         "api.localhost",
-        "user:pass@127.0.0.1", // userinfo
+        "user:pass@127.0.0.1",    // userinfo
         "127.0.0.1:80@127.0.0.1", // userinfo that looks like a host
-        "0.0.0.0",          // unspecified connects to loopback on Linux
-        "0",                // the same, one part
+        "0.0.0.0",                // unspecified connects to loopback on Linux
+        "0",                      // the same, one part
         "[::]",
     ]
     .iter()
@@ -116,8 +116,7 @@ async fn every_spelling_of_a_non_public_destination_is_refused_at_registration_a
     // decide at each attempt); changing its URL to any of the above is refused the same way,
     // and the endpoint keeps its URL.
     let good = "https://hooks.example.invalid/in";
-    let (status, ep) =
-        stack.call(Method::POST, "/v1/endpoints", Some(json!({"tenant_id": "acme", "url": good}))).await;
+    let (status, ep) = stack.call(Method::POST, "/v1/endpoints", Some(json!({"tenant_id": "acme", "url": good}))).await;
     assert_eq!(status, 201, "{ep}");
     let path = format!("/v1/endpoints/{}", ep["id"].as_str().unwrap_or(""));
     for url in &urls {

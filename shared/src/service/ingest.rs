@@ -228,7 +228,20 @@ pub async fn ingest_eventbridge(
     app: &App,
     event: aws_lambda_events::eventbridge::EventBridgeEvent<serde_json::Value>,
 ) -> Result<Accepted, ServiceError> {
-    let field = &app.config.eventbridge_tenant_field;
+    ingest(app, eventbridge_event(&app.config.eventbridge_tenant_field, event)?).await
+}
+
+/// The event an EventBridge event stands for (see [`ingest_eventbridge`]), checked by
+/// [`check`]; `tenant_field` names the field of `detail` that holds the tenant. Pure.
+///
+/// # Errors
+/// [`ServiceError::Validation`] when the tenant field is missing or not a string, or as
+/// [`check`].
+pub fn eventbridge_event(
+    tenant_field: &str,
+    event: aws_lambda_events::eventbridge::EventBridgeEvent<serde_json::Value>,
+) -> Result<NewEvent, ServiceError> {
+    let field = tenant_field;
     let tenant_id = event
         .detail
         .get(field)
@@ -236,5 +249,7 @@ pub async fn ingest_eventbridge(
         .ok_or_else(|| ServiceError::Validation(format!("detail.{field}: is required (a string naming the tenant)")))?
         .to_string();
     let payload = serde_json::to_string(&event.detail).map_err(|e| ServiceError::Validation(format!("detail: {e}")))?;
-    ingest(app, NewEvent { tenant_id, event_type: event.detail_type, payload, id: event.id, sync: false }).await
+    let new = NewEvent { tenant_id, event_type: event.detail_type, payload, id: event.id, sync: false };
+    check(&new)?;
+    Ok(new)
 }

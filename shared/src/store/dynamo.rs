@@ -16,7 +16,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use std::collections::HashMap;
 
-type Item = HashMap<String, AttributeValue>;
+/// A DynamoDB item or key: attribute name to value.
+pub type Item = HashMap<String, AttributeValue>;
 
 /// [`Store`] on one DynamoDB table (see the module docs of [`super`] for the layout).
 #[derive(Debug, Clone)]
@@ -348,12 +349,21 @@ fn from_item<T: serde::de::DeserializeOwned>(item: Item) -> Result<T, StoreError
     serde_dynamo::from_item(item).map_err(|e| StoreError::Corrupt(e.to_string()))
 }
 
-fn encode_cursor(key: Item) -> Result<String, StoreError> {
+/// A Query's `LastEvaluatedKey` as the API's opaque `cursor`: the key as JSON, base64url.
+///
+/// # Errors
+/// [`StoreError::Corrupt`] for a key that is not plain attribute values.
+pub fn encode_cursor(key: Item) -> Result<String, StoreError> {
     let json: serde_json::Value = from_item(key)?;
     Ok(B64URL.encode(json.to_string()))
 }
 
-fn decode_cursor(cursor: &str) -> Result<Item, StoreError> {
+/// A `cursor` from a client back into an `ExclusiveStartKey`.
+///
+/// # Errors
+/// [`StoreError::InvalidCursor`] (the API's 422) for anything [`encode_cursor`] did not make:
+/// not base64url, not JSON, not an object, or values DynamoDB cannot hold.
+pub fn decode_cursor(cursor: &str) -> Result<Item, StoreError> {
     let bytes = B64URL.decode(cursor).map_err(|_| StoreError::InvalidCursor)?;
     let json: serde_json::Value = serde_json::from_slice(&bytes).map_err(|_| StoreError::InvalidCursor)?;
     if !json.is_object() {
