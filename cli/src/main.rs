@@ -141,7 +141,10 @@ struct Client {
 impl Client {
     async fn new(cli: &Cli) -> Result<Self, String> {
         let signer = if cli.sigv4 {
-            let sdk = aws_config::load_from_env().await;
+            use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
+            let https =
+                aws_smithy_http_client::Builder::new().tls_provider(Provider::Rustls(CryptoMode::Ring)).build_https();
+            let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(https).load().await;
             let provider = sdk.credentials_provider().ok_or("--sigv4: no AWS credentials found")?;
             use aws_credential_types::provider::ProvideCredentials;
             let creds = provider.provide_credentials().await.map_err(|e| format!("--sigv4: credentials: {e}"))?;
