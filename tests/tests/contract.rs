@@ -4,7 +4,9 @@
 
 use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::interceptors::Intercept;
-use aws_smithy_runtime_api::client::interceptors::context::BeforeSerializationInterceptorContextMut;
+use aws_smithy_runtime_api::client::interceptors::context::{
+    BeforeDeserializationInterceptorContextRef, BeforeSerializationInterceptorContextMut,
+};
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::ConfigBag;
@@ -39,12 +41,26 @@ async fn post_keyed(stack: &Stack, key: &str, body: &Value) -> (u16, Value, bool
     (status, resp.json().await.unwrap_or(Value::Null), replayed)
 }
 
-/// Fails the `nth` (1-based) call of one DynamoDB operation, once, before it is sent.
+/// Fails the `nth` (1-based) call of one DynamoDB operation, once: before it is sent, or,
+/// with `lose_answer`, after DynamoDB has answered (the write happened; the caller sees an
+/// error, as after a timeout).
 #[derive(Debug)]
 struct FailNth {
     operation: &'static str,
     nth: usize,
+    lose_answer: bool,
     seen: AtomicUsize,
+}
+
+impl FailNth {
+    fn hit(&self, cfg: &ConfigBag) -> Result<(), BoxError> {
+        if cfg.load::<Metadata>().is_some_and(|m| m.name() == self.operation)
+            && self.seen.fetch_add(1, Ordering::SeqCst) + 1 == self.nth
+        {
+            return Err(format!("injected failure of {} call {}", self.operation, self.nth).into());
+        }
+        Ok(())
+    }
 }
 
 impl Intercept for FailNth {
@@ -58,22 +74,28 @@ impl Intercept for FailNth {
         _rc: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        if cfg.load::<Metadata>().is_some_and(|m| m.name() == self.operation)
-            && self.seen.fetch_add(1, Ordering::SeqCst) + 1 == self.nth
-        {
-            return Err(format!("injected failure of {} call {}", self.operation, self.nth).into());
-        }
-        Ok(())
+        if self.lose_answer { Ok(()) } else { self.hit(cfg) }
+    }
+
+    fn read_after_transmit(
+        &self,
+        _context: &BeforeDeserializationInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if self.lose_answer { self.hit(cfg) } else { Ok(()) }
     }
 }
 
 /// The API of `stack`'s table and queue, served on its own port by an app whose DynamoDB
-/// client fails the `nth` call of `operation` once. Returns its base URL.
+/// client fails the `nth` call of `operation` once (see [`FailNth`]). Returns its base URL.
 async fn faulty_api(stack: &Stack, operation: &'static str, nth: usize) -> String {
+    faulty_api_with(stack, FailNth { operation, nth, lose_answer: false, seen: AtomicUsize::new(0) }).await
+}
+
+async fn faulty_api_with(stack: &Stack, fault: FailNth) -> String {
     let sdk = webhooks::app::aws_sdk_config().await;
-    let conf = aws_sdk_dynamodb::config::Builder::from(&sdk)
-        .interceptor(FailNth { operation, nth, seen: AtomicUsize::new(0) })
-        .build();
+    let conf = aws_sdk_dynamodb::config::Builder::from(&sdk).interceptor(fault).build();
     let ddb = aws_sdk_dynamodb::Client::from_conf(conf);
     let app =
         webhooks::App::from_clients((*stack.app.config).clone(), ddb, stack.sqs.clone(), None).expect("faulty app");
@@ -304,6 +326,31 @@ async fn fan_out_over_several_transactions_is_all_or_nothing() {
         "a 503 ({failed}) means nothing was accepted: {}",
         answer["deliveries"].as_array().map_or(0, Vec::len)
     );
+    let (status, answer) = stack.call(Method::POST, "/v1/events", Some(body)).await;
+    assert_eq!(status, 202, "{answer}");
+    assert_eq!(answer["deliveries"].as_array().unwrap().len(), 150);
+    eventually("150 deliveries", Duration::from_secs(60), || async { rx.count() >= 150 }).await;
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fan_out_whose_write_went_through_but_answered_an_error_is_taken_back() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    for _ in 0..150 {
+        stack.endpoint("big", &rx.url, Value::Null).await;
+    }
+    // The first of two transactions is written, but its answer is lost (as after a timeout).
+    let lost = FailNth { operation: "TransactWriteItems", nth: 1, lose_answer: true, seen: AtomicUsize::new(0) };
+    let base = faulty_api_with(&stack, lost).await;
+    let body = json!({"tenant_id": "big", "event_type": "order.paid", "payload": {}, "id": "evt-lost"});
+    let resp = stack.http.post(format!("{base}/v1/events")).json(&body).send().await.unwrap();
+    let status = resp.status().as_u16();
+    let failed: Value = resp.json().await.unwrap_or(Value::Null);
+    assert_eq!(status, 503, "{failed}");
+    let (status, answer) = stack.call(Method::GET, "/v1/events/evt-lost?tenant_id=big", None).await;
+    assert_eq!(status, 404, "a 503 ({failed}) means nothing was accepted: {answer}");
+    // The retry the 503 asks for delivers to all 150, once each.
     let (status, answer) = stack.call(Method::POST, "/v1/events", Some(body)).await;
     assert_eq!(status, 202, "{answer}");
     assert_eq!(answer["deliveries"].as_array().unwrap().len(), 150);

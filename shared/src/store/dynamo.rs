@@ -70,22 +70,39 @@ impl DynamoStore {
         Ok(())
     }
 
-    /// After a failed write of an event's items: deletes the ones this call created (the
-    /// first `created.len()` of `items`, where flagged), and returns the error to answer.
-    /// Should a delete fail too, the error says which event id to retry with to complete it.
-    async fn take_back(&self, items: &[Item], created: &[bool], error: StoreError) -> StoreError {
+    /// After a failed write of an event's items: deletes those of `written` (every item of
+    /// the chunks tried, the failed one included) that this call created, and returns the
+    /// error to answer.
+    ///
+    /// A failed chunk may have been written all the same (a timeout after DynamoDB committed
+    /// it), so which items are ours is not known from the answers: each delete is conditional
+    /// on the item's `created_at` being this call's (every item of one ingest carries the same
+    /// instant, nanoseconds). An item from an earlier ingest of the same event id has another
+    /// and is left alone; an item that was never written fails the condition harmlessly.
+    /// Should a delete fail, the error says which event id to retry with to complete it.
+    async fn take_back(&self, written: &[Item], error: StoreError) -> StoreError {
         let mut left = 0;
-        for (item, mine) in items.iter().zip(created) {
-            if !*mine {
-                continue;
-            }
+        for item in written {
             let mut key = Item::new();
             for k in [PK, SK] {
                 if let Some(v) = item.get(k) {
                     key.insert(k.to_string(), v.clone());
                 }
             }
-            if self.client.delete_item().table_name(&self.table).set_key(Some(key)).send().await.is_err() {
+            let Some(mine) = item.get("created_at").cloned() else {
+                left += 1;
+                continue;
+            };
+            let result = self
+                .client
+                .delete_item()
+                .table_name(&self.table)
+                .set_key(Some(key))
+                .condition_expression("created_at = :mine")
+                .expression_attribute_values(":mine", mine)
+                .send()
+                .await;
+            if conditional(result).is_err() {
                 left += 1;
             }
         }
@@ -93,7 +110,7 @@ impl DynamoStore {
             return error;
         }
         let event_id =
-            items.first().and_then(|i| i.get("event_id")).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+            written.first().and_then(|i| i.get("event_id")).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
         tracing::error!(event_id, left, error = %error, "event partly written and not fully taken back");
         StoreError::Aws(format!(
             "{error}; {left} items of event {event_id} could not be taken back: retry with \"id\": \"{event_id}\" to complete it"
@@ -628,12 +645,13 @@ impl Store for DynamoStore {
             items.push(self.delivery_item(d, *due_at)?);
         }
         // One flag per item, the event's first. Past one transaction (100 items) the event
-        // is written in several; when one fails, the items earlier ones created are taken
-        // back, so a failed call leaves nothing behind (all or nothing, as one transaction).
+        // is written in several; when one fails, what this call wrote is taken back, so a
+        // failed call leaves nothing behind (all or nothing, as one transaction).
         let mut created: Vec<bool> = Vec::with_capacity(items.len());
-        for chunk in items.chunks(MAX_TRANSACTION_ITEMS) {
+        for (i, chunk) in items.chunks(MAX_TRANSACTION_ITEMS).enumerate() {
             if let Err(e) = self.write_chunk(chunk, &mut created).await {
-                return Err(self.take_back(&items, &created, e).await);
+                let tried = ((i + 1) * MAX_TRANSACTION_ITEMS).min(items.len());
+                return Err(self.take_back(&items[..tried], e).await);
             }
         }
         Ok(Inserted {

@@ -243,9 +243,10 @@ pub trait Store: Send + Sync {
     ) -> Result<Page<Endpoint>, StoreError>;
     /// Writes an accepted event: its payload item and one delivery per endpoint, each in the
     /// due index at its `due_at` (`None` for a held delivery, which goes to the `by_status`
-    /// index instead), all or nothing, in one TransactWriteItems per 100 items. Says which
-    /// items this call created: an item that existed already (the same event id ingested
-    /// twice) is left as it was, payload included.
+    /// index instead), all or nothing, in one TransactWriteItems per 100 items: on an error,
+    /// whatever this call wrote is deleted again, even a transaction whose answer was lost
+    /// after it committed. Says which items this call created: an item that existed already
+    /// (the same event id ingested twice) is left as it was, payload included.
     async fn insert_event(
         &self,
         event: &StoredEvent,
