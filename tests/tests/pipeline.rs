@@ -574,6 +574,29 @@ async fn one_sweeper_tick_takes_its_whole_cap_however_the_shards_fill() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn one_sweeper_tick_never_reads_more_than_its_cap() {
+    // A cap of 5 on 4 shards: a share of 1 each leaves 1 for one shard, not for all four (the
+    // simulation found ticks reading up to 3 past the cap this way: `make sim SEED=388`).
+    let stack = Stack::start_with(
+        |c| {
+            c.redrive_after_seconds = 0;
+            c.due_shards = 4;
+            c.sweep_batch = 5;
+        },
+        no_pollers(),
+    )
+    .await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    stack.endpoint("acme", &rx.url, Value::Null).await;
+    for i in 0..12 {
+        stack.event("acme", "order.paid", json!({"i": i})).await;
+    }
+    let tick = sweep::sweep(&stack.app).await.unwrap();
+    assert_eq!((tick.examined, tick.enqueued), (5, 5), "{tick:?}");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn attempt_one_carries_the_payload_and_never_the_endpoint_or_its_secret() {
     let stack = Stack::start_with(|_| {}, no_pollers()).await;
     let ep = stack.endpoint("acme", "http://127.0.0.1:9/hook", Value::Null).await;

@@ -28,9 +28,9 @@ pub struct SweepReport {
     pub jobs_deferred: usize,
 }
 
-/// Up to `sweep_batch` due items over all shards: an even share of each shard first, then
-/// what is left of the cap to the shards that had more (hashing spreads items evenly only on
-/// average), for at most four rounds. Every item is read once.
+/// Up to `sweep_batch` due items over all shards, never more: an even share of each shard
+/// first, then what is left of the cap to the shards that had more (hashing spreads items
+/// evenly only on average), for at most four rounds. Every item is read once.
 async fn read_due(app: &App, until_ms: i64) -> Result<Vec<Due>, ServiceError> {
     let cfg = &app.config;
     let mut items = Vec::new();
@@ -41,7 +41,14 @@ async fn read_due(app: &App, until_ms: i64) -> Result<Vec<Due>, ServiceError> {
         if budget == 0 || open.is_empty() {
             break;
         }
-        let share = (budget / open.len()).max(1);
+        if budget < open.len() {
+            // Fewer items left than shards: one each from `budget` of them, starting at a
+            // shard that moves with the clock, so no shard waits on the others every tick.
+            let start = usize::try_from(until_ms.rem_euclid(1_000_000)).unwrap_or(0) % open.len();
+            open.rotate_left(start);
+            open.truncate(budget);
+        }
+        let share = budget / open.len();
         let reads = open.iter().map(|(shard, after)| app.store.due(*shard, until_ms, share, after.as_ref()));
         let pages = futures::future::join_all(reads).await;
         let mut still_open = Vec::new();
