@@ -23,7 +23,7 @@ pub fn run_many(first: u64, count: u64, strict: bool) -> (Vec<Failure>, Report) 
     let mut failures = Vec::new();
     let mut total = Report::default();
     for seed in first..first.saturating_add(count) {
-        match run(seed, strict) {
+        match run(seed, strict, count == 1) {
             Ok(r) => {
                 total.steps += r.steps;
                 total.deliveries += r.deliveries;

@@ -236,22 +236,16 @@ impl MemStore {
     }
 
     /// Every item as the indexes see it now.
-    fn gsi_view(&self, t: &Tables) -> Vec<Indexed> {
+    fn gsi_view<'a>(&self, t: &'a Tables) -> impl Iterator<Item = &'a Indexed> + 'a {
         let now = self.now_ms();
-        t.gsi
-            .values()
-            .filter_map(|versions| versions.iter().rev().find(|(v, _)| *v <= now).and_then(|(_, i)| i.clone()))
-            .collect()
+        t.gsi.values().filter_map(move |versions| versions.iter().rev().find(|(v, _)| *v <= now).and_then(|(_, i)| i.as_ref()))
     }
 
-    fn gsi_deliveries(&self, t: &Tables) -> Vec<DeliveryRow> {
-        self.gsi_view(t)
-            .into_iter()
-            .filter_map(|i| match i {
-                Indexed::Delivery(r) => Some(*r),
-                Indexed::Job { .. } => None,
-            })
-            .collect()
+    fn gsi_deliveries<'a>(&self, t: &'a Tables) -> impl Iterator<Item = &'a DeliveryRow> + 'a {
+        self.gsi_view(t).filter_map(|i| match i {
+            Indexed::Delivery(r) => Some(r.as_ref()),
+            Indexed::Job { .. } => None,
+        })
     }
 
     fn check_size(&self, what: &str, bytes: usize) -> Result<(), StoreError> {
@@ -511,7 +505,6 @@ impl Store for MemStore {
         self.call("store.due", |s, t| {
             let mut items: Vec<((i64, String), Due)> = s
                 .gsi_view(t)
-                .into_iter()
                 .filter_map(|i| match i {
                     Indexed::Delivery(r) => {
                         let at = r.due_at?;
@@ -529,8 +522,8 @@ impl Store for MemStore {
                         ))
                     }
                     Indexed::Job { id, due_at } => {
-                        let at = due_at?;
-                        Some(((at, format!("JOB#{id}")), Due::Job { id, due_at: at }))
+                        let at = (*due_at)?;
+                        Some(((at, format!("JOB#{id}")), Due::Job { id: id.clone(), due_at: at }))
                     }
                 })
                 .filter(|((at, key), _)| {
@@ -553,9 +546,8 @@ impl Store for MemStore {
             let rows = s.gsi_deliveries(t);
             let since = q.since.map(|x| time_sk(x, ""));
             let until = q.until.map(|x| time_sk(x, ""));
-            let mut keyed: Vec<(String, DeliveryRow)> = match (&q.endpoint_id, q.status) {
+            let mut keyed: Vec<(String, &DeliveryRow)> = match (&q.endpoint_id, q.status) {
                 (Some(ep), status) => rows
-                    .into_iter()
                     .filter(|r| &r.d.endpoint_id == ep)
                     .filter_map(|r| {
                         let (bucket, rest) = r.ep_sk.split_once('#')?;
@@ -577,7 +569,6 @@ impl Store for MemStore {
                     })
                     .collect(),
                 (None, Some(st)) if matches!(st, DeliveryStatus::Exhausted | DeliveryStatus::Held) => rows
-                    .into_iter()
                     .filter(|r| r.d.status == st)
                     .filter_map(|r| r.status_sk.clone().map(|k| (k, r)))
                     .collect(),
@@ -602,7 +593,6 @@ impl Store for MemStore {
         self.call("store.count_deliveries", |s, t| {
             let bucket = format!("{}#", endpoint_bucket(status));
             Ok(s.gsi_deliveries(t)
-                .iter()
                 .filter(|r| r.d.endpoint_id == endpoint_id && r.ep_sk.starts_with(&bucket))
                 .filter(|r| !matches!(status, DeliveryStatus::Scheduled | DeliveryStatus::Sending) || r.d.status == status)
                 .count() as u64)
@@ -612,7 +602,7 @@ impl Store for MemStore {
 
     async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError> {
         self.call("store.event_deliveries", |s, t| {
-            Ok(s.gsi_deliveries(t).iter().filter(|r| r.d.event_id == event_id).map(summary).collect())
+            Ok(s.gsi_deliveries(t).filter(|r| r.d.event_id == event_id).map(summary).collect())
         })
         .await
     }

@@ -367,13 +367,15 @@ struct World {
     report: Report,
     trace: std::collections::VecDeque<String>,
     strict: bool,
+    tracing: bool,
 }
 
-/// Runs one seed to quiescence; with `strict`, the known findings (see [`Report`]) fail it too.
+/// Runs one seed to quiescence; with `strict`, the known findings (see [`Report`]) fail it too;
+/// with `tracing`, a failure carries the run's last 400 steps.
 ///
 /// # Errors
 /// The first invariant that broke, with the steps before it.
-pub fn run(seed: u64, strict: bool) -> Result<Report, Failure> {
+pub fn run(seed: u64, strict: bool, tracing: bool) -> Result<Report, Failure> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().map_err(|e| Failure {
         seed,
         step: 0,
@@ -383,12 +385,12 @@ pub fn run(seed: u64, strict: bool) -> Result<Report, Failure> {
     // The services use tokio's timers (the sweeper's budget); they need a runtime to register
     // with, never to fire: every future here is polled by the driver.
     let _guard = rt.enter();
-    let mut world = World::new(seed, strict);
+    let mut world = World::new(seed, strict, tracing);
     world.run()
 }
 
 impl World {
-    fn new(seed: u64, strict: bool) -> Self {
+    fn new(seed: u64, strict: bool, tracing: bool) -> Self {
         let mut rng = StdRng::seed_from_u64(seed);
         let gate = Gate::default();
         let shared = Arc::new(Shared { gate: gate.clone(), inner: Mutex::new(SharedInner::default()) });
@@ -459,6 +461,7 @@ impl World {
             report: Report::default(),
             trace: std::collections::VecDeque::new(),
             strict,
+            tracing,
         };
         w.setup();
         w
@@ -727,7 +730,11 @@ impl World {
         Failure { seed: self.seed, step, message, trace: self.trace.iter().cloned().collect() }
     }
 
-    fn note(&mut self, line: String) {
+    fn note(&mut self, line: impl FnOnce() -> String) {
+        if !self.tracing {
+            return;
+        }
+        let line = line();
         if self.trace.len() >= 400 {
             self.trace.pop_front();
         }
@@ -772,9 +779,14 @@ impl World {
                 } else {
                     Fault::None
                 };
-                let label = self.tasks.get(&task).map(|t| t.label.clone()).unwrap_or_default();
+                let label = if self.tracing || crash {
+                    self.tasks.get(&task).map(|t| t.label.clone()).unwrap_or_default()
+                } else {
+                    String::new()
+                };
                 if crash {
-                    self.note(format!("t={} task {task} ({label}) CRASH at {op}", self.now() - START_MS));
+                    let t = self.now() - START_MS;
+                    self.note(|| format!("t={t} task {task} ({label}) CRASH at {op}"));
                     self.report.crashes += 1;
                     self.tasks.remove(&task);
                     self.gate.forget_task(task);
@@ -784,7 +796,8 @@ impl World {
                     if fault != Fault::None {
                         self.report.faults += 1;
                     }
-                    self.note(format!("t={} task {task} ({label}) {op} {fault:?}", self.now() - START_MS));
+                    let t = self.now() - START_MS;
+                    self.note(|| format!("t={t} task {task} ({label}) {op} {fault:?}"));
                     if let Some(t) = self.tasks.get_mut(&task) {
                         t.ops += 1;
                     }
@@ -913,6 +926,17 @@ impl World {
         let now = self.now();
         if self.healed {
             self.plan.clear();
+            // An attempt recorded after the heal began may have paused or disabled an endpoint
+            // again: enable it (a paused endpoint with nothing held probes forever otherwise).
+            let stopped = {
+                let t = self.store.tables.lock().unwrap_or_else(|e| e.into_inner());
+                t.endpoints.values().any(|e| e.state() != EndpointState::Enabled)
+            };
+            if stopped && self.heal_rounds < 5 {
+                self.heal_rounds += 1;
+                self.enable_all();
+                return Ok(true);
+            }
             let due = {
                 let t = self.store.tables.lock().unwrap_or_else(|e| e.into_inner());
                 let d = t.deliveries.values().filter_map(|r| r.due_at).min();
@@ -934,18 +958,7 @@ impl World {
                     Ok(true)
                 }
                 Some(_) => Err(self.fail(0, "not quiescent within the horizon (60 days)".into())),
-                None => {
-                    let stopped = {
-                        let t = self.store.tables.lock().unwrap_or_else(|e| e.into_inner());
-                        t.endpoints.values().any(|e| e.state() != EndpointState::Enabled)
-                    };
-                    if stopped && self.heal_rounds < 5 {
-                        self.heal_rounds += 1;
-                        self.enable_all();
-                        return Ok(true);
-                    }
-                    Ok(false)
-                }
+                None => Ok(false),
             }
         } else {
             let next = [self.plan.first().map(|(at, _)| *at), Some(self.next_tick), self.queue.next_visible()]

@@ -1,0 +1,35 @@
+//! The simulation's short run inside `make test`: seeds `0..WEBHOOKS_SIM_SEEDS` (default
+//! 4,000, about 25 s on 2 cores in a debug build; see README "Simulation"), split over the
+//! machine's cores. Every failing seed is named with the command that reproduces it.
+
+#[test]
+fn every_seed_keeps_every_invariant() {
+    let seeds: u64 = std::env::var("WEBHOOKS_SIM_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(4_000);
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
+    let per = seeds.div_ceil(threads);
+    let started = std::time::Instant::now();
+    let results: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|i| {
+                let first = i * per;
+                let count = per.min(seeds.saturating_sub(first));
+                s.spawn(move || webhooks_sim::run_many(first, count, false))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let failures: Vec<_> = results.iter().flat_map(|(f, _)| f.iter()).collect();
+    let posts: u32 = results.iter().map(|(_, r)| r.posts).sum();
+    let crashes: u32 = results.iter().map(|(_, r)| r.crashes).sum();
+    let repeated: u32 = results.iter().map(|(_, r)| r.repeated_posts).sum();
+    eprintln!(
+        "{seeds} seeds in {:.1} s on {threads} threads: {posts} POSTs, {crashes} crashes, {repeated} repeated POSTs",
+        started.elapsed().as_secs_f64()
+    );
+    // The simulation must exercise what it claims to: receivers were reached and tasks crashed.
+    assert!(posts > 0 && crashes > 0, "the simulation made no POSTs or no crashes");
+    for f in &failures {
+        eprintln!("FAILED seed {}: {} (reproduce: make sim SEED={})", f.seed, f.message, f.seed);
+    }
+    assert!(failures.is_empty(), "{} of {seeds} seeds failed (first: seed {})", failures.len(), failures[0].seed);
+}
