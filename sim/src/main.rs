@@ -20,6 +20,9 @@ struct Args {
     /// Fail on the known findings too (held after delete, sweeper batch overshoot).
     #[arg(long)]
     strict: bool,
+    /// Stop at the first failing seed and print it (used to show that a mutant is caught).
+    #[arg(long)]
+    first_failure: bool,
 }
 
 fn main() -> std::process::ExitCode {
@@ -29,6 +32,23 @@ fn main() -> std::process::ExitCode {
         None => (args.start, args.seeds),
     };
     let started = std::time::Instant::now();
+    if args.first_failure {
+        for seed in first..first.saturating_add(count) {
+            if let Err(f) = webhooks_sim::run(seed, args.strict, false) {
+                println!(
+                    "first failure after {} seeds ({:.1} s): seed {}: {} (reproduce: make sim SEED={})",
+                    seed - first + 1,
+                    started.elapsed().as_secs_f64(),
+                    f.seed,
+                    f.message,
+                    f.seed
+                );
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+        println!("no failure in {count} seeds");
+        return std::process::ExitCode::SUCCESS;
+    }
     let (failures, total) = webhooks_sim::run_many(first, count, args.strict);
     let elapsed = started.elapsed().as_secs_f64();
     println!(

@@ -33,3 +33,12 @@ fn every_seed_keeps_every_invariant() {
     }
     assert!(failures.is_empty(), "{} of {seeds} seeds failed (first: seed {})", failures.len(), failures[0].seed);
 }
+
+#[test]
+fn one_seed_gives_one_run() {
+    for seed in [7, 42, 1234] {
+        let a = format!("{:?}", webhooks_sim::run(seed, false, false).map_err(|f| f.message));
+        let b = format!("{:?}", webhooks_sim::run(seed, false, false).map_err(|f| f.message));
+        assert_eq!(a, b, "seed {seed} ran two ways");
+    }
+}
