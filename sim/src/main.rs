@@ -51,22 +51,24 @@ fn main() -> std::process::ExitCode {
     }
     let (failures, total) = webhooks_sim::run_many(first, count, args.strict);
     let elapsed = started.elapsed().as_secs_f64();
-    println!(
-        "{count} seeds in {elapsed:.1} s: {} deliveries ({} delivered, {} exhausted), {} POSTs, {} repeated (bound: {} unrecorded), {} crashes, {} faults, {} sweeper ticks, {} dead letters, {} steps; known findings: {} held after delete, {} sweeper batch overshoots",
-        total.deliveries,
-        total.delivered,
-        total.exhausted,
-        total.posts,
-        total.repeated_posts,
-        total.unrecorded,
-        total.crashes,
-        total.faults,
-        total.ticks,
-        total.dead_letters,
-        total.steps,
-        total.held_after_delete,
-        total.sweep_overshoots
-    );
+    if count > 1 || failures.is_empty() {
+        println!(
+            "{count} seeds in {elapsed:.1} s: {} deliveries ({} delivered, {} exhausted), {} POSTs, {} repeated (bound: {} unrecorded), {} crashes, {} faults, {} sweeper ticks, {} dead letters, {} steps; known findings: {} held after delete, {} sweeper batch overshoots",
+            total.deliveries,
+            total.delivered,
+            total.exhausted,
+            total.posts,
+            total.repeated_posts,
+            total.unrecorded,
+            total.crashes,
+            total.faults,
+            total.ticks,
+            total.dead_letters,
+            total.steps,
+            total.held_after_delete,
+            total.sweep_overshoots
+        );
+    }
     for f in &failures {
         if count == 1 {
             println!("{f}");

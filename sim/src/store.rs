@@ -172,8 +172,7 @@ fn apply_to(row: &mut DeliveryRow, id: &str, t: &Transition) {
     if let Some(created_at) = t.created_at {
         row.ep_sk = endpoint_sk(t.status, created_at, id);
     }
-    row.status_sk =
-        matches!(t.status, DeliveryStatus::Exhausted | DeliveryStatus::Held).then(|| time_sk(t.now, id));
+    row.status_sk = matches!(t.status, DeliveryStatus::Exhausted | DeliveryStatus::Held).then(|| time_sk(t.now, id));
 }
 
 fn cursor_of(key: &str) -> String {
@@ -186,7 +185,14 @@ fn from_cursor(c: Option<&str>) -> Result<Option<String>, StoreError> {
 
 impl MemStore {
     /// A store over empty tables.
-    pub fn new(gate: Gate, shared: Arc<Shared>, clock: Arc<dyn Clock>, seed: u64, max_lag_ms: i64, shards: u32) -> Self {
+    pub fn new(
+        gate: Gate,
+        shared: Arc<Shared>,
+        clock: Arc<dyn Clock>,
+        seed: u64,
+        max_lag_ms: i64,
+        shards: u32,
+    ) -> Self {
         Self {
             gate,
             shared,
@@ -238,7 +244,9 @@ impl MemStore {
     /// Every item as the indexes see it now.
     fn gsi_view<'a>(&self, t: &'a Tables) -> impl Iterator<Item = &'a Indexed> + 'a {
         let now = self.now_ms();
-        t.gsi.values().filter_map(move |versions| versions.iter().rev().find(|(v, _)| *v <= now).and_then(|(_, i)| i.as_ref()))
+        t.gsi
+            .values()
+            .filter_map(move |versions| versions.iter().rev().find(|(v, _)| *v <= now).and_then(|(_, i)| i.as_ref()))
     }
 
     fn gsi_deliveries<'a>(&self, t: &'a Tables) -> impl Iterator<Item = &'a DeliveryRow> + 'a {
@@ -568,10 +576,9 @@ impl Store for MemStore {
                         Some((key, r))
                     })
                     .collect(),
-                (None, Some(st)) if matches!(st, DeliveryStatus::Exhausted | DeliveryStatus::Held) => rows
-                    .filter(|r| r.d.status == st)
-                    .filter_map(|r| r.status_sk.clone().map(|k| (k, r)))
-                    .collect(),
+                (None, Some(st)) if matches!(st, DeliveryStatus::Exhausted | DeliveryStatus::Held) => {
+                    rows.filter(|r| r.d.status == st).filter_map(|r| r.status_sk.clone().map(|k| (k, r))).collect()
+                }
                 _ => return Err(StoreError::Unsupported("list deliveries by endpoint_id or by status".into())),
             };
             keyed.sort_by(|a, b| a.0.cmp(&b.0));
@@ -594,7 +601,9 @@ impl Store for MemStore {
             let bucket = format!("{}#", endpoint_bucket(status));
             Ok(s.gsi_deliveries(t)
                 .filter(|r| r.d.endpoint_id == endpoint_id && r.ep_sk.starts_with(&bucket))
-                .filter(|r| !matches!(status, DeliveryStatus::Scheduled | DeliveryStatus::Sending) || r.d.status == status)
+                .filter(|r| {
+                    !matches!(status, DeliveryStatus::Scheduled | DeliveryStatus::Sending) || r.d.status == status
+                })
                 .count() as u64)
         })
         .await
@@ -654,12 +663,14 @@ impl Store for MemStore {
         expected_lease_ms: i64,
         lease_ms: i64,
     ) -> Result<bool, StoreError> {
-        self.call("store.renew_idempotent", |_, t| match t.idempotency.get_mut(&(tenant_id.to_string(), key.to_string())) {
-            Some(r) if r.lease_until == expected_lease_ms && r.status_code.is_none() => {
-                r.lease_until = lease_ms;
-                Ok(true)
+        self.call("store.renew_idempotent", |_, t| {
+            match t.idempotency.get_mut(&(tenant_id.to_string(), key.to_string())) {
+                Some(r) if r.lease_until == expected_lease_ms && r.status_code.is_none() => {
+                    r.lease_until = lease_ms;
+                    Ok(true)
+                }
+                _ => Ok(false),
             }
-            _ => Ok(false),
         })
         .await
     }

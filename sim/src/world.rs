@@ -472,7 +472,8 @@ impl World {
     fn setup(&mut self) {
         let now = self.clock.now();
         let n = self.rng.random_range(2..=4);
-        let policies = [RetryPolicy::standard(), RetryPolicy::svix(), RetryPolicy::frappe(3), RetryPolicy::rate_limit_only()];
+        let policies =
+            [RetryPolicy::standard(), RetryPolicy::svix(), RetryPolicy::frappe(3), RetryPolicy::rate_limit_only()];
         let mut tables = self.store.tables.lock().unwrap_or_else(|e| e.into_inner());
         for i in 0..n {
             let id = format!("ep_{i}");
@@ -482,7 +483,9 @@ impl World {
                 tenant_id: tenant.clone(),
                 url: receiver_url(&id, 0),
                 // The first endpoint alone takes `sync.*` events (a sync ingest needs exactly one).
-                event_types: (i == 0).then(|| vec!["sync.*".to_string(), "order.*".to_string()]).or_else(|| Some(vec!["order.*".to_string()])),
+                event_types: (i == 0)
+                    .then(|| vec!["sync.*".to_string(), "order.*".to_string()])
+                    .or_else(|| Some(vec!["order.*".to_string()])),
                 retry_policy: policies[self.rng.random_range(0..policies.len())].clone(),
                 secret: webhooks::signing::generate_secret(&self.app.random),
                 enabled: true,
@@ -501,7 +504,8 @@ impl World {
             tables.pointers.insert(id.clone(), tenant.clone());
             tables.endpoints.insert((tenant, id.clone()), ep);
             self.url_versions.insert(id.clone(), 0);
-            let mood = if self.rng.random_bool(0.5) { Mood::Healthy } else { MOODS[self.rng.random_range(0..MOODS.len())] };
+            let mood =
+                if self.rng.random_bool(0.5) { Mood::Healthy } else { MOODS[self.rng.random_range(0..MOODS.len())] };
             self.receivers.moods.lock().unwrap_or_else(|e| e.into_inner()).insert(id.clone(), mood);
             self.endpoint_ids.push(id);
         }
@@ -571,7 +575,9 @@ impl World {
                     Kind::Ingest,
                     label,
                     Box::pin(async move {
-                        let _ = ingest::ingest(&app, ingest::NewEvent { tenant_id: tenant, event_type, payload, id, sync }).await;
+                        let _ =
+                            ingest::ingest(&app, ingest::NewEvent { tenant_id: tenant, event_type, payload, id, sync })
+                                .await;
                     }),
                 );
             }
@@ -851,7 +857,10 @@ impl World {
         if r.examined > cfg.sweep_batch {
             self.report.sweep_overshoots += 1;
             if self.strict {
-                self.shared.violation(format!("sweeper tick read {} items, over its batch of {}", r.examined, cfg.sweep_batch));
+                self.shared.violation(format!(
+                    "sweeper tick read {} items, over its batch of {}",
+                    r.examined, cfg.sweep_batch
+                ));
             }
         }
         if r.examined > most {
@@ -863,7 +872,8 @@ impl World {
         let per_item = 8 + 2 * cfg.release_per_tick;
         let bound = 4 * cfg.due_shards as usize + r.examined * per_item + r.enqueued / 10 + 2;
         if t.ops as usize > bound {
-            self.shared.violation(format!("sweeper tick made {} calls for {} items (bound {bound})", t.ops, r.examined));
+            self.shared
+                .violation(format!("sweeper tick made {} calls for {} items (bound {bound})", t.ops, r.examined));
         }
     }
 
@@ -979,18 +989,27 @@ impl World {
         let t = self.store.tables.lock().unwrap_or_else(|e| e.into_inner());
         for r in t.deliveries.values() {
             if matches!(r.d.status, DeliveryStatus::Scheduled | DeliveryStatus::Sending) && r.due_at.is_none() {
-                return Err(format!("delivery {} is {} but not in the due index: nothing will move it", r.d.id, r.d.status.as_str()));
+                return Err(format!(
+                    "delivery {} is {} but not in the due index: nothing will move it",
+                    r.d.id,
+                    r.d.status.as_str()
+                ));
             }
         }
         for ep in t.endpoints.values() {
             if ep.state() == EndpointState::Enabled
-                && let Some(held) = t.deliveries.values().find(|r| r.d.endpoint_id == ep.id && r.d.status == DeliveryStatus::Held)
+                && let Some(held) =
+                    t.deliveries.values().find(|r| r.d.endpoint_id == ep.id && r.d.status == DeliveryStatus::Held)
             {
-                let release = t.jobs.values().any(|j| {
-                    j.job.endpoint_id == ep.id && j.job.kind == JobKind::Release && j.job.status == "running"
-                });
+                let release = t
+                    .jobs
+                    .values()
+                    .any(|j| j.job.endpoint_id == ep.id && j.job.kind == JobKind::Release && j.job.status == "running");
                 if !release {
-                    return Err(format!("endpoint {} is enabled with held delivery {} and no release job", ep.id, held.d.id));
+                    return Err(format!(
+                        "endpoint {} is enabled with held delivery {} and no release job",
+                        ep.id, held.d.id
+                    ));
                 }
             }
             if let Some(p) = self.promises.borrow().get(&ep.id)
@@ -999,7 +1018,10 @@ impl World {
                 if let Some(url) = &p.url
                     && &ep.url != url
                 {
-                    return Err(format!("endpoint {}: PATCH answered url {url} but it is {} (lost update)", ep.id, ep.url));
+                    return Err(format!(
+                        "endpoint {}: PATCH answered url {url} but it is {} (lost update)",
+                        ep.id, ep.url
+                    ));
                 }
                 if let Some(secret) = &p.secret
                     && &ep.secret != secret
@@ -1007,7 +1029,11 @@ impl World {
                     return Err(format!("endpoint {}: rotated secret lost (lost update)", ep.id));
                 }
                 if p.manual_disable && ep.disabled.as_ref().is_none_or(|d| d.reason != REASON_MANUAL) {
-                    return Err(format!("endpoint {}: disable answered but it is {:?} (lost update)", ep.id, ep.state()));
+                    return Err(format!(
+                        "endpoint {}: disable answered but it is {:?} (lost update)",
+                        ep.id,
+                        ep.state()
+                    ));
                 }
             }
         }
@@ -1034,9 +1060,7 @@ impl World {
                     }
                 }
                 DeliveryStatus::Exhausted => self.report.exhausted += 1,
-                DeliveryStatus::Held
-                    if !self.strict && !t.endpoints.values().any(|e| e.id == r.d.endpoint_id) =>
-                {
+                DeliveryStatus::Held if !self.strict && !t.endpoints.values().any(|e| e.id == r.d.endpoint_id) => {
                     self.report.held_after_delete += 1;
                 }
                 other => {
@@ -1054,7 +1078,8 @@ impl World {
             }
         }
         if self.report.repeated_posts > s.unrecorded {
-            let twice: Vec<_> = s.sends.iter().filter(|(_, n)| **n > 1).map(|((d, a), n)| format!("{d}#{a}x{n}")).collect();
+            let twice: Vec<_> =
+                s.sends.iter().filter(|(_, n)| **n > 1).map(|((d, a), n)| format!("{d}#{a}x{n}")).collect();
             return Err(format!(
                 "{} repeated POSTs but only {} attempts went unrecorded: {}",
                 self.report.repeated_posts,
