@@ -20,6 +20,9 @@ struct Args {
     /// Fail on the known findings too (held after delete, sweeper batch overshoot).
     #[arg(long)]
     strict: bool,
+    /// Threads to run seeds on (default: the machine's cores).
+    #[arg(long)]
+    jobs: Option<u64>,
     /// Stop at the first failing seed and print it (used to show that a mutant is caught).
     #[arg(long)]
     first_failure: bool,
@@ -49,7 +52,12 @@ fn main() -> std::process::ExitCode {
         println!("no failure in {count} seeds");
         return std::process::ExitCode::SUCCESS;
     }
-    let (failures, total) = webhooks_sim::run_many(first, count, args.strict);
+    let (failures, total) = webhooks_sim::run_parallel(
+        first,
+        count,
+        args.strict,
+        args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64)),
+    );
     let elapsed = started.elapsed().as_secs_f64();
     if count > 1 || failures.is_empty() {
         println!(

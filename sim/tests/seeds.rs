@@ -6,22 +6,9 @@
 fn every_seed_keeps_every_invariant() {
     let seeds: u64 = std::env::var("WEBHOOKS_SIM_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(4_000);
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
-    let per = seeds.div_ceil(threads);
     let started = std::time::Instant::now();
-    let results: Vec<_> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|i| {
-                let first = i * per;
-                let count = per.min(seeds.saturating_sub(first));
-                s.spawn(move || webhooks_sim::run_many(first, count, false))
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    let failures: Vec<_> = results.iter().flat_map(|(f, _)| f.iter()).collect();
-    let posts: u32 = results.iter().map(|(_, r)| r.posts).sum();
-    let crashes: u32 = results.iter().map(|(_, r)| r.crashes).sum();
-    let repeated: u32 = results.iter().map(|(_, r)| r.repeated_posts).sum();
+    let (failures, total) = webhooks_sim::run_parallel(0, seeds, false, threads);
+    let (posts, crashes, repeated) = (total.posts, total.crashes, total.repeated_posts);
     eprintln!(
         "{seeds} seeds in {:.1} s on {threads} threads: {posts} POSTs, {crashes} crashes, {repeated} repeated POSTs",
         started.elapsed().as_secs_f64()
