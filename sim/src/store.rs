@@ -1,0 +1,709 @@
+//! [`Store`] in memory, with DynamoDB's semantics where the services depend on them.
+//!
+//! - Every call goes through the [`Gate`]: it is one atomic step of the simulation, and it can
+//!   fail before taking effect or after (the ambiguous case).
+//! - Conditional writes check and write one item in that step; `commit` and `insert_event`
+//!   (TransactWriteItems) write all their items or none.
+//! - The base table reads are strongly consistent; the GSIs (`due`, `by_endpoint`,
+//!   `by_status`, `by_event`) see each item as it was some time ago: every write of an item
+//!   reaches the indexes after a random delay (up to `max_lag_ms`, in order per item).
+//! - `list_endpoints` pages may end early (fewer items than the limit, with a cursor).
+//! - Every item written is measured against DynamoDB's 400 KB item limit (its JSON size, a
+//!   close upper bound of DynamoDB's own count); a larger one is refused and recorded.
+//!
+//! The condition expressions mirrored are those of [`webhooks::store::DynamoStore`]: a
+//! transition's guard (exists, status in the list, `attempt_count` equal, `due_at` equal when
+//! given), an endpoint's version guard, `attribute_not_exists(pk)` on creates and jobs, a job
+//! claim's `due_at = :expected`.
+
+use crate::sched::{Fault, Gate};
+use crate::world::Shared;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use webhooks::clock::Clock;
+use webhooks::lifecycle::{DueItem, Field, Transition};
+use webhooks::model::{Delivery, DeliveryStatus, Endpoint, Job, StoredEvent};
+use webhooks::store::keys::{due_shard, endpoint_bucket, endpoint_sk, time_sk};
+use webhooks::store::{
+    Applied, Committed, DeliveryQuery, DeliverySummary, Due, EndpointWrite, IdempotencyRecord, Inserted, Page, Store,
+    StoreError,
+};
+
+/// DynamoDB's largest item, bytes (400 KB).
+pub const MAX_ITEM_BYTES: usize = 400 * 1024;
+
+/// A delivery item with the index attributes DynamoDB keeps on it.
+#[derive(Debug, Clone)]
+pub struct DeliveryRow {
+    /// The delivery.
+    pub d: Delivery,
+    /// `due_at` (milliseconds) while in the due index.
+    pub due_at: Option<i64>,
+    /// `ep_sk`: re-keyed only when a transition gives `created_at` (as DynamoStore does).
+    pub ep_sk: String,
+    /// `status_sk` while exhausted or held.
+    pub status_sk: Option<String>,
+}
+
+/// A job item and its due-index time.
+#[derive(Debug, Clone)]
+pub struct JobRow {
+    /// The job.
+    pub job: Job,
+    /// `due_at` (milliseconds) while running.
+    pub due_at: Option<i64>,
+}
+
+/// An item as the indexes see it.
+#[derive(Debug, Clone)]
+enum Indexed {
+    Delivery(Box<DeliveryRow>),
+    Job { id: String, due_at: Option<i64> },
+}
+
+/// The table.
+#[derive(Debug, Default)]
+pub struct Tables {
+    /// Endpoints by (tenant, id).
+    pub endpoints: BTreeMap<(String, String), Endpoint>,
+    /// Endpoint id to tenant.
+    pub pointers: BTreeMap<String, String>,
+    /// Event payload items by (tenant, event id).
+    pub events: BTreeMap<(String, String), StoredEvent>,
+    /// Deliveries by id.
+    pub deliveries: BTreeMap<String, DeliveryRow>,
+    /// Jobs by id.
+    pub jobs: BTreeMap<String, JobRow>,
+    idempotency: BTreeMap<(String, String), IdempotencyRecord>,
+    /// Per item key, its versions as the GSIs will see them: (visible from, ms; item or gone).
+    gsi: BTreeMap<String, Vec<(i64, Option<Indexed>)>>,
+}
+
+/// The in-memory store.
+pub struct MemStore {
+    gate: Gate,
+    shared: Arc<Shared>,
+    clock: Arc<dyn Clock>,
+    /// The table (the driver reads it for the invariants).
+    pub tables: Arc<Mutex<Tables>>,
+    rng: Mutex<StdRng>,
+    max_lag_ms: i64,
+    shards: u32,
+}
+
+fn aws(op: &str) -> StoreError {
+    StoreError::Aws(format!("simulated failure of {op}"))
+}
+
+fn size_of<T: serde::Serialize>(item: &T) -> usize {
+    serde_json::to_vec(item).map(|v| v.len()).unwrap_or(usize::MAX)
+}
+
+fn summary(r: &DeliveryRow) -> DeliverySummary {
+    let d = &r.d;
+    DeliverySummary {
+        id: d.id.clone(),
+        event_id: d.event_id.clone(),
+        event_type: d.event_type.clone(),
+        tenant_id: d.tenant_id.clone(),
+        endpoint_id: d.endpoint_id.clone(),
+        status: d.status,
+        attempt_count: d.attempt_count,
+        next_attempt_at: d.next_attempt_at,
+        created_at: d.created_at,
+        updated_at: d.updated_at,
+        expires_at: d.expires_at,
+    }
+}
+
+fn set<T>(slot: &mut Option<T>, f: &Field<T>)
+where
+    T: Clone,
+{
+    match f {
+        Field::Keep => {}
+        Field::Set(v) => *slot = Some(v.clone()),
+        Field::Remove => *slot = None,
+    }
+}
+
+/// Whether a transition's guard holds on a row (DynamoStore's condition expression).
+fn guard_holds(row: Option<&DeliveryRow>, t: &Transition) -> bool {
+    let Some(r) = row else { return false };
+    t.guard.status.contains(&r.d.status)
+        && r.d.attempt_count == t.guard.attempt_count
+        && t.guard.due_at.is_none_or(|g| r.due_at == Some(g))
+}
+
+/// A transition's update expression, on a row.
+fn apply_to(row: &mut DeliveryRow, id: &str, t: &Transition) {
+    let d = &mut row.d;
+    d.status = t.status;
+    d.updated_at = t.now;
+    if let Some(c) = t.attempt_count {
+        d.attempt_count = c;
+    }
+    match &t.attempts_base {
+        Field::Keep => {}
+        Field::Set(v) => d.attempts_base = *v,
+        Field::Remove => d.attempts_base = 0,
+    }
+    if t.forgive_attempt {
+        d.attempts_base += 1;
+    }
+    set(&mut d.next_attempt_at, &t.next_attempt_at);
+    set(&mut d.lease_until, &t.lease_until);
+    set(&mut d.expires_at, &t.expires_at);
+    set(&mut d.reason, &t.reason);
+    set(&mut row.due_at, &t.due_at);
+    if let Some(a) = &t.append_attempt {
+        d.attempts.push(a.clone());
+    } else if let Field::Set(list) = &t.attempts {
+        d.attempts = list.clone();
+    }
+    match &t.attempts_dropped {
+        Field::Keep => {}
+        Field::Set(v) => d.attempts_dropped = *v,
+        Field::Remove => d.attempts_dropped = 0,
+    }
+    if let Some(created_at) = t.created_at {
+        row.ep_sk = endpoint_sk(t.status, created_at, id);
+    }
+    row.status_sk = matches!(t.status, DeliveryStatus::Exhausted | DeliveryStatus::Held).then(|| time_sk(t.now, id));
+}
+
+fn cursor_of(key: &str) -> String {
+    format!("sim:{key}")
+}
+
+fn from_cursor(c: Option<&str>) -> Result<Option<String>, StoreError> {
+    c.map(|c| c.strip_prefix("sim:").map(String::from).ok_or(StoreError::InvalidCursor)).transpose()
+}
+
+impl MemStore {
+    /// A store over empty tables.
+    pub fn new(
+        gate: Gate,
+        shared: Arc<Shared>,
+        clock: Arc<dyn Clock>,
+        seed: u64,
+        max_lag_ms: i64,
+        shards: u32,
+    ) -> Self {
+        Self {
+            gate,
+            shared,
+            clock,
+            tables: Arc::new(Mutex::new(Tables::default())),
+            rng: Mutex::new(StdRng::seed_from_u64(seed)),
+            max_lag_ms,
+            shards,
+        }
+    }
+
+    fn tables(&self) -> std::sync::MutexGuard<'_, Tables> {
+        self.tables.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn now_ms(&self) -> i64 {
+        self.clock.now().timestamp_millis()
+    }
+
+    /// Records a write for the indexes, visible after a random lag (never before an earlier
+    /// write of the same item).
+    fn index(&self, t: &mut Tables, key: &str, item: Option<Indexed>) {
+        let lag = if self.max_lag_ms > 0 {
+            self.rng.lock().unwrap_or_else(|e| e.into_inner()).random_range(0..=self.max_lag_ms)
+        } else {
+            0
+        };
+        let now = self.now_ms();
+        let versions = t.gsi.entry(key.to_string()).or_default();
+        let at = versions.last().map_or(now + lag, |(v, _)| (*v).max(now + lag));
+        // Versions no read can see any more (a later one is visible already) are dropped.
+        let visible = versions.iter().rposition(|(v, _)| *v <= now);
+        if let Some(i) = visible {
+            versions.drain(..i);
+        }
+        versions.push((at, item));
+    }
+
+    fn index_delivery(&self, t: &mut Tables, id: &str) {
+        let row = t.deliveries.get(id).cloned().map(|r| Indexed::Delivery(Box::new(r)));
+        self.index(t, &format!("D#{id}"), row);
+    }
+
+    fn index_job(&self, t: &mut Tables, id: &str) {
+        let row = t.jobs.get(id).map(|r| Indexed::Job { id: id.to_string(), due_at: r.due_at });
+        self.index(t, &format!("J#{id}"), row);
+    }
+
+    /// Every item as the indexes see it now.
+    fn gsi_view<'a>(&self, t: &'a Tables) -> impl Iterator<Item = &'a Indexed> + 'a {
+        let now = self.now_ms();
+        t.gsi
+            .values()
+            .filter_map(move |versions| versions.iter().rev().find(|(v, _)| *v <= now).and_then(|(_, i)| i.as_ref()))
+    }
+
+    fn gsi_deliveries<'a>(&self, t: &'a Tables) -> impl Iterator<Item = &'a DeliveryRow> + 'a {
+        self.gsi_view(t).filter_map(|i| match i {
+            Indexed::Delivery(r) => Some(r.as_ref()),
+            Indexed::Job { .. } => None,
+        })
+    }
+
+    fn check_size(&self, what: &str, bytes: usize) -> Result<(), StoreError> {
+        if bytes > MAX_ITEM_BYTES {
+            self.shared.violation(format!("{what}: item of {bytes} bytes over DynamoDB's 400 KB"));
+            return Err(StoreError::Invalid(format!("item size {bytes} over 400 KB")));
+        }
+        Ok(())
+    }
+
+    /// Runs `f` as one gated call: failed before, applied, or applied and then failed.
+    async fn call<T>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&Self, &mut Tables) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let fault = self.gate.enter(op).await;
+        if fault == Fault::FailBefore {
+            return Err(aws(op));
+        }
+        let out = {
+            let mut t = self.tables();
+            f(self, &mut t)
+        };
+        if fault == Fault::FailAfter {
+            return Err(aws(op));
+        }
+        out
+    }
+
+    fn transition(&self, t: &mut Tables, id: &str, tr: &Transition) -> Result<bool, StoreError> {
+        if !guard_holds(t.deliveries.get(id), tr) {
+            return Ok(false);
+        }
+        let mut row = t.deliveries.get(id).cloned().ok_or_else(|| aws("apply"))?;
+        apply_to(&mut row, id, tr);
+        self.check_size("delivery", size_of(&row.d))?;
+        self.shared.recorded(&row.d, tr);
+        t.deliveries.insert(id.to_string(), row);
+        self.index_delivery(t, id);
+        Ok(true)
+    }
+
+    fn put_job_row(&self, t: &mut Tables, job: &Job) -> Result<(), StoreError> {
+        self.check_size("job", size_of(job))?;
+        let due_at = match (job.run_at, job.status.as_str()) {
+            (Some(at), "running") => Some(at.timestamp_millis()),
+            _ => None,
+        };
+        t.jobs.insert(job.id.clone(), JobRow { job: job.clone(), due_at });
+        self.index_job(t, &job.id);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Store for MemStore {
+    async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
+        self.call("store.create_endpoint", |s, t| {
+            s.check_size("endpoint", size_of(endpoint))?;
+            let key = (endpoint.tenant_id.clone(), endpoint.id.clone());
+            if t.endpoints.contains_key(&key) || t.pointers.contains_key(&endpoint.id) {
+                return Err(StoreError::AlreadyExists);
+            }
+            t.endpoints.insert(key, endpoint.clone());
+            t.pointers.insert(endpoint.id.clone(), endpoint.tenant_id.clone());
+            Ok(())
+        })
+        .await
+    }
+
+    async fn get_endpoint(&self, tenant_id: &str, id: &str) -> Result<Option<Endpoint>, StoreError> {
+        self.call("store.get_endpoint", |_, t| Ok(t.endpoints.get(&(tenant_id.to_string(), id.to_string())).cloned()))
+            .await
+    }
+
+    async fn find_endpoint(&self, id: &str) -> Result<Option<Endpoint>, StoreError> {
+        self.call("store.find_endpoint", |_, t| {
+            Ok(t.pointers.get(id).and_then(|tenant| t.endpoints.get(&(tenant.clone(), id.to_string()))).cloned())
+        })
+        .await
+    }
+
+    async fn tenant_endpoints(&self, tenant_id: &str) -> Result<Vec<Endpoint>, StoreError> {
+        self.call("store.tenant_endpoints", |_, t| {
+            Ok(t.endpoints.iter().filter(|((tn, _), _)| tn == tenant_id).map(|(_, e)| e.clone()).collect())
+        })
+        .await
+    }
+
+    async fn count_failure(&self, tenant_id: &str, id: &str) -> Result<Option<u32>, StoreError> {
+        self.call("store.count_failure", |_, t| {
+            Ok(t.endpoints.get_mut(&(tenant_id.to_string(), id.to_string())).map(|e| {
+                e.consecutive_failures += 1;
+                e.consecutive_failures
+            }))
+        })
+        .await
+    }
+
+    async fn reset_failures(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
+        self.call("store.reset_failures", |_, t| {
+            if let Some(e) = t.endpoints.get_mut(&(tenant_id.to_string(), id.to_string())) {
+                e.consecutive_failures = 0;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn commit(
+        &self,
+        endpoint: EndpointWrite<'_>,
+        delivery: Option<(&str, &Transition)>,
+    ) -> Result<Committed, StoreError> {
+        self.call("store.commit", |s, t| {
+            let (tenant, id, version) = match endpoint {
+                EndpointWrite::Change(c) => (c.endpoint.tenant_id.as_str(), c.endpoint.id.as_str(), c.expected_version),
+                EndpointWrite::Unchanged { tenant_id, id, version } => (tenant_id, id, version),
+            };
+            let key = (tenant.to_string(), id.to_string());
+            if t.endpoints.get(&key).is_none_or(|e| e.version != version) {
+                return Ok(Committed::EndpointChanged);
+            }
+            if let Some((did, tr)) = delivery
+                && !guard_holds(t.deliveries.get(did), tr)
+            {
+                return Ok(Committed::DeliveryLost);
+            }
+            if let EndpointWrite::Change(c) = endpoint {
+                if c.jobs.iter().any(|j| t.jobs.contains_key(&j.id)) {
+                    return Err(StoreError::Aws("transaction cancelled: a job id exists".into()));
+                }
+                s.check_size("endpoint", size_of(&c.endpoint))?;
+            }
+            // Everything holds: write it all.
+            if let Some((did, tr)) = delivery {
+                s.transition(t, did, tr)?;
+            }
+            if let EndpointWrite::Change(c) = endpoint {
+                let old = t.endpoints.get(&key).map_or(0, |e| e.consecutive_failures);
+                let mut new = c.endpoint.clone();
+                if !c.reset_failures {
+                    new.consecutive_failures = old;
+                }
+                t.endpoints.insert(key, new);
+                for job in &c.jobs {
+                    s.put_job_row(t, job)?;
+                }
+            }
+            Ok(Committed::Done)
+        })
+        .await
+    }
+
+    async fn delete_endpoint(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
+        self.call("store.delete_endpoint", |_, t| {
+            t.endpoints.remove(&(tenant_id.to_string(), id.to_string()));
+            t.pointers.remove(id);
+            Ok(())
+        })
+        .await
+    }
+
+    async fn list_endpoints(
+        &self,
+        tenant_id: &str,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<Endpoint>, StoreError> {
+        let after = from_cursor(cursor)?;
+        let short = self.rng.lock().unwrap_or_else(|e| e.into_inner()).random_bool(0.3);
+        self.call("store.list_endpoints", |_, t| {
+            let mut all: Vec<Endpoint> = t
+                .endpoints
+                .iter()
+                .filter(|((tn, id), _)| tn == tenant_id && after.as_ref().is_none_or(|a| id > a))
+                .map(|(_, e)| e.clone())
+                .collect();
+            // A page that ends early (1 MB read) still says where to go on.
+            let take = if short { (limit.clamp(1, 100) / 2).max(1) } else { limit.clamp(1, 100) };
+            let more = all.len() > take || (short && !all.is_empty());
+            all.truncate(take);
+            let next_cursor = if more { all.last().map(|e| cursor_of(&e.id)) } else { None };
+            Ok(Page { data: all, next_cursor })
+        })
+        .await
+    }
+
+    async fn insert_event(
+        &self,
+        event: &StoredEvent,
+        deliveries: &[(&Delivery, Option<i64>)],
+    ) -> Result<Inserted, StoreError> {
+        if deliveries.is_empty() {
+            return Ok(Inserted { event: false, deliveries: Vec::new() });
+        }
+        self.call("store.insert_event", |s, t| {
+            s.check_size("event", size_of(event))?;
+            for (d, _) in deliveries {
+                s.check_size("delivery", size_of(d))?;
+            }
+            let ekey = (event.tenant_id.clone(), event.event_id.clone());
+            let event_new = !t.events.contains_key(&ekey);
+            if event_new {
+                t.events.insert(ekey, event.clone());
+            }
+            let mut created = Vec::new();
+            for (d, due_at) in deliveries {
+                if t.deliveries.contains_key(&d.id) {
+                    created.push(false);
+                    continue;
+                }
+                let row = DeliveryRow {
+                    d: (*d).clone(),
+                    due_at: *due_at,
+                    ep_sk: endpoint_sk(d.status, d.created_at, &d.id),
+                    status_sk: matches!(d.status, DeliveryStatus::Exhausted | DeliveryStatus::Held)
+                        .then(|| time_sk(d.updated_at, &d.id)),
+                };
+                t.deliveries.insert(d.id.clone(), row);
+                s.index_delivery(t, &d.id);
+                s.shared.accepted(&d.id);
+                created.push(true);
+            }
+            Ok(Inserted { event: event_new, deliveries: created })
+        })
+        .await
+    }
+
+    async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError> {
+        self.call("store.get_payload", |_, t| {
+            Ok(t.events.get(&(tenant_id.to_string(), event_id.to_string())).map(|e| e.payload.clone()))
+        })
+        .await
+    }
+
+    async fn get_delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError> {
+        self.call("store.get_delivery", |_, t| Ok(t.deliveries.get(id).map(|r| r.d.clone()))).await
+    }
+
+    async fn apply(&self, id: &str, tr: &Transition, return_new: bool) -> Result<Applied, StoreError> {
+        self.call("store.apply", |s, t| {
+            if !s.transition(t, id, tr)? {
+                return Ok(Applied::Lost);
+            }
+            Ok(Applied::Done(if return_new { t.deliveries.get(id).map(|r| Box::new(r.d.clone())) } else { None }))
+        })
+        .await
+    }
+
+    async fn due(&self, shard: u32, until_ms: i64, limit: usize, after: Option<&Due>) -> Result<Vec<Due>, StoreError> {
+        let after_key = after.map(|a| match a {
+            Due::Delivery(d) => (d.due_at, format!("DELIVERY#{}", d.id)),
+            Due::Job { id, due_at } => (*due_at, format!("JOB#{id}")),
+        });
+        self.call("store.due", |s, t| {
+            let mut items: Vec<((i64, String), Due)> = s
+                .gsi_view(t)
+                .filter_map(|i| match i {
+                    Indexed::Delivery(r) => {
+                        let at = r.due_at?;
+                        let d = &r.d;
+                        Some((
+                            (at, format!("DELIVERY#{}", d.id)),
+                            Due::Delivery(DueItem {
+                                id: d.id.clone(),
+                                status: d.status,
+                                attempt_count: d.attempt_count,
+                                due_at: at,
+                                next_attempt_at: d.next_attempt_at,
+                                lease_until: d.lease_until,
+                            }),
+                        ))
+                    }
+                    Indexed::Job { id, due_at } => {
+                        let at = (*due_at)?;
+                        Some(((at, format!("JOB#{id}")), Due::Job { id: id.clone(), due_at: at }))
+                    }
+                })
+                .filter(|((at, key), _)| {
+                    let id = key.split_once('#').map_or("", |(_, id)| id);
+                    due_shard(id, s.shards) == shard && *at <= until_ms
+                })
+                .filter(|(k, _)| after_key.as_ref().is_none_or(|a| k > a))
+                .collect();
+            items.sort_by(|a, b| a.0.cmp(&b.0));
+            items.truncate(limit);
+            Ok(items.into_iter().map(|(_, d)| d).collect())
+        })
+        .await
+    }
+
+    async fn list_deliveries(&self, q: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError> {
+        let limit = q.limit.clamp(1, 100);
+        let after = from_cursor(q.cursor.as_deref())?;
+        self.call("store.list_deliveries", |s, t| {
+            let rows = s.gsi_deliveries(t);
+            let since = q.since.map(|x| time_sk(x, ""));
+            let until = q.until.map(|x| time_sk(x, ""));
+            let mut keyed: Vec<(String, &DeliveryRow)> = match (&q.endpoint_id, q.status) {
+                (Some(ep), status) => rows
+                    .filter(|r| &r.d.endpoint_id == ep)
+                    .filter_map(|r| {
+                        let (bucket, rest) = r.ep_sk.split_once('#')?;
+                        if let Some(st) = status {
+                            if bucket != endpoint_bucket(st) {
+                                return None;
+                            }
+                            if matches!(st, DeliveryStatus::Scheduled | DeliveryStatus::Sending) && r.d.status != st {
+                                return None;
+                            }
+                        }
+                        if since.as_ref().is_some_and(|x| rest < x.as_str())
+                            || until.as_ref().is_some_and(|x| rest > x.as_str())
+                        {
+                            return None;
+                        }
+                        let key = if status.is_some() { r.ep_sk.clone() } else { rest.to_string() };
+                        Some((key, r))
+                    })
+                    .collect(),
+                (None, Some(st)) if matches!(st, DeliveryStatus::Exhausted | DeliveryStatus::Held) => {
+                    rows.filter(|r| r.d.status == st).filter_map(|r| r.status_sk.clone().map(|k| (k, r))).collect()
+                }
+                _ => return Err(StoreError::Unsupported("list deliveries by endpoint_id or by status".into())),
+            };
+            keyed.sort_by(|a, b| a.0.cmp(&b.0));
+            if !q.oldest_first {
+                keyed.reverse();
+            }
+            if let Some(a) = &after {
+                keyed.retain(|(k, _)| if q.oldest_first { k > a } else { k < a });
+            }
+            let more = keyed.len() > limit;
+            keyed.truncate(limit);
+            let next_cursor = if more { keyed.last().map(|(k, _)| cursor_of(k)) } else { None };
+            Ok(Page { data: keyed.iter().map(|(_, r)| summary(r)).collect(), next_cursor })
+        })
+        .await
+    }
+
+    async fn count_deliveries(&self, endpoint_id: &str, status: DeliveryStatus) -> Result<u64, StoreError> {
+        self.call("store.count_deliveries", |s, t| {
+            let bucket = format!("{}#", endpoint_bucket(status));
+            Ok(s.gsi_deliveries(t)
+                .filter(|r| r.d.endpoint_id == endpoint_id && r.ep_sk.starts_with(&bucket))
+                .filter(|r| {
+                    !matches!(status, DeliveryStatus::Scheduled | DeliveryStatus::Sending) || r.d.status == status
+                })
+                .count() as u64)
+        })
+        .await
+    }
+
+    async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError> {
+        self.call("store.event_deliveries", |s, t| {
+            Ok(s.gsi_deliveries(t).filter(|r| r.d.event_id == event_id).map(summary).collect())
+        })
+        .await
+    }
+
+    async fn put_job(&self, job: &Job) -> Result<(), StoreError> {
+        self.call("store.put_job", |s, t| s.put_job_row(t, job)).await
+    }
+
+    async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError> {
+        self.call("store.get_job", |_, t| Ok(t.jobs.get(id).map(|r| r.job.clone()))).await
+    }
+
+    async fn claim_job(&self, id: &str, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError> {
+        self.call("store.claim_job", |s, t| match t.jobs.get_mut(id) {
+            Some(r) if r.due_at == Some(expected_due_at) => {
+                r.due_at = Some(lease_due_at);
+                s.index_job(t, id);
+                Ok(true)
+            }
+            _ => Ok(false),
+        })
+        .await
+    }
+
+    async fn begin_idempotent(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        record: &IdempotencyRecord,
+        now: DateTime<Utc>,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        self.call("store.begin_idempotent", |_, t| {
+            let k = (tenant_id.to_string(), key.to_string());
+            match t.idempotency.get(&k) {
+                Some(r) if r.expires_at > now.timestamp() => Ok(Some(r.clone())),
+                _ => {
+                    t.idempotency.insert(k, record.clone());
+                    Ok(None)
+                }
+            }
+        })
+        .await
+    }
+
+    async fn renew_idempotent(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        expected_lease_ms: i64,
+        lease_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.call("store.renew_idempotent", |_, t| {
+            match t.idempotency.get_mut(&(tenant_id.to_string(), key.to_string())) {
+                Some(r) if r.lease_until == expected_lease_ms && r.status_code.is_none() => {
+                    r.lease_until = lease_ms;
+                    Ok(true)
+                }
+                _ => Ok(false),
+            }
+        })
+        .await
+    }
+
+    async fn finish_idempotent(&self, tenant_id: &str, key: &str, answer: (u16, &str)) -> Result<(), StoreError> {
+        self.call("store.finish_idempotent", |_, t| {
+            if let Some(r) = t.idempotency.get_mut(&(tenant_id.to_string(), key.to_string())) {
+                r.status_code = Some(answer.0);
+                r.body = Some(answer.1.to_string());
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn release_idempotent(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        forget: bool,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        self.call("store.release_idempotent", |_, t| {
+            let k = (tenant_id.to_string(), key.to_string());
+            if t.idempotency.get(&k).is_some_and(|r| r.status_code.is_none()) {
+                if forget {
+                    t.idempotency.remove(&k);
+                } else if let Some(r) = t.idempotency.get_mut(&k) {
+                    r.lease_until = now_ms;
+                }
+            }
+            Ok(())
+        })
+        .await
+    }
+}
