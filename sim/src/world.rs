@@ -240,8 +240,8 @@ pub struct Report {
     /// enumerates unfinished deliveries through the lagging `by_endpoint` index; one held just
     /// after that read is never ended). Fails the run under `strict`.
     pub held_after_delete: u32,
-    /// Known finding 2: sweeper ticks that read more than `sweep_batch` items (`read_due` asks
-    /// every open shard for at least one). Fails the run under `strict`.
+    /// Sweeper ticks that read more than `sweep_batch` items (a failure; it was known finding 2
+    /// until `read_due` kept to its batch).
     pub sweep_overshoots: u32,
 }
 
@@ -851,23 +851,12 @@ impl World {
     fn task_done(&mut self, t: &Task) {
         let Some(r) = t.sweep.as_ref().and_then(|s| s.borrow().clone()) else { return };
         let cfg = &self.app.config;
-        // `read_due` asks every open shard for at least one item, so a round can overshoot what
-        // is left of the batch by fewer than `due_shards` items (reported in the README).
-        let most = cfg.sweep_batch + cfg.due_shards as usize - 1;
+        // Never past the batch (a round used to ask every open shard for at least one item and
+        // overshoot by up to `due_shards - 1`: seed 388, fixed in `read_due`).
         if r.examined > cfg.sweep_batch {
             self.report.sweep_overshoots += 1;
-            if self.strict {
-                self.shared.violation(format!(
-                    "sweeper tick read {} items, over its batch of {}",
-                    r.examined, cfg.sweep_batch
-                ));
-            }
-        }
-        if r.examined > most {
-            self.shared.violation(format!(
-                "sweeper tick read {} items, over its batch of {} (+{} shards)",
-                r.examined, cfg.sweep_batch, cfg.due_shards
-            ));
+            self.shared
+                .violation(format!("sweeper tick read {} items, over its batch of {}", r.examined, cfg.sweep_batch));
         }
         let per_item = 8 + 2 * cfg.release_per_tick;
         let bound = 4 * cfg.due_shards as usize + r.examined * per_item + r.enqueued / 10 + 2;

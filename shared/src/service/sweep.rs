@@ -43,8 +43,11 @@ async fn read_due(app: &App, until_ms: i64) -> Result<Vec<Due>, ServiceError> {
         }
         if budget < open.len() {
             // Fewer items left than shards: one each from `budget` of them, starting at a
-            // shard that moves with the clock, so no shard waits on the others every tick.
-            let start = usize::try_from(until_ms.rem_euclid(1_000_000)).unwrap_or(0) % open.len();
+            // random shard, so no shard waits on the others every tick (ticks come at a fixed
+            // interval, so a start taken from the clock could pick the same shards each time).
+            let mut pick = [0u8; 4];
+            app.random.fill(&mut pick);
+            let start = usize::try_from(u32::from_le_bytes(pick)).unwrap_or(0) % open.len();
             open.rotate_left(start);
             open.truncate(budget);
         }
