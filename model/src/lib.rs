@@ -435,7 +435,9 @@ impl Protocol {
     /// sent, or in a sweeper's unsent batch.
     fn pending(s: &State, m: Msg) -> bool {
         s.queue.contains(&m)
-            || s.workers.iter().any(|w| w.msg() == Some(m) || matches!(w, Worker::Sending { next: Some(n), .. } if *n == m))
+            || s.workers
+                .iter()
+                .any(|w| w.msg() == Some(m) || matches!(w, Worker::Sending { next: Some(n), .. } if *n == m))
             || s.sweepers.iter().any(|sw| match sw {
                 Sweeper::Send { out } | Sweeper::JobPage { out, .. } => out.contains(&m),
                 _ => false,
@@ -651,7 +653,6 @@ impl Protocol {
 
     /// The record of worker `w`'s attempt, as `deliver::attempt` and `record_with_health`
     /// decide it on the endpoint as last read (`ep`, `version`). Returns the next worker state.
-    #[allow(clippy::too_many_arguments)]
     fn record(s: &mut State, msg: Msg, base: u8, outcome: Outcome, probe: bool, ep: Ep, version: u8) -> Worker {
         let (d, n) = msg;
         let di = d as usize;
@@ -925,7 +926,8 @@ impl Model for Protocol {
                 s.sweepers[i as usize] = Sweeper::JobPage { j, ep, version, page, out: Vec::new(), finished };
             }
             Action::JobWrite(i) => {
-                let Sweeper::JobPage { j, ep, version, mut page, mut out, mut finished } = s.sweepers[i as usize].clone()
+                let Sweeper::JobPage { j, ep, version, mut page, mut out, mut finished } =
+                    s.sweepers[i as usize].clone()
                 else {
                     return None;
                 };
@@ -972,7 +974,6 @@ impl Model for Protocol {
                         }
                     }
                 }
-                let _ = ep;
                 s.sweepers[i as usize] = Sweeper::JobPage { j, ep, version, page, out, finished };
             }
             Action::JobPut(i) => {
@@ -1046,36 +1047,46 @@ impl Model for Protocol {
                             Ep::Disabled => true,
                             Ep::Paused => job(JobKind::Probe),
                             // The probe's outcome moves the endpoint: it must still be coming.
-                            Ep::Probing(p) => matches!(
-                                s.deliveries[p as usize].status,
-                                Status::Scheduled | Status::Sending
-                            ),
+                            Ep::Probing(p) => {
+                                matches!(s.deliveries[p as usize].status, Status::Scheduled | Status::Sending)
+                            }
                             Ep::Enabled => job(JobKind::Release),
                         }
                 })
             }),
             Property::always("exhausted only by the retry policy", |_, s: &State| {
                 s.deliveries.iter().all(|d| {
-                    d.status != Status::Exhausted || Protocol::exhausted_by_policy(d.attempt_count.saturating_sub(d.attempts_base))
+                    d.status != Status::Exhausted
+                        || Protocol::exhausted_by_policy(d.attempt_count.saturating_sub(d.attempts_base))
                 })
             }),
-            Property::always("once stable, every delivery is delivered, exhausted or held by an operator", |m: &Protocol, s: &State| {
-                !m.is_stable(s)
-                    || s.deliveries.iter().all(|d| match d.status {
-                        Status::Absent | Status::Delivered | Status::Exhausted => true,
-                        Status::Held => s.ep == Ep::Disabled,
-                        Status::Scheduled | Status::Sending => false,
-                    })
-            }),
-            Property::always("once stable with the endpoint enabled, every delivery was delivered", |m: &Protocol, s: &State| {
-                // The receiver recovered (its failures are a budget) and no operator holds the
-                // endpoint: nothing is left pending.
-                !m.is_stable(s)
-                    || s.ep != Ep::Enabled
-                    || s.deliveries.iter().all(|d| matches!(d.status, Status::Absent | Status::Delivered | Status::Exhausted))
-            }),
+            Property::always(
+                "once stable, every delivery is delivered, exhausted or held by an operator",
+                |m: &Protocol, s: &State| {
+                    !m.is_stable(s)
+                        || s.deliveries.iter().all(|d| match d.status {
+                            Status::Absent | Status::Delivered | Status::Exhausted => true,
+                            Status::Held => s.ep == Ep::Disabled,
+                            Status::Scheduled | Status::Sending => false,
+                        })
+                },
+            ),
+            Property::always(
+                "once stable with the endpoint enabled, every delivery was delivered",
+                |m: &Protocol, s: &State| {
+                    // The receiver recovered (its failures are a budget) and no operator holds the
+                    // endpoint: nothing is left pending.
+                    !m.is_stable(s)
+                        || s.ep != Ep::Enabled
+                        || s.deliveries
+                            .iter()
+                            .all(|d| matches!(d.status, Status::Absent | Status::Delivered | Status::Exhausted))
+                },
+            ),
             Property::always("no new attempt on a stopped endpoint", |_, s: &State| !s.ghost.post_on_stopped),
-            Property::sometimes("both delivered", |_, s: &State| s.deliveries.iter().all(|d| d.status == Status::Delivered)),
+            Property::sometimes("both delivered", |_, s: &State| {
+                s.deliveries.iter().all(|d| d.status == Status::Delivered)
+            }),
             Property::sometimes("a probe resumes the endpoint", |_, s: &State| s.ghost.probe_resumed),
             Property::sometimes("a lost lease is recovered", |_, s: &State| s.ghost.lease_recovered),
             Property::sometimes("a held delivery is released and both are delivered", |_, s: &State| {
@@ -1083,7 +1094,9 @@ impl Model for Protocol {
             }),
         ];
         if self.strict_window {
-            p.push(Property::always("no attempt starts after a stop answered", |_, s: &State| !s.ghost.post_after_change));
+            p.push(Property::always("no attempt starts after a stop answered", |_, s: &State| {
+                !s.ghost.post_after_change
+            }));
         }
         p
     }

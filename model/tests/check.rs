@@ -27,7 +27,6 @@ fn configurations() -> Vec<(&'static str, Budgets)> {
     ]
 }
 
-
 fn run(model: Protocol) -> impl Checker<Protocol> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     model.checker().threads(threads).symmetry_fn(representative).spawn_dfs().join()
