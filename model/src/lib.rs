@@ -696,14 +696,15 @@ impl Protocol {
             None if plain == Plan::Held => (Some(None), Plan::Retry { long: false }),
             None => (None, plain),
         };
+        // `store.commit` reports the endpoint's condition first, then the delivery's.
+        if endpoint.is_some() && s.version != version {
+            // Committed::EndpointChanged: read again and decide again.
+            return Worker::Posted { msg, base, outcome, probe, ep: s.ep, version: s.version };
+        }
         let item = s.deliveries[di];
         if !(item.status == Status::Sending && item.attempt_count == n) {
             // Committed::DeliveryLost / Applied::Lost: the lease was lost; dropped.
             return Worker::Idle;
-        }
-        if endpoint.is_some() && s.version != version {
-            // Committed::EndpointChanged: read again and decide again.
-            return Worker::Posted { msg, base, outcome, probe, ep: s.ep, version: s.version };
         }
         if let Some(Some((new_ep, jobs))) = endpoint {
             if probe && new_ep == Ep::Enabled {
@@ -803,10 +804,11 @@ impl Model for Protocol {
                 let Worker::Holding { msg, base, version, claim_version } = s.workers[w as usize] else { return None };
                 let (d, n) = msg;
                 let item = &mut s.deliveries[d as usize];
-                if !(item.status == Status::Sending && item.attempt_count == n) {
-                    s.workers[w as usize] = Worker::Idle; // DeliveryLost: duplicate
-                } else if s.version != version {
+                // `store.commit` reports the endpoint's condition first, then the delivery's.
+                if s.version != version {
                     s.workers[w as usize] = Worker::Claimed { msg, base, claim_version }; // read again
+                } else if !(item.status == Status::Sending && item.attempt_count == n) {
+                    s.workers[w as usize] = Worker::Idle; // DeliveryLost: duplicate
                 } else {
                     // `hold_claimed(None)`: the claim is undone, no attempt counted.
                     item.status = Status::Held;
