@@ -114,7 +114,7 @@ fn root() -> PathBuf {
 /// SDK operations in it. A DynamoDB `Query` is on the index named by an `.index_name(X)` in
 /// the same body (every index Query in the store chains it onto `.query()`), else on the
 /// table.
-#[derive(Default, Debug)]
+#[derive(Default, Debug, Clone)]
 struct Body {
     calls: BTreeSet<Callee>,
     actions: BTreeSet<&'static str>,
@@ -175,7 +175,7 @@ impl<'ast> Visit<'ast> for Body {
 }
 
 /// Every non-test function of a source tree, by name, and its string constants.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Functions {
     by_name: HashMap<Callee, Vec<Body>>,
     consts: HashMap<String, String>,
@@ -414,9 +414,10 @@ fn every_granted_action_is_one_the_function_needs_and_every_need_is_granted() {
         "the template's functions are the four Lambda crates"
     );
     let mut problems = Vec::new();
+    let mut shared = Functions::default();
+    shared.parse_tree(&root().join("shared/src"));
     for f in &fns {
-        let mut code = Functions::default();
-        code.parse_tree(&root().join("shared/src"));
+        let mut code = shared.clone();
         let roots = code.parse_tree(&root().join("functions").join(&f.binary).join("src"));
         assert!(
             roots.contains(&Callee::Free("main".into())),

@@ -286,6 +286,7 @@ async fn probe_step(app: &App, ep: &Endpoint, job: &mut Job, out: &mut Vec<Enque
     };
     match app.store.commit(EndpointWrite::Change(&change), Some((&d.id, &t))).await? {
         Committed::Done => {
+            committed(app, ep, &change);
             out.extend(e);
             job.processed += 1;
             job.status = "done".into();
