@@ -273,7 +273,10 @@ async fn job_expiry(stack: &Stack, job_id: &str) -> i64 {
         .expect("read the job item")
         .item
         .expect("the job item exists");
-    let ttl = item.get(keys::TTL).and_then(|v| v.as_n().ok()).expect("the job item carries the table's TTL attribute");
+    let ttl = item
+        .get(keys::TTL)
+        .and_then(|v| v.as_n().ok())
+        .unwrap_or_else(|| panic!("the job item carries the table's TTL attribute: {item:?}"));
     ttl.parse().expect("a number of seconds")
 }
 
