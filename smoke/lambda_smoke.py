@@ -13,8 +13,11 @@ function its real trigger event and checks the response and the effect in Dynamo
   sweeper  an EventBridge scheduled event, after an attempt message was "lost"
 
 The table is created from the template's own AWS::DynamoDB::Table and checked against the
-key and index names in shared/src, and every WEBHOOKS_* variable of the template is checked
-against shared/src/config.rs, so the template, the code and the binaries are proven together.
+key and index names in shared/src, every WEBHOOKS_* variable of the template is checked
+against shared/src/config.rs, and every alarm and dashboard chart against the metrics the code
+emits (namespace Webhooks, dimension Stack) or AWS publishes (AWS/Lambda, AWS/SQS, for a
+resource of the template); deliver's metric line must carry the stack's name. So the template,
+the code and the binaries are proven together.
 
 Needs boto3 and PyYAML (both in the moto venv). Prints 'N passed, N failed' at the end.
 """
