@@ -5,8 +5,10 @@
 #   2. cargo lambda build --release --x86-64 of the four functions (cargo-lambda and zig from
 #      PyPI, prebuilt), then each bootstrap's size and the newest GLIBC_ symbol version it
 #      needs, which must be at most 2.34 (Amazon Linux 2023, provided.al2023).
-#   3. smoke/lambda_smoke.py: each built bootstrap under a local Lambda Runtime API, sent its
-#      real trigger event, against moto (or AWS_ENDPOINT_URL if set).
+#   3. smoke/lambda_smoke.py: the template against the code (table, variables, each alarm's and
+#      dashboard chart's metric is one the code emits or AWS publishes), then each built
+#      bootstrap under a local Lambda Runtime API, sent its real trigger event, against moto (or
+#      AWS_ENDPOINT_URL if set); deliver's EMF line must carry the Stack dimension.
 # Tools go into .venv-lambda; moto into .venv as for make test.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"

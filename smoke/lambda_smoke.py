@@ -13,8 +13,11 @@ function its real trigger event and checks the response and the effect in Dynamo
   sweeper  an EventBridge scheduled event, after an attempt message was "lost"
 
 The table is created from the template's own AWS::DynamoDB::Table and checked against the
-key and index names in shared/src, and every WEBHOOKS_* variable of the template is checked
-against shared/src/config.rs, so the template, the code and the binaries are proven together.
+key and index names in shared/src, every WEBHOOKS_* variable of the template is checked
+against shared/src/config.rs, and every alarm and dashboard chart against the metrics the code
+emits (namespace Webhooks, dimension Stack) or AWS publishes (AWS/Lambda, AWS/SQS, for a
+resource of the template); deliver's metric line must carry the stack's name. So the template,
+the code and the binaries are proven together.
 
 Needs boto3 and PyYAML (both in the moto venv). Prints 'N passed, N failed' at the end.
 """
@@ -76,7 +79,7 @@ def load_template(path):
 
 def function_env(template, logical_id, refs):
     """The function's environment: Globals plus its own, with Refs resolved through `refs`
-    (resources) or the parameters' defaults."""
+    (resources and pseudo parameters such as AWS::StackName) or the parameters' defaults."""
     params = template.get("Parameters", {})
     env = dict(template["Globals"]["Function"].get("Environment", {}).get("Variables", {}))
     props = template["Resources"][logical_id]["Properties"]
@@ -136,22 +139,143 @@ def check_template_against_code(template, root):
     names = set()
     for lid, res in template["Resources"].items():
         if res["Type"] == "AWS::Serverless::Function":
-            names |= set(function_env(template, lid, {"Table": "t", "Queue": "q", "NotificationTopic": "n"}))
+            names |= set(function_env(template, lid, {"Table": "t", "Queue": "q", "NotificationTopic": "n",
+                                                      "AWS::StackName": "s"}))
     unknown = sorted(n for n in names if n.startswith("WEBHOOKS_") and n not in known)
     check("template: every WEBHOOKS_* variable is read by shared/src/config.rs", not unknown,
           f"unknown: {unknown}")
 
+    check_alarms_and_dashboard(template, emitted_metrics(root))
+
+
+# Metrics AWS publishes that the template may alarm on or chart, per namespace (AWS/Lambda:
+# https://docs.aws.amazon.com/lambda/latest/dg/monitoring-metrics-types.html; AWS/SQS:
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-available-cloudwatch-metrics.html),
+# and the dimension each is selected by, with the resource type that dimension must name.
+AWS_METRICS = {
+    "AWS/Lambda": ({"Errors", "Throttles", "Invocations", "Duration", "ConcurrentExecutions"},
+                   "FunctionName", "AWS::Serverless::Function"),
+    "AWS/SQS": ({"ApproximateNumberOfMessagesVisible", "ApproximateNumberOfMessagesNotVisible",
+                 "ApproximateNumberOfMessagesDelayed", "ApproximateAgeOfOldestMessage",
+                 "NumberOfMessagesSent", "NumberOfMessagesReceived", "NumberOfMessagesDeleted"},
+                "QueueName", "AWS::SQS::Queue"),
+}
+
+
+def emitted_metrics(root):
+    """Names of the EMF metrics the code emits: every ("Name", value, "Count"|"Milliseconds")
+    tuple in shared/src (the form metrics::emit takes)."""
     emitted = set()
     for dirpath, _, files in os.walk(os.path.join(root, "shared/src")):
         for f in files:
             if f.endswith(".rs"):
                 emitted |= set(re.findall(r'\("([A-Z][A-Za-z]+)",\s*[^,]+,\s*"(?:Count|Milliseconds)"\)',
                                           open(os.path.join(dirpath, f)).read()))
-    alarm_metrics = sorted(
-        r["Properties"]["MetricName"] for r in template["Resources"].values()
-        if r["Type"] == "AWS::CloudWatch::Alarm" and r["Properties"].get("Namespace") == "Webhooks")
-    check("template: alarms on Webhooks metrics use names the code emits",
-          alarm_metrics and all(m in emitted for m in alarm_metrics), f"{alarm_metrics} vs {sorted(emitted)}")
+    return emitted
+
+
+def metric_problem(template, emitted, namespace, name, dims):
+    """Why a metric (namespace, name, dimensions as [(name, value)] with CloudFormation
+    references as {'Ref': ..} / {'Fn::GetAtt': ..} or, from the dashboard, 'ref:X') is not
+    one the code emits or AWS publishes; None when it is."""
+    resources = template["Resources"]
+    if namespace == "Webhooks":
+        if name not in emitted:
+            return f"Webhooks/{name} is not emitted by shared/src (emits {sorted(emitted)})"
+        if dims != [("Stack", "ref:AWS::StackName")]:
+            return f"Webhooks/{name} must be selected by Stack = the stack's name (the only dimension emitted), not {dims}"
+        return None
+    if namespace not in AWS_METRICS:
+        return f"namespace {namespace} is neither Webhooks nor one of {sorted(AWS_METRICS)}"
+    names, dim, rtype = AWS_METRICS[namespace]
+    if name not in names:
+        return f"{namespace}/{name} is not a metric AWS publishes there"
+    if len(dims) != 1 or dims[0][0] != dim:
+        return f"{namespace}/{name} must be selected by {dim} alone, not {dims}"
+    target = dims[0][1]
+    target = target[4:] if isinstance(target, str) and target.startswith("ref:") else None
+    if target is None or resources.get(target, {}).get("Type") != rtype:
+        return f"{namespace}/{name}: {dim} must name a {rtype} of the template, not {dims[0][1]}"
+    return None
+
+
+def ref_name(value):
+    """'ref:X' for {'Ref': 'X'} and {'Fn::GetAtt': 'X.QueueName'}; the value otherwise."""
+    if isinstance(value, dict) and "Ref" in value:
+        return "ref:" + value["Ref"]
+    if isinstance(value, dict) and "Fn::GetAtt" in value:
+        att = value["Fn::GetAtt"]
+        return "ref:" + (att.split(".")[0] if isinstance(att, str) else att[0])
+    return value
+
+
+def check_alarms_and_dashboard(template, emitted):
+    """Every alarm watches a metric the code emits (with the Stack dimension it is emitted
+    with) or one AWS publishes for a resource of this template, says what to do, and notifies
+    the topic; the oldest-message bound is the longest delay plus the visibility timeout; the
+    dashboard charts only such metrics and has the figures ops need."""
+    resources = template["Resources"]
+    alarms = {lid: r["Properties"] for lid, r in resources.items() if r["Type"] == "AWS::CloudWatch::Alarm"}
+    check("template: alarms exist", len(alarms) >= 12, f"{len(alarms)}: {sorted(alarms)}")
+    for lid, p in sorted(alarms.items()):
+        if "Metrics" in p:
+            check(f"alarm {lid}: a single metric (metric math is not checked here)", False)
+            continue
+        dims = [(d["Name"], ref_name(d["Value"])) for d in p.get("Dimensions", [])]
+        problem = metric_problem(template, emitted, p["Namespace"], p["MetricName"], dims)
+        check(f"alarm {lid}: {p['Namespace']}/{p['MetricName']} is emitted by the code or published by AWS",
+              problem is None, problem or "")
+        check(f"alarm {lid}: notifies the NotificationTopic and says what to do first",
+              {"Ref": "NotificationTopic"} in p.get("AlarmActions", [])
+              and "First" in p.get("AlarmDescription", ""), str(p.get("AlarmActions")))
+    want = {("AWS/Lambda", "Errors", "DeliverFunction"), ("AWS/Lambda", "Throttles", "DeliverFunction"),
+            ("AWS/Lambda", "Errors", "IngestFunction"), ("AWS/Lambda", "Throttles", "IngestFunction"),
+            ("AWS/Lambda", "Invocations", "SweeperFunction"), ("AWS/SQS", "ApproximateAgeOfOldestMessage", "Queue"),
+            ("Webhooks", "Exhausted", None), ("Webhooks", "EndpointsPaused", None),
+            ("Webhooks", "EndpointsDisabled", None)}
+    have = {(p["Namespace"], p["MetricName"],
+             next((ref_name(d["Value"])[4:] for d in p.get("Dimensions", []) if d["Name"] != "Stack"), None))
+            for p in alarms.values() if "MetricName" in p}
+    check("template: the alarms ops need are there", want <= have, f"missing {sorted(want - have, key=str)}")
+    silent = [lid for lid, p in alarms.items()
+              if p.get("MetricName") == "Invocations" and p.get("TreatMissingData") == "breaching"
+              and p.get("ComparisonOperator") == "LessThanThreshold" and p.get("EvaluationPeriods") == 3]
+    check("template: the sweeper not running for 3 periods alarms (missing data breaches)", len(silent) == 1, str(silent))
+    delay = int(template["Globals"]["Function"]["Environment"]["Variables"]["WEBHOOKS_SQS_MAX_DELAY_SECONDS"])
+    visibility = int(resources["Queue"]["Properties"]["VisibilityTimeout"])
+    age = alarms.get("OldestMessageAgeAlarm", {})
+    check("template: the oldest-message bound is the longest delay plus the visibility timeout",
+          age.get("Threshold") == delay + visibility, f"{age.get('Threshold')} != {delay} + {visibility}")
+
+    dashboards = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::CloudWatch::Dashboard"]
+    if not check("template: one CloudWatch dashboard", len(dashboards) == 1):
+        return
+    body = dashboards[0]["DashboardBody"]
+    body = body.get("Fn::Sub", body) if isinstance(body, dict) else body
+    # ${X} and ${X.Attr} become the marker 'ref:X' (what ref_name gives an alarm's dimension).
+    text = re.sub(r"\$\{([A-Za-z0-9:]+)(?:\.[A-Za-z]+)?\}", lambda m: "ref:" + m.group(1), body)
+    try:
+        widgets = json.loads(text)["widgets"]
+    except (ValueError, KeyError) as e:
+        check("dashboard: the body is JSON with widgets", False, repr(e))
+        return
+    charted, problems = set(), []
+    for w in widgets:
+        for row in w.get("properties", {}).get("metrics", []):
+            parts = [x for x in row if not isinstance(x, dict)]
+            namespace, name, rest = parts[0], parts[1], parts[2:]
+            dims = list(zip(rest[0::2], rest[1::2]))
+            problem = metric_problem(template, emitted, namespace, name, dims)
+            if problem:
+                problems.append(problem)
+            charted.add((namespace, name, dims[0][1][4:] if dims and dims[0][0] != "Stack" else None))
+    check("dashboard: every metric is emitted by the code or published by AWS", not problems, "; ".join(problems))
+    functions = [lid for lid, r in resources.items() if r["Type"] == "AWS::Serverless::Function"]
+    need = {("Webhooks", m, None) for m in ("Delivered", "FailedAttempts", "Exhausted", "SweepEnqueued")}
+    need |= {("AWS/SQS", m, "Queue") for m in ("ApproximateNumberOfMessagesVisible", "ApproximateAgeOfOldestMessage")}
+    need |= {("AWS/Lambda", m, f) for m in ("Errors", "Duration") for f in functions}
+    check("dashboard: delivered, failed, exhausted, queue depth and age, sweeper, Lambda errors and duration per function",
+          need <= charted, f"missing {sorted(need - charted, key=str)}")
 
 
 def create_table_from_template(ddb, template, name):
@@ -544,7 +668,8 @@ def main():
     })["QueueUrl"]
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     topic_arn = sns.create_topic(Name=f"webhooks-smoke-{suffix}")["TopicArn"]
-    refs = {"Table": table, "Queue": queue_url, "NotificationTopic": topic_arn}
+    stack_name = f"webhooks-smoke-{suffix}"
+    refs = {"Table": table, "Queue": queue_url, "NotificationTopic": topic_arn, "AWS::StackName": stack_name}
 
     def env_of(logical_id, **overrides):
         env = function_env(template, logical_id, refs)
@@ -567,7 +692,7 @@ def main():
             if not os.access(binary, os.X_OK):
                 raise SystemExit(f"no built binary {binary}: run cargo lambda build --release first")
             functions[name] = Function(name, binary, env_of(lid, **extra), logdir)
-        run(functions, ddb, sqs, table, queue_url, queue_arn, dlq_url, receiver)
+        run(functions, ddb, sqs, table, queue_url, queue_arn, dlq_url, receiver, stack_name)
     except Exception as e:  # a crash of the harness or a binary is a failure, with the logs
         check("smoke run completed", False, repr(e))
     finally:
@@ -586,7 +711,7 @@ def get_item(ddb, table, pk, sk):
     return ddb.get_item(TableName=table, Key={"pk": {"S": pk}, "sk": {"S": sk}}, ConsistentRead=True).get("Item")
 
 
-def run(fns, ddb, sqs, table, queue_url, queue_arn, dlq_url, receiver):
+def run(fns, ddb, sqs, table, queue_url, queue_arn, dlq_url, receiver, stack_name):
     admin, ingest, deliver, sweeper = fns["admin"], fns["ingest"], fns["deliver"], fns["sweeper"]
 
     print("== admin: API Gateway v2 POST /v1/endpoints")
@@ -664,9 +789,25 @@ def run(fns, ddb, sqs, table, queue_url, queue_arn, dlq_url, receiver):
         item = get_item(ddb, table, f"DELIVERY#{d}", "DELIVERY")
         check(f"delivery {d[:12]}... is delivered in DynamoDB", item is not None and item["status"]["S"] == "delivered",
               str(item and item.get("status")))
-    log = deliver.log_text()
-    check("deliver printed an EMF line (namespace Webhooks, metric Delivered)",
-          any('"Namespace":"Webhooks"' in line and '"Delivered"' in line for line in log.splitlines()))
+    emf = []
+    for line in deliver.log_text().splitlines():
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and "_aws" in doc:
+            emf.append(doc)
+    delivered = [d for d in emf if d["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "Webhooks" and "Delivered" in d]
+    check("deliver printed an EMF line (namespace Webhooks, metric Delivered)", bool(delivered), str(emf))
+    check("deliver's EMF line carries the Stack dimension with the stack's name (WEBHOOKS_STACK_NAME)",
+          bool(delivered) and all(d["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["Stack"]]
+                                  and d.get("Stack") == stack_name for d in delivered), str(delivered[:1]))
+    attempt_lines = [json.loads(line) for line in deliver.log_text().splitlines()
+                     if line.startswith("{") and '"attempt made"' in line]
+    check("deliver's 'attempt made' log line has the fields the README's Logs Insights queries group on",
+          bool(attempt_lines) and all(
+              all(k in a.get("fields", {}) for k in ("tenant_id", "endpoint_id", "status", "duration_ms"))
+              for a in attempt_lines), str(attempt_lines[:1]))
 
     print("== sweeper: EventBridge scheduled event re-drives a lost attempt message")
     kind, resp, _ = ingest.invoke(eventbridge_event("order.paid", "com.example.shop",

@@ -63,6 +63,10 @@ pub struct Config {
     /// Whether to print CloudWatch Embedded Metric Format lines (on when
     /// `AWS_LAMBDA_FUNCTION_NAME` is set, i.e. in Lambda, or `WEBHOOKS_METRICS=emf`).
     pub emit_metrics: bool,
+    /// The `Stack` dimension of every metric (`WEBHOOKS_STACK_NAME`, default `local`; the SAM
+    /// template sets it to the CloudFormation stack's name), so two stacks in one account and
+    /// region keep separate series.
+    pub stack_name: String,
     /// SNS topic for owner notifications (`WEBHOOKS_NOTIFY_TOPIC_ARN`, optional). A structured
     /// log line is written either way.
     pub notify_topic_arn: Option<String>,
@@ -120,6 +124,7 @@ impl Config {
             exhausted_retention_days: 14,
             event_retention_days: 90,
             emit_metrics: false,
+            stack_name: "local".to_string(),
             notify_topic_arn: None,
             release_per_tick: 100,
             wait_scale: 1.0,
@@ -180,6 +185,9 @@ impl Config {
         c.delivered_retention_days = parse(&get, "WEBHOOKS_DELIVERED_RETENTION_DAYS", 30)?;
         c.exhausted_retention_days = parse(&get, "WEBHOOKS_EXHAUSTED_RETENTION_DAYS", 14)?;
         c.event_retention_days = parse(&get, "WEBHOOKS_EVENT_RETENTION_DAYS", 90)?;
+        if let Some(stack) = get("WEBHOOKS_STACK_NAME").filter(|v| !v.is_empty()) {
+            c.stack_name = stack;
+        }
         c.notify_topic_arn = get("WEBHOOKS_NOTIFY_TOPIC_ARN").filter(|v| !v.is_empty());
         c.release_per_tick = parse(&get, "WEBHOOKS_RELEASE_PER_TICK", 100)?;
         c.wait_scale = parse(&get, "WEBHOOKS_WAIT_SCALE", 1.0)?;

@@ -257,3 +257,58 @@ async fn idempotency_key_replays_the_original_answer_and_events_show_their_deliv
     assert_eq!((a.count(), b.count()), (2, 2), "one delivery per event per endpoint");
     stack.stop().await;
 }
+
+/// The job item's `expires_at` (DynamoDB TTL, unix seconds) as stored.
+async fn job_expiry(stack: &Stack, job_id: &str) -> i64 {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use webhooks::store::keys;
+    let item = aws_sdk_dynamodb::Client::new(&webhooks::app::aws_sdk_config().await)
+        .get_item()
+        .table_name(&stack.app.config.table)
+        .key(keys::PK, AttributeValue::S(keys::job_pk(job_id)))
+        .key(keys::SK, AttributeValue::S(keys::JOB_SK.into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("read the job item")
+        .item
+        .expect("the job item exists");
+    let ttl = item
+        .get(keys::TTL)
+        .and_then(|v| v.as_n().ok())
+        .unwrap_or_else(|| panic!("the job item carries the table's TTL attribute: {item:?}"));
+    ttl.parse().expect("a number of seconds")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn job_items_expire_while_running_and_once_finished() {
+    let stack = Stack::start_with(|_| {}, quiet()).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let ep = stack.endpoint("acme", &rx.url, Value::Null).await;
+    let since = chrono::Utc::now() - chrono::Duration::hours(1);
+    let (status, job) = stack
+        .call(
+            Method::POST,
+            &format!("/v1/endpoints/{}/recover", ep["id"].as_str().unwrap()),
+            Some(json!({"since": since.to_rfc3339()})),
+        )
+        .await;
+    assert_eq!((status, job["status"].as_str()), (202, Some("running")), "{job}");
+    let job_id = job["id"].as_str().unwrap();
+    let day = 86_400;
+    let now = chrono::Utc::now().timestamp();
+    let running = job_expiry(&stack, job_id).await;
+    assert!(
+        (now + 13 * day..=now + 15 * day).contains(&running),
+        "a running job expires 14 days after its next step is due: {running} vs now {now}"
+    );
+
+    // No sweeper runs in this stack: one tick by hand finishes the job (nothing to recover).
+    webhooks::service::sweep::sweep(&stack.app).await.expect("a sweeper tick");
+    let (_, job) = stack.call(Method::GET, &format!("/v1/jobs/{job_id}"), None).await;
+    assert_eq!(job["status"], "done", "{job}");
+    let finished = job_expiry(&stack, job_id).await;
+    let updated = chrono::DateTime::parse_from_rfc3339(job["updated_at"].as_str().unwrap()).unwrap().timestamp();
+    assert_eq!(finished, updated + 14 * day, "a finished job expires 14 days after it finished");
+    stack.stop().await;
+}

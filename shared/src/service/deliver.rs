@@ -232,9 +232,16 @@ pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Hand
     let Some((transition, enqueue)) = recorded else {
         return Ok(Handled::Duplicate);
     };
+    // The per-tenant and per-endpoint figures ops group in CloudWatch Logs Insights (the
+    // README's queries): fields of this line, not metric dimensions.
     tracing::info!(
         delivery_id = %delivery.id,
+        tenant_id = %delivery.tenant_id,
+        endpoint_id = %delivery.endpoint_id,
+        event_type = %delivery.event_type,
         attempt = delivery.attempt_count,
+        status_code = attempt.status_code,
+        error = attempt.error.as_deref(),
         outcome = ?result.outcome,
         duration_ms = result.duration_ms,
         status = transition.status.as_str(),
@@ -349,6 +356,7 @@ async fn record_with_health(
             Committed::Done => {
                 if let Some(change) = &write {
                     tracing::warn!(endpoint_id = %ep.id, state = ?change.endpoint.state(), reason = ?change.endpoint.disabled.as_ref().map(|d| &d.reason), "endpoint state changed by an attempt");
+                    health::committed(app, &ep, change);
                 }
                 health::run_inline(app, &jobs).await;
                 return Ok(Some(chosen));
@@ -413,7 +421,7 @@ async fn apply_or_lost(app: &App, delivery: &Delivery, t: &Transition) -> Result
 fn emit_metrics(app: &App, t: &Transition, duration_ms: u64) {
     let count = |s: DeliveryStatus| if t.status == s { 1.0 } else { 0.0 };
     metrics::emit(
-        app.config.emit_metrics,
+        &app.config,
         t.now.timestamp_millis(),
         &[
             ("Delivered", count(DeliveryStatus::Delivered), "Count"),

@@ -20,7 +20,7 @@ use crate::App;
 use crate::endpoint_lifecycle::{self, Change};
 use crate::error::ServiceError;
 use crate::lifecycle::{self, Enqueue};
-use crate::model::{DeliveryStatus, Disabled, Endpoint, EndpointState, Job, JobKind};
+use crate::model::{DeliveryStatus, Disabled, Endpoint, EndpointState, Job, JobKind, REASON_MANUAL};
 use crate::store::{Applied, Committed, DeliveryQuery, EndpointWrite};
 use chrono::{DateTime, Duration, Utc};
 
@@ -54,6 +54,7 @@ pub async fn change_endpoint(
         let Some(change) = decide(&ep)? else { return Ok((ep, None)) };
         match app.store.commit(EndpointWrite::Change(&change), None).await? {
             Committed::Done => {
+                committed(app, &ep, &change);
                 run_inline(app, &change.jobs).await;
                 return Ok((change.endpoint.clone(), Some(change)));
             }
@@ -61,6 +62,39 @@ pub async fn change_endpoint(
         }
     }
     Err(ServiceError::Conflict(format!("endpoint {id} changed under {CHANGE_TRIES} tries; retry")))
+}
+
+/// Counts a transition written (after its commit) in the metrics ops alarm on (see
+/// [`stop_metric`]), with a log line naming the tenant and the endpoint (Logs Insights groups
+/// on them; they are never metric dimensions). Every caller that commits a [`Change`] calls
+/// this.
+pub fn committed(app: &App, before: &Endpoint, change: &Change) {
+    let after = &change.endpoint;
+    if let Some(m) = stop_metric(before, after) {
+        tracing::warn!(
+            tenant_id = %after.tenant_id,
+            endpoint_id = %after.id,
+            reason = after.disabled.as_ref().map(|d| d.reason.as_str()).unwrap_or_default(),
+            metric = m.0,
+            "endpoint stopped"
+        );
+        crate::metrics::emit(&app.config, app.clock.now().timestamp_millis(), &[m]);
+    }
+}
+
+/// The metric a move of an endpoint from `before` to `after` counts: into paused (the circuit
+/// breaker) `EndpointsPaused`; into disabled for a receiver's disable code (`gone`)
+/// `EndpointsDisabled`. An operator's manual disable, enables, and the probe's back-and-forth
+/// between paused and probing count nothing.
+pub fn stop_metric(before: &Endpoint, after: &Endpoint) -> Option<crate::metrics::Metric<'static>> {
+    let reason = after.disabled.as_ref().map(|d| d.reason.as_str());
+    match (before.state(), after.state(), reason) {
+        (EndpointState::Paused | EndpointState::Probing(_), EndpointState::Paused, _) => None,
+        (_, EndpointState::Paused, _) => Some(("EndpointsPaused", 1.0, "Count")),
+        (EndpointState::Disabled, EndpointState::Disabled, _) => None,
+        (_, EndpointState::Disabled, Some(r)) if r != REASON_MANUAL => Some(("EndpointsDisabled", 1.0, "Count")),
+        _ => None,
+    }
 }
 
 fn not_found(id: &str) -> ServiceError {
@@ -252,6 +286,7 @@ async fn probe_step(app: &App, ep: &Endpoint, job: &mut Job, out: &mut Vec<Enque
     };
     match app.store.commit(EndpointWrite::Change(&change), Some((&d.id, &t))).await? {
         Committed::Done => {
+            committed(app, ep, &change);
             out.extend(e);
             job.processed += 1;
             job.status = "done".into();
@@ -328,4 +363,63 @@ async fn release_page(
         }
     }
     Ok((page.data.len(), page.next_cursor))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::Random;
+    use crate::model::{REASON_CIRCUIT_BREAKER, REASON_GONE};
+    use crate::policy::RetryPolicy;
+
+    fn ep() -> Endpoint {
+        let now = Utc::now();
+        Endpoint {
+            id: "ep_1".into(),
+            tenant_id: "t".into(),
+            url: "https://example.com".into(),
+            event_types: None,
+            retry_policy: RetryPolicy::standard(),
+            secret: "whsec_AAAA".into(),
+            enabled: true,
+            disabled: None,
+            consecutive_failures: 0,
+            circuit_breaker_threshold: 5,
+            auto_resume: true,
+            auto_resume_after_seconds: 60,
+            previous_secret: None,
+            previous_secret_expires_at: None,
+            probe_delivery_id: None,
+            version: 1,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
+    fn stop(ep: &Endpoint, reason: &str) -> Endpoint {
+        let why = Disabled { reason: reason.into(), at: Utc::now(), status_code: None, delivery_id: None };
+        endpoint_lifecycle::disable(ep, Utc::now(), why, &Random::seeded(1)).unwrap().endpoint
+    }
+
+    fn name(m: Option<crate::metrics::Metric<'static>>) -> Option<&'static str> {
+        m.map(|(n, _, _)| n)
+    }
+
+    #[test]
+    fn the_breaker_and_a_disable_code_count_and_an_operator_or_a_probe_does_not() {
+        let enabled = ep();
+        let paused = stop(&enabled, REASON_CIRCUIT_BREAKER);
+        assert_eq!(name(stop_metric(&enabled, &paused)), Some("EndpointsPaused"));
+        assert_eq!(name(stop_metric(&enabled, &stop(&enabled, REASON_GONE))), Some("EndpointsDisabled"));
+        assert_eq!(name(stop_metric(&enabled, &stop(&enabled, REASON_MANUAL))), None, "an operator's own act");
+        // A probe out and failed again: still the same pause.
+        let now = Utc::now();
+        let probing = endpoint_lifecycle::probe_out(&paused, "dlv_1", now).unwrap().endpoint;
+        let back = endpoint_lifecycle::probe_failed(&probing, "dlv_1", now, 60, &Random::seeded(1)).unwrap().endpoint;
+        assert_eq!(name(stop_metric(&probing, &back)), None);
+        // The probe answered 410: the receiver disabled it.
+        assert_eq!(name(stop_metric(&probing, &stop(&probing, REASON_GONE))), Some("EndpointsDisabled"));
+        let enabled_again = endpoint_lifecycle::enable(&paused, now, &Random::seeded(1)).endpoint;
+        assert_eq!(name(stop_metric(&paused, &enabled_again)), None);
+    }
 }

@@ -143,7 +143,7 @@ pub async fn sweep(app: &App) -> Result<SweepReport, ServiceError> {
         return Err(e.into());
     }
     crate::metrics::emit(
-        cfg.emit_metrics,
+        cfg,
         now.timestamp_millis(),
         &[
             ("SweepEnqueued", report.enqueued as f64, "Count"),

@@ -268,10 +268,15 @@ impl DynamoStore {
             item.insert(DUE_PK.into(), s(due_pk(due_shard(&job.id, self.due_shards))));
             item.insert(DUE_AT.into(), n(at.timestamp_millis()));
         }
-        // A finished job leaves after the retention of a dead letter's record.
-        if job.status != "running" {
-            item.insert(TTL.into(), n(job.updated_at.timestamp() + JOB_RETENTION_SECONDS));
-        }
+        // Every job item expires (DynamoDB TTL): a finished one after the retention of a dead
+        // letter's record; a running one that long after its next step is due, a date each
+        // step's write moves on, so only a job nobody has stepped for that long (no sweeper
+        // running, or a shard no longer queried) leaves the table without finishing.
+        let from = match (job.status.as_str(), job.run_at) {
+            ("running", Some(at)) => at.max(job.updated_at),
+            _ => job.updated_at,
+        };
+        item.insert(TTL.into(), n(from.timestamp() + JOB_RETENTION_SECONDS));
         Ok(item)
     }
 
@@ -323,7 +328,8 @@ impl DynamoStore {
 const OPTIONAL_ENDPOINT_ATTRIBUTES: [&str; 5] =
     ["event_types", "disabled", "previous_secret", "previous_secret_expires_at", "probe_delivery_id"];
 
-/// How long a finished job item is kept (DynamoDB TTL): 14 days, in seconds.
+/// How long a job item is kept (DynamoDB TTL) after it finished, or after its next step was
+/// due while it runs: 14 days in seconds (the default retention of a dead letter).
 const JOB_RETENTION_SECONDS: i64 = 14 * 86_400;
 
 /// The condition that an endpoint exists at `version` (items from before versions read as 0).
