@@ -1,8 +1,9 @@
 //! Test support: a stack on the AWS emulator (its own table and queue per test, the local
 //! runtime on a free port) and scripted HTTP receivers on 127.0.0.1.
 //!
-//! The emulator comes from `AWS_ENDPOINT_URL` (`make test` starts moto and sets it). A test
-//! run without it fails; it does not skip.
+//! The emulator comes from `AWS_ENDPOINT_URL` (`make test` starts LocalStack, or moto with
+//! `EMULATOR=moto`, and sets it). A test run without it fails; it does not skip.
+//! `WEBHOOKS_TEST_EMULATOR` names the emulator (see [`emulator_has_atomic_writes`]).
 
 use axum::Router;
 use axum::extract::State;
@@ -418,17 +419,29 @@ pub type Hook = Arc<dyn Fn(&'static str) -> BoxFuture<Result<(), StoreError>> + 
 /// A boxed future, as hooks return.
 pub type BoxFuture<T> = std::pin::Pin<Box<dyn Future<Output = T> + Send>>;
 
-/// A [`Store`] that lets one conditional write run at a time, and runs a [`Hook`] before
-/// every call when given one.
+/// Whether the emulator applies a conditional write atomically, as DynamoDB does: true when
+/// `WEBHOOKS_TEST_EMULATOR` is `localstack` (its DynamoDB is AWS's DynamoDB Local) or `aws`,
+/// which `make test` sets for LocalStack; false for `moto`, when unset, or anything else.
+pub fn emulator_has_atomic_writes() -> bool {
+    matches!(std::env::var("WEBHOOKS_TEST_EMULATOR").as_deref(), Ok("localstack" | "aws"))
+}
+
+/// A [`Store`] that lets one conditional write run at a time on moto, and runs a [`Hook`]
+/// before every call when given one.
 ///
 /// DynamoDB evaluates a condition and applies the write atomically per item. moto's server
 /// does not: two truly simultaneous conditional updates of one item can both pass their
 /// condition (measured here: about 1 race in 50 with two threads). Tests that race two
 /// writers on purpose wrap the store in this so they check our guards, not moto's locking;
 /// the reads and the guards themselves still run against the emulator.
+///
+/// On an emulator with atomic conditional writes ([`emulator_has_atomic_writes`]: LocalStack,
+/// the default of `make test`) it serializes nothing and only runs the hook, so the racing
+/// writers meet DynamoDB Local's real conditional writes.
 pub struct Serialized {
     inner: Arc<dyn Store>,
-    lock: tokio::sync::Mutex<()>,
+    /// `None` when the emulator's conditional writes are atomic.
+    lock: Option<tokio::sync::Mutex<()>>,
     hook: Option<Hook>,
 }
 
@@ -441,8 +454,17 @@ impl Serialized {
     /// `app` with its store wrapped, `hook` running before every call.
     pub fn hooked(app: &App, hook: Option<Hook>) -> App {
         let mut app = app.clone();
-        app.store = Arc::new(Self { inner: app.store.clone(), lock: tokio::sync::Mutex::new(()), hook });
+        let lock = (!emulator_has_atomic_writes()).then(|| tokio::sync::Mutex::new(()));
+        app.store = Arc::new(Self { inner: app.store.clone(), lock, hook });
         app
+    }
+
+    /// Holds the one-writer lock on moto; nothing on an emulator with atomic writes.
+    async fn one(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        match &self.lock {
+            Some(lock) => Some(lock.lock().await),
+            None => None,
+        }
     }
 
     async fn before(&self, call: &'static str) -> Result<(), StoreError> {
@@ -473,12 +495,12 @@ impl Store for Serialized {
     }
     async fn count_failure(&self, tenant_id: &str, id: &str) -> Result<Option<u32>, StoreError> {
         self.before("count_failure").await?;
-        let _one = self.lock.lock().await;
+        let _one = self.one().await;
         self.inner.count_failure(tenant_id, id).await
     }
     async fn reset_failures(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
         self.before("reset_failures").await?;
-        let _one = self.lock.lock().await;
+        let _one = self.one().await;
         self.inner.reset_failures(tenant_id, id).await
     }
     async fn commit(
@@ -487,12 +509,12 @@ impl Store for Serialized {
         delivery: Option<(&str, &Transition)>,
     ) -> Result<Committed, StoreError> {
         self.before("commit").await?;
-        let _one = self.lock.lock().await;
+        let _one = self.one().await;
         self.inner.commit(endpoint, delivery).await
     }
     async fn delete_endpoint(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
         self.before("delete_endpoint").await?;
-        let _one = self.lock.lock().await;
+        let _one = self.one().await;
         self.inner.delete_endpoint(tenant_id, id).await
     }
     async fn list_endpoints(
@@ -510,7 +532,7 @@ impl Store for Serialized {
         deliveries: &[(&Delivery, Option<i64>)],
     ) -> Result<webhooks::store::Inserted, StoreError> {
         self.before("insert_event").await?;
-        let _one = self.lock.lock().await;
+        let _one = self.one().await;
         self.inner.insert_event(event, deliveries).await
     }
     async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError> {
@@ -523,7 +545,7 @@ impl Store for Serialized {
     }
     async fn apply(&self, id: &str, transition: &Transition, return_new: bool) -> Result<Applied, StoreError> {
         self.before("apply").await?;
-        let _one = self.lock.lock().await;
+        let _one = self.one().await;
         self.inner.apply(id, transition, return_new).await
     }
     async fn due(&self, shard: u32, until_ms: i64, limit: usize, after: Option<&Due>) -> Result<Vec<Due>, StoreError> {
@@ -532,7 +554,7 @@ impl Store for Serialized {
     }
     async fn put_job(&self, job: &Job) -> Result<(), StoreError> {
         self.before("put_job").await?;
-        let _one = self.lock.lock().await;
+        let _one = self.one().await;
         self.inner.put_job(job).await
     }
     async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError> {
@@ -541,7 +563,7 @@ impl Store for Serialized {
     }
     async fn claim_job(&self, id: &str, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError> {
         self.before("claim_job").await?;
-        let _one = self.lock.lock().await;
+        let _one = self.one().await;
         self.inner.claim_job(id, expected_due_at, lease_due_at).await
     }
     async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError> {
@@ -567,7 +589,7 @@ impl Store for Serialized {
         record: &IdempotencyRecord,
         now: DateTime<Utc>,
     ) -> Result<Option<IdempotencyRecord>, StoreError> {
-        let _one = self.lock.lock().await;
+        let _one = self.one().await;
         self.inner.begin_idempotent(tenant_id, key, record, now).await
     }
     async fn renew_idempotent(
@@ -577,7 +599,7 @@ impl Store for Serialized {
         expected_lease_ms: i64,
         lease_ms: i64,
     ) -> Result<bool, StoreError> {
-        let _one = self.lock.lock().await;
+        let _one = self.one().await;
         self.inner.renew_idempotent(tenant_id, key, expected_lease_ms, lease_ms).await
     }
     async fn finish_idempotent(&self, tenant_id: &str, key: &str, answer: (u16, &str)) -> Result<(), StoreError> {

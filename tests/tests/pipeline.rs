@@ -409,6 +409,18 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
         assert_eq!(e["error"]["code"], code, "{what}: {e}");
         assert!(e["error"]["message"].as_str().unwrap().contains(mentions), "{what}: {e}");
     }
+    // The rest of a body over the limit is not read, so the answer says the connection
+    // closes and the client does not send its next request on it.
+    let resp = stack
+        .http
+        .post(format!("{}/v1/events", stack.base))
+        .header("content-type", "application/json")
+        .body(" ".repeat(2 * 1024 * 1024))
+        .send()
+        .await
+        .unwrap();
+    let connection = resp.headers().get("connection").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    assert_eq!((resp.status().as_u16(), connection.as_deref()), (413, Some("close")));
     for (url, mentions) in [("ftp://example.com/x", "url"), ("not a url", "url")] {
         let (got, e) = stack.call(Method::POST, "/v1/endpoints", Some(json!({"tenant_id": "acme", "url": url}))).await;
         assert_eq!(got, 422, "{e}");

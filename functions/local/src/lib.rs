@@ -63,6 +63,22 @@ impl std::fmt::Display for StartError {
 
 impl std::error::Error for StartError {}
 
+/// Adds `Connection: close` to a 413 answer.
+///
+/// The router answers 413 as soon as a body passes its limit
+/// ([`webhooks::api::MAX_BODY_BYTES`]), without reading the rest. hyper (1.12) then closes the
+/// connection when it cannot drain the rest, but says nothing in the response, so a client
+/// that sent its whole body puts the connection back in its pool and its next request fails
+/// (IncompleteMessage or broken pipe; seen about 1 run in 5 of the pipeline test's 2 MiB
+/// body on LocalStack). The header tells the client not to reuse it. API Gateway, in front
+/// of the Lambda, owns its connections, so this belongs to the local runtime only.
+async fn close_after_413(mut response: axum::response::Response) -> axum::response::Response {
+    if response.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+        response.headers_mut().insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+    }
+    response
+}
+
 /// Starts the HTTP API, the pollers and the sweeper.
 ///
 /// # Errors
@@ -75,7 +91,7 @@ pub async fn start(app: App, sqs: aws_sdk_sqs::Client, options: Options) -> Resu
     let (stop, stopped) = watch::channel(false);
     let mut tasks = Vec::new();
 
-    let router = webhooks::api::router(app.clone());
+    let router = webhooks::api::router(app.clone()).layer(axum::middleware::map_response(close_after_413));
     let mut rx = stopped.clone();
     tasks.push(tokio::spawn(async move {
         let shutdown = async move {

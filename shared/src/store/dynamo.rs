@@ -431,6 +431,25 @@ fn cancelled_by_condition(
     }
 }
 
+/// Whether a TransactWriteItems was cancelled because DynamoDB refused one of its items as
+/// malformed (a `ValidationError` reason, such as a key over 2048 bytes). DynamoDB reports
+/// these inside a `TransactionCanceledException`, not as a `ValidationException`; moto 5.2.5
+/// answers `ValidationException`, DynamoDB Local (LocalStack) answers as AWS does.
+fn cancelled_as_invalid(
+    e: &aws_sdk_dynamodb::error::SdkError<
+        aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError,
+        aws_sdk_dynamodb::config::http::HttpResponse,
+    >,
+) -> bool {
+    use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+    match e.as_service_error() {
+        Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
+            c.cancellation_reasons().iter().any(|r| r.code() == Some("ValidationError"))
+        }
+        _ => false,
+    }
+}
+
 /// Builds an UpdateItem's expressions from a [`Transition`].
 #[derive(Default)]
 struct Update {
@@ -495,8 +514,11 @@ impl Store for DynamoStore {
             self.client.transact_write_items().transact_items(put(item)?).transact_items(put(pointer)?).send().await;
         match result {
             Ok(_) => Ok(()),
-            Err(e) if e.as_service_error().is_some_and(|se| se.is_transaction_canceled_exception()) => {
-                Err(StoreError::AlreadyExists)
+            Err(e) if cancelled_by_condition(&e) => Err(StoreError::AlreadyExists),
+            Err(e) if cancelled_as_invalid(&e) => {
+                let text = DisplayErrorContext(e).to_string();
+                tracing::error!(error = %text, "dynamodb refused a request we built");
+                Err(StoreError::Invalid(text))
             }
             Err(e) => Err(aws(e)),
         }
