@@ -1,7 +1,6 @@
 //! The simulation's short run inside `make test`: seeds `0..WEBHOOKS_SIM_SEEDS` (default
-//! 10,000: `webhooks` and this crate are built at opt-level 2 in debug builds too, about
-//! 3.4 ms of CPU a seed as measured on the 2-core dev machine, so under 20 s on 2 idle
-//! cores; see README "Simulation"), split over the machine's cores. Every failing seed is
+//! 10,000: `webhooks` is built at opt-level 1 and this crate at 2 in debug builds too, 22 s
+//! on the 2-core dev machine; see README "Simulation"), split over the machine's cores. Every failing seed is
 //! named with the command that reproduces it.
 
 #[test]
