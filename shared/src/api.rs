@@ -57,14 +57,19 @@ impl IntoResponse for ServiceError {
 /// `body: must be a JSON object` for any other JSON value, 422 naming the field when it does
 /// not fit `T` (an unknown field included: the bodies deny them).
 fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ServiceError> {
-    let bytes = body.map_err(|e| {
+    parse_json_object(&body_bytes(body)?)
+}
+
+/// The request body, or 413 `payload_too_large` / 400 `invalid_json` when it could not be
+/// read.
+fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ServiceError> {
+    body.map_err(|e| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ServiceError::TooLarge(format!("request body is over the limit of {MAX_BODY_BYTES} bytes"))
         } else {
             ServiceError::InvalidJson(e.body_text())
         }
-    })?;
-    parse_json_object(&bytes)
+    })
 }
 
 /// A request body that must be one JSON object, deserialized into `T`; errors name the path.
@@ -175,14 +180,7 @@ async fn post_event(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServiceError> {
-    let body = body.map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ServiceError::TooLarge(format!("request body is over the limit of {MAX_BODY_BYTES} bytes"))
-        } else {
-            ServiceError::InvalidJson(e.body_text())
-        }
-    })?;
-    let mut event = event_request(&body)?;
+    let mut event = event_request(&body_bytes(body)?)?;
     let key = match headers.get(IDEMPOTENCY_KEY) {
         None => None,
         Some(v) => {

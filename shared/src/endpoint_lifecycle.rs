@@ -192,29 +192,16 @@ pub fn probe_succeeded(ep: &Endpoint, delivery_id: &str, now: DateTime<Utc>, ran
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::RetryPolicy;
 
     fn ep() -> Endpoint {
         let now = Utc::now();
         Endpoint {
-            id: "ep_1".into(),
-            tenant_id: "t".into(),
-            url: "https://example.com".into(),
-            event_types: None,
-            retry_policy: RetryPolicy::standard(),
-            secret: "whsec_AAAA".into(),
-            enabled: true,
-            disabled: None,
             consecutive_failures: 3,
             circuit_breaker_threshold: 5,
             auto_resume: true,
             auto_resume_after_seconds: 60,
-            previous_secret: None,
-            previous_secret_expires_at: None,
-            probe_delivery_id: None,
             version: 7,
-            created_at: now,
-            updated_at: now,
+            ..Endpoint::new("ep_1", "t", "https://example.com", "whsec_AAAA", now)
         }
     }
 

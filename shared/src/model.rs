@@ -116,6 +116,39 @@ pub enum EndpointState<'a> {
 }
 
 impl Endpoint {
+    /// A new endpoint as `POST /v1/endpoints` makes it before the request's settings apply:
+    /// every event type, the `standard` retry policy, enabled, the circuit breaker at
+    /// [`DEFAULT_BREAKER_THRESHOLD`] failures in a row without auto-resume (cool-down
+    /// [`DEFAULT_COOLDOWN_SECONDS`]), version 1, created and updated `now`.
+    pub fn new(
+        id: impl Into<String>,
+        tenant_id: impl Into<String>,
+        url: impl Into<String>,
+        secret: impl Into<String>,
+        now: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            tenant_id: tenant_id.into(),
+            url: url.into(),
+            event_types: None,
+            retry_policy: crate::policy::RetryPolicy::standard(),
+            secret: secret.into(),
+            enabled: true,
+            disabled: None,
+            consecutive_failures: 0,
+            circuit_breaker_threshold: DEFAULT_BREAKER_THRESHOLD,
+            auto_resume: false,
+            auto_resume_after_seconds: DEFAULT_COOLDOWN_SECONDS,
+            previous_secret: None,
+            previous_secret_expires_at: None,
+            probe_delivery_id: None,
+            version: 1,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
     /// Its state (see [`EndpointState`]).
     pub fn state(&self) -> EndpointState<'_> {
         if self.enabled {

@@ -90,24 +90,15 @@ mod tests {
     fn the_owner_notification_carries_no_credentials_or_secrets() {
         let now = chrono::Utc::now();
         let ep = Endpoint {
-            id: "ep_1".into(),
-            tenant_id: "acme".into(),
-            url: "https://hookuser:hookpass@example.com/hook".into(),
-            event_types: None,
-            retry_policy: crate::policy::RetryPolicy::standard(),
-            secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
             enabled: false,
-            disabled: None,
-            consecutive_failures: 0,
-            circuit_breaker_threshold: 100,
-            auto_resume: false,
-            auto_resume_after_seconds: 300,
             previous_secret: Some("whsec_cHJldmlvdXNwcmV2aW91c3ByZXZpb3Vz".into()),
-            previous_secret_expires_at: None,
-            probe_delivery_id: None,
-            version: 1,
-            created_at: now,
-            updated_at: now,
+            ..Endpoint::new(
+                "ep_1",
+                "acme",
+                "https://hookuser:hookpass@example.com/hook",
+                "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+                now,
+            )
         };
         let d = Disabled { reason: "gone".into(), at: now, status_code: Some(410), delivery_id: None };
         let text = message(&ep, &d).to_string();

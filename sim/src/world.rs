@@ -479,27 +479,21 @@ impl World {
             let id = format!("ep_{i}");
             let tenant = if i == 3 { "globex" } else { "acme" }.to_string();
             let ep = Endpoint {
-                id: id.clone(),
-                tenant_id: tenant.clone(),
-                url: receiver_url(&id, 0),
                 // The first endpoint alone takes `sync.*` events (a sync ingest needs exactly one).
                 event_types: (i == 0)
                     .then(|| vec!["sync.*".to_string(), "order.*".to_string()])
                     .or_else(|| Some(vec!["order.*".to_string()])),
                 retry_policy: policies[self.rng.random_range(0..policies.len())].clone(),
-                secret: webhooks::signing::generate_secret(&self.app.random),
-                enabled: true,
-                disabled: None,
-                consecutive_failures: 0,
                 circuit_breaker_threshold: [0, 2, 3, 5][self.rng.random_range(0..4)],
                 auto_resume: self.rng.random_bool(0.5),
                 auto_resume_after_seconds: self.rng.random_range(30..=300),
-                previous_secret: None,
-                previous_secret_expires_at: None,
-                probe_delivery_id: None,
-                version: 1,
-                created_at: now,
-                updated_at: now,
+                ..Endpoint::new(
+                    id.clone(),
+                    tenant.clone(),
+                    receiver_url(&id, 0),
+                    webhooks::signing::generate_secret(&self.app.random),
+                    now,
+                )
             };
             tables.pointers.insert(id.clone(), tenant.clone());
             tables.endpoints.insert((tenant, id.clone()), ep);

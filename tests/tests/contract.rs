@@ -153,26 +153,13 @@ async fn an_aws_validation_error_is_internal_not_unavailable() {
     // Past the API's own checks, DynamoDB refuses a key over 2048 bytes: our bug, not the
     // caller's to retry.
     let now = chrono::Utc::now();
-    let endpoint = webhooks::model::Endpoint {
-        id: "ep_validation".into(),
-        tenant_id: "t".repeat(5000),
-        url: "http://127.0.0.1:9/hook".into(),
-        event_types: None,
-        retry_policy: webhooks::policy::RetryPolicy::standard(),
-        secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
-        enabled: true,
-        disabled: None,
-        consecutive_failures: 0,
-        circuit_breaker_threshold: 100,
-        auto_resume: false,
-        auto_resume_after_seconds: 300,
-        previous_secret: None,
-        previous_secret_expires_at: None,
-        probe_delivery_id: None,
-        version: 1,
-        created_at: now,
-        updated_at: now,
-    };
+    let endpoint = webhooks::model::Endpoint::new(
+        "ep_validation",
+        "t".repeat(5000),
+        "http://127.0.0.1:9/hook",
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        now,
+    );
     let e = stack.app.store.create_endpoint(&endpoint).await.unwrap_err();
     let e = webhooks::error::ServiceError::from(e);
     assert_eq!((e.status(), e.code()), (500, "internal"), "{e}");

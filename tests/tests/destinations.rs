@@ -139,26 +139,13 @@ async fn a_destination_that_turned_private_after_registration_is_refused_at_the_
     // written to the store directly, past the registration check.
     let now = chrono::Utc::now();
     for (i, host) in ["localhost", "127.0.0.1", "[::ffff:127.0.0.1]", "2130706433"].iter().enumerate() {
-        let ep = webhooks::model::Endpoint {
-            id: format!("ep_turned{i}"),
-            tenant_id: "acme".into(),
-            url: format!("http://{host}:{}/hook", canary.port),
-            event_types: None,
-            retry_policy: webhooks::policy::RetryPolicy::standard(),
-            secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
-            enabled: true,
-            disabled: None,
-            consecutive_failures: 0,
-            circuit_breaker_threshold: 100,
-            auto_resume: false,
-            auto_resume_after_seconds: 300,
-            previous_secret: None,
-            previous_secret_expires_at: None,
-            probe_delivery_id: None,
-            version: 1,
-            created_at: now,
-            updated_at: now,
-        };
+        let ep = webhooks::model::Endpoint::new(
+            format!("ep_turned{i}"),
+            "acme",
+            format!("http://{host}:{}/hook", canary.port),
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            now,
+        );
         stack.app.store.create_endpoint(&ep).await.expect("create endpoint");
     }
     let accepted = stack.event("acme", "order.paid", json!({"n": 1})).await;

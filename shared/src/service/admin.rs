@@ -5,10 +5,7 @@ use crate::destination;
 use crate::endpoint_lifecycle;
 use crate::error::ServiceError;
 use crate::lifecycle;
-use crate::model::{
-    Attempt, DEFAULT_BREAKER_THRESHOLD, DEFAULT_COOLDOWN_SECONDS, Delivery, DeliveryStatus, Disabled, Endpoint,
-    EndpointState, Job, JobKind, REASON_MANUAL,
-};
+use crate::model::{Attempt, Delivery, DeliveryStatus, Disabled, Endpoint, EndpointState, Job, JobKind, REASON_MANUAL};
 use crate::policy::RetryPolicy;
 use crate::service::health;
 use crate::signing;
@@ -184,26 +181,7 @@ pub async fn create_endpoint(app: &App, body: &Map<String, Value>) -> Result<End
         }
     };
     let now = app.clock.now();
-    let mut endpoint = Endpoint {
-        id: format!("ep_{}", app.random.ulid(now)),
-        tenant_id: tenant_id.to_string(),
-        url: String::new(),
-        event_types: None,
-        retry_policy: RetryPolicy::standard(),
-        secret,
-        enabled: true,
-        disabled: None,
-        consecutive_failures: 0,
-        circuit_breaker_threshold: DEFAULT_BREAKER_THRESHOLD,
-        auto_resume: false,
-        auto_resume_after_seconds: DEFAULT_COOLDOWN_SECONDS,
-        previous_secret: None,
-        previous_secret_expires_at: None,
-        probe_delivery_id: None,
-        version: 1,
-        created_at: now,
-        updated_at: now,
-    };
+    let mut endpoint = Endpoint::new(format!("ep_{}", app.random.ulid(now)), tenant_id, "", secret, now);
     apply_settings(&mut endpoint, body, &["tenant_id", "secret"])?;
     destination::check_registration(&app.config, &endpoint.url).await?;
     app.store.create_endpoint(&endpoint).await.map_err(|e| match e {

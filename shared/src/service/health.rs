@@ -370,29 +370,14 @@ mod tests {
     use super::*;
     use crate::clock::Random;
     use crate::model::{REASON_CIRCUIT_BREAKER, REASON_GONE};
-    use crate::policy::RetryPolicy;
 
     fn ep() -> Endpoint {
         let now = Utc::now();
         Endpoint {
-            id: "ep_1".into(),
-            tenant_id: "t".into(),
-            url: "https://example.com".into(),
-            event_types: None,
-            retry_policy: RetryPolicy::standard(),
-            secret: "whsec_AAAA".into(),
-            enabled: true,
-            disabled: None,
-            consecutive_failures: 0,
             circuit_breaker_threshold: 5,
             auto_resume: true,
             auto_resume_after_seconds: 60,
-            previous_secret: None,
-            previous_secret_expires_at: None,
-            probe_delivery_id: None,
-            version: 1,
-            created_at: now,
-            updated_at: now,
+            ..Endpoint::new("ep_1", "t", "https://example.com", "whsec_AAAA", now)
         }
     }
 
