@@ -676,16 +676,19 @@ def main():
         env.update(overrides)
         return env
 
-    # Test-only overrides, on top of the template's environment: deliver may reach the loopback
-    # receiver, and "overdue" comes after 1 s instead of 300 s so the sweeper's re-drive of a
+    # Test-only overrides, on top of the template's environment: admin may register and
+    # deliver may reach the loopback receiver over plain http (on Lambda both are refused:
+    # WEBHOOKS_REQUIRE_HTTPS is on by default there and private destinations are never
+    # allowed), and "overdue" comes after 1 s instead of 300 s so the sweeper's re-drive of a
     # lost message shows within the test.
+    loopback = {"WEBHOOKS_ALLOW_PRIVATE_DESTINATIONS": "true", "WEBHOOKS_REQUIRE_HTTPS": "false"}
     functions = {}
     receiver = Receiver()
     try:
         for name, lid, extra in [
-            ("admin", "AdminFunction", {}),
+            ("admin", "AdminFunction", loopback),
             ("ingest", "IngestFunction", {"WEBHOOKS_REDRIVE_AFTER_SECONDS": "1"}),
-            ("deliver", "DeliverFunction", {"WEBHOOKS_ALLOW_PRIVATE_DESTINATIONS": "true"}),
+            ("deliver", "DeliverFunction", loopback),
             ("sweeper", "SweeperFunction", {"WEBHOOKS_REDRIVE_AFTER_SECONDS": "1"}),
         ]:
             binary = os.path.join(bin_dir, name, "bootstrap")

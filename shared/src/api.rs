@@ -360,8 +360,14 @@ async fn delete_endpoint(
     params: Result<Query<DeleteParams>, QueryRejection>,
 ) -> Result<Response, ServiceError> {
     let Query(p) = params.map_err(|e| ServiceError::Validation(e.body_text()))?;
-    let ended = admin::delete_endpoint(&app, &id, p.force.unwrap_or(false)).await?;
-    Ok(Json(serde_json::json!({"id": id, "deleted": true, "deliveries_ended": ended})).into_response())
+    let done = admin::delete_endpoint(&app, &id, p.force.unwrap_or(false)).await?;
+    Ok(Json(serde_json::json!({
+        "id": id,
+        "deleted": true,
+        "deliveries_ended": done.deliveries_ended,
+        "job_id": done.job_id,
+    }))
+    .into_response())
 }
 
 async fn endpoint_stats(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ServiceError> {

@@ -358,6 +358,10 @@ pub enum JobKind {
     Hold,
     /// Tell the owner that the endpoint was disabled or paused (log line, SNS).
     Notify,
+    /// After an endpoint's forced delete: end what the delete's listing missed (deliveries the
+    /// `by_endpoint` index had not shown yet) as exhausted with reason `endpoint_deleted`, a
+    /// page per step, until the index has settled.
+    EndDeleted,
 }
 
 /// A background job and its progress.

@@ -19,7 +19,7 @@ pub use world::{Failure, Report, run};
 
 /// Runs seeds `first..first + count` split over `threads` threads (each seed is independent
 /// and deterministic); the failures, in seed order, and the passing runs' counts added up.
-pub fn run_parallel(first: u64, count: u64, strict: bool, threads: u64) -> (Vec<Failure>, Report) {
+pub fn run_parallel(first: u64, count: u64, threads: u64) -> (Vec<Failure>, Report) {
     let threads = threads.clamp(1, count.max(1));
     let per = count.div_ceil(threads);
     let parts: Vec<(Vec<Failure>, Report)> = std::thread::scope(|s| {
@@ -27,7 +27,7 @@ pub fn run_parallel(first: u64, count: u64, strict: bool, threads: u64) -> (Vec<
             .map(|i| {
                 let from = first + i * per;
                 let n = per.min(count.saturating_sub(i * per));
-                s.spawn(move || run_many(from, n, strict))
+                s.spawn(move || run_many(from, n))
             })
             .collect();
         handles.into_iter().filter_map(|h| h.join().ok()).collect()
@@ -54,17 +54,16 @@ fn add(total: &mut Report, r: &Report) {
     total.ticks += r.ticks;
     total.dead_letters += r.dead_letters;
     total.virtual_seconds += r.virtual_seconds;
-    total.held_after_delete += r.held_after_delete;
     total.sweep_overshoots += r.sweep_overshoots;
 }
 
 /// Runs seeds `first..first + count` (see [`run`]) on this thread; the failures, in seed
 /// order, and the passing runs' counts added up.
-pub fn run_many(first: u64, count: u64, strict: bool) -> (Vec<Failure>, Report) {
+pub fn run_many(first: u64, count: u64) -> (Vec<Failure>, Report) {
     let mut failures = Vec::new();
     let mut total = Report::default();
     for seed in first..first.saturating_add(count) {
-        match run(seed, strict, count == 1) {
+        match run(seed, count == 1) {
             Ok(r) => add(&mut total, &r),
             Err(f) => failures.push(f),
         }

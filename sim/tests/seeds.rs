@@ -8,7 +8,7 @@ fn every_seed_keeps_every_invariant() {
     let seeds: u64 = std::env::var("WEBHOOKS_SIM_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
     let started = std::time::Instant::now();
-    let (failures, total) = webhooks_sim::run_parallel(0, seeds, false, threads);
+    let (failures, total) = webhooks_sim::run_parallel(0, seeds, threads);
     let (posts, crashes, repeated) = (total.posts, total.crashes, total.repeated_posts);
     eprintln!(
         "{seeds} seeds in {:.1} s on {threads} threads: {posts} POSTs, {crashes} crashes, {repeated} repeated POSTs",
@@ -25,8 +25,8 @@ fn every_seed_keeps_every_invariant() {
 #[test]
 fn one_seed_gives_one_run() {
     for seed in [7, 42, 1234] {
-        let a = format!("{:?}", webhooks_sim::run(seed, false, false).map_err(|f| f.message));
-        let b = format!("{:?}", webhooks_sim::run(seed, false, false).map_err(|f| f.message));
+        let a = format!("{:?}", webhooks_sim::run(seed, false).map_err(|f| f.message));
+        let b = format!("{:?}", webhooks_sim::run(seed, false).map_err(|f| f.message));
         assert_eq!(a, b, "seed {seed} ran two ways");
     }
 }

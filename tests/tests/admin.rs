@@ -5,8 +5,9 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::time::Duration;
+use webhooks::service::sweep;
 use webhooks_local::Options;
-use webhooks_tests::{Receiver, Reply, Stack};
+use webhooks_tests::{Receiver, Reply, Stack, eventually};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -130,6 +131,16 @@ async fn prefix_filters_stats_and_forced_delete() {
     // ...and with force they become dead letters with a reason, not nothing.
     let (status, d) = stack.call(Method::DELETE, &format!("/v1/endpoints/{id}?force=true"), None).await;
     assert_eq!((status, d["deliveries_ended"].as_u64()), (200, Some(3)), "{d}");
+    // Its end_deleted job finds nothing the listing missed (the emulator's index has no lag)
+    // and is done once the index has had time to settle.
+    let job = d["job_id"].as_str().expect("a forced delete names its end_deleted job").to_string();
+    eventually("the end_deleted job is done", Duration::from_secs(20), || async {
+        sweep::sweep(&stack.app).await.unwrap();
+        let (_, j) = stack.call(Method::GET, &format!("/v1/jobs/{job}"), None).await;
+        assert_eq!(j["kind"], "end_deleted", "{j}");
+        j["status"] == "done"
+    })
+    .await;
     let (_, dead) = stack.call(Method::GET, "/v1/deliveries?status=exhausted", None).await;
     let dead = dead["data"].as_array().unwrap();
     assert_eq!(dead.len(), 3);

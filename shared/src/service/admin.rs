@@ -269,17 +269,32 @@ pub async fn list_endpoints(
     })
 }
 
+/// What a delete did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Deleted {
+    /// Unfinished deliveries the delete ended as exhausted (`endpoint_deleted`).
+    pub deliveries_ended: usize,
+    /// The `end_deleted` job of a forced delete (`GET /v1/jobs/{id}`), which ends what the
+    /// delete's listing missed; `None` without `force`.
+    pub job_id: Option<String>,
+}
+
 /// Unfinished statuses: the delivery may still be attempted.
-const UNFINISHED: [DeliveryStatus; 3] = [DeliveryStatus::Scheduled, DeliveryStatus::Sending, DeliveryStatus::Held];
+pub const UNFINISHED: [DeliveryStatus; 3] = [DeliveryStatus::Scheduled, DeliveryStatus::Sending, DeliveryStatus::Held];
 
 /// Deletes an endpoint. With unfinished deliveries (scheduled, sending or held) it is refused
 /// unless `force`, which first ends each of them as `exhausted` with reason
-/// `endpoint_deleted`: nothing silently vanishes. Returns how many were ended.
+/// `endpoint_deleted`: nothing silently vanishes. Returns how many were ended, and the job.
+///
+/// The listing reads the `by_endpoint` index, which can lag the table by a moment: a
+/// delivery written just before may be missed. A forced delete therefore first writes an
+/// `end_deleted` job, which the sweeper runs once the endpoint is gone and the index has
+/// settled, ending what the listing missed (and, should this call die half way, the rest).
 ///
 /// # Errors
 /// [`ServiceError::NotFound`]; [`ServiceError::Conflict`] with the count of unfinished
 /// deliveries.
-pub async fn delete_endpoint(app: &App, id: &str, force: bool) -> Result<usize, ServiceError> {
+pub async fn delete_endpoint(app: &App, id: &str, force: bool) -> Result<Deleted, ServiceError> {
     let ep = find_endpoint(app, id).await?;
     let mut unfinished = Vec::new();
     for status in UNFINISHED {
@@ -294,28 +309,42 @@ pub async fn delete_endpoint(app: &App, id: &str, force: bool) -> Result<usize, 
         )));
     }
     let now = app.clock.now();
+    let mut job_id = None;
+    if force {
+        let settle = now + chrono::Duration::seconds(health::INDEX_SETTLE_SECONDS);
+        job_id = Some(health::start_job(app, &ep, JobKind::EndDeleted, settle, None, None).await?.id);
+    }
     for d in &unfinished {
-        let t = lifecycle::abandon(&app.config, now, d.status, d.attempt_count, d.created_at, "endpoint_deleted");
-        if let Applied::Lost = app.store.apply(&d.id, &t, false).await? {
-            // It moved on meanwhile (an attempt finished): end whatever state it is in now.
-            if let Some(cur) = app.store.get_delivery(&d.id).await?
-                && UNFINISHED.contains(&cur.status)
-            {
-                let t = lifecycle::abandon(
-                    &app.config,
-                    now,
-                    cur.status,
-                    cur.attempt_count,
-                    cur.created_at,
-                    "endpoint_deleted",
-                );
-                app.store.apply(&d.id, &t, false).await?;
-            }
-        }
+        end_as_deleted(app, &d.id, d.status, d.attempt_count, d.created_at).await?;
     }
     app.store.delete_endpoint(&ep.tenant_id, &ep.id).await?;
     tracing::info!(endpoint_id = id, ended = unfinished.len(), "endpoint deleted");
-    Ok(unfinished.len())
+    Ok(Deleted { deliveries_ended: unfinished.len(), job_id })
+}
+
+/// Ends one delivery of a deleted endpoint as `exhausted` (reason `endpoint_deleted`), from
+/// the state it was listed in or, when it moved on meanwhile (an attempt finished), from the
+/// state it is in now; a delivery that finished meanwhile is left as it is.
+///
+/// # Errors
+/// [`ServiceError::Unavailable`] when DynamoDB failed.
+pub async fn end_as_deleted(
+    app: &App,
+    id: &str,
+    status: DeliveryStatus,
+    attempt_count: u32,
+    created_at: DateTime<Utc>,
+) -> Result<(), ServiceError> {
+    let now = app.clock.now();
+    let t = lifecycle::abandon(&app.config, now, status, attempt_count, created_at, "endpoint_deleted");
+    if let Applied::Lost = app.store.apply(id, &t, false).await?
+        && let Some(cur) = app.store.get_delivery(id).await?
+        && UNFINISHED.contains(&cur.status)
+    {
+        let t = lifecycle::abandon(&app.config, now, cur.status, cur.attempt_count, cur.created_at, "endpoint_deleted");
+        app.store.apply(id, &t, false).await?;
+    }
+    Ok(())
 }
 
 /// An endpoint's delivery counts by status, its last success and failures in a row.

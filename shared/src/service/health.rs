@@ -33,6 +33,10 @@ pub const CHANGE_TRIES: usize = 5;
 /// finds nothing left ends the job only once the job is this old. Seconds.
 pub const INDEX_SETTLE_SECONDS: i64 = 5;
 
+/// How long an `end_deleted` job waits for its endpoint's delete before it gives up (600
+/// seconds: the delete follows the job's write within one admin call of at most 30 s).
+pub const END_DELETED_GIVE_UP_SECONDS: i64 = 600;
+
 /// Reads endpoint (`tenant_id`, `id`), asks `decide` for a change on it as read, and commits
 /// the change with its jobs; when another writer changed the endpoint first, reads it again
 /// and asks again. Runs the change's hold and notify jobs inline afterwards (the sweeper
@@ -204,6 +208,20 @@ async fn job_step(app: &App, id: &str, now: DateTime<Utc>) -> Result<Vec<Enqueue
     let limit = app.config.release_per_tick.max(1);
     let settled = now - job.created_at >= Duration::seconds(INDEX_SETTLE_SECONDS);
     match (job.kind, endpoint) {
+        (JobKind::EndDeleted, None) => {
+            let found = end_deleted_page(app, &job, limit).await?;
+            job.processed += u32::try_from(found).unwrap_or(u32::MAX);
+            if found < limit && settled {
+                job.status = "done".into();
+            }
+        }
+        // The delete has not happened (yet: it runs after this job is written); look again
+        // next tick, and give up once the delete clearly failed (its caller saw an error).
+        (JobKind::EndDeleted, Some(_)) => {
+            if now - job.created_at > Duration::seconds(END_DELETED_GIVE_UP_SECONDS) {
+                job.status = "cancelled".into();
+            }
+        }
         (_, None) => job.status = "cancelled".into(),
         (JobKind::Release, Some(ep)) if !ep.enabled => job.status = "cancelled".into(),
         (JobKind::Release, Some(ep)) => {
@@ -257,6 +275,32 @@ async fn job_step(app: &App, id: &str, now: DateTime<Utc>) -> Result<Vec<Enqueue
     job.updated_at = now;
     app.store.put_job(&job).await?;
     Ok(out)
+}
+
+/// Ends up to `limit` unfinished deliveries of the deleted endpoint of `job` as exhausted
+/// (reason `endpoint_deleted`); returns how many it found.
+async fn end_deleted_page(app: &App, job: &Job, limit: usize) -> Result<usize, ServiceError> {
+    let mut found = 0;
+    for status in crate::service::admin::UNFINISHED {
+        let page = app
+            .store
+            .list_deliveries(&DeliveryQuery {
+                endpoint_id: Some(job.endpoint_id.clone()),
+                status: Some(status),
+                oldest_first: true,
+                limit: limit - found,
+                ..DeliveryQuery::default()
+            })
+            .await?;
+        found += page.data.len();
+        for d in &page.data {
+            crate::service::admin::end_as_deleted(app, &d.id, d.status, d.attempt_count, d.created_at).await?;
+        }
+        if found >= limit {
+            break;
+        }
+    }
+    Ok(found)
 }
 
 /// Releases the oldest held delivery of a paused endpoint as its half-open probe: the
