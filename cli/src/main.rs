@@ -72,7 +72,7 @@ enum Command {
         #[arg(long)]
         until: Option<String>,
     },
-    /// A background job's progress (release, recover, probe).
+    /// A background job's progress (release, probe, recover, hold, notify, end_deleted).
     Job {
         /// Job id.
         id: String,

@@ -377,7 +377,8 @@ pub struct Job {
     pub endpoint_id: String,
     /// `running`, `done` or `cancelled`.
     pub status: String,
-    /// Recover: deliveries accepted at or after this time.
+    /// Recover: deliveries accepted at or after this time. End deleted: when a step first
+    /// found the endpoint gone (the index settles from then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<DateTime<Utc>>,
     /// Recover: deliveries accepted before this time.

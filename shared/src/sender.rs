@@ -312,6 +312,19 @@ mod tests {
         println!("child posted {posted}");
     }
 
+    /// The connect-time check itself, past `post`'s check of literal addresses and localhost
+    /// names: the resolver refuses a name whose answer is loopback, and the error says so (a
+    /// name pointed at an internal address after registration ends as refused, not retried).
+    #[tokio::test]
+    async fn the_resolver_refuses_a_name_that_resolves_to_loopback() {
+        let s = HttpSender::new(Duration::from_secs(2), false, false).unwrap();
+        let e = s.client.post("http://localhost:9/x").send().await.unwrap_err();
+        assert!(is_refused(&e), "{e:?}");
+        let allowed = HttpSender::new(Duration::from_secs(2), true, false).unwrap();
+        let e = allowed.client.post("http://localhost:9/x").send().await.unwrap_err();
+        assert!(!is_refused(&e), "{e:?}");
+    }
+
     #[tokio::test]
     async fn refuses_loopback_unless_allowed() {
         let s = HttpSender::new(Duration::from_secs(1), false, false).unwrap();

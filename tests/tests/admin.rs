@@ -133,7 +133,7 @@ async fn prefix_filters_stats_and_forced_delete() {
     assert_eq!((status, d["deliveries_ended"].as_u64()), (200, Some(3)), "{d}");
     // Its end_deleted job finds nothing the listing missed (the emulator's index has no lag)
     // and is done once the index has had time to settle.
-    let job = d["job_id"].as_str().expect("a forced delete names its end_deleted job").to_string();
+    let job = d["job_id"].as_str().expect("a delete names its end_deleted job").to_string();
     eventually("the end_deleted job is done", Duration::from_secs(20), || async {
         sweep::sweep(&stack.app).await.unwrap();
         let (_, j) = stack.call(Method::GET, &format!("/v1/jobs/{job}"), None).await;

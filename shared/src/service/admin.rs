@@ -214,7 +214,8 @@ pub async fn get_endpoint(app: &App, id: &str) -> Result<EndpointView, ServiceEr
 ///
 /// # Errors
 /// [`ServiceError::NotFound`]; [`ServiceError::Validation`] naming the field;
-/// [`ServiceError::Conflict`] when the endpoint kept changing under it.
+/// [`ServiceError::DestinationNotAllowed`] for a new `url` that is, or resolves to, a
+/// non-public address; [`ServiceError::Conflict`] when the endpoint kept changing under it.
 pub async fn update_endpoint(app: &App, id: &str, body: &Map<String, Value>) -> Result<EndpointView, ServiceError> {
     let ep = find_endpoint(app, id).await?;
     if let Some(url) = body.get("url").and_then(Value::as_str) {
@@ -274,9 +275,9 @@ pub async fn list_endpoints(
 pub struct Deleted {
     /// Unfinished deliveries the delete ended as exhausted (`endpoint_deleted`).
     pub deliveries_ended: usize,
-    /// The `end_deleted` job of a forced delete (`GET /v1/jobs/{id}`), which ends what the
-    /// delete's listing missed; `None` without `force`.
-    pub job_id: Option<String>,
+    /// The delete's `end_deleted` job (`GET /v1/jobs/{id}`), which ends what the delete's
+    /// listing missed.
+    pub job_id: String,
 }
 
 /// Unfinished statuses: the delivery may still be attempted.
@@ -287,9 +288,9 @@ pub const UNFINISHED: [DeliveryStatus; 3] = [DeliveryStatus::Scheduled, Delivery
 /// `endpoint_deleted`: nothing silently vanishes. Returns how many were ended, and the job.
 ///
 /// The listing reads the `by_endpoint` index, which can lag the table by a moment: a
-/// delivery written just before may be missed. A forced delete therefore first writes an
+/// delivery written just before may be missed. Every delete therefore first writes an
 /// `end_deleted` job, which the sweeper runs once the endpoint is gone and the index has
-/// settled, ending what the listing missed (and, should this call die half way, the rest).
+/// settled, ending what the listing missed.
 ///
 /// # Errors
 /// [`ServiceError::NotFound`]; [`ServiceError::Conflict`] with the count of unfinished
@@ -309,11 +310,8 @@ pub async fn delete_endpoint(app: &App, id: &str, force: bool) -> Result<Deleted
         )));
     }
     let now = app.clock.now();
-    let mut job_id = None;
-    if force {
-        let settle = now + chrono::Duration::seconds(health::INDEX_SETTLE_SECONDS);
-        job_id = Some(health::start_job(app, &ep, JobKind::EndDeleted, settle, None, None).await?.id);
-    }
+    let settle = now + chrono::Duration::seconds(health::INDEX_SETTLE_SECONDS);
+    let job_id = health::start_job(app, &ep, JobKind::EndDeleted, settle, None, None).await?.id;
     for d in &unfinished {
         end_as_deleted(app, &d.id, d.status, d.attempt_count, d.created_at).await?;
     }

@@ -14,7 +14,7 @@
 use crate::App;
 use crate::endpoint_lifecycle;
 use crate::error::ServiceError;
-use crate::lifecycle::{self, AttemptMessage, Next, Transition};
+use crate::lifecycle::{self, AttemptMessage, Field, Next, Transition};
 use crate::metrics;
 use crate::model::{
     Attempt, Delivery, DeliveryStatus, Disabled, Endpoint, EndpointState, REASON_CIRCUIT_BREAKER, REASON_GONE,
@@ -364,7 +364,24 @@ async fn record_with_health(
             Committed::DeliveryLost => return Ok(None),
             Committed::EndpointChanged => match app.store.get_endpoint(&ep.tenant_id, &ep.id).await? {
                 Some(now) => ep = now,
-                None => return Ok(apply_or_lost(app, delivery, &plain.0).await?.then_some(plain)),
+                None => {
+                    // Deleted meanwhile: nothing would ever release a held delivery of it, so
+                    // what the policy would hold (a disable code, a probe's failure) ends as
+                    // a dead letter with reason `endpoint_deleted` instead.
+                    let gone = if plain.0.status == DeliveryStatus::Held {
+                        let (t, e) = lifecycle::complete(
+                            &app.config,
+                            app.clock.now(),
+                            delivery,
+                            attempt.clone(),
+                            Next::Exhausted,
+                        );
+                        (Transition { reason: Field::Set("endpoint_deleted".into()), ..t }, e)
+                    } else {
+                        plain
+                    };
+                    return Ok(apply_or_lost(app, delivery, &gone.0).await?.then_some(gone));
+                }
             },
         }
     }

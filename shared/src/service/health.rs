@@ -3,7 +3,7 @@
 //! guard) and the background jobs that carry out what must follow a transition, one bounded
 //! step per sweeper tick: hold a disabled endpoint's scheduled deliveries, tell its owner,
 //! release what was held after an enable, release a half-open probe, recover a window of dead
-//! letters.
+//! letters, end what a deleted endpoint's delete missed.
 //!
 //! A transition's jobs are written in the same transaction as the transition; the caller runs
 //! the hold and notify steps at once (best effort) and the sweeper runs whatever is still due,
@@ -34,7 +34,9 @@ pub const CHANGE_TRIES: usize = 5;
 pub const INDEX_SETTLE_SECONDS: i64 = 5;
 
 /// How long an `end_deleted` job waits for its endpoint's delete before it gives up (600
-/// seconds: the delete follows the job's write within one admin call of at most 30 s).
+/// seconds: the delete follows the job's write within one admin call, 30 s at most on
+/// Lambda; a delete that failed half way leaves the endpoint, and its caller an error to
+/// retry, which writes a new job).
 pub const END_DELETED_GIVE_UP_SECONDS: i64 = 600;
 
 /// Reads endpoint (`tenant_id`, `id`), asks `decide` for a change on it as read, and commits
@@ -205,13 +207,18 @@ async fn job_step(app: &App, id: &str, now: DateTime<Utc>) -> Result<Vec<Enqueue
     let Some(mut job) = app.store.get_job(id).await? else { return Ok(Vec::new()) };
     let endpoint = app.store.get_endpoint(&job.tenant_id, &job.endpoint_id).await?;
     let mut out = Vec::new();
-    let limit = app.config.release_per_tick.max(1);
+    // A list page holds at most 100 deliveries: a step that asked for more and found fewer
+    // would take that as "nothing left".
+    let limit = app.config.release_per_tick.clamp(1, 100);
     let settled = now - job.created_at >= Duration::seconds(INDEX_SETTLE_SECONDS);
     match (job.kind, endpoint) {
         (JobKind::EndDeleted, None) => {
+            // The index settles from the delete, which the first step to find the endpoint
+            // gone stands for (the job is written before the delete's own work).
+            let gone = *job.since.get_or_insert(now);
             let found = end_deleted_page(app, &job, limit).await?;
             job.processed += u32::try_from(found).unwrap_or(u32::MAX);
-            if found < limit && settled {
+            if found < limit && now - gone >= Duration::seconds(INDEX_SETTLE_SECONDS) {
                 job.status = "done".into();
             }
         }

@@ -21,7 +21,8 @@ pub struct SweepReport {
     pub recovered_leases: usize,
     /// Items another tick or worker changed first.
     pub lost: usize,
-    /// Job steps run (hold, notify, release after re-enable, recover, half-open probe).
+    /// Job steps run (hold, notify, release after re-enable, recover, half-open probe, end
+    /// deleted).
     pub jobs_run: usize,
     /// Due job steps left for the next tick because the tick's budget
     /// (`WEBHOOKS_SWEEP_BUDGET_SECONDS`) was spent.
@@ -30,7 +31,9 @@ pub struct SweepReport {
 
 /// Up to `sweep_batch` due items over all shards, never more: an even share of each shard
 /// first, then what is left of the cap to the shards that had more (hashing spreads items
-/// evenly only on average), for at most four rounds. Every item is read once.
+/// evenly only on average), for at most four rounds; once fewer items are left than shards
+/// with more, those shards are asked one after another, from a random one, for all that is
+/// left. Every item is read once.
 async fn read_due(app: &App, until_ms: i64) -> Result<Vec<Due>, ServiceError> {
     let cfg = &app.config;
     let mut items = Vec::new();
@@ -42,14 +45,21 @@ async fn read_due(app: &App, until_ms: i64) -> Result<Vec<Due>, ServiceError> {
             break;
         }
         if budget < open.len() {
-            // Fewer items left than shards: one each from `budget` of them, starting at a
-            // random shard, so no shard waits on the others every tick (ticks come at a fixed
-            // interval, so a start taken from the clock could pick the same shards each time).
+            // A share of at least one each would read past the cap. Start at a random shard,
+            // so no shard waits on the others every tick (ticks come at a fixed interval: a
+            // start taken from the clock could pick the same shards each time).
             let mut pick = [0u8; 4];
             app.random.fill(&mut pick);
             let start = usize::try_from(u32::from_le_bytes(pick)).unwrap_or(0) % open.len();
             open.rotate_left(start);
-            open.truncate(budget);
+            for (shard, after) in &open {
+                let left = cfg.sweep_batch.saturating_sub(items.len());
+                if left == 0 {
+                    break;
+                }
+                items.extend(app.store.due(*shard, until_ms, left, after.as_ref()).await?);
+            }
+            break;
         }
         let share = budget / open.len();
         let reads = open.iter().map(|(shard, after)| app.store.due(*shard, until_ms, share, after.as_ref()));
