@@ -346,6 +346,33 @@ async fn a_fan_out_whose_write_went_through_but_answered_an_error_is_taken_back(
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_failed_repeat_of_an_event_takes_back_only_its_own_items() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    for _ in 0..150 {
+        stack.endpoint("big", &rx.url, Value::Null).await;
+    }
+    let body = json!({"tenant_id": "big", "event_type": "order.paid", "payload": {}, "id": "evt-twice"});
+    let (status, first) = stack.call(Method::POST, "/v1/events", Some(body.clone())).await;
+    assert_eq!(status, 202, "{first}");
+    for _ in 0..10 {
+        stack.endpoint("big", &rx.url, Value::Null).await;
+    }
+    // The repeat: 161 items, its first transaction all items that exist already (written one
+    // by one then, none created), its second fails. Its take-back must leave the first
+    // ingest's 150 deliveries alone: they are not this call's.
+    let base = faulty_api(&stack, "TransactWriteItems", 2).await;
+    let resp = stack.http.post(format!("{base}/v1/events")).json(&body).send().await.unwrap();
+    let status = resp.status().as_u16();
+    let failed: Value = resp.json().await.unwrap_or(Value::Null);
+    assert_eq!(status, 503, "{failed}");
+    let (status, event) = stack.call(Method::GET, "/v1/events/evt-twice?tenant_id=big", None).await;
+    assert_eq!(status, 200, "the first ingest's event is still there: {event}");
+    assert_eq!(event["deliveries"].as_array().map_or(0, Vec::len), 150, "the first ingest's deliveries stay");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn since_after_until_is_refused_naming_both() {
     let stack = Stack::start(|_| {}).await;
     let rx = Receiver::start(Reply::Status(200)).await;
