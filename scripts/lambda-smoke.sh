@@ -81,8 +81,10 @@ fi
 echo "newest GLIBC_ symbol needed: $worst (Amazon Linux 2023 has $GLIBC_MAX)"
 
 step "smoke test of the bootstraps under a local Lambda Runtime API"
+# The smoke's Python (boto3) lives in moto's venv: installed even when AWS_ENDPOINT_URL points
+# elsewhere (then only the emulator is not started).
+ensure_moto
 if [ -z "${AWS_ENDPOINT_URL:-}" ]; then
-  ensure_moto
   port=$(free_port)
   start_moto "$port" .local/moto-lambda-smoke.log
   trap 'kill $MOTO_PID 2>/dev/null || true' EXIT
