@@ -19,6 +19,7 @@
 //! | `GET /v1/deliveries/{id}` | 200 [`admin::DeliveryView`] |
 //! | `GET /v1/deliveries?status=&endpoint_id=&limit=&cursor=` | 200 `{"data", "next_cursor"}` |
 //! | `POST /v1/deliveries/{id}/replay` | 202 [`admin::DeliveryView`] |
+//! | `POST /v1/tenants/{tenant_id}/portal-sessions` `{"ttl_seconds"?}` | 201 [`crate::ui::token::PortalSession`]: a signed portal URL for one tenant |
 //!
 //! Every error is `{"error": {"code", "message"}}` with the status of [`ServiceError`].
 
@@ -509,6 +510,31 @@ async fn replay(State(app): State<App>, Path(id): Path<String>) -> Result<Respon
     Ok((StatusCode::ACCEPTED, Json(d)).into_response())
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PortalSessionBody {
+    ttl_seconds: Option<i64>,
+}
+
+/// `POST /v1/tenants/{tenant_id}/portal-sessions`: a portal URL on the host the request came
+/// to (`x-forwarded-proto` or http), so it points at the same API Gateway or local runtime.
+async fn portal_session(
+    State(app): State<App>,
+    Path(tenant_id): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ServiceError> {
+    let b: PortalSessionBody = match &body {
+        Ok(bytes) if bytes.is_empty() => PortalSessionBody { ttl_seconds: None },
+        _ => parse_body(body)?,
+    };
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty());
+    let host = header("x-forwarded-host").or_else(|| header("host")).unwrap_or("127.0.0.1");
+    let scheme = header("x-forwarded-proto").unwrap_or("http");
+    let session = crate::ui::token::create_session(&app, &tenant_id, b.ttl_seconds, &format!("{scheme}://{host}"))?;
+    Ok((StatusCode::CREATED, Json(session)).into_response())
+}
+
 async fn no_route(method: Method, uri: Uri) -> ServiceError {
     ServiceError::NotFound(format!("no route {method} {}", uri.path()))
 }
@@ -545,6 +571,7 @@ fn admin_routes() -> Router<App> {
         .route("/v1/deliveries", get(list_deliveries))
         .route("/v1/deliveries/{id}", get(get_delivery))
         .route("/v1/deliveries/{id}/replay", post(replay))
+        .route("/v1/tenants/{tenant_id}/portal-sessions", post(portal_session))
 }
 
 /// The ingest function's routes.

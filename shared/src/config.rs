@@ -84,6 +84,11 @@ pub struct Config {
     /// How long an `Idempotency-Key` answer is replayed (`WEBHOOKS_IDEMPOTENCY_HOURS`, hours,
     /// default 24).
     pub idempotency_window: std::time::Duration,
+    /// The key that signs tenant portal tokens (`WEBHOOKS_PORTAL_SECRET`, at least 32
+    /// characters). Unset: a random key made once per process (see
+    /// [`crate::ui::token::portal_key`]), enough where one process mints and checks tokens (the
+    /// local runtime, tests); the SAM template passes a generated secret to admin and portal.
+    pub portal_secret: Option<String>,
 }
 
 /// The smallest `WEBHOOKS_LEASE_MARGIN_MS`: 1000 milliseconds, room for the AWS calls between
@@ -130,6 +135,7 @@ impl Config {
             wait_scale: 1.0,
             secret_rotation: Duration::from_secs(24 * 3600),
             idempotency_window: Duration::from_secs(24 * 3600),
+            portal_secret: None,
         }
     }
 
@@ -196,6 +202,10 @@ impl Config {
         }
         c.secret_rotation = Duration::from_secs(3600 * parse::<u64>(&get, "WEBHOOKS_SECRET_ROTATION_HOURS", 24)?);
         c.idempotency_window = Duration::from_secs(3600 * parse::<u64>(&get, "WEBHOOKS_IDEMPOTENCY_HOURS", 24)?);
+        c.portal_secret = get("WEBHOOKS_PORTAL_SECRET").filter(|v| !v.is_empty());
+        if c.portal_secret.as_ref().is_some_and(|s| s.len() < 32) {
+            return Err(ConfigError { name: "WEBHOOKS_PORTAL_SECRET", problem: "must be at least 32 characters".into() });
+        }
         c.emit_metrics = in_lambda || get("WEBHOOKS_METRICS").is_some_and(|v| v == "emf");
         Ok(c)
     }

@@ -27,6 +27,7 @@ pub mod sender;
 pub mod service;
 pub mod signing;
 pub mod store;
+pub mod ui;
 pub mod validate;
 
 pub use app::App;

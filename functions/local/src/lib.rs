@@ -91,7 +91,10 @@ pub async fn start(app: App, sqs: aws_sdk_sqs::Client, options: Options) -> Resu
     let (stop, stopped) = watch::channel(false);
     let mut tasks = Vec::new();
 
-    let router = webhooks::api::router(app.clone()).layer(axum::middleware::map_response(close_after_413));
+    // The API, and the two screens (`/portal`, `/dashboard`) on the same port.
+    let router = webhooks::api::router(app.clone())
+        .merge(webhooks::ui::routes(app.clone()))
+        .layer(axum::middleware::map_response(close_after_413));
     let mut rx = stopped.clone();
     tasks.push(tokio::spawn(async move {
         let shutdown = async move {

@@ -1,0 +1,671 @@
+//! The tenant portal: `/portal`, one tenant's page, authenticated by a portal token
+//! ([`super::token`]) instead of IAM.
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /portal?token=` | checks the token, sets it as the session cookie (`HttpOnly; SameSite=Strict; Path=/portal`), 303 to `/portal` |
+//! | `GET /portal` | the tenant's endpoints, a create form, recent deliveries |
+//! | `POST /portal/endpoints` | create (`url`, `event_types`, `retry_preset`); the page shows the secret once |
+//! | `GET /portal/endpoints/{id}` | the endpoint, its edit form, actions and deliveries |
+//! | `POST /portal/endpoints/{id}` | edit `url` and `event_types`; 303 back |
+//! | `POST /portal/endpoints/{id}/disable`, `/enable` | 303 back |
+//! | `POST /portal/endpoints/{id}/rotate-secret` | the page shows the new secret once |
+//! | `POST /portal/endpoints/{id}/test` | one signed test POST to the endpoint, now; the page shows its answer |
+//! | `GET /portal/deliveries/{id}` | a delivery's attempt timeline (refreshed while in flight) |
+//! | `POST /portal/deliveries/{id}/resend` | replays an exhausted or held delivery; 303 back |
+//!
+//! Every handler takes the tenant from the verified session token only, and every endpoint or
+//! delivery id it is given must belong to that tenant: another tenant's id answers the same
+//! 404 page as a missing one. Every POST carries the session's form token (CSRF). A missing,
+//! tampered or expired token gets a 401 page that shows no data.
+
+use super::token::{self, Claims, TokenError};
+use super::{endpoint_badge, error_page, page, see_other, status_badge, text, time, timeline};
+use crate::App;
+use crate::error::ServiceError;
+use crate::model::{Delivery, Endpoint};
+use crate::service::admin;
+use crate::store::DeliveryQuery;
+use axum::Router;
+use axum::extract::rejection::FormRejection;
+use axum::extract::{Form, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use maud::{Markup, html};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+/// The session cookie's name.
+pub const COOKIE: &str = "webhooks_portal";
+const SITE: (&str, &str) = ("Webhooks portal", "/portal");
+/// Endpoints shown (and whose deliveries are gathered) on the portal's home page.
+const MAX_ENDPOINTS: usize = 100;
+
+/// The portal's routes under `/portal`.
+pub fn router(app: App) -> Router {
+    Router::new()
+        .route("/portal", get(home))
+        .route("/portal/", get(home))
+        .route("/portal/endpoints", post(create))
+        .route("/portal/endpoints/{id}", get(endpoint_page).post(edit))
+        .route("/portal/endpoints/{id}/disable", post(disable))
+        .route("/portal/endpoints/{id}/enable", post(enable))
+        .route("/portal/endpoints/{id}/rotate-secret", post(rotate))
+        .route("/portal/endpoints/{id}/test", post(test_event))
+        .route("/portal/deliveries/{id}", get(delivery_page))
+        .route("/portal/deliveries/{id}/resend", post(resend))
+        .with_state(app)
+}
+
+/// A verified session.
+struct Session {
+    claims: Claims,
+    token: String,
+    /// The form token every POST must carry.
+    form: String,
+}
+
+fn unauthorized(e: TokenError) -> Response {
+    let title = match e {
+        TokenError::Invalid => "This link is not valid",
+        TokenError::Expired => "This link has expired",
+    };
+    error_page(
+        StatusCode::UNAUTHORIZED,
+        SITE,
+        title,
+        &format!("{e}. Portal links are short-lived: open the portal again from your provider's dashboard."),
+    )
+}
+
+fn no_session() -> Response {
+    error_page(
+        StatusCode::UNAUTHORIZED,
+        SITE,
+        "No portal session",
+        "Open the portal from the link your provider gave you (it carries a short-lived token).",
+    )
+}
+
+/// The page of a refused request, with a way back.
+fn problem(e: &ServiceError) -> Response {
+    let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let title = match e {
+        ServiceError::NotFound(_) => "Not found",
+        ServiceError::Validation(_) | ServiceError::DestinationNotAllowed(_) | ServiceError::InvalidJson(_) => {
+            "Please check the form"
+        }
+        ServiceError::Conflict(_) => "Not possible right now",
+        _ => "Something went wrong",
+    };
+    if status.is_server_error() {
+        tracing::error!(error = %e, "portal request failed");
+    }
+    let message = match e {
+        // The same words for a missing id and another tenant's id.
+        ServiceError::NotFound(_) => "There is no such endpoint or delivery in your account.".to_string(),
+        ServiceError::Unavailable(_) | ServiceError::Internal(_) => "Please try again in a moment.".to_string(),
+        other => other.to_string(),
+    };
+    let body = html! {
+        h1 { (title) }
+        p.flash.bad role="alert" { (message) }
+        p { a href="/portal" { "Back to your endpoints" } }
+    };
+    (status, Html(page(title, SITE, nav(), "", body).into_string())).into_response()
+}
+
+fn nav() -> Markup {
+    html! { a href="/portal" { "Endpoints" } }
+}
+
+fn cookie_token(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(cookie::Cookie::split_parse)
+        .filter_map(Result::ok)
+        .find(|c| c.name() == COOKIE)
+        .map(|c| c.value().to_string())
+}
+
+fn session(app: &App, headers: &HeaderMap) -> Result<Session, Response> {
+    let token = cookie_token(headers).ok_or_else(no_session)?;
+    let key = token::portal_key(&app.config);
+    let claims = token::verify(&key, &token, app.clock.now()).map_err(unauthorized)?;
+    let form = token::form_token(&key, &token);
+    Ok(Session { claims, token, form })
+}
+
+/// A session whose POST carried its form token, or the page that refuses it.
+fn posted(app: &App, headers: &HeaderMap, csrf: &str) -> Result<Session, Response> {
+    let s = session(app, headers)?;
+    if token::form_token_ok(&token::portal_key(&app.config), &s.token, csrf) {
+        Ok(s)
+    } else {
+        Err(error_page(
+            StatusCode::FORBIDDEN,
+            SITE,
+            "Form expired",
+            "This form was not sent from your current portal session. Go back, reload the page and try again.",
+        ))
+    }
+}
+
+fn render(s: &Session, title: &str, body: Markup) -> Response {
+    let who = format!("{} · session ends {}", s.claims.tenant_id, s.claims.expires_at.format("%H:%M UTC"));
+    let mut r = Html(page(title, SITE, nav(), &who, body).into_string()).into_response();
+    r.headers_mut().insert(header::CACHE_CONTROL, axum::http::HeaderValue::from_static("no-store"));
+    r
+}
+
+fn csrf_field(s: &Session) -> Markup {
+    html! { input type="hidden" name="csrf" value=(s.form); }
+}
+
+/// A button that POSTs to `action` with the session's form token.
+fn action(s: &Session, to: &str, label: &str, class: &str) -> Markup {
+    html! { form.inline method="post" action=(to) { (csrf_field(s)) button type="submit" class=(class) { (label) } } }
+}
+
+/// The endpoint `id` when it is the session tenant's; otherwise (missing, or another
+/// tenant's) [`ServiceError::NotFound`].
+async fn owned_endpoint(app: &App, s: &Session, id: &str) -> Result<Endpoint, ServiceError> {
+    let not_found = || ServiceError::NotFound(format!("endpoint {id}"));
+    let ep = admin::find_endpoint(app, id).await.map_err(|e| match e {
+        ServiceError::Validation(_) => not_found(),
+        other => other,
+    })?;
+    if ep.tenant_id == s.claims.tenant_id { Ok(ep) } else { Err(not_found()) }
+}
+
+/// The delivery `id` when it is the session tenant's; otherwise [`ServiceError::NotFound`].
+async fn owned_delivery(app: &App, s: &Session, id: &str) -> Result<Delivery, ServiceError> {
+    let not_found = || ServiceError::NotFound(format!("delivery {id}"));
+    if crate::validate::lookup_id("delivery", id).is_err() {
+        return Err(not_found());
+    }
+    match app.store.get_delivery(id).await? {
+        Some(d) if d.tenant_id == s.claims.tenant_id => Ok(d),
+        _ => Err(not_found()),
+    }
+}
+
+fn json_of<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+#[derive(Deserialize)]
+struct TokenParam {
+    token: Option<String>,
+}
+
+async fn home(State(app): State<App>, Query(q): Query<TokenParam>, headers: HeaderMap) -> Response {
+    if let Some(t) = q.token {
+        let key = token::portal_key(&app.config);
+        return match token::verify(&key, &t, app.clock.now()) {
+            Ok(claims) => {
+                let max_age = (claims.expires_at - app.clock.now()).num_seconds().max(0);
+                let c = cookie::Cookie::build((COOKIE, t))
+                    .http_only(true)
+                    .same_site(cookie::SameSite::Strict)
+                    .secure(app.config.require_https)
+                    .path("/portal")
+                    .max_age(cookie::time::Duration::seconds(max_age))
+                    .build();
+                let mut r = see_other("/portal");
+                if let Ok(v) = c.to_string().parse() {
+                    r.headers_mut().insert(header::SET_COOKIE, v);
+                }
+                r
+            }
+            Err(e) => unauthorized(e),
+        };
+    }
+    let s = match session(&app, &headers) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    match home_page(&app, &s).await {
+        Ok(r) => r,
+        Err(e) => problem(&e),
+    }
+}
+
+async fn home_page(app: &App, s: &Session) -> Result<Response, ServiceError> {
+    let endpoints = admin::list_endpoints(app, &s.claims.tenant_id, MAX_ENDPOINTS, None).await?.data;
+    let mut recent = Vec::new();
+    for ep in &endpoints {
+        let q = DeliveryQuery { endpoint_id: Some(ep.id.clone()), limit: 10, ..DeliveryQuery::default() };
+        recent.extend(admin::list_deliveries(app, q).await?.data);
+    }
+    recent.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+    recent.truncate(25);
+    let body = html! {
+        h1 { "Your webhook endpoints" }
+        @if endpoints.is_empty() { p { "No endpoint yet: add one below to start receiving webhooks." } }
+        @else {
+            div.scroll { table {
+                caption.muted { (endpoints.len()) " endpoints" }
+                thead { tr { th scope="col" { "URL" } th scope="col" { "Events" } th scope="col" { "State" } th scope="col" { "Failures in a row" } } }
+                tbody { @for ep in &endpoints { @let v = json_of(ep); tr {
+                    td { a href={"/portal/endpoints/" (ep.id)} { code { (ep.url) } } }
+                    td { (event_types(&ep.event_types)) }
+                    td { (endpoint_badge(&v)) }
+                    td { (ep.consecutive_failures) }
+                } } }
+            } }
+        }
+        (create_form(s))
+        h2 { "Recent deliveries" }
+        (deliveries_table(&recent.iter().map(json_of).collect::<Vec<_>>(), true))
+    };
+    Ok(render(s, "Endpoints", body))
+}
+
+fn event_types(types: &Option<Vec<String>>) -> String {
+    match types {
+        None => "all events".into(),
+        Some(t) => t.join(", "),
+    }
+}
+
+fn create_form(s: &Session) -> Markup {
+    html! {
+        form.card method="post" action="/portal/endpoints" {
+            h2 style="margin-top:0" { "Add an endpoint" }
+            (csrf_field(s))
+            label for="url" { "Endpoint URL" }
+            input #url type="url" name="url" required placeholder="https://example.com/webhooks" autocomplete="url";
+            label for="event_types" { "Event types" }
+            input #event_types type="text" name="event_types" placeholder="order.paid, invoice.*" aria-describedby="event_types_hint";
+            p.hint #event_types_hint { "Comma separated; a name ending in .* takes a prefix. Empty: every event." }
+            label for="retry_preset" { "Retry schedule" }
+            select #retry_preset name="retry_preset" {
+                option value="standard" { "standard: 8 attempts over about 36 hours" }
+                option value="svix" { "svix: 8 attempts over about 28 hours" }
+                option value="frappe" { "frappe: 4 attempts over about 2.5 hours" }
+                option value="rate_limit_only" { "rate_limit_only: retry 429 only" }
+            }
+            div { button.primary type="submit" { "Add endpoint" } }
+        }
+    }
+}
+
+fn deliveries_table(rows: &[Value], with_endpoint: bool) -> Markup {
+    html! {
+        @if rows.is_empty() { p.muted { "No delivery yet." } }
+        @else { div.scroll { table {
+            thead { tr {
+                th scope="col" { "Delivery" } th scope="col" { "Event type" }
+                @if with_endpoint { th scope="col" { "Endpoint" } }
+                th scope="col" { "Status" } th scope="col" { "Attempts" } th scope="col" { "Accepted" }
+            } }
+            tbody { @for d in rows { tr {
+                td { a href={"/portal/deliveries/" (text(&d["id"]))} { code { (text(&d["id"])) } } }
+                td { (text(&d["event_type"])) }
+                @if with_endpoint { td { a href={"/portal/endpoints/" (text(&d["endpoint_id"]))} { code { (text(&d["endpoint_id"])) } } } }
+                td { (status_badge(d["status"].as_str().unwrap_or("?"))) }
+                td { (text(&d["attempt_count"])) }
+                td { (time(&d["created_at"])) }
+            } } }
+        } } }
+    }
+}
+
+#[derive(Deserialize)]
+struct EndpointForm {
+    csrf: String,
+    url: String,
+    #[serde(default)]
+    event_types: String,
+    retry_preset: Option<String>,
+}
+
+/// `"order.paid, invoice.*"` as the API's `event_types`: a list, or null (every type) when empty.
+fn parse_types(field: &str) -> Value {
+    let types: Vec<&str> = field.split([',', ' ', '\n']).map(str::trim).filter(|t| !t.is_empty()).collect();
+    if types.is_empty() { Value::Null } else { json!(types) }
+}
+
+fn form_problem(e: FormRejection) -> Response {
+    problem(&ServiceError::Validation(format!("the form could not be read: {}", e.body_text())))
+}
+
+async fn create(
+    State(app): State<App>,
+    headers: HeaderMap,
+    form: Result<Form<EndpointForm>, FormRejection>,
+) -> Response {
+    let Form(f) = match form {
+        Ok(f) => f,
+        Err(e) => return form_problem(e),
+    };
+    let s = match posted(&app, &headers, &f.csrf) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let preset = f.retry_preset.as_deref().unwrap_or("standard");
+    if !["standard", "svix", "frappe", "rate_limit_only"].contains(&preset) {
+        return problem(&ServiceError::Validation(format!("retry schedule: {preset:?} is not one of the choices")));
+    }
+    let mut body = Map::new();
+    body.insert("tenant_id".into(), json!(s.claims.tenant_id));
+    body.insert("url".into(), json!(f.url.trim()));
+    body.insert("retry_policy".into(), json!({"preset": preset}));
+    if let Value::Array(t) = parse_types(&f.event_types) {
+        body.insert("event_types".into(), Value::Array(t));
+    }
+    match admin::create_endpoint(&app, &body).await {
+        Ok(ep) => {
+            let body = html! {
+                h1 { "Endpoint added" }
+                p.flash role="status" { "Your endpoint " code { (ep.url) } " is ready." }
+                (secret_box(ep.secret.as_deref().unwrap_or("")))
+                p { a href={"/portal/endpoints/" (ep.id)} { "Open the endpoint" } " · " a href="/portal" { "All endpoints" } }
+            };
+            render(&s, "Endpoint added", body)
+        }
+        Err(e) => problem(&e),
+    }
+}
+
+fn secret_box(secret: &str) -> Markup {
+    html! {
+        section.card aria-labelledby="secret-h" {
+            h2 #secret-h style="margin-top:0" { "Signing secret (shown once)" }
+            p { "Copy it now: it verifies the " code { "webhook-signature" } " header of every request we send. "
+                "It will not be shown again; rotate it to get a new one." }
+            code.secret #secret { (secret) }
+        }
+    }
+}
+
+async fn endpoint_page(State(app): State<App>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+    let s = match session(&app, &headers) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let result = async {
+        let ep = owned_endpoint(&app, &s, &id).await?;
+        let q = DeliveryQuery { endpoint_id: Some(ep.id.clone()), limit: 50, ..DeliveryQuery::default() };
+        let deliveries = admin::list_deliveries(&app, q).await?.data;
+        Ok::<_, ServiceError>(endpoint_body(&s, &ep, &deliveries.iter().map(json_of).collect::<Vec<_>>()))
+    }
+    .await;
+    match result {
+        Ok(body) => render(&s, "Endpoint", body),
+        Err(e) => problem(&e),
+    }
+}
+
+fn endpoint_body(s: &Session, ep: &Endpoint, deliveries: &[Value]) -> Markup {
+    let v = json_of(&admin::EndpointView::of(ep.clone(), false));
+    let base = format!("/portal/endpoints/{}", ep.id);
+    let types = ep.event_types.as_ref().map(|t| t.join(", ")).unwrap_or_default();
+    html! {
+        h1 { "Endpoint" }
+        dl.facts {
+            dt { "URL" } dd { code { (ep.url) } }
+            dt { "Id" } dd { code { (ep.id) } }
+            dt { "State" } dd { (endpoint_badge(&v)) }
+            dt { "Events" } dd { (event_types(&ep.event_types)) }
+            dt { "Retry schedule" } dd { (ep.retry_policy.preset) }
+            dt { "Failures in a row" } dd { (ep.consecutive_failures) }
+            @if let Some(until) = ep.previous_secret_expires_at { dt { "Previous secret" } dd { "also signs until " (until.format("%Y-%m-%d %H:%M UTC")) } }
+        }
+        div {
+            @if ep.enabled { (action(s, &format!("{base}/disable"), "Disable", "danger")) }
+            @else { (action(s, &format!("{base}/enable"), "Enable", "primary")) }
+            (action(s, &format!("{base}/rotate-secret"), "Rotate secret", ""))
+            (action(s, &format!("{base}/test"), "Send a test event", ""))
+        }
+        form.card method="post" action=(base) {
+            h2 style="margin-top:0" { "Edit" }
+            (csrf_field(s))
+            label for="url" { "Endpoint URL" }
+            input #url type="url" name="url" required value=(ep.url);
+            label for="event_types" { "Event types" }
+            input #event_types type="text" name="event_types" value=(types) aria-describedby="event_types_hint";
+            p.hint #event_types_hint { "Comma separated; a name ending in .* takes a prefix. Empty: every event." }
+            div { button.primary type="submit" { "Save" } }
+        }
+        h2 { "Deliveries" }
+        (deliveries_table(deliveries, false))
+    }
+}
+
+async fn edit(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    form: Result<Form<EndpointForm>, FormRejection>,
+) -> Response {
+    let Form(f) = match form {
+        Ok(f) => f,
+        Err(e) => return form_problem(e),
+    };
+    let s = match posted(&app, &headers, &f.csrf) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let result = async {
+        let ep = owned_endpoint(&app, &s, &id).await?;
+        let mut body = Map::new();
+        body.insert("url".into(), json!(f.url.trim()));
+        body.insert("event_types".into(), parse_types(&f.event_types));
+        admin::update_endpoint(&app, &ep.id, &body).await
+    }
+    .await;
+    match result {
+        Ok(ep) => see_other(&format!("/portal/endpoints/{}", ep.id)),
+        Err(e) => problem(&e),
+    }
+}
+
+#[derive(Deserialize)]
+struct CsrfForm {
+    csrf: String,
+}
+
+/// Checks the session, its form token and that `id` is the tenant's endpoint, then runs `f`.
+async fn endpoint_action<F, Fut>(app: &App, headers: &HeaderMap, id: &str, csrf: &str, f: F) -> Response
+where
+    F: FnOnce(App, Session, Endpoint) -> Fut,
+    Fut: std::future::Future<Output = Result<Response, ServiceError>>,
+{
+    let s = match posted(app, headers, csrf) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let ep = match owned_endpoint(app, &s, id).await {
+        Ok(ep) => ep,
+        Err(e) => return problem(&e),
+    };
+    f(app.clone(), s, ep).await.unwrap_or_else(|e| problem(&e))
+}
+
+fn csrf_of(form: Result<Form<CsrfForm>, FormRejection>) -> String {
+    form.map(|Form(f)| f.csrf).unwrap_or_default()
+}
+
+async fn disable(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    form: Result<Form<CsrfForm>, FormRejection>,
+) -> Response {
+    endpoint_action(&app, &headers, &id, &csrf_of(form), |app, _, ep| async move {
+        admin::disable_endpoint(&app, &ep.id).await?;
+        Ok(see_other(&format!("/portal/endpoints/{}", ep.id)))
+    })
+    .await
+}
+
+async fn enable(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    form: Result<Form<CsrfForm>, FormRejection>,
+) -> Response {
+    endpoint_action(&app, &headers, &id, &csrf_of(form), |app, _, ep| async move {
+        admin::enable_endpoint(&app, &ep.id).await?;
+        Ok(see_other(&format!("/portal/endpoints/{}", ep.id)))
+    })
+    .await
+}
+
+async fn rotate(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    form: Result<Form<CsrfForm>, FormRejection>,
+) -> Response {
+    endpoint_action(&app, &headers, &id, &csrf_of(form), |app, s, ep| async move {
+        let view = admin::rotate_secret(&app, &ep.id, None).await?;
+        let body = html! {
+            h1 { "Secret rotated" }
+            (secret_box(view.secret.as_deref().unwrap_or("")))
+            @if let Some(until) = view.previous_secret_expires_at {
+                p { "The previous secret also signs every request until " (until.format("%Y-%m-%d %H:%M UTC"))
+                    ", so you can switch your receiver over without missing a webhook." }
+            }
+            p { a href={"/portal/endpoints/" (ep.id)} { "Back to the endpoint" } }
+        };
+        Ok(render(&s, "Secret rotated", body))
+    })
+    .await
+}
+
+/// The event type of the portal's test event.
+pub const TEST_EVENT_TYPE: &str = "webhooks.test";
+
+async fn test_event(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    form: Result<Form<CsrfForm>, FormRejection>,
+) -> Response {
+    endpoint_action(&app, &headers, &id, &csrf_of(form), |app, s, ep| async move {
+        let attempt = send_test(&app, &ep).await?;
+        let a = json_of(&attempt);
+        let body = html! {
+            h1 { "Test event sent" }
+            p { "One signed " code { (TEST_EVENT_TYPE) } " request went to " code { (ep.url) } " just now (it is not retried and is not listed among deliveries)." }
+            ol.timeline aria-label="Test attempt" { li class=(super::attempt_class(&a)) {
+                strong { "Result: " }
+                @match (attempt.status_code, attempt.error.as_deref()) {
+                    (Some(c), None) => { "HTTP " (c) " delivered" }
+                    (Some(c), Some(_)) => { "HTTP " (c) " failed" }
+                    (None, Some(e)) => { (e) }
+                    (None, None) => { "no answer" }
+                }
+                " · " (attempt.duration_ms) " ms"
+                @if let Some(b) = attempt.response_body.as_deref().filter(|b| !b.is_empty()) { pre { (b) } }
+            } }
+            p { a href={"/portal/endpoints/" (ep.id)} { "Back to the endpoint" } }
+        };
+        Ok(render(&s, "Test event", body))
+    })
+    .await
+}
+
+/// POSTs one test event (`webhooks.test`, a fresh `msg_test_` id) to `ep` now, signed as
+/// deliveries are (every current signing secret), and returns the attempt as it would be
+/// recorded. Writes nothing.
+///
+/// # Errors
+/// [`ServiceError::Conflict`] when the endpoint's secret cannot be decoded.
+pub async fn send_test(app: &App, ep: &Endpoint) -> Result<crate::model::Attempt, ServiceError> {
+    let now = app.clock.now();
+    let id = format!("msg_test_{}", app.random.ulid(now));
+    let payload = json!({
+        "type": TEST_EVENT_TYPE,
+        "timestamp": now.to_rfc3339(),
+        "data": {"message": "A test event from the webhooks portal", "endpoint_id": ep.id},
+    });
+    let body = Bytes::from(payload.to_string());
+    let mut keys = Vec::new();
+    for secret in ep.signing_secrets(now) {
+        keys.push(
+            crate::signing::secret_key(secret)
+                .map_err(|_| ServiceError::Conflict("the endpoint's secret is not valid; rotate it".into()))?,
+        );
+    }
+    let ts = now.timestamp();
+    let signature = keys.iter().map(|k| crate::signing::sign(k, &id, ts, &body)).collect::<Vec<_>>().join(" ");
+    let headers = [
+        (crate::signing::HEADER_ID, id.clone()),
+        (crate::signing::HEADER_TIMESTAMP, ts.to_string()),
+        (crate::signing::HEADER_SIGNATURE, signature),
+        (crate::signing::HEADER_ATTEMPT, "1".to_string()),
+    ];
+    let r = app.sender.post(&ep.url, &headers, body).await;
+    let (status_code, error) = match r.outcome {
+        crate::policy::Outcome::Status(c) if (200..300).contains(&c) => (Some(c), None),
+        crate::policy::Outcome::Status(c) => (Some(c), Some("http_status".to_string())),
+        crate::policy::Outcome::Timeout => (None, Some("timeout".to_string())),
+        crate::policy::Outcome::Connection => (None, Some("connection".to_string())),
+        crate::policy::Outcome::Refused => (None, Some("destination_not_allowed".to_string())),
+    };
+    Ok(crate::model::Attempt {
+        attempt: 1,
+        at: now,
+        status_code,
+        error,
+        duration_ms: r.duration_ms,
+        response_body: r.body,
+        next_wait_seconds: None,
+        retry_after_seconds: None,
+        wait_source: None,
+    })
+}
+
+async fn delivery_page(State(app): State<App>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+    let s = match session(&app, &headers) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let d = match owned_delivery(&app, &s, &id).await {
+        Ok(d) => d,
+        Err(e) => return problem(&e),
+    };
+    let view = json_of(&admin::DeliveryView::from(d.clone()));
+    let live = matches!(d.status, crate::model::DeliveryStatus::Scheduled | crate::model::DeliveryStatus::Sending);
+    let resendable = matches!(d.status, crate::model::DeliveryStatus::Exhausted | crate::model::DeliveryStatus::Held);
+    let body = html! {
+        h1 { "Delivery " code { (d.id) } }
+        p { "To endpoint " a href={"/portal/endpoints/" (d.endpoint_id)} { code { (d.endpoint_id) } } }
+        div {
+            @if resendable { (action(&s, &format!("/portal/deliveries/{}/resend", d.id), "Resend", "primary")) }
+            @else { p.hint { "Resend is offered once a delivery has failed for good (or is held)." } }
+        }
+        p { label style="display:inline;font-weight:400" { input #live-on type="checkbox" checked[live]; " Refresh every 2 seconds" } }
+        section #live aria-live="polite" { (timeline(&view)) }
+    };
+    render(&s, "Delivery", body)
+}
+
+async fn resend(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    form: Result<Form<CsrfForm>, FormRejection>,
+) -> Response {
+    let s = match posted(&app, &headers, &csrf_of(form)) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let result = async {
+        let d = owned_delivery(&app, &s, &id).await?;
+        admin::replay(&app, &d.id).await
+    }
+    .await;
+    match result {
+        Ok(d) => see_other(&format!("/portal/deliveries/{}", d.id)),
+        Err(e) => problem(&e),
+    }
+}
