@@ -361,9 +361,11 @@ async fn delivery(State(d): State<Dash>, Path(id): Path<String>) -> Result<Respo
         h1 { "Delivery " code { (id) } }
         p { "Tenant " a href={"/dashboard?tenant=" (enc(&text(&v["tenant_id"])))} { (text(&v["tenant_id"])) }
             " · endpoint " a href={"/dashboard/endpoints/" (text(&v["endpoint_id"]))} { code { (text(&v["endpoint_id"])) } } }
-        @if matches!(status, "exhausted" | "held") { div { (d.action(&format!("/dashboard/deliveries/{}/replay", enc(&id)), "Replay", "primary")) } }
         p { label style="display:inline;font-weight:400" { input #live-on type="checkbox" checked[live]; " Refresh every 2 seconds" } }
-        section #live aria-live="polite" { (timeline(&v)) }
+        section #live aria-live="polite" {
+            @if matches!(status, "exhausted" | "held") { div { (d.action(&format!("/dashboard/deliveries/{}/replay", enc(&id)), "Replay", "primary")) } }
+            (timeline(&v))
+        }
     };
     Ok(render("Delivery", body))
 }

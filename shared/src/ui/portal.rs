@@ -639,12 +639,14 @@ async fn delivery_page(State(app): State<App>, Path(id): Path<String>, headers: 
     let body = html! {
         h1 { "Delivery " code { (d.id) } }
         p { "To endpoint " a href={"/portal/endpoints/" (d.endpoint_id)} { code { (d.endpoint_id) } } }
-        div {
-            @if resendable { (action(&s, &format!("/portal/deliveries/{}/resend", d.id), "Resend", "primary")) }
-            @else { p.hint { "Resend is offered once a delivery has failed for good (or is held)." } }
-        }
         p { label style="display:inline;font-weight:400" { input #live-on type="checkbox" checked[live]; " Refresh every 2 seconds" } }
-        section #live aria-live="polite" { (timeline(&view)) }
+        section #live aria-live="polite" {
+            div {
+                @if resendable { (action(&s, &format!("/portal/deliveries/{}/resend", d.id), "Resend", "primary")) }
+                @else { p.hint { "Resend is offered once a delivery has failed for good (or is held)." } }
+            }
+            (timeline(&view))
+        }
     };
     render(&s, "Delivery", body)
 }
