@@ -4,6 +4,10 @@
 //! the admin API sits behind IAM authorization: `--sigv4` signs every request with SigV4
 //! (service `execute-api`) using the standard credential chain (environment, profile, SSO,
 //! instance role) through `aws-config` and `aws-sigv4`.
+//!
+//! `webhooks-admin dashboard` serves the ops dashboard ([`webhooks::ui::dashboard`]) on a
+//! loopback port, its pages calling the admin API through this client (signed with `--sigv4`),
+//! as `kubectl proxy` does; `webhooks-admin portal-session --tenant T` prints a tenant portal URL.
 
 use clap::{Args, Parser, Subcommand};
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
@@ -77,6 +81,22 @@ enum Command {
         /// Job id.
         id: String,
     },
+    /// Serve the ops dashboard on a local port; its pages call the admin API (`--api`),
+    /// signed with SigV4 when `--sigv4`. Prints the URL; Ctrl-C stops it.
+    Dashboard {
+        /// Where to listen (loopback; port 0 picks a free one).
+        #[arg(long, default_value = "127.0.0.1:8300")]
+        listen: std::net::SocketAddr,
+    },
+    /// A tenant portal URL (signed, short-lived) for one tenant.
+    PortalSession {
+        /// Tenant id.
+        #[arg(long)]
+        tenant: String,
+        /// Lifetime in seconds (60 to 86400; default 3600).
+        #[arg(long)]
+        ttl_seconds: Option<i64>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -135,7 +155,9 @@ struct CreateArgs {
 struct Client {
     http: reqwest::Client,
     base: String,
-    signer: Option<(aws_credential_types::Credentials, String)>,
+    /// SigV4: the credential chain (asked on every request, so refreshed credentials are
+    /// used by a long-running dashboard) and the region.
+    signer: Option<(aws_credential_types::provider::SharedCredentialsProvider, String)>,
 }
 
 impl Client {
@@ -146,14 +168,12 @@ impl Client {
                 aws_smithy_http_client::Builder::new().tls_provider(Provider::Rustls(CryptoMode::Ring)).build_https();
             let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(https).load().await;
             let provider = sdk.credentials_provider().ok_or("--sigv4: no AWS credentials found")?;
-            use aws_credential_types::provider::ProvideCredentials;
-            let creds = provider.provide_credentials().await.map_err(|e| format!("--sigv4: credentials: {e}"))?;
             let region = cli
                 .region
                 .clone()
                 .or_else(|| sdk.region().map(|r| r.to_string()))
                 .ok_or("--sigv4: set --region or AWS_REGION")?;
-            Some((creds, region))
+            Some((provider, region))
         } else {
             None
         };
@@ -164,7 +184,8 @@ impl Client {
         Ok(Self { http, base: cli.api.trim_end_matches('/').to_string(), signer })
     }
 
-    async fn call(&self, method: http::Method, path: &str, body: Option<Value>) -> Result<Value, String> {
+    /// One request: the status and the JSON answer (a JSON string when it is not JSON).
+    async fn send(&self, method: http::Method, path: &str, body: Option<Value>) -> Result<(u16, Value), String> {
         let url = format!("{}{path}", self.base);
         let bytes = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
         let mut request = http::Request::builder()
@@ -173,21 +194,58 @@ impl Client {
             .header("content-type", "application/json")
             .body(bytes.clone())
             .map_err(|e| e.to_string())?;
-        if let Some((creds, region)) = &self.signer {
-            sign(&mut request, creds, region, &bytes)?;
+        if let Some((provider, region)) = &self.signer {
+            use aws_credential_types::provider::ProvideCredentials;
+            let creds = provider.provide_credentials().await.map_err(|e| format!("--sigv4: credentials: {e}"))?;
+            sign(&mut request, &creds, region, &bytes)?;
         }
         let request = reqwest::Request::try_from(request).map_err(|e| e.to_string())?;
         let response = self.http.execute(request).await.map_err(|e| format!("{url}: {e}"))?;
-        let status = response.status();
+        let status = response.status().as_u16();
         let text = response.text().await.map_err(|e| e.to_string())?;
-        let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        if status.is_success() {
+        let value = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
+        Ok((status, value))
+    }
+
+    async fn call(&self, method: http::Method, path: &str, body: Option<Value>) -> Result<Value, String> {
+        let (status, value) = self.send(method, path, body).await?;
+        if (200..300).contains(&status) {
             Ok(value)
         } else {
             let message = value["error"]["message"].as_str().map(String::from).unwrap_or_else(|| value.to_string());
-            Err(format!("{} {}: {message}", status.as_u16(), value["error"]["code"].as_str().unwrap_or("error")))
+            Err(format!("{status} {}: {message}", value["error"]["code"].as_str().unwrap_or("error")))
         }
     }
+}
+
+/// The dashboard's view of the admin API: this client, signed when `--sigv4`.
+struct HttpAdmin(Client);
+
+#[async_trait::async_trait]
+impl webhooks::ui::dashboard::AdminApi for HttpAdmin {
+    async fn call(&self, method: http::Method, path_and_query: &str, body: Option<Value>) -> Result<(u16, Value), String> {
+        self.0.send(method, path_and_query, body).await
+    }
+}
+
+/// Serves the dashboard on `listen` until Ctrl-C; prints its URL first.
+async fn dashboard(client: Client, listen: std::net::SocketAddr) -> Result<String, String> {
+    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("--listen {listen}: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let api = client.base.clone();
+    let router = webhooks::ui::dashboard::router(std::sync::Arc::new(HttpAdmin(client)));
+    println!("dashboard: http://{addr}/dashboard  (admin API {api}; Ctrl-C stops it)");
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+        .map_err(|e| format!("dashboard server: {e}"))?;
+    Ok("dashboard stopped".into())
 }
 
 fn sign(
@@ -334,6 +392,12 @@ async fn run(cli: &Cli) -> Result<String, String> {
     use http::Method as M;
     let client = Client::new(cli).await?;
     let (value, human): (Value, Render) = match &cli.command {
+        Command::Dashboard { listen } => return dashboard(client, *listen).await,
+        Command::PortalSession { tenant, ttl_seconds } => {
+            let body = ttl_seconds.map_or(json!({}), |t| json!({"ttl_seconds": t}));
+            let v = client.call(M::POST, &format!("/v1/tenants/{tenant}/portal-sessions"), Some(body)).await?;
+            (v, Box::new(|v| format!("{}\nvalid until {}", s(&v["url"]), s(&v["expires_at"]))))
+        }
         Command::Endpoints(cmd) => match cmd {
             EndpointCmd::List { tenant } => {
                 let v = client.call(M::GET, &format!("/v1/endpoints?tenant_id={tenant}&limit=100"), None).await?;

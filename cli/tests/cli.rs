@@ -94,3 +94,47 @@ async fn the_cli_creates_lists_inspects_replays_recovers_enables_and_rotates() {
     assert!(err.contains("404 not_found"), "{err}");
     stack.stop().await;
 }
+
+/// `webhooks-admin dashboard` serves the dashboard on a local port, its pages calling the
+/// admin API given with `--api` (in production signed with `--sigv4`); `portal-session`
+/// prints a portal URL that opens the tenant's portal.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_serves_the_dashboard_and_mints_portal_urls() {
+    use tokio::io::AsyncBufReadExt as _;
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let ep = stack.endpoint("dash-cli", &rx.url, Value::Null).await;
+    let ep_id = ep["id"].as_str().unwrap().to_string();
+
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_webhooks-admin"))
+        .args(["--api", &stack.base, "dashboard", "--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run webhooks-admin dashboard");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(20), lines.next_line()).await.unwrap().unwrap().unwrap();
+    let url = first.split_whitespace().nth(1).unwrap_or_else(|| panic!("no URL in {first:?}")).to_string();
+    assert!(url.starts_with("http://127.0.0.1:") && url.ends_with("/dashboard"), "{first}");
+    let page = stack.http.get(format!("{url}?tenant=dash-cli")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let html = page.text().await.unwrap();
+    assert!(html.contains(&ep_id) && html.contains("enabled"), "{html}");
+    let missing = stack.http.get(format!("{url}/endpoints/ep_missing")).send().await.unwrap();
+    assert_eq!(missing.status(), 404, "the API's 404 comes through as a page");
+    child.kill().await.unwrap();
+
+    let (ok, out, err) = admin(&stack, &["portal-session", "--tenant", "dash-cli"]).await;
+    assert!(ok, "{err}");
+    let portal = out.lines().next().unwrap().to_string();
+    assert!(portal.starts_with(&format!("{}/portal?token=", stack.base)), "{out}");
+    // The portal URL opens the tenant's page (the cookie is set on the redirect).
+    let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let r = client.get(&portal).send().await.unwrap();
+    assert_eq!(r.status(), 303);
+    let cookie = r.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+    let home = client.get(format!("{}/portal", stack.base)).header("cookie", cookie).send().await.unwrap();
+    assert_eq!(home.status(), 200);
+    assert!(home.text().await.unwrap().contains(&rx.url));
+    stack.stop().await;
+}

@@ -91,6 +91,11 @@ pub struct Config {
     pub portal_secret: Option<String>,
 }
 
+/// Which routes the admin binary serves (`WEBHOOKS_SERVE`): `portal` for the tenant portal
+/// alone ([`crate::ui::portal::standalone`], the SAM template's PortalFunction, behind routes
+/// without IAM auth), anything else or unset for the admin API.
+pub const SERVE_VAR: &str = "WEBHOOKS_SERVE";
+
 /// The smallest `WEBHOOKS_LEASE_MARGIN_MS`: 1000 milliseconds, room for the AWS calls between
 /// a claim and its POST and for the record after it.
 pub const MIN_LEASE_MARGIN_MS: u64 = 1_000;

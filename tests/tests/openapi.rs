@@ -213,6 +213,27 @@ async fn every_operation_in_openapi_yaml_answers_as_documented() {
     call(s, sp, Method::DELETE, "/v1/endpoints/{id}", &format!("/v1/endpoints/{id}?force=true"), None).await;
     call(s, sp, Method::DELETE, "/v1/endpoints/{id}", &format!("/v1/endpoints/{id}"), None).await;
 
+    // Portal sessions.
+    let (_, session) = call(
+        s,
+        sp,
+        Method::POST,
+        "/v1/tenants/{tenant_id}/portal-sessions",
+        "/v1/tenants/acme/portal-sessions",
+        Some(json!({"ttl_seconds": 600})),
+    )
+    .await;
+    assert!(session["url"].as_str().unwrap().contains("/portal?token="), "{session}");
+    call(
+        s,
+        sp,
+        Method::POST,
+        "/v1/tenants/{tenant_id}/portal-sessions",
+        "/v1/tenants/acme/portal-sessions",
+        Some(json!({"ttl_seconds": 5})),
+    )
+    .await;
+
     let seen = spec.seen.lock().unwrap().clone();
     let missing: Vec<_> = spec.operations().difference(&seen).cloned().collect();
     assert!(missing.is_empty(), "operations never seen answering 2xx: {missing:?}");

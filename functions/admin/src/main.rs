@@ -1,4 +1,6 @@
-//! The admin Lambda: the ops API behind API Gateway (HTTP API, IAM auth).
+//! The admin Lambda: the ops API behind API Gateway (HTTP API, IAM auth); with
+//! `WEBHOOKS_SERVE=portal`, the tenant portal alone (routes without IAM auth: the portal
+//! token is the credential).
 
 use lambda_runtime::Error;
 use webhooks::{App, Config, api};
@@ -7,5 +9,9 @@ use webhooks::{App, Config, api};
 async fn main() -> Result<(), Error> {
     webhooks::init_tracing();
     let app = App::from_aws(Config::from_env()?).await?;
-    lambda_http::run(api::admin_router(app)).await
+    let router = match std::env::var(webhooks::config::SERVE_VAR).as_deref() {
+        Ok("portal") => webhooks::ui::portal::standalone(app),
+        _ => api::admin_router(app),
+    };
+    lambda_http::run(router).await
 }

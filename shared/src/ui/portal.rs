@@ -59,6 +59,14 @@ pub fn router(app: App) -> Router {
         .with_state(app)
 }
 
+/// The portal alone, with an HTML 404 page for any other path: what the portal function
+/// serves on AWS.
+pub fn standalone(app: App) -> Router {
+    router(app).fallback(|| async {
+        error_page(StatusCode::NOT_FOUND, SITE, "Not found", "There is no such page in the portal.")
+    })
+}
+
 /// A verified session.
 struct Session {
     claims: Claims,
