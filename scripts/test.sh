@@ -36,4 +36,17 @@ if [ -z "${AWS_ENDPOINT_URL:-}" ]; then
   esac
   export AWS_ENDPOINT_URL="http://127.0.0.1:$port"
 fi
+# The browser tests (tests/tests/browser.rs) drive Debian's headless Chromium through
+# chromedriver. Installed here when missing and apt-get can (root, as in CI); otherwise the
+# tests fail and say how to install them. Nothing downloads a browser at run time.
+if [ ! -x "${CHROMEDRIVER:-/usr/bin/chromedriver}" ] || [ ! -x "${CHROMIUM:-/usr/bin/chromium}" ]; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
+    echo "installing chromium and chromium-driver (apt-get) for the browser tests"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+  else
+    echo "warning: chromium/chromedriver missing: the browser tests will fail; install them with" >&2
+    echo "  sudo apt-get install -y chromium chromium-driver" >&2
+  fi
+fi
 cargo test --workspace --all-targets "$@"
+echo "screenshots of the portal and the dashboard: ${CARGO_TARGET_DIR:-target}/screenshots/"

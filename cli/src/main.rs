@@ -203,11 +203,8 @@ impl Client {
         let response = self.http.execute(request).await.map_err(|e| format!("{url}: {e}"))?;
         let status = response.status().as_u16();
         let text = response.text().await.map_err(|e| e.to_string())?;
-        let value = if text.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&text).unwrap_or(Value::String(text))
-        };
+        let value =
+            if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
         Ok((status, value))
     }
 
@@ -227,7 +224,12 @@ struct HttpAdmin(Client);
 
 #[async_trait::async_trait]
 impl webhooks::ui::dashboard::AdminApi for HttpAdmin {
-    async fn call(&self, method: http::Method, path_and_query: &str, body: Option<Value>) -> Result<(u16, Value), String> {
+    async fn call(
+        &self,
+        method: http::Method,
+        path_and_query: &str,
+        body: Option<Value>,
+    ) -> Result<(u16, Value), String> {
         self.0.send(method, path_and_query, body).await
     }
 }

@@ -209,7 +209,10 @@ impl Config {
         c.idempotency_window = Duration::from_secs(3600 * parse::<u64>(&get, "WEBHOOKS_IDEMPOTENCY_HOURS", 24)?);
         c.portal_secret = get("WEBHOOKS_PORTAL_SECRET").filter(|v| !v.is_empty());
         if c.portal_secret.as_ref().is_some_and(|s| s.len() < 32) {
-            return Err(ConfigError { name: "WEBHOOKS_PORTAL_SECRET", problem: "must be at least 32 characters".into() });
+            return Err(ConfigError {
+                name: "WEBHOOKS_PORTAL_SECRET",
+                problem: "must be at least 32 characters".into(),
+            });
         }
         c.emit_metrics = in_lambda || get("WEBHOOKS_METRICS").is_some_and(|v| v == "emf");
         Ok(c)

@@ -158,7 +158,8 @@ impl Browser {
         let script = "const [path, fields] = arguments; \
                       const r = await fetch(path, {method: 'POST', body: new URLSearchParams(fields), redirect: 'manual'}); \
                       return r.status;";
-        let v = self.client.execute(&format!("return (async () => {{ {script} }})();"), vec![json!(path), fields]).await;
+        let v =
+            self.client.execute(&format!("return (async () => {{ {script} }})();"), vec![json!(path), fields]).await;
         v.unwrap().as_u64().unwrap()
     }
 
@@ -212,7 +213,7 @@ async fn a_tenant_manages_its_endpoint_and_resends_a_failed_delivery_in_the_port
     let current = b.client.current_url().await.unwrap();
     assert_eq!(current.path(), "/portal");
     assert!(current.query().is_none(), "the token is stripped from the address bar: {current}");
-    b.wait_text("No endpoint yet", Duration::from_secs(5), false).await;
+    b.wait_text("No endpoint yet", Duration::from_secs(20), false).await;
     assert!(b.fits(375).await, "the portal scrolls sideways at 375 px");
 
     // Create the endpoint in the portal; the secret is shown once.
@@ -220,24 +221,24 @@ async fn a_tenant_manages_its_endpoint_and_resends_a_failed_delivery_in_the_port
     b.fill("#event_types", "order.*").await;
     b.client.find(Locator::Css("#retry_preset")).await.unwrap().select_by_value("frappe").await.unwrap();
     b.click_button("Add endpoint").await;
-    b.wait_text("Endpoint added", Duration::from_secs(10), false).await;
+    b.wait_text("Endpoint added", Duration::from_secs(20), false).await;
     let secret = b.client.find(Locator::Css("#secret")).await.unwrap().text().await.unwrap();
     assert!(secret.starts_with("whsec_"), "{secret}");
     b.screenshot("portal-secret").await;
     b.click_link("Open the endpoint").await;
-    let page = b.wait_text("frappe", Duration::from_secs(5), false).await;
+    let page = b.wait_text("frappe", Duration::from_secs(20), false).await;
     assert!(page.contains(&rx.url) && page.contains("order.*"), "{page}");
 
     // An event through the API; its delivery fails and is retried on the timeline.
     let accepted = stack.event(&t, "order.paid", json!({"order": "o_1"})).await;
     let dlv = accepted["deliveries"][0]["id"].as_str().unwrap().to_string();
-    b.wait_text(&dlv, Duration::from_secs(10), true).await;
+    b.wait_text(&dlv, Duration::from_secs(30), true).await;
     b.click_link(&dlv).await;
     let timeline = b.wait_text("Next attempt after 300 s", Duration::from_secs(20), false).await;
     assert!(timeline.contains("HTTP 500 failed"), "{timeline}");
     b.screenshot("portal-timeline-retrying").await;
     b.wait_text("exhausted", Duration::from_secs(40), false).await;
-    b.wait_text("Attempt 4", Duration::from_secs(5), false).await;
+    b.wait_text("Attempt 4", Duration::from_secs(20), false).await;
     // The response body excerpt is on the timeline.
     assert!(b.source().await.contains("database down"));
 
@@ -257,18 +258,18 @@ async fn a_tenant_manages_its_endpoint_and_resends_a_failed_delivery_in_the_port
     b.click_link(&ep_id).await;
     b.fill("#event_types", "order.*, invoice.*").await;
     b.click_button("Save").await;
-    b.wait_text("order.*, invoice.*", Duration::from_secs(5), false).await;
+    b.wait_text("order.*, invoice.*", Duration::from_secs(20), false).await;
     b.click_button("Disable").await;
-    b.wait_text("disabled (manual)", Duration::from_secs(5), false).await;
+    b.wait_text("disabled (manual)", Duration::from_secs(20), false).await;
     let ep = &endpoints(&stack, &t).await[0];
     assert_eq!(ep["state"], "disabled");
     assert_eq!(ep["event_types"], json!(["order.*", "invoice.*"]));
     b.click_button("Enable").await;
-    b.wait_text("Disable", Duration::from_secs(5), false).await;
+    b.wait_text("Disable", Duration::from_secs(20), false).await;
     assert_eq!(endpoints(&stack, &t).await[0]["state"], "enabled");
     b.screenshot("portal-endpoint").await;
     b.click_button("Rotate secret").await;
-    b.wait_text("Secret rotated", Duration::from_secs(5), false).await;
+    b.wait_text("Secret rotated", Duration::from_secs(20), false).await;
     let rotated = b.client.find(Locator::Css("#secret")).await.unwrap().text().await.unwrap();
     assert!(rotated.starts_with("whsec_") && rotated != secret);
     b.client.back().await.unwrap();
@@ -276,14 +277,14 @@ async fn a_tenant_manages_its_endpoint_and_resends_a_failed_delivery_in_the_port
     assert!(!b.source().await.contains(&rotated), "the new secret is shown once, not on the endpoint page");
     let before = rx.count();
     b.click_button("Send a test event").await;
-    b.wait_text("HTTP 200 delivered", Duration::from_secs(10), false).await;
+    b.wait_text("HTTP 200 delivered", Duration::from_secs(20), false).await;
     assert_eq!(rx.count(), before + 1);
     let test_hit = rx.hits().last().cloned().unwrap();
     standardwebhooks::Webhook::new(&rotated).unwrap().verify(&test_hit.body, &test_hit.headers).unwrap();
     assert!(String::from_utf8_lossy(&test_hit.body).contains("webhooks.test"));
 
     b.goto(&format!("{}/portal", stack.base)).await;
-    b.wait_text("Recent deliveries", Duration::from_secs(5), false).await;
+    b.wait_text("Recent deliveries", Duration::from_secs(20), false).await;
     assert!(b.fits(375).await, "the portal home scrolls sideways at 375 px");
     b.screenshot("portal-home").await;
     b.stop().await;
@@ -310,18 +311,19 @@ async fn a_portal_token_reads_and_changes_only_its_own_tenant() {
 
     // No token: no data.
     b.goto(&format!("{}/portal", stack.base)).await;
-    b.wait_text("No portal session", Duration::from_secs(5), false).await;
+    b.wait_text("No portal session", Duration::from_secs(20), false).await;
 
     b.goto(&url).await;
-    let home = b.wait_text("Your webhook endpoints", Duration::from_secs(5), false).await;
+    let home = b.wait_text("Your webhook endpoints", Duration::from_secs(20), false).await;
     assert!(home.contains(a_ep["url"].as_str().unwrap()));
     assert!(!b.source().await.contains(&b_id) && !b.source().await.contains("beta-secret-path"));
 
     // Reading B's endpoint and delivery: the same 404 page as a missing id.
-    for path in [format!("/portal/endpoints/{b_id}"), format!("/portal/deliveries/{b_dlv}"), "/portal/endpoints/ep_nope".into()]
+    for path in
+        [format!("/portal/endpoints/{b_id}"), format!("/portal/deliveries/{b_dlv}"), "/portal/endpoints/ep_nope".into()]
     {
         b.goto(&format!("{}{path}", stack.base)).await;
-        let t = b.wait_text("Not found", Duration::from_secs(5), false).await;
+        let t = b.wait_text("Not found", Duration::from_secs(20), false).await;
         assert!(!t.contains(&tb) && !b.source().await.contains("beta-secret-path"), "{path}: {t}");
     }
     b.screenshot("portal-not-found").await;
@@ -334,7 +336,10 @@ async fn a_portal_token_reads_and_changes_only_its_own_tenant() {
         (format!("/portal/endpoints/{b_id}/disable"), json!({"csrf": csrf})),
         (format!("/portal/endpoints/{b_id}/rotate-secret"), json!({"csrf": csrf})),
         (format!("/portal/endpoints/{b_id}/test"), json!({"csrf": csrf})),
-        (format!("/portal/endpoints/{b_id}"), json!({"csrf": csrf, "url": "https://evil.example/x", "event_types": ""})),
+        (
+            format!("/portal/endpoints/{b_id}"),
+            json!({"csrf": csrf, "url": "https://evil.example/x", "event_types": ""}),
+        ),
         (format!("/portal/deliveries/{b_dlv}/resend"), json!({"csrf": csrf})),
     ] {
         assert_eq!(b.post_from_page(&path, fields).await, 404, "{path}");
@@ -356,14 +361,14 @@ async fn a_portal_token_reads_and_changes_only_its_own_tenant() {
     tampered.push(if last == 'A' { 'B' } else { 'A' });
     let (_, sig) = token.split_once('.').unwrap();
     use base64::Engine as _;
-    let forged_payload =
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("v1\n{tb}\n{}\n00", chrono::Utc::now().timestamp() + 3600));
+    let forged_payload = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(format!("v1\n{tb}\n{}\n00", chrono::Utc::now().timestamp() + 3600));
     let forged = format!("{forged_payload}.{sig}");
     let key = webhooks::ui::token::portal_key(&stack.app.config);
     let expired = webhooks::ui::token::sign(&key, &ta, chrono::Utc::now() - chrono::Duration::seconds(1), b"n");
     for (bad, want) in [(&tampered, "not valid"), (&forged, "not valid"), (&expired, "expired")] {
         b.goto(&format!("{}/portal?token={bad}", stack.base)).await;
-        let t = b.wait_text(want, Duration::from_secs(5), false).await;
+        let t = b.wait_text(want, Duration::from_secs(20), false).await;
         assert!(!t.contains(&ta) && !t.contains(&tb), "{t}");
         assert!(!b.source().await.contains("beta-secret-path"));
     }
@@ -387,9 +392,9 @@ async fn ops_see_health_filter_deliveries_replay_and_toggle_in_the_dashboard() {
 
     let b = Browser::start().await;
     b.goto(&format!("{}/dashboard", stack.base)).await;
-    b.wait_text("Newest dead letters", Duration::from_secs(5), false).await;
+    b.wait_text("Newest dead letters", Duration::from_secs(20), false).await;
     b.click_link(&t).await;
-    let home = b.wait_text(&format!("Endpoints of {t}"), Duration::from_secs(5), false).await;
+    let home = b.wait_text(&format!("Endpoints of {t}"), Duration::from_secs(20), false).await;
     assert!(home.contains(&ep_id) && home.contains("enabled"), "{home}");
     b.screenshot("dashboard-home").await;
     assert!(b.fits(375).await, "the dashboard scrolls sideways at 375 px");
@@ -398,18 +403,18 @@ async fn ops_see_health_filter_deliveries_replay_and_toggle_in_the_dashboard() {
     b.click_link("Dead letters").await;
     b.fill("#f-tenant", &t).await;
     b.click_button("Filter").await;
-    let list = b.wait_text(&dlv, Duration::from_secs(5), false).await;
+    let list = b.wait_text(&dlv, Duration::from_secs(20), false).await;
     assert!(list.contains("1 deliveries"), "{list}");
     b.fill("#f-tenant", "nobody-here").await;
     b.click_button("Filter").await;
-    b.wait_text("0 deliveries", Duration::from_secs(5), false).await;
+    b.wait_text("0 deliveries", Duration::from_secs(20), false).await;
     b.client.back().await.unwrap();
-    b.wait_text(&dlv, Duration::from_secs(5), false).await;
+    b.wait_text(&dlv, Duration::from_secs(20), false).await;
     b.screenshot("dashboard-deliveries").await;
 
     // The timeline, then replay once the receiver is fixed.
     b.click_link(&dlv).await;
-    let timeline = b.wait_text("Attempt 2", Duration::from_secs(5), false).await;
+    let timeline = b.wait_text("Attempt 2", Duration::from_secs(20), false).await;
     assert!(timeline.contains("HTTP 503 failed") && timeline.contains("Next attempt after 1 s"), "{timeline}");
     rx.set_default(Reply::Status(200));
     b.click_button("Replay").await;
@@ -418,16 +423,22 @@ async fn ops_see_health_filter_deliveries_replay_and_toggle_in_the_dashboard() {
 
     // The endpoint: chart, disable, enable.
     b.click_link(&ep_id).await;
-    b.wait_text("Attempts, last 24 hours", Duration::from_secs(5), false).await;
+    b.wait_text("Attempts, last 24 hours", Duration::from_secs(20), false).await;
     let svg_title = b.client.find(Locator::Css("svg.chart title")).await.unwrap().html(true).await.unwrap();
     assert!(svg_title.contains("1 delivered, 1 failed and retried, 1 failed"), "{svg_title}");
     b.screenshot("dashboard-endpoint").await;
     b.click_button("Disable").await;
-    b.wait_text("disabled (manual)", Duration::from_secs(5), false).await;
+    b.wait_text("disabled (manual)", Duration::from_secs(20), false).await;
     assert_eq!(stack.call(reqwest::Method::GET, &format!("/v1/endpoints/{ep_id}"), None).await.1["state"], "disabled");
     b.click_button("Enable").await;
-    b.wait_text("Disable", Duration::from_secs(5), false).await;
+    b.wait_text("Disable", Duration::from_secs(20), false).await;
     assert_eq!(stack.call(reqwest::Method::GET, &format!("/v1/endpoints/{ep_id}"), None).await.1["state"], "enabled");
+
+    // Recover a window: the job starts and the page says so.
+    b.client.execute("document.getElementById('r-since').value = '2020-01-01T00:00';", vec![]).await.unwrap();
+    b.click_button("Recover").await;
+    let flash = b.wait_text("recover job", Duration::from_secs(20), false).await;
+    assert!(flash.contains("job_"), "{flash}");
 
     // A form from elsewhere (no form token) changes nothing.
     assert_eq!(b.post_from_page(&format!("/dashboard/endpoints/{ep_id}/disable"), json!({"csrf": "x"})).await, 403);

@@ -18,9 +18,7 @@
 //! in the operator's browser cannot make the dashboard act (it listens on loopback with the
 //! operator's credentials behind it).
 
-use super::{
-    chart, endpoint_badge, error_page, hourly, page, see_other, status_badge, text, time, timeline, token,
-};
+use super::{chart, endpoint_badge, error_page, hourly, page, see_other, status_badge, text, time, timeline, token};
 use async_trait::async_trait;
 use axum::Router;
 use axum::extract::rejection::FormRejection;
@@ -110,6 +108,7 @@ pub fn router(api: Arc<dyn AdminApi>) -> Router {
 }
 
 /// A failed page: the API's status and message, or 502 when the API gave no answer.
+#[derive(Debug)]
 struct Failure(StatusCode, String);
 
 impl IntoResponse for Failure {
@@ -397,8 +396,22 @@ async fn replay(
     Ok(see_other(&format!("/dashboard/deliveries/{}", enc(&id))))
 }
 
-async fn endpoint(State(d): State<Dash>, Path(id): Path<String>) -> Result<Response, Failure> {
+#[derive(Deserialize, Default)]
+struct JobParam {
+    job: Option<String>,
+}
+
+async fn endpoint(
+    State(d): State<Dash>,
+    Path(id): Path<String>,
+    Query(q): Query<JobParam>,
+) -> Result<Response, Failure> {
     let ep = d.get(&format!("/v1/endpoints/{}", enc(&id))).await?;
+    // After enable or recover: the job started, and its progress so far.
+    let job = match q.job.as_deref().filter(|j| !j.is_empty()) {
+        Some(j) => d.get(&format!("/v1/jobs/{}", enc(j))).await.ok(),
+        None => None,
+    };
     let stats = d.get(&format!("/v1/endpoints/{}/stats", enc(&id))).await?;
     let now = Utc::now();
     let since = (now - chrono::Duration::hours(24)).to_rfc3339();
@@ -419,6 +432,10 @@ async fn endpoint(State(d): State<Dash>, Path(id): Path<String>) -> Result<Respo
     let counts = stats["counts"].as_object().cloned().unwrap_or_default();
     let body = html! {
         h1 { "Endpoint " code { (id) } }
+        @if let Some(j) = &job {
+            p.flash role="status" { (text(&j["kind"])) " job " code { (text(&j["id"])) } " is " (text(&j["status"]))
+                ": " (text(&j["processed"])) " deliveries so far (reload to follow it)." }
+        }
         dl.facts {
             dt { "Tenant" } dd { a href={"/dashboard?tenant=" (enc(&text(&ep["tenant_id"])))} { (text(&ep["tenant_id"])) } }
             dt { "URL" } dd { code { (text(&ep["url"])) } }
@@ -454,7 +471,8 @@ async fn endpoint_post(d: &Dash, id: &str, what: &str, csrf: &str, body: Option<
     d.checked(csrf)?;
     let v = d.send(Method::POST, &format!("/v1/endpoints/{}/{what}", enc(id)), body).await?;
     let mut to = format!("/dashboard/endpoints/{}", enc(id));
-    if let Some(job) = v["id"].as_str().filter(|j| j.starts_with("job_")) {
+    let job = v["release_job"]["id"].as_str().or(v["id"].as_str()).filter(|j| j.starts_with("job_"));
+    if let Some(job) = job {
         to.push_str(&format!("?job={}", enc(job)));
     }
     Ok(see_other(&to))

@@ -257,9 +257,8 @@ pub fn chart(id: &str, buckets: &[Bucket; 24], now: DateTime<Utc>) -> Markup {
     let (w, h, left, bottom) = (720.0_f64, 180.0_f64, 36.0_f64, 22.0_f64);
     let bar = (w - left) / 24.0;
     let scale = (h - bottom - 8.0) / f64::from(max);
-    let summary = format!(
-        "Attempts in the last 24 hours: {ok} delivered, {retried} failed and retried, {failed} failed"
-    );
+    let summary =
+        format!("Attempts in the last 24 hours: {ok} delivered, {retried} failed and retried, {failed} failed");
     html! {
         figure {
             svg.chart viewBox={"0 0 " (w) " " (h)} role="img" aria-labelledby={(id) "-t"} {

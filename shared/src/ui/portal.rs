@@ -140,26 +140,27 @@ fn cookie_token(headers: &HeaderMap) -> Option<String> {
         .map(|c| c.value().to_string())
 }
 
-fn session(app: &App, headers: &HeaderMap) -> Result<Session, Response> {
-    let token = cookie_token(headers).ok_or_else(no_session)?;
+/// The verified session of a request, or the page that refuses it (boxed: a response is large).
+fn session(app: &App, headers: &HeaderMap) -> Result<Session, Box<Response>> {
+    let token = cookie_token(headers).ok_or_else(|| Box::new(no_session()))?;
     let key = token::portal_key(&app.config);
-    let claims = token::verify(&key, &token, app.clock.now()).map_err(unauthorized)?;
+    let claims = token::verify(&key, &token, app.clock.now()).map_err(|e| Box::new(unauthorized(e)))?;
     let form = token::form_token(&key, &token);
     Ok(Session { claims, token, form })
 }
 
 /// A session whose POST carried its form token, or the page that refuses it.
-fn posted(app: &App, headers: &HeaderMap, csrf: &str) -> Result<Session, Response> {
+fn posted(app: &App, headers: &HeaderMap, csrf: &str) -> Result<Session, Box<Response>> {
     let s = session(app, headers)?;
     if token::form_token_ok(&token::portal_key(&app.config), &s.token, csrf) {
         Ok(s)
     } else {
-        Err(error_page(
+        Err(Box::new(error_page(
             StatusCode::FORBIDDEN,
             SITE,
             "Form expired",
             "This form was not sent from your current portal session. Go back, reload the page and try again.",
-        ))
+        )))
     }
 }
 
@@ -235,7 +236,7 @@ async fn home(State(app): State<App>, Query(q): Query<TokenParam>, headers: Head
     }
     let s = match session(&app, &headers) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     match home_page(&app, &s).await {
         Ok(r) => r,
@@ -250,7 +251,7 @@ async fn home_page(app: &App, s: &Session) -> Result<Response, ServiceError> {
         let q = DeliveryQuery { endpoint_id: Some(ep.id.clone()), limit: 10, ..DeliveryQuery::default() };
         recent.extend(admin::list_deliveries(app, q).await?.data);
     }
-    recent.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+    recent.sort_by_key(|d| std::cmp::Reverse(d.created_at));
     recent.truncate(25);
     let body = html! {
         h1 { "Your webhook endpoints" }
@@ -354,7 +355,7 @@ async fn create(
     };
     let s = match posted(&app, &headers, &f.csrf) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let preset = f.retry_preset.as_deref().unwrap_or("standard");
     if !["standard", "svix", "frappe", "rate_limit_only"].contains(&preset) {
@@ -395,7 +396,7 @@ fn secret_box(secret: &str) -> Markup {
 async fn endpoint_page(State(app): State<App>, Path(id): Path<String>, headers: HeaderMap) -> Response {
     let s = match session(&app, &headers) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let result = async {
         let ep = owned_endpoint(&app, &s, &id).await?;
@@ -458,7 +459,7 @@ async fn edit(
     };
     let s = match posted(&app, &headers, &f.csrf) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let result = async {
         let ep = owned_endpoint(&app, &s, &id).await?;
@@ -487,7 +488,7 @@ where
 {
     let s = match posted(app, headers, csrf) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let ep = match owned_endpoint(app, &s, id).await {
         Ok(ep) => ep,
@@ -635,7 +636,7 @@ pub async fn send_test(app: &App, ep: &Endpoint) -> Result<crate::model::Attempt
 async fn delivery_page(State(app): State<App>, Path(id): Path<String>, headers: HeaderMap) -> Response {
     let s = match session(&app, &headers) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let d = match owned_delivery(&app, &s, &id).await {
         Ok(d) => d,
@@ -667,7 +668,7 @@ async fn resend(
 ) -> Response {
     let s = match posted(&app, &headers, &csrf_of(form)) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let result = async {
         let d = owned_delivery(&app, &s, &id).await?;

@@ -106,8 +106,7 @@ pub fn verify(key: &[u8], token: &str, now: DateTime<Utc>) -> Result<Claims, Tok
     else {
         return Err(TokenError::Invalid);
     };
-    let expires_at =
-        exp.parse::<i64>().ok().and_then(|s| DateTime::from_timestamp(s, 0)).ok_or(TokenError::Invalid)?;
+    let expires_at = exp.parse::<i64>().ok().and_then(|s| DateTime::from_timestamp(s, 0)).ok_or(TokenError::Invalid)?;
     if !crate::validate::is_client_id(tenant) {
         return Err(TokenError::Invalid);
     }
