@@ -239,7 +239,28 @@ async fn dashboard(client: Client, listen: std::net::SocketAddr) -> Result<Strin
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("--listen {listen}: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let api = client.base.clone();
-    let router = webhooks::ui::dashboard::router(std::sync::Arc::new(HttpAdmin(client)));
+    // Only pages asked for by this address (or localhost): a page of another site that
+    // rebinds its DNS name to 127.0.0.1 cannot read the dashboard with your credentials.
+    let allowed = [addr.to_string(), format!("localhost:{}", addr.port())];
+    let router = webhooks::ui::dashboard::router(std::sync::Arc::new(HttpAdmin(client))).layer(
+        axum::middleware::from_fn(move |request: axum::extract::Request, next: axum::middleware::Next| {
+            let host_ok = request
+                .headers()
+                .get(http::header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .is_some_and(|h| allowed.iter().any(|a| a == h));
+            async move {
+                if host_ok {
+                    next.run(request).await
+                } else {
+                    axum::response::IntoResponse::into_response((
+                        http::StatusCode::MISDIRECTED_REQUEST,
+                        "the dashboard answers only requests to its own loopback address",
+                    ))
+                }
+            }
+        }),
+    );
     println!("dashboard: http://{addr}/dashboard  (admin API {api}; Ctrl-C stops it)");
     axum::serve(listener, router)
         .with_graceful_shutdown(async {

@@ -122,6 +122,8 @@ async fn the_cli_serves_the_dashboard_and_mints_portal_urls() {
     assert!(html.contains(&ep_id) && html.contains("enabled"), "{html}");
     let missing = stack.http.get(format!("{url}/endpoints/ep_missing")).send().await.unwrap();
     assert_eq!(missing.status(), 404, "the API's 404 comes through as a page");
+    let rebound = stack.http.get(&url).header("host", "evil.example:8300").send().await.unwrap();
+    assert_eq!(rebound.status(), 421, "a request for another host name is refused");
     child.kill().await.unwrap();
 
     let (ok, out, err) = admin(&stack, &["portal-session", "--tenant", "dash-cli"]).await;
