@@ -693,8 +693,10 @@ def main():
             ("ingest", "IngestFunction", {"WEBHOOKS_REDRIVE_AFTER_SECONDS": "1"}),
             ("deliver", "DeliverFunction", loopback),
             ("sweeper", "SweeperFunction", {"WEBHOOKS_REDRIVE_AFTER_SECONDS": "1"}),
+            ("portal", "PortalFunction", {}),
         ]:
-            binary = os.path.join(bin_dir, name, "bootstrap")
+            # The portal function is the admin binary serving the portal's routes only.
+            binary = os.path.join(bin_dir, "admin" if name == "portal" else name, "bootstrap")
             if not os.access(binary, os.X_OK):
                 raise SystemExit(f"no built binary {binary}: run cargo lambda build --release first")
             functions[name] = Function(name, binary, env_of(lid, **extra), logdir)
@@ -864,10 +866,56 @@ def run(fns, ddb, sqs, table, queue_url, queue_arn, dlq_url, receiver, stack_nam
     status, body = http_answer(kind, resp)
     check("replay of a delivered delivery answers 409", status == 409, f"{kind} {resp}")
 
+    run_portal(admin, fns["portal"])
+
     n = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["ApproximateNumberOfMessages"])
     check("nothing in the dead-letter queue", n["Attributes"]["ApproximateNumberOfMessages"] == "0")
     for f in fns.values():
         check(f"{f.name}: still running after its invocations (no panic, no exit)", f.process.poll() is None)
+
+
+def run_portal(admin, portal):
+    """Admin mints a tenant portal URL; the portal function (another process, the same key from
+    the template's secret) accepts its token, sets the session cookie and shows the tenant's
+    page; it serves nothing else, and refuses a tampered token."""
+    print("== admin and portal: a tenant portal session (the portal's routes take no IAM: the token)")
+    kind, resp, _ = admin.invoke(http_event("POST", "/v1/tenants/acme/portal-sessions", {},
+                                            route_key="POST /v1/tenants/{tenant_id}/portal-sessions"))
+    status, body = http_answer(kind, resp)
+    url = body.get("url", "") if isinstance(body, dict) else ""
+    check("admin answers 201 with a portal URL on the API's host",
+          status == 201 and url.startswith("https://abc123.execute-api.us-east-1.amazonaws.com/portal?token="),
+          f"{kind} {resp}")
+    token = url.split("token=", 1)[-1]
+
+    def portal_get(path, query="", cookies=None):
+        event = http_event("GET", path, query=query, route_key="ANY /portal" if path == "/portal" else "ANY /portal/{proxy+}")
+        event["requestContext"].pop("authorizer", None)  # no IAM on the portal's routes
+        if cookies:
+            event["cookies"] = cookies
+        kind, resp, _ = portal.invoke(event)
+        if kind != "response":
+            return None, {}, [], str(resp)
+        text = resp.get("body") or ""
+        if resp.get("isBase64Encoded"):
+            text = base64.b64decode(text).decode(errors="replace")
+        headers = {k.lower(): v for k, v in (resp.get("headers") or {}).items()}
+        set_cookies = list(resp.get("cookies") or []) + ([headers["set-cookie"]] if "set-cookie" in headers else [])
+        return resp.get("statusCode"), headers, set_cookies, text
+
+    status, headers, set_cookies, _ = portal_get("/portal", query=f"token={token}")
+    session = [c.split(";", 1)[0] for c in set_cookies if c.startswith("webhooks_portal=")]
+    check("portal: the token opens a session (303, an HttpOnly, SameSite=Strict, Secure cookie)",
+          status == 303 and session and all(a in set_cookies[0] for a in ("HttpOnly", "SameSite=Strict", "Secure")),
+          f"{status} {headers} {set_cookies}")
+    status, _, _, text = portal_get("/portal", cookies=session)
+    check("portal: the session shows the tenant's page", status == 200 and "Your webhook endpoints" in text,
+          f"{status} {text[:300]}")
+    status, _, _, text = portal_get("/portal", query=f"token={token[:-2]}xx")
+    check("portal: a tampered token gets the 401 page", status == 401 and "not valid" in text, f"{status} {text[:300]}")
+    event = http_event("GET", "/v1/endpoints", query="tenant_id=acme", route_key="ANY /portal/{proxy+}")
+    kind, resp, _ = portal.invoke(event)
+    check("portal: serves no admin route", kind == "response" and resp.get("statusCode") == 404, f"{kind} {resp}")
 
 
 if __name__ == "__main__":
