@@ -21,7 +21,7 @@
 use super::{chart, endpoint_badge, error_page, hourly, page, see_other, status_badge, text, time, timeline, token};
 use async_trait::async_trait;
 use axum::Router;
-use axum::extract::rejection::FormRejection;
+use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{Form, Path, Query, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
@@ -179,7 +179,13 @@ struct HomeParams {
     tenant: Option<String>,
 }
 
-async fn home(State(d): State<Dash>, Query(p): Query<HomeParams>) -> Result<Response, Failure> {
+/// The query of a page, or a 422 page naming the problem.
+fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, Failure> {
+    q.map(|Query(p)| p).map_err(|e| Failure(StatusCode::UNPROCESSABLE_ENTITY, e.body_text()))
+}
+
+async fn home(State(d): State<Dash>, q: Result<Query<HomeParams>, QueryRejection>) -> Result<Response, Failure> {
+    let p = query(q)?;
     let tenant = p.tenant.filter(|t| !t.trim().is_empty()).map(|t| t.trim().to_string());
     // Tenants with something to look at: dead letters and held deliveries, across tenants.
     let mut tenants = std::collections::BTreeSet::new();
@@ -291,7 +297,8 @@ fn some(v: &Option<String>) -> Option<&str> {
     v.as_deref().map(str::trim).filter(|v| !v.is_empty())
 }
 
-async fn deliveries(State(d): State<Dash>, Query(p): Query<ListParams>) -> Result<Response, Failure> {
+async fn deliveries(State(d): State<Dash>, q: Result<Query<ListParams>, QueryRejection>) -> Result<Response, Failure> {
+    let p = query(q)?;
     let since = form_time(some(&p.since))?;
     let until = form_time(some(&p.until))?;
     let status = some(&p.status);
@@ -404,8 +411,9 @@ struct JobParam {
 async fn endpoint(
     State(d): State<Dash>,
     Path(id): Path<String>,
-    Query(q): Query<JobParam>,
+    q: Result<Query<JobParam>, QueryRejection>,
 ) -> Result<Response, Failure> {
+    let q = query(q)?;
     let ep = d.get(&format!("/v1/endpoints/{}", enc(&id))).await?;
     // After enable or recover: the job started, and its progress so far.
     let job = match q.job.as_deref().filter(|j| !j.is_empty()) {

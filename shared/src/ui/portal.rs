@@ -27,7 +27,7 @@ use crate::model::{Delivery, Endpoint};
 use crate::service::admin;
 use crate::store::DeliveryQuery;
 use axum::Router;
-use axum::extract::rejection::FormRejection;
+use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{Form, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
@@ -212,7 +212,12 @@ struct TokenParam {
     token: Option<String>,
 }
 
-async fn home(State(app): State<App>, Query(q): Query<TokenParam>, headers: HeaderMap) -> Response {
+async fn home(
+    State(app): State<App>,
+    query: Result<Query<TokenParam>, QueryRejection>,
+    headers: HeaderMap,
+) -> Response {
+    let Ok(Query(q)) = query else { return unauthorized(TokenError::Invalid) };
     if let Some(t) = q.token {
         let key = token::portal_key(&app.config);
         return match token::verify(&key, &t, app.clock.now()) {
