@@ -41,6 +41,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     eprintln!("  table {table}, queue {queue}, sweeper every {interval} s");
     eprintln!("  try: curl -s -X POST http://{addr}/v1/endpoints -H 'content-type: application/json' \\");
     eprintln!("         -d '{{\"tenant_id\":\"acme\",\"url\":\"http://127.0.0.1:9000/hook\"}}'");
+    eprintln!("  ops dashboard: http://{addr}/dashboard");
+    eprintln!("  a tenant's portal: curl -s -X POST http://{addr}/v1/tenants/acme/portal-sessions  (open its url)");
     eprintln!("  Ctrl-C stops it.");
     tokio::signal::ctrl_c().await?;
     eprintln!("stopping");
