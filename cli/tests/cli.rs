@@ -118,6 +118,7 @@ async fn the_cli_serves_the_dashboard_and_mints_portal_urls() {
     assert!(url.starts_with("http://127.0.0.1:") && url.ends_with("/dashboard"), "{first}");
     let page = stack.http.get(format!("{url}?tenant=dash-cli")).send().await.unwrap();
     assert_eq!(page.status(), 200);
+    assert_eq!(page.headers()["x-frame-options"], "DENY");
     let html = page.text().await.unwrap();
     assert!(html.contains(&ep_id) && html.contains("enabled"), "{html}");
     let missing = stack.http.get(format!("{url}/endpoints/ep_missing")).send().await.unwrap();

@@ -105,6 +105,20 @@ pub fn router(api: Arc<dyn AdminApi>) -> Router {
         .route("/dashboard/endpoints/{id}/enable", post(enable))
         .route("/dashboard/endpoints/{id}/recover", post(recover))
         .with_state(Dash { api, form, key })
+        .layer(axum::middleware::map_response(no_framing))
+}
+
+/// The dashboard acts with the operator's credentials: no other page may frame it
+/// (clickjacking).
+async fn no_framing(mut response: Response) -> Response {
+    let h = response.headers_mut();
+    h.insert(axum::http::header::X_FRAME_OPTIONS, axum::http::HeaderValue::from_static("DENY"));
+    h.insert(
+        axum::http::header::CONTENT_SECURITY_POLICY,
+        axum::http::HeaderValue::from_static("frame-ancestors 'none'"),
+    );
+    h.insert(axum::http::header::CACHE_CONTROL, axum::http::HeaderValue::from_static("no-store"));
+    response
 }
 
 /// A failed page: the API's status and message, or 502 when the API gave no answer.
