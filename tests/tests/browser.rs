@@ -163,8 +163,15 @@ impl Browser {
         v.unwrap().as_u64().unwrap()
     }
 
-    async fn stop(mut self) {
+    /// Ends the browser session (chromedriver stops on drop).
+    async fn stop(self) {
         let _ = self.client.clone().close().await;
+    }
+}
+
+/// A failed test stops chromedriver too (and with it the browser it started).
+impl Drop for Browser {
+    fn drop(&mut self) {
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
