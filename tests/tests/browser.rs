@@ -322,6 +322,27 @@ async fn a_portal_token_reads_and_changes_only_its_own_tenant() {
 
     b.goto(&url).await;
     let home = b.wait_text("Your webhook endpoints", Duration::from_secs(20), false).await;
+    // Keyboard: the first Tab reaches "Skip to content", Enter moves focus to the page's
+    // content; more Tabs reach the add form's fields, each with its label.
+    let body = b.client.find(Locator::Css("body")).await.unwrap();
+    body.send_keys(&fantoccini::key::Key::Tab.to_string()).await.unwrap();
+    let first = b.client.active_element().await.unwrap();
+    assert_eq!(first.text().await.unwrap(), "Skip to content");
+    first.send_keys(&fantoccini::key::Key::Enter.to_string()).await.unwrap();
+    assert_eq!(b.client.active_element().await.unwrap().attr("id").await.unwrap().as_deref(), Some("main"));
+    let mut reached = Vec::new();
+    for _ in 0..12 {
+        let focused = b.client.active_element().await.unwrap();
+        focused.send_keys(&fantoccini::key::Key::Tab.to_string()).await.unwrap();
+        if let Some(id) = b.client.active_element().await.unwrap().attr("id").await.unwrap() {
+            reached.push(id);
+        }
+    }
+    for id in ["url", "event_types", "retry_preset"] {
+        assert!(reached.iter().any(|r| r == id), "Tab never reached #{id}: {reached:?}");
+        let label = b.client.find(Locator::Css(&format!("label[for={id}]"))).await.unwrap();
+        assert!(!label.text().await.unwrap().is_empty());
+    }
     assert!(home.contains(a_ep["url"].as_str().unwrap()));
     assert!(!b.source().await.contains(&b_id) && !b.source().await.contains("beta-secret-path"));
 
