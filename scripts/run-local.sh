@@ -14,7 +14,8 @@ if [ -z "${AWS_ENDPOINT_URL:-}" ]; then
   echo "emulator: moto $MOTO_VERSION on $AWS_ENDPOINT_URL (log in .local/moto.log)"
 fi
 export WEBHOOKS_LOG_FORMAT="${WEBHOOKS_LOG_FORMAT:-text}"
-# Not quiet: a first build compiles about 400 crates (3.5 minutes measured on 2 idle cores); cargo's progress bar shows where it is. The admin CLI is built here too, so its first
+# Not quiet: a first build compiles about 400 crates (3.5 minutes measured on 2 idle
+# cores); cargo's progress bar shows where it is. The admin CLI is built here too, so its first
 # `cargo run -p webhooks-admin` does not compile for minutes.
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 if [ ! -x "$TARGET_DIR/debug/webhooks-local" ]; then
