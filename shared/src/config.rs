@@ -84,6 +84,17 @@ pub struct Config {
     /// How long an `Idempotency-Key` answer is replayed (`WEBHOOKS_IDEMPOTENCY_HOURS`, hours,
     /// default 24).
     pub idempotency_window: std::time::Duration,
+    /// The slow lane's SQS queue URL (`WEBHOOKS_SLOW_QUEUE_URL`, optional; without it there
+    /// is no slow lane and every attempt goes through `queue_url`). See [`crate::lane`].
+    pub slow_queue_url: Option<String>,
+    /// An attempt that took at least this long sends its endpoint's attempts to the slow lane
+    /// (`WEBHOOKS_SLOW_LANE_THRESHOLD_MS`, milliseconds, default 2000: a fifth of the 10 s
+    /// request timeout, so a main-lane batch is held at most about 2 s by any receiver).
+    pub slow_lane_threshold: Duration,
+    /// How long an endpoint stays in the slow lane after its last slow attempt
+    /// (`WEBHOOKS_SLOW_LANE_HOLD_SECONDS`, seconds, default 600). A fast attempt in the slow
+    /// lane takes it back to the main lane sooner.
+    pub slow_lane_hold: Duration,
 }
 
 /// The smallest `WEBHOOKS_LEASE_MARGIN_MS`: 1000 milliseconds, room for the AWS calls between
@@ -130,6 +141,9 @@ impl Config {
             wait_scale: 1.0,
             secret_rotation: Duration::from_secs(24 * 3600),
             idempotency_window: Duration::from_secs(24 * 3600),
+            slow_queue_url: None,
+            slow_lane_threshold: Duration::from_millis(2_000),
+            slow_lane_hold: Duration::from_secs(600),
         }
     }
 
@@ -196,6 +210,9 @@ impl Config {
         }
         c.secret_rotation = Duration::from_secs(3600 * parse::<u64>(&get, "WEBHOOKS_SECRET_ROTATION_HOURS", 24)?);
         c.idempotency_window = Duration::from_secs(3600 * parse::<u64>(&get, "WEBHOOKS_IDEMPOTENCY_HOURS", 24)?);
+        c.slow_queue_url = get("WEBHOOKS_SLOW_QUEUE_URL").filter(|v| !v.is_empty());
+        c.slow_lane_threshold = Duration::from_millis(parse(&get, "WEBHOOKS_SLOW_LANE_THRESHOLD_MS", 2_000)?);
+        c.slow_lane_hold = Duration::from_secs(parse(&get, "WEBHOOKS_SLOW_LANE_HOLD_SECONDS", 600)?);
         c.emit_metrics = in_lambda || get("WEBHOOKS_METRICS").is_some_and(|v| v == "emf");
         Ok(c)
     }

@@ -614,4 +614,26 @@ impl Store for Serialized {
     ) -> Result<(), StoreError> {
         self.inner.release_idempotent(tenant_id, key, forget, now_ms).await
     }
+    async fn set_slow_until(&self, tenant_id: &str, id: &str, until: Option<DateTime<Utc>>) -> Result<(), StoreError> {
+        self.before("set_slow_until").await?;
+        let _one = self.one().await;
+        self.inner.set_slow_until(tenant_id, id, until).await
+    }
+    async fn take_rate_slot(&self, endpoint_id: &str, second: i64) -> Result<u64, StoreError> {
+        self.before("take_rate_slot").await?;
+        let _one = self.one().await;
+        self.inner.take_rate_slot(endpoint_id, second).await
+    }
+    async fn set_effective_rate(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        expected_ms: Option<i64>,
+        rate: f64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.before("set_effective_rate").await?;
+        let _one = self.one().await;
+        self.inner.set_effective_rate(tenant_id, id, expected_ms, rate, now_ms).await
+    }
 }
