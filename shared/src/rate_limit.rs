@@ -40,6 +40,7 @@ use crate::lane;
 use crate::model::{Delivery, Endpoint};
 use crate::policy::Outcome;
 use bytes::Bytes;
+use chrono::{DateTime, Utc};
 
 /// The factor a 429 without `Retry-After` (or a run of timeouts) multiplies the adaptive rate
 /// by: 0.5, TCP's multiplicative decrease.
@@ -87,10 +88,21 @@ pub fn wait_seconds(count: u64, slots: u64) -> u64 {
     if count <= slots || slots == 0 { 0 } else { (count - slots).div_ceil(slots) }
 }
 
+/// What [`admit`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Go ahead. With a limit, the time the slot was taken at, which is the attempt's start
+    /// (its `webhook-timestamp` second is the window it was counted in); `None` without a
+    /// limit (nothing was read or written).
+    Go(Option<DateTime<Utc>>),
+    /// Over the limit: the claim was given back and the message sent again for later.
+    Waits,
+    /// Over the limit, and the claim was lost meanwhile (a duplicate): nothing sent.
+    Lost,
+}
+
 /// Takes a slot for an attempt of `delivery` on `ep`, or, over the limit, gives the claim
-/// back and sends the message again when its window comes (see the module docs). `Some`:
-/// the attempt waits (true) or the claim was lost meanwhile (false); `None`: go ahead (also
-/// for an endpoint without a limit, at no cost).
+/// back and sends the message again when its window comes (see the module docs).
 ///
 /// # Errors
 /// [`ServiceError::Unavailable`] when the counter, the give-back or the send failed; the
@@ -101,13 +113,13 @@ pub async fn admit(
     delivery: &Delivery,
     ep: &Endpoint,
     payload: Option<&Bytes>,
-) -> Result<Option<bool>, ServiceError> {
-    let Some(slots) = slots(ep) else { return Ok(None) };
+) -> Result<Admission, ServiceError> {
+    let Some(slots) = slots(ep) else { return Ok(Admission::Go(None)) };
     let now = app.clock.now();
     let count = app.store.take_rate_slot(&ep.id, now.timestamp()).await?;
     let wait = wait_seconds(count, slots);
     if wait == 0 {
-        return Ok(None);
+        return Ok(Admission::Go(Some(now)));
     }
     let queue = lane::queue_for(app, lane::is_slow(ep, now));
     let wait = u32::try_from(wait).unwrap_or(u32::MAX);
@@ -115,7 +127,7 @@ pub async fn admit(
     if given {
         tracing::info!(delivery_id = %delivery.id, endpoint_id = %ep.id, count, slots, wait_seconds = wait, "rate limit: attempt waits");
     }
-    Ok(Some(given))
+    Ok(if given { Admission::Waits } else { Admission::Lost })
 }
 
 /// What an attempt's outcome does to the adaptive rate: the new rate, or `None` (no change

@@ -147,6 +147,8 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
         Current::Accepts(ep) => ep.map(|b| *b),
         Current::Settled(handled) => return Ok(handled),
     };
+    // With a rate limit, the attempt starts when its slot was taken (the window it counts in).
+    let mut slot_at = None;
     if let (Some(ep), Mode::Policy) = (&endpoint, mode) {
         if lane == Lane::Main && app.slow_queue.is_some() && lane::is_slow(ep, app.clock.now()) {
             let slow = lane::queue_for(app, true);
@@ -157,9 +159,9 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
             return Ok(Handled::Rerouted);
         }
         match rate_limit::admit(app, &delivery, ep, payload.as_ref()).await? {
-            Some(true) => return Ok(Handled::RateLimited),
-            Some(false) => return Ok(Handled::Duplicate),
-            None => {}
+            rate_limit::Admission::Go(at) => slot_at = at,
+            rate_limit::Admission::Waits => return Ok(Handled::RateLimited),
+            rate_limit::Admission::Lost => return Ok(Handled::Duplicate),
         }
     }
     let lease_left =
@@ -179,7 +181,7 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
         return Ok(Handled::Requeued);
     }
     let probe = endpoint.as_ref().is_some_and(|ep| ep.state() == EndpointState::Probing(&delivery.id));
-    let started = app.clock.now();
+    let started = slot_at.unwrap_or_else(|| app.clock.now());
     let result = match (&endpoint, &payload) {
         (None, _) => not_sent("endpoint_deleted"),
         (Some(_), None) => not_sent(PAYLOAD_EXPIRED),
