@@ -10,7 +10,6 @@
 
 use crate::noisy::Rx;
 use crate::stack::{self, Res, err};
-use futures::StreamExt;
 use serde_json::json;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -86,14 +85,7 @@ pub async fn run(sdk: &aws_config::SdkConfig, variant: Variant, events: usize, p
         return Err(err(format!("create endpoint: {status} {ep}")));
     }
     let id = ep["id"].as_str().unwrap_or_default().to_string();
-    let posts: Vec<Res<serde_json::Value>> = futures::stream::iter((0..events).map(|_| {
-        let app = app.clone();
-        async move { stack::event(&app, tenant, &stack::unique("evt"), payload).await }
-    }))
-    .buffer_unordered(crate::throughput::PRODUCERS)
-    .collect()
-    .await;
-    posts.into_iter().collect::<Res<Vec<_>>>()?;
+    crate::noisy::ingest(&app, tenant, events, payload).await?;
 
     let options = Options {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),

@@ -102,8 +102,11 @@ pub fn marker_after(
 
 /// Records what an attempt of `duration_ms` says of its endpoint's lane (see
 /// [`marker_after`]); best effort: a failed write is logged and the next attempt decides
-/// again. Returns whether the endpoint is slow now.
+/// again. Returns whether the endpoint is slow now. Without a slow lane, nothing is written.
 pub async fn observe(app: &App, ep: &Endpoint, duration_ms: u64) -> bool {
+    if app.slow_queue.is_none() {
+        return false;
+    }
     let now = app.clock.now();
     let Some(marker) = marker_after(&app.config, ep, now, duration_ms) else {
         return is_slow(ep, now);
