@@ -141,13 +141,13 @@ async fn run() -> Res<()> {
         let t = Instant::now();
         eprintln!("bench: 8. noisy neighbour");
         noisy::part(&sdk, quick, &median.2, &out, text, &mut body, &mut summary).await?;
-        timer.add("8. noisy neighbour (3 runs)", t);
+        timer.add("8. noisy neighbour (6 runs)", t);
     }
     if only.has("ratelimit") {
         let t = Instant::now();
         eprintln!("bench: 9. rate limit");
         ratelimit::part(&sdk, quick, &median.2, &out, text, &mut body, &mut summary).await?;
-        timer.add("9. rate limit (3 runs)", t);
+        timer.add("9. rate limit (2 runs)", t);
     }
     if only.has("lambda") {
         lambda_parts(&sdk, quick, &endpoint_url, &logs, &mut body, &mut summary, &mut timer).await?;

@@ -232,10 +232,13 @@ pub async fn run(
 ) -> Res<NoisyRun> {
     let errors = crate::count::ServerErrors::default();
     let (ddb, sqs) = stack::retrying_clients(sdk, &errors);
-    let (table, url) = stack::table_and_queue(&ddb, &sqs, "noisy").await?;
+    let table = stack::unique("noisy");
+    bootstrap::create_table(&ddb, &table).await?;
+    // The template's visibility timeout (720 s), on both queues.
+    let url = bootstrap::create_queue(&sqs, &stack::unique("noisy"), 720).await?;
     let mut config = stack::config(&table, &url);
     if variant == Variant::SlowLane {
-        config.slow_queue_url = Some(bootstrap::create_queue(&sqs, &stack::unique("noisy-slow"), 60).await?);
+        config.slow_queue_url = Some(bootstrap::create_queue(&sqs, &stack::unique("noisy-slow"), 720).await?);
     }
     let app = stack::app(config, ddb, sqs.clone())?;
     let fast = Rx::start(Duration::ZERO, None).await?;
@@ -258,6 +261,9 @@ pub async fn run(
     })
     .await?;
     running.stop().await;
+    // A poller stopped mid long poll leaves its ReceiveMessage open at the emulator; messages
+    // sent before it ends would go to nobody and stay invisible for the visibility timeout.
+    tokio::time::sleep(Duration::from_secs(3)).await;
 
     // Ingest, then drain with a new runtime.
     ingest(&app, tenant, events, payload).await?;
@@ -309,7 +315,7 @@ pub async fn part(
     summary: &mut Vec<[String; 4]>,
 ) -> Res<()> {
     use std::fmt::Write as _;
-    let events = if quick { 10 } else { 20 };
+    let events = if quick { 10 } else { 40 };
     let mut runs = Vec::new();
     for pollers in [POLLERS, CONSTRAINED_POLLERS] {
         for v in [Variant::Baseline, Variant::SlowLane, Variant::NoLane] {
