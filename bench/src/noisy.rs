@@ -248,9 +248,8 @@ pub async fn run(
         stack::endpoint(&app, tenant, &fast.url, serde_json::Value::Null).await?;
     }
     let with_slow = variant != Variant::Baseline;
-    if with_slow {
-        stack::endpoint(&app, tenant, &slow.url, serde_json::Value::Null).await?;
-    }
+    let slow_id =
+        if with_slow { Some(stack::endpoint(&app, tenant, &slow.url, serde_json::Value::Null).await?) } else { None };
 
     // Warm-up: one event through, the slow endpoint's 9 s answer included.
     let running =
@@ -260,6 +259,17 @@ pub async fn run(
         fast.ok() >= FAST as u64 && (!with_slow || slow.ok() >= 1)
     })
     .await?;
+    // The receiver answers before deliver records the attempt and marks the endpoint: with a
+    // slow lane, wait for the mark (the steady state), so stopping the runtime cannot cut it.
+    if let (Variant::SlowLane, Some(id)) = (variant, &slow_id) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !matches!(app.store.find_endpoint(id).await, Ok(Some(ep)) if ep.slow_until.is_some()) {
+            if Instant::now() > deadline {
+                return Err(err("noisy: the slow endpoint was not marked slow"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
     running.stop().await;
     // A poller stopped mid long poll leaves its ReceiveMessage open at the emulator; messages
     // sent before it ends would go to nobody and stay invisible for the visibility timeout.
