@@ -14,6 +14,9 @@ mod chart;
 mod cost;
 mod count;
 mod lambda;
+mod lines;
+mod noisy;
+mod ratelimit;
 mod requests;
 mod stack;
 mod sweeper;
@@ -134,6 +137,18 @@ async fn run() -> Res<()> {
     if only.has("sweeper") {
         sweeper_scaling(&sdk, quick, &out, text, &mut body, &mut summary, &mut timer).await?;
     }
+    if only.has("noisy") {
+        let t = Instant::now();
+        eprintln!("bench: 8. noisy neighbour");
+        noisy::part(&sdk, quick, &median.2, &out, text, &mut body, &mut summary).await?;
+        timer.add("8. noisy neighbour (6 runs)", t);
+    }
+    if only.has("ratelimit") {
+        let t = Instant::now();
+        eprintln!("bench: 9. rate limit");
+        ratelimit::part(&sdk, quick, &median.2, &out, text, &mut body, &mut summary).await?;
+        timer.add("9. rate limit (2 runs)", t);
+    }
     if only.has("lambda") {
         lambda_parts(&sdk, quick, &endpoint_url, &logs, &mut body, &mut summary, &mut timer).await?;
     }
@@ -152,7 +167,7 @@ async fn run() -> Res<()> {
     }
     let _ = writeln!(
         r,
-        "Written by `make bench` (the `webhooks-bench` crate in this folder) on {}, from commit `{commit}`, in {:.0} s. Everything ran on one machine: {}. The AWS services are the moto emulator {} on 127.0.0.1 (one Python process), not AWS: request counts and item sizes carry over to AWS, times do not (they are the emulator's and this machine's). Release builds. Charts: `latency.png`, `throughput.png`, `sweeper.png` beside this file.\n",
+        "Written by `make bench` (the `webhooks-bench` crate in this folder) on {}, from commit `{commit}`, in {:.0} s. Everything ran on one machine: {}. The AWS services are the moto emulator {} on 127.0.0.1 (one Python process), not AWS: request counts and item sizes carry over to AWS, times do not (they are the emulator's and this machine's). Release builds. Charts: `latency.png`, `throughput.png`, `sweeper.png`, `noisy.png`, `ratelimit.png` beside this file.\n",
         chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
         total,
         machine(),
@@ -182,7 +197,7 @@ async fn run() -> Res<()> {
 struct Parts(Vec<String>);
 
 impl Parts {
-    const ALL: [&'static str; 4] = ["requests", "throughput", "sweeper", "lambda"];
+    const ALL: [&'static str; 6] = ["requests", "throughput", "sweeper", "lambda", "noisy", "ratelimit"];
 
     fn from_env() -> Res<Self> {
         let v = std::env::var("BENCH_ONLY").unwrap_or_default();

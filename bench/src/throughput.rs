@@ -69,6 +69,7 @@ async fn local(sdk: &aws_config::SdkConfig, endpoints: usize) -> Res<Local> {
     let options = Options {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         pollers: POLLERS,
+        slow_pollers: 0,
         poll_wait_seconds: 1,
         sweeper: false,
     };

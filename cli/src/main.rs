@@ -134,6 +134,20 @@ enum EndpointCmd {
         /// Endpoint id.
         id: String,
     },
+    /// Set or remove its rate limit (PATCH `rate_limit_per_second`, `rate_limit_adaptive`).
+    RateLimit {
+        /// Endpoint id.
+        id: String,
+        /// Most attempts started per second (1 to 10000).
+        #[arg(long, conflicts_with = "none")]
+        per_second: Option<u32>,
+        /// Remove the limit.
+        #[arg(long)]
+        none: bool,
+        /// Whether the limit adapts (AIMD) to 429s without Retry-After and runs of timeouts.
+        #[arg(long)]
+        adaptive: Option<bool>,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -150,6 +164,12 @@ struct CreateArgs {
     /// Retry policy as JSON, e.g. '{"preset":"svix"}'.
     #[arg(long)]
     retry_policy: Option<String>,
+    /// Most attempts started per second (1 to 10000; default: no limit).
+    #[arg(long)]
+    rate_limit: Option<u32>,
+    /// Keep the rate limit static (no AIMD back-off on 429s without Retry-After).
+    #[arg(long)]
+    no_adaptive_rate_limit: bool,
 }
 
 struct Client {
@@ -438,6 +458,12 @@ async fn run(cli: &Cli) -> Result<String, String> {
                 if let Some(p) = &a.retry_policy {
                     body["retry_policy"] = serde_json::from_str(p).map_err(|e| format!("--retry-policy: {e}"))?;
                 }
+                if let Some(n) = a.rate_limit {
+                    body["rate_limit_per_second"] = json!(n);
+                }
+                if a.no_adaptive_rate_limit {
+                    body["rate_limit_adaptive"] = json!(false);
+                }
                 let v = client.call(M::POST, "/v1/endpoints", Some(body)).await?;
                 (
                     v,
@@ -455,6 +481,30 @@ async fn run(cli: &Cli) -> Result<String, String> {
                             "{}\nreleasing held deliveries: {}",
                             endpoint_rows(std::slice::from_ref(v)),
                             job_line(&v["release_job"])
+                        )
+                    }),
+                )
+            }
+            EndpointCmd::RateLimit { id, per_second, none, adaptive } => {
+                let mut body = json!({});
+                if *none {
+                    body["rate_limit_per_second"] = Value::Null;
+                } else if let Some(n) = per_second {
+                    body["rate_limit_per_second"] = json!(n);
+                }
+                if let Some(a) = adaptive {
+                    body["rate_limit_adaptive"] = json!(a);
+                }
+                let v = client.call(M::PATCH, &format!("/v1/endpoints/{id}"), Some(body)).await?;
+                (
+                    v,
+                    Box::new(|v| {
+                        format!(
+                            "{}\nrate limit {} per second (adaptive {}), in force now {}",
+                            endpoint_rows(std::slice::from_ref(v)),
+                            s(&v["rate_limit_per_second"]),
+                            s(&v["rate_limit_adaptive"]),
+                            s(&v["effective_rate_per_second"])
                         )
                     }),
                 )

@@ -25,6 +25,9 @@ pub struct App {
     pub random: Arc<Random>,
     /// Owner notifications (log only unless set with [`App::with_notifier`]).
     pub notifier: Arc<dyn Notifier>,
+    /// The slow lane's queue, when there is one (see [`crate::lane`]; set with
+    /// [`App::with_slow_queue`], or by [`App::from_clients`] from `config.slow_queue_url`).
+    pub slow_queue: Option<Arc<dyn Queue>>,
 }
 
 /// The AWS clients could not be set up.
@@ -42,7 +45,27 @@ impl App {
         clock: Arc<dyn Clock>,
         random: Arc<Random>,
     ) -> Self {
-        Self { config: Arc::new(config), store, queue, sender, clock, random, notifier: Arc::new(LogNotifier) }
+        Self {
+            config: Arc::new(config),
+            store,
+            queue,
+            sender,
+            clock,
+            random,
+            notifier: Arc::new(LogNotifier),
+            slow_queue: None,
+        }
+    }
+
+    fn with_slow(mut self, queue: Option<Arc<dyn Queue>>) -> Self {
+        self.slow_queue = queue;
+        self
+    }
+
+    /// The same app with a slow lane queue.
+    pub fn with_slow_queue(mut self, queue: Arc<dyn Queue>) -> Self {
+        self.slow_queue = Some(queue);
+        self
     }
 
     /// The same app with another notifier.
@@ -76,6 +99,8 @@ impl App {
         sns: Option<aws_sdk_sns::Client>,
     ) -> Result<Self, SetupError> {
         let store = DynamoStore::new(dynamodb, &config.table, config.due_shards);
+        let slow: Option<Arc<dyn Queue>> =
+            config.slow_queue_url.as_ref().map(|url| Arc::new(SqsQueue::new(sqs.clone(), url)) as Arc<dyn Queue>);
         let queue = SqsQueue::new(sqs, &config.queue_url);
         let sender = HttpSender::new(config.request_timeout, config.allow_private_destinations, config.require_https)
             .map_err(|e| SetupError(e.to_string()))?;
@@ -91,7 +116,8 @@ impl App {
             Arc::new(SystemClock),
             Arc::new(Random::from_os()),
         )
-        .with_notifier(notifier))
+        .with_notifier(notifier)
+        .with_slow(slow))
     }
 }
 

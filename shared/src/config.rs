@@ -89,6 +89,17 @@ pub struct Config {
     /// [`crate::ui::token::portal_key`]), enough where one process mints and checks tokens (the
     /// local runtime, tests); the SAM template passes a generated secret to admin and portal.
     pub portal_secret: Option<String>,
+    /// The slow lane's SQS queue URL (`WEBHOOKS_SLOW_QUEUE_URL`, optional; without it there
+    /// is no slow lane and every attempt goes through `queue_url`). See [`crate::lane`].
+    pub slow_queue_url: Option<String>,
+    /// An attempt that took at least this long sends its endpoint's attempts to the slow lane
+    /// (`WEBHOOKS_SLOW_LANE_THRESHOLD_MS`, milliseconds, default 2000: a fifth of the 10 s
+    /// request timeout, so a main-lane batch is held at most about 2 s by any receiver).
+    pub slow_lane_threshold: Duration,
+    /// How long an endpoint stays in the slow lane after its last slow attempt
+    /// (`WEBHOOKS_SLOW_LANE_HOLD_SECONDS`, seconds, default 600). A fast attempt in the slow
+    /// lane takes it back to the main lane sooner.
+    pub slow_lane_hold: Duration,
 }
 
 /// Which routes the admin binary serves (`WEBHOOKS_SERVE`): `portal` for the tenant portal
@@ -141,6 +152,9 @@ impl Config {
             secret_rotation: Duration::from_secs(24 * 3600),
             idempotency_window: Duration::from_secs(24 * 3600),
             portal_secret: None,
+            slow_queue_url: None,
+            slow_lane_threshold: Duration::from_millis(2_000),
+            slow_lane_hold: Duration::from_secs(600),
         }
     }
 
@@ -214,6 +228,9 @@ impl Config {
                 problem: "must be at least 32 characters".into(),
             });
         }
+        c.slow_queue_url = get("WEBHOOKS_SLOW_QUEUE_URL").filter(|v| !v.is_empty());
+        c.slow_lane_threshold = Duration::from_millis(parse(&get, "WEBHOOKS_SLOW_LANE_THRESHOLD_MS", 2_000)?);
+        c.slow_lane_hold = Duration::from_secs(parse(&get, "WEBHOOKS_SLOW_LANE_HOLD_SECONDS", 600)?);
         c.emit_metrics = in_lambda || get("WEBHOOKS_METRICS").is_some_and(|v| v == "emf");
         Ok(c)
     }

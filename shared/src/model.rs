@@ -52,6 +52,27 @@ pub struct Endpoint {
     /// The held delivery released as the half-open probe, while one is out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe_delivery_id: Option<String>,
+    /// Most attempts started per second, across every deliver invocation (`None`: no
+    /// limit). Attempts over it wait (not counted as attempts); see [`crate::rate_limit`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit_per_second: Option<u32>,
+    /// Whether `rate_limit_per_second` adapts (AIMD) to 429s without `Retry-After` and runs
+    /// of timeouts (default true; items written before it read as true).
+    #[serde(default = "default_true")]
+    pub rate_limit_adaptive: bool,
+    /// The adaptive limit now, requests per second (absent: the configured limit). State
+    /// written only by [`crate::rate_limit`], never by an endpoint transition, and without
+    /// a version bump.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effective_rate_per_second: Option<f64>,
+    /// When `effective_rate_per_second` last changed, unix milliseconds (its writes are
+    /// conditional on this value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_changed_at_ms: Option<i64>,
+    /// Until when its attempts go to the slow lane (set when an attempt took at least
+    /// `WEBHOOKS_SLOW_LANE_THRESHOLD_MS`); state written only by [`crate::lane`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slow_until: Option<DateTime<Utc>>,
     /// Bumped by every write of the endpoint's configuration or state; every such write is
     /// conditional on the version it read (see [`crate::endpoint_lifecycle`]). Items written
     /// before versions existed read as 0.
@@ -62,6 +83,14 @@ pub struct Endpoint {
     /// When it last changed.
     pub updated_at: DateTime<Utc>,
 }
+
+/// Endpoint attributes that are state kept beside the configuration, each written by its own
+/// guarded update ([`crate::store::Store::set_slow_until`],
+/// [`crate::store::Store::set_effective_rate`]) and never by an endpoint transition, so they
+/// do not bump `version` (PATCH's optimistic concurrency) and a transition does not write
+/// back a stale copy of them.
+pub const UNVERSIONED_ENDPOINT_ATTRIBUTES: [&str; 3] =
+    ["effective_rate_per_second", "rate_changed_at_ms", "slow_until"];
 
 /// Default circuit breaker threshold: 100 failed attempts in a row (payment provider's docs).
 pub const DEFAULT_BREAKER_THRESHOLD: u32 = 100;
@@ -74,6 +103,10 @@ fn default_breaker() -> u32 {
 
 fn default_cooldown() -> u64 {
     DEFAULT_COOLDOWN_SECONDS
+}
+
+fn default_true() -> bool {
+    true
 }
 
 /// `disabled.reason` of an endpoint an operator disabled.
@@ -143,6 +176,11 @@ impl Endpoint {
             previous_secret: None,
             previous_secret_expires_at: None,
             probe_delivery_id: None,
+            rate_limit_per_second: None,
+            rate_limit_adaptive: true,
+            effective_rate_per_second: None,
+            rate_changed_at_ms: None,
+            slow_until: None,
             version: 1,
             created_at: now,
             updated_at: now,

@@ -78,6 +78,8 @@ pub struct Tables {
     /// Jobs by id.
     pub jobs: BTreeMap<String, JobRow>,
     idempotency: BTreeMap<(String, String), IdempotencyRecord>,
+    /// Rate counters by (endpoint id, unix second).
+    rate_windows: BTreeMap<(String, i64), u64>,
     /// Per item key, its versions as the GSIs will see them: (visible from, ms; item or gone).
     gsi: BTreeMap<String, Vec<(i64, Option<Indexed>)>>,
 }
@@ -703,6 +705,46 @@ impl Store for MemStore {
                 }
             }
             Ok(())
+        })
+        .await
+    }
+
+    async fn set_slow_until(&self, tenant_id: &str, id: &str, until: Option<DateTime<Utc>>) -> Result<(), StoreError> {
+        self.call("store.set_slow_until", |_, t| {
+            if let Some(e) = t.endpoints.get_mut(&(tenant_id.to_string(), id.to_string())) {
+                e.slow_until = until;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn take_rate_slot(&self, endpoint_id: &str, second: i64) -> Result<u64, StoreError> {
+        self.call("store.take_rate_slot", |_, t| {
+            let n = t.rate_windows.entry((endpoint_id.to_string(), second)).or_insert(0);
+            *n += 1;
+            Ok(*n)
+        })
+        .await
+    }
+
+    async fn set_effective_rate(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        expected_ms: Option<i64>,
+        rate: f64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.call("store.set_effective_rate", |_, t| {
+            Ok(match t.endpoints.get_mut(&(tenant_id.to_string(), id.to_string())) {
+                Some(e) if e.rate_changed_at_ms == expected_ms => {
+                    e.effective_rate_per_second = Some(rate);
+                    e.rate_changed_at_ms = Some(now_ms);
+                    true
+                }
+                _ => false,
+            })
         })
         .await
     }

@@ -83,6 +83,21 @@ impl Stack {
         options: Options,
         wrap: impl FnOnce(App) -> App,
     ) -> Self {
+        Self::start_inner(tweak, options, wrap, false).await
+    }
+
+    /// As [`Stack::start_with`], with a slow lane: a second queue as
+    /// `config.slow_queue_url` (see `webhooks::lane`), polled by `options.slow_pollers`.
+    pub async fn start_with_slow_lane(tweak: impl FnOnce(&mut Config), options: Options) -> Self {
+        Self::start_inner(tweak, options, |app| app, true).await
+    }
+
+    async fn start_inner(
+        tweak: impl FnOnce(&mut Config),
+        options: Options,
+        wrap: impl FnOnce(App) -> App,
+        slow_lane: bool,
+    ) -> Self {
         let _ = emulator_url();
         let sdk = webhooks::app::aws_sdk_config().await;
         let ddb = aws_sdk_dynamodb::Client::new(&sdk);
@@ -91,6 +106,10 @@ impl Stack {
         bootstrap::create_table(&ddb, &table).await.expect("create table");
         let queue_url = bootstrap::create_queue(&sqs, &unique("q"), 30).await.expect("create queue");
         let mut config = test_config(&table, &queue_url);
+        if slow_lane {
+            config.slow_queue_url =
+                Some(bootstrap::create_queue(&sqs, &unique("slow"), 30).await.expect("create slow queue"));
+        }
         tweak(&mut config);
         let app = wrap(App::from_aws(config).await.expect("app"));
         let options = Options { listen: SocketAddr::from(([127, 0, 0, 1], 0)), ..options };
@@ -117,6 +136,9 @@ impl Stack {
         let ddb = aws_sdk_dynamodb::Client::new(&webhooks::app::aws_sdk_config().await);
         let _ = ddb.delete_table().table_name(&self.app.config.table).send().await;
         let _ = self.sqs.delete_queue().queue_url(&self.app.config.queue_url).send().await;
+        if let Some(slow) = &self.app.config.slow_queue_url {
+            let _ = self.sqs.delete_queue().queue_url(slow).send().await;
+        }
     }
 
     /// A request to the API; returns the status and the JSON body (`null` when empty).
@@ -613,5 +635,27 @@ impl Store for Serialized {
         now_ms: i64,
     ) -> Result<(), StoreError> {
         self.inner.release_idempotent(tenant_id, key, forget, now_ms).await
+    }
+    async fn set_slow_until(&self, tenant_id: &str, id: &str, until: Option<DateTime<Utc>>) -> Result<(), StoreError> {
+        self.before("set_slow_until").await?;
+        let _one = self.one().await;
+        self.inner.set_slow_until(tenant_id, id, until).await
+    }
+    async fn take_rate_slot(&self, endpoint_id: &str, second: i64) -> Result<u64, StoreError> {
+        self.before("take_rate_slot").await?;
+        let _one = self.one().await;
+        self.inner.take_rate_slot(endpoint_id, second).await
+    }
+    async fn set_effective_rate(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        expected_ms: Option<i64>,
+        rate: f64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.before("set_effective_rate").await?;
+        let _one = self.one().await;
+        self.inner.set_effective_rate(tenant_id, id, expected_ms, rate, now_ms).await
     }
 }

@@ -1,6 +1,7 @@
 //! The local runtime plays the parts AWS plays around the Lambda functions: API Gateway (an
 //! HTTP server on the same axum router), the SQS event source mapping (pollers that feed
-//! deliver batches of up to 10 with partial-batch semantics) and the one-minute schedule (the
+//! deliver batches of up to 10 with partial-batch semantics; the slow lane's queue has its own
+//! pollers) and the one-minute schedule (the
 //! sweeper on an interval). Everything else is the same code the Lambdas run.
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
@@ -11,6 +12,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use webhooks::App;
+use webhooks::lane::Lane;
 use webhooks::service::{deliver, sweep};
 
 /// How the local runtime runs.
@@ -21,6 +23,9 @@ pub struct Options {
     /// Concurrent SQS pollers, like the event source mapping's concurrency (0: none, for
     /// tests that play the event source mapping themselves).
     pub pollers: usize,
+    /// Concurrent pollers of the slow lane (`WEBHOOKS_SLOW_QUEUE_URL`, when the config has
+    /// one), like its own event source mapping's concurrency (see `webhooks::lane`).
+    pub slow_pollers: usize,
     /// Long-poll wait of each ReceiveMessage, seconds (0 to 20).
     pub poll_wait_seconds: i32,
     /// Whether to run the sweeper on `config.sweep_interval`.
@@ -29,7 +34,13 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Self { listen: SocketAddr::from(([127, 0, 0, 1], 3000)), pollers: 4, poll_wait_seconds: 1, sweeper: true }
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 3000)),
+            pollers: 4,
+            slow_pollers: 2,
+            poll_wait_seconds: 1,
+            sweeper: true,
+        }
     }
 }
 
@@ -105,14 +116,16 @@ pub async fn start(app: App, sqs: aws_sdk_sqs::Client, options: Options) -> Resu
         }
     }));
 
-    for _ in 0..options.pollers {
+    let slow_pollers = if app.config.slow_queue_url.is_some() { options.slow_pollers } else { 0 };
+    let lanes = std::iter::repeat_n(Lane::Main, options.pollers).chain(std::iter::repeat_n(Lane::Slow, slow_pollers));
+    for lane in lanes {
         let (app, sqs, mut rx) = (app.clone(), sqs.clone(), stopped.clone());
         let wait = options.poll_wait_seconds;
         tasks.push(tokio::spawn(async move {
             loop {
                 tokio::select! {
                     _ = stopped_signal(&mut rx) => break,
-                    r = poll_once(&app, &sqs, wait) => if let Err(e) = r {
+                    r = poll_lane(&app, &sqs, lane, wait) => if let Err(e) = r {
                         tracing::warn!(error = %e, "poll failed");
                         tokio::time::sleep(Duration::from_millis(500)).await;
                     },
@@ -150,9 +163,27 @@ async fn stopped_signal(rx: &mut watch::Receiver<bool>) {
 /// # Errors
 /// The SQS error, as text.
 pub async fn poll_once(app: &App, sqs: &aws_sdk_sqs::Client, wait_seconds: i32) -> Result<usize, String> {
+    poll_lane(app, sqs, Lane::Main, wait_seconds).await
+}
+
+/// As [`poll_once`], on the queue of `lane` (the slow lane: `config.slow_queue_url`; none
+/// configured: nothing received). Each record carries an `eventSourceARN` naming its queue,
+/// as Lambda's do, which is how deliver tells the lanes apart.
+///
+/// # Errors
+/// The SQS error, as text.
+pub async fn poll_lane(app: &App, sqs: &aws_sdk_sqs::Client, lane: Lane, wait_seconds: i32) -> Result<usize, String> {
+    let url = match lane {
+        Lane::Main => app.config.queue_url.as_str(),
+        Lane::Slow => match &app.config.slow_queue_url {
+            Some(url) => url.as_str(),
+            None => return Ok(0),
+        },
+    };
+    let source_arn = format!("arn:aws:sqs:local:000000000000:{}", webhooks::lane::queue_name(url));
     let out = sqs
         .receive_message()
-        .queue_url(&app.config.queue_url)
+        .queue_url(url)
         .max_number_of_messages(10)
         .wait_time_seconds(wait_seconds)
         .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
@@ -171,6 +202,7 @@ pub async fn poll_once(app: &App, sqs: &aws_sdk_sqs::Client, wait_seconds: i32) 
         record.receipt_handle = m.receipt_handle.clone();
         record.body = m.body.clone();
         record.event_source = Some("aws:sqs".into());
+        record.event_source_arn = Some(source_arn.clone());
         event.records.push(record);
         receipts.push((m.message_id.clone().unwrap_or_default(), m.receipt_handle.clone().unwrap_or_default()));
     }
@@ -186,7 +218,7 @@ pub async fn poll_once(app: &App, sqs: &aws_sdk_sqs::Client, wait_seconds: i32) 
         .collect();
     if !entries.is_empty() {
         sqs.delete_message_batch()
-            .queue_url(&app.config.queue_url)
+            .queue_url(url)
             .set_entries(Some(entries))
             .send()
             .await

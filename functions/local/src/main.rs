@@ -8,6 +8,7 @@ fn defaults(name: &str) -> Option<String> {
     Some(match name {
         "WEBHOOKS_TABLE" => "webhooks-local".into(),
         "WEBHOOKS_QUEUE_URL" => "webhooks-local".into(),
+        "WEBHOOKS_SLOW_QUEUE_URL" => "webhooks-local-slow".into(),
         "WEBHOOKS_ALLOW_PRIVATE_DESTINATIONS" => "true".into(),
         _ => return None,
     })
@@ -23,6 +24,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     bootstrap::create_table(&dynamodb, &config.table).await?;
     if !config.queue_url.contains('/') {
         config.queue_url = bootstrap::create_queue(&sqs, &config.queue_url, 60).await?;
+    }
+    if let Some(slow) = config.slow_queue_url.as_mut().filter(|u| !u.contains('/')) {
+        *slow = bootstrap::create_queue(&sqs, slow, 60).await?;
     }
     if config.allow_private_destinations {
         eprintln!(

@@ -45,6 +45,17 @@ pub struct EndpointView {
     pub auto_resume: bool,
     /// The probe's cool-down, seconds.
     pub auto_resume_after_seconds: u64,
+    /// Most attempts started per second (null: no limit); see [`crate::rate_limit`].
+    pub rate_limit_per_second: Option<u32>,
+    /// Whether the limit adapts (AIMD) to 429s without `Retry-After` and runs of timeouts.
+    pub rate_limit_adaptive: bool,
+    /// The limit in force now, requests per second (the adaptive rate, at most
+    /// `rate_limit_per_second`); absent without a limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub effective_rate_per_second: Option<f64>,
+    /// While its attempts go through the slow lane: until when (see [`crate::lane`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slow_until: Option<DateTime<Utc>>,
     /// Created at.
     pub created_at: DateTime<Utc>,
     /// Last change.
@@ -66,8 +77,13 @@ impl EndpointView {
             EndpointState::Paused => "paused",
             EndpointState::Probing(_) => "probing",
         };
+        let effective_rate_per_second = crate::rate_limit::effective(&ep);
         Self {
             state,
+            effective_rate_per_second,
+            rate_limit_per_second: ep.rate_limit_per_second,
+            rate_limit_adaptive: ep.rate_limit_adaptive,
+            slow_until: ep.slow_until,
             id: ep.id,
             tenant_id: ep.tenant_id,
             url: ep.url,
@@ -92,8 +108,8 @@ fn invalid(field: &str, message: impl std::fmt::Display) -> ServiceError {
 }
 
 /// Applies the settable fields of a create or PATCH body to `ep`: `url`, `event_types`,
-/// `retry_policy`, `circuit_breaker_threshold`, `auto_resume`, `auto_resume_after_seconds`.
-/// `extra` lists other keys the caller handles; any other key is refused.
+/// `retry_policy`, `circuit_breaker_threshold`, `auto_resume`, `auto_resume_after_seconds`,
+/// `rate_limit_per_second`, `rate_limit_adaptive`. `extra` lists other keys the caller handles; any other key is refused.
 fn apply_settings(ep: &mut Endpoint, body: &Map<String, Value>, extra: &[&str]) -> Result<(), ServiceError> {
     for (key, value) in body {
         match key.as_str() {
@@ -136,6 +152,22 @@ fn apply_settings(ep: &mut Endpoint, body: &Map<String, Value>, extra: &[&str]) 
                     .filter(|n| (1..=crate::policy::MAX_WAIT_SECONDS).contains(n))
                     .ok_or_else(|| invalid(key, "must be a whole number of seconds from 1 to 604800"))?;
             }
+            "rate_limit_per_second" => {
+                ep.rate_limit_per_second = match value {
+                    Value::Null => None,
+                    v => Some(
+                        v.as_u64()
+                            .filter(|n| (1..=crate::rate_limit::MAX_RATE_LIMIT).contains(n))
+                            .and_then(|n| u32::try_from(n).ok())
+                            .ok_or_else(|| {
+                                invalid(key, "must be a whole number of requests per second from 1 to 10000, or null")
+                            })?,
+                    ),
+                }
+            }
+            "rate_limit_adaptive" => {
+                ep.rate_limit_adaptive = value.as_bool().ok_or_else(|| invalid(key, "must be true or false"))?
+            }
             other if extra.contains(&other) => {}
             other => return Err(invalid(other, "is not a field of an endpoint")),
         }
@@ -158,7 +190,7 @@ fn validate_url(url: &str) -> Result<(), ServiceError> {
 
 /// Creates an endpoint from a request body: `tenant_id` and `url` required; `event_types`,
 /// `retry_policy`, `secret`, `circuit_breaker_threshold`, `auto_resume`,
-/// `auto_resume_after_seconds` optional.
+/// `auto_resume_after_seconds`, `rate_limit_per_second`, `rate_limit_adaptive` optional.
 ///
 /// # Errors
 /// [`ServiceError::Validation`] naming the field; [`ServiceError::DestinationNotAllowed`] for

@@ -14,6 +14,7 @@
 use crate::App;
 use crate::endpoint_lifecycle;
 use crate::error::ServiceError;
+use crate::lane::{self, Lane};
 use crate::lifecycle::{self, AttemptMessage, Field, Next, Transition};
 use crate::metrics;
 use crate::model::{
@@ -21,6 +22,7 @@ use crate::model::{
 };
 use crate::policy::{Outcome, Verdict};
 use crate::queue;
+use crate::rate_limit;
 use crate::sender::{SendResult, Sender};
 use crate::service::health;
 use crate::signing;
@@ -40,6 +42,12 @@ pub enum Handled {
     /// The claim was given back without an attempt (its lease had less left than the request
     /// timeout) and the same attempt queued again.
     Requeued,
+    /// The claim was given back without an attempt and the same attempt sent to the slow
+    /// lane (see [`crate::lane`]).
+    Rerouted,
+    /// The claim was given back without an attempt, to wait for the endpoint's rate limit
+    /// (see [`crate::rate_limit`]); not an attempt, not a failure.
+    RateLimited,
 }
 
 /// How many attempts this call may make.
@@ -58,8 +66,9 @@ pub async fn deliver_batch(app: &App, event: SqsEvent) -> SqsBatchResponse {
     let work = event.records.into_iter().map(|record| async move {
         let id = record.message_id.clone().unwrap_or_default();
         let body = record.body.as_deref().unwrap_or("");
+        let lane = lane::of_source(&app.config, record.event_source_arn.as_deref());
         let result = match queue::decode(body) {
-            Ok(msg) => deliver_message(app, &msg).await.map(|_| ()),
+            Ok(msg) => attempt_in(app, &msg, Mode::Policy, lane).await.map(|_| ()),
             Err(e) => {
                 tracing::error!(message_id = %id, error = %e, "malformed attempt message");
                 Err(ServiceError::Validation(format!("message body: {e}")))
@@ -108,6 +117,16 @@ const ENDPOINT_TRIES: usize = 5;
 /// # Errors
 /// As [`deliver_message`].
 pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Handled, ServiceError> {
+    attempt_in(app, msg, mode, Lane::Main).await
+}
+
+/// As [`attempt`], for a message that came from `lane`: on the main lane, a delivery of an
+/// endpoint marked slow is given back and sent to the slow lane (see [`crate::lane`]); on
+/// either, an attempt over the endpoint's rate limit waits (see [`crate::rate_limit`]).
+///
+/// # Errors
+/// As [`deliver_message`].
+pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane) -> Result<Handled, ServiceError> {
     let cfg = &app.config;
     let claim = lifecycle::claim(cfg, app.clock.now(), msg);
     let delivery = match app.store.apply(&msg.delivery_id, &claim, true).await? {
@@ -128,6 +147,23 @@ pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Hand
         Current::Accepts(ep) => ep.map(|b| *b),
         Current::Settled(handled) => return Ok(handled),
     };
+    // With a rate limit, the attempt starts when its slot was taken (the window it counts in).
+    let mut slot_at = None;
+    if let (Some(ep), Mode::Policy) = (&endpoint, mode) {
+        if lane == Lane::Main && app.slow_queue.is_some() && lane::is_slow(ep, app.clock.now()) {
+            let slow = lane::queue_for(app, true);
+            if !lane::give_back(app, &delivery, 0, payload.as_ref(), slow).await? {
+                return Ok(Handled::Duplicate);
+            }
+            tracing::info!(delivery_id = %delivery.id, endpoint_id = %ep.id, "endpoint is slow; attempt moved to the slow lane");
+            return Ok(Handled::Rerouted);
+        }
+        match rate_limit::admit(app, &delivery, ep, payload.as_ref()).await? {
+            rate_limit::Admission::Go(at) => slot_at = at,
+            rate_limit::Admission::Waits => return Ok(Handled::RateLimited),
+            rate_limit::Admission::Lost => return Ok(Handled::Duplicate),
+        }
+    }
     let lease_left =
         delivery.lease_until.map(|l| l - app.clock.now()).and_then(|d| d.to_std().ok()).unwrap_or_default();
     if lease_left < cfg.request_timeout {
@@ -145,7 +181,7 @@ pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Hand
         return Ok(Handled::Requeued);
     }
     let probe = endpoint.as_ref().is_some_and(|ep| ep.state() == EndpointState::Probing(&delivery.id));
-    let started = app.clock.now();
+    let started = slot_at.unwrap_or_else(|| app.clock.now());
     let result = match (&endpoint, &payload) {
         (None, _) => not_sent("endpoint_deleted"),
         (Some(_), None) => not_sent(PAYLOAD_EXPIRED),
@@ -250,10 +286,19 @@ pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Hand
     );
     let status = transition.status;
     emit_metrics(app, &transition, result.duration_ms);
+    // What the attempt says of the endpoint's lane and adaptive rate: writes only when they
+    // change (see crate::lane and crate::rate_limit).
+    let slow = match &endpoint {
+        Some(ep) if ours.is_none() => {
+            rate_limit::observe(app, ep, result.outcome, result.retry_after_seconds, failures_in_a_row).await;
+            lane::observe(app, ep, result.duration_ms).await
+        }
+        _ => false,
+    };
     if let Some(mut e) = enqueue {
         // The next attempt takes the payload along (when it fits), so it needs no read.
         e.message.payload = payload.and_then(|p| String::from_utf8(p.to_vec()).ok());
-        app.queue.send(&[e]).await?;
+        lane::queue_for(app, slow).send(&[e]).await?;
     }
     if let Some(ep) =
         endpoint.as_ref().filter(|ep| verdict == Verdict::Success && !probe && ep.consecutive_failures > 0)

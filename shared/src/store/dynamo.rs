@@ -16,6 +16,9 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use std::collections::HashMap;
 
+mod lanes;
+pub use lanes::{RATE_WINDOW_TTL_SECONDS, rate_pk, rate_sk};
+
 /// A DynamoDB item or key: attribute name to value.
 pub type Item = HashMap<String, AttributeValue>;
 
@@ -228,6 +231,9 @@ impl DynamoStore {
         if !change.reset_failures {
             item.remove("consecutive_failures");
         }
+        for attr in crate::model::UNVERSIONED_ENDPOINT_ATTRIBUTES {
+            item.remove(attr);
+        }
         let (condition, mut names, mut values) = version_guard(change.expected_version);
         let mut set = Vec::new();
         for (i, (attr, value)) in item.into_iter().enumerate() {
@@ -325,8 +331,14 @@ impl DynamoStore {
 }
 
 /// The optional attributes of an endpoint item, removed by a change that leaves them unset.
-const OPTIONAL_ENDPOINT_ATTRIBUTES: [&str; 5] =
-    ["event_types", "disabled", "previous_secret", "previous_secret_expires_at", "probe_delivery_id"];
+const OPTIONAL_ENDPOINT_ATTRIBUTES: [&str; 6] = [
+    "event_types",
+    "disabled",
+    "previous_secret",
+    "previous_secret_expires_at",
+    "probe_delivery_id",
+    "rate_limit_per_second",
+];
 
 /// How long a job item is kept (DynamoDB TTL) after it finished, or after its next step was
 /// due while it runs: 14 days in seconds (the default retention of a dead letter).
@@ -995,6 +1007,30 @@ impl Store for DynamoStore {
 
     async fn count_deliveries(&self, endpoint_id: &str, status: DeliveryStatus) -> Result<u64, StoreError> {
         self.count_in_bucket(endpoint_id, status).await
+    }
+
+    async fn set_slow_until(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        until: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> Result<(), StoreError> {
+        self.write_slow_until(tenant_id, id, until).await
+    }
+
+    async fn take_rate_slot(&self, endpoint_id: &str, second: i64) -> Result<u64, StoreError> {
+        self.add_rate_slot(endpoint_id, second).await
+    }
+
+    async fn set_effective_rate(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        expected_ms: Option<i64>,
+        rate: f64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.write_effective_rate(tenant_id, id, expected_ms, rate, now_ms).await
     }
 }
 

@@ -304,6 +304,26 @@ pub trait Store: Send + Sync {
     /// keeping its fingerprint and event id, so the next retry takes over the same event.
     async fn release_idempotent(&self, tenant_id: &str, key: &str, forget: bool, now_ms: i64)
     -> Result<(), StoreError>;
+    /// Sets the endpoint's slow-lane marker `slow_until` (`None` removes it): state, not
+    /// configuration, so no version check and no version bump (see [`crate::lane`]). An
+    /// endpoint that is gone is left alone.
+    async fn set_slow_until(&self, tenant_id: &str, id: &str, until: Option<DateTime<Utc>>) -> Result<(), StoreError>;
+    /// Counts one attempt start of `endpoint_id` in the one-second window `second` (unix
+    /// seconds) and returns the window's count after it (1 for the first). One atomic `ADD`
+    /// on a counter item that TTL removes a few minutes later (see [`crate::rate_limit`]).
+    async fn take_rate_slot(&self, endpoint_id: &str, second: i64) -> Result<u64, StoreError>;
+    /// Sets the endpoint's adaptive rate (`effective_rate_per_second` = `rate`,
+    /// `rate_changed_at_ms` = `now_ms`) if `rate_changed_at_ms` is still `expected_ms`
+    /// (`None`: absent); false when another writer came first or the endpoint is gone. No
+    /// version check and no version bump.
+    async fn set_effective_rate(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        expected_ms: Option<i64>,
+        rate: f64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError>;
 }
 
 /// The record of an `Idempotency-Key` (one item per tenant and key, for the window).

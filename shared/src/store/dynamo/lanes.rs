@@ -1,0 +1,92 @@
+//! The DynamoDB side of [`crate::lane`] and [`crate::rate_limit`]: the slow-lane marker and
+//! the adaptive rate on the endpoint item (plain UpdateItems beside the versioned
+//! configuration, see [`crate::model::UNVERSIONED_ENDPOINT_ATTRIBUTES`]), and the per-second
+//! rate counter items.
+//!
+//! | item | `pk` | `sk` | attributes |
+//! |---|---|---|---|
+//! | rate window | `RATE#{endpoint_id}` | `S#{unix second}` | `n` (attempt starts counted), `expires_at` (TTL: the second + [`RATE_WINDOW_TTL_SECONDS`]) |
+
+use super::{DynamoStore, StoreError, aws, conditional, n, s};
+use crate::store::keys::{PK, SK, TTL};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use chrono::{DateTime, Utc};
+
+/// How long a rate window's counter item is kept after its second, seconds (DynamoDB TTL
+/// removes it; only the current second's item is ever read).
+pub const RATE_WINDOW_TTL_SECONDS: i64 = 120;
+
+/// The partition key of an endpoint's rate counter items.
+pub fn rate_pk(endpoint_id: &str) -> String {
+    format!("RATE#{endpoint_id}")
+}
+
+/// The sort key of the counter item of one second (unix seconds).
+pub fn rate_sk(second: i64) -> String {
+    format!("S#{second}")
+}
+
+impl DynamoStore {
+    pub(super) async fn write_slow_until(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        until: Option<DateTime<Utc>>,
+    ) -> Result<(), StoreError> {
+        let update = self.endpoint_update(tenant_id, id);
+        let update = match until {
+            Some(t) => update.update_expression("SET slow_until = :t").expression_attribute_values(
+                ":t",
+                AttributeValue::S(t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)),
+            ),
+            None => update.update_expression("REMOVE slow_until"),
+        };
+        conditional(update.send().await).map(|_| ())
+    }
+
+    pub(super) async fn add_rate_slot(&self, endpoint_id: &str, second: i64) -> Result<u64, StoreError> {
+        let out = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, s(rate_pk(endpoint_id)))
+            .key(SK, s(rate_sk(second)))
+            .update_expression("ADD #n :one SET #ttl = if_not_exists(#ttl, :ttl)")
+            .expression_attribute_names("#n", "n")
+            .expression_attribute_names("#ttl", TTL)
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":ttl", n(second + RATE_WINDOW_TTL_SECONDS))
+            .return_values(ReturnValue::UpdatedNew)
+            .send()
+            .await
+            .map_err(aws)?;
+        out.attributes
+            .as_ref()
+            .and_then(|a| a.get("n"))
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| StoreError::Corrupt("rate counter without n".into()))
+    }
+
+    pub(super) async fn write_effective_rate(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        expected_ms: Option<i64>,
+        rate: f64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let update = self
+            .endpoint_update(tenant_id, id)
+            .update_expression("SET effective_rate_per_second = :r, rate_changed_at_ms = :now")
+            .expression_attribute_values(":r", n(rate))
+            .expression_attribute_values(":now", n(now_ms));
+        let update = match expected_ms {
+            Some(old) => update
+                .condition_expression("attribute_exists(pk) AND rate_changed_at_ms = :old")
+                .expression_attribute_values(":old", n(old)),
+            None => update.condition_expression("attribute_exists(pk) AND attribute_not_exists(rate_changed_at_ms)"),
+        };
+        conditional(update.send().await)
+    }
+}

@@ -1,0 +1,131 @@
+//! Noisy-neighbour isolation (README "Slow lane"): an endpoint whose attempts are slow has
+//! them made from the slow lane's queue, so fast endpoints' deliveries are not held behind it.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // test helpers fail loudly
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use std::time::Duration;
+use webhooks::lane::Lane;
+use webhooks_local::Options;
+use webhooks_tests::{Receiver, Reply, Stack, eventually};
+
+async fn endpoint(stack: &Stack, url: &str, types: &[&str]) -> String {
+    let body = json!({"tenant_id": "acme", "url": url, "event_types": types});
+    let (status, ep) = stack.call(Method::POST, "/v1/endpoints", Some(body)).await;
+    assert_eq!(status, 201, "{ep}");
+    ep["id"].as_str().unwrap().to_string()
+}
+
+async fn get_endpoint(stack: &Stack, id: &str) -> Value {
+    let (status, ep) = stack.call(Method::GET, &format!("/v1/endpoints/{id}"), None).await;
+    assert_eq!(status, 200, "{ep}");
+    ep
+}
+
+fn delivery_id(accepted: &Value) -> String {
+    accepted["deliveries"][0]["id"].as_str().expect("delivery id").to_string()
+}
+
+async fn visible(stack: &Stack, url: &str) -> u64 {
+    let out = stack
+        .sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
+        .send()
+        .await
+        .expect("queue attributes");
+    out.attributes
+        .and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages).cloned())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_endpoint_moves_to_the_slow_lane_and_fast_deliveries_are_not_held_behind_it() {
+    // One main-lane poller, so a batch held by a slow POST would hold every delivery; the
+    // slow lane is polled by the test itself, to see its message there and hold it in flight.
+    let options = Options { pollers: 1, slow_pollers: 0, sweeper: false, ..Options::default() };
+    let stack = Stack::start_with_slow_lane(
+        |c| {
+            c.request_timeout = Duration::from_secs(15);
+            c.slow_lane_threshold = Duration::from_millis(1000);
+        },
+        options,
+    )
+    .await;
+    let slow_queue = stack.app.config.slow_queue_url.clone().unwrap();
+    let slow_rx = Receiver::start(Reply::Hang(Duration::from_millis(1500))).await;
+    let fast_rx = Receiver::start(Reply::Status(200)).await;
+    let slow = endpoint(&stack, &slow_rx.url, &["slow.*"]).await;
+    endpoint(&stack, &fast_rx.url, &["fast.*"]).await;
+    let created = get_endpoint(&stack, &slow).await;
+
+    // Its first attempt (main lane) takes 1.5 s, over the 1 s threshold: the endpoint is
+    // marked slow, and the API shows until when.
+    let first = delivery_id(&stack.event("acme", "slow.a", json!({"n": 1})).await);
+    stack.wait_status(&first, "delivered", Duration::from_secs(30)).await;
+    eventually("the endpoint marked slow", Duration::from_secs(10), || async {
+        get_endpoint(&stack, &slow).await["slow_until"].is_string()
+    })
+    .await;
+    assert_eq!(
+        get_endpoint(&stack, &slow).await["updated_at"],
+        created["updated_at"],
+        "the marker is state beside the configuration: no versioned write"
+    );
+
+    // The next delivery to it is given back on the main lane without an attempt and its
+    // message sent to the slow queue.
+    slow_rx.set_default(Reply::Hang(Duration::from_secs(6)));
+    let second = delivery_id(&stack.event("acme", "slow.b", json!({"n": 2})).await);
+    eventually("the slow endpoint's message in the slow queue", Duration::from_secs(20), || async {
+        visible(&stack, &slow_queue).await >= 1
+    })
+    .await;
+    let d = stack.delivery(&second).await;
+    assert_eq!(d["status"], "scheduled", "{d:#}");
+    assert_eq!(d["attempt_count"], 0, "moving lanes is not an attempt: {d:#}");
+    assert_eq!(slow_rx.count(), 1);
+
+    // The slow lane attempts it (6 s); while that POST is in flight, a fast endpoint's new
+    // delivery goes through the main lane to the end.
+    let (app, sqs) = (stack.app.clone(), stack.sqs.clone());
+    let slow_lane = tokio::spawn(async move { webhooks_local::poll_lane(&app, &sqs, Lane::Slow, 1).await });
+    eventually("the slow attempt in flight", Duration::from_secs(20), || async { slow_rx.count() == 2 }).await;
+    let fast = delivery_id(&stack.event("acme", "fast.c", json!({"n": 3})).await);
+    stack.wait_status(&fast, "delivered", Duration::from_secs(20)).await;
+    assert!(!slow_lane.is_finished(), "the fast delivery finished while the slow POST was in flight");
+    assert_eq!(stack.delivery(&second).await["status"], "sending");
+
+    assert_eq!(slow_lane.await.unwrap(), Ok(1));
+    let d = stack.wait_status(&second, "delivered", Duration::from_secs(20)).await;
+    assert_eq!(d["attempt_count"], 1, "{d:#}");
+    assert_eq!(slow_rx.count(), 2, "one attempt, sent once");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_endpoint_that_turns_fast_leaves_the_slow_lane() {
+    let options = Options { pollers: 1, slow_pollers: 1, sweeper: false, ..Options::default() };
+    let stack = Stack::start_with_slow_lane(|c| c.slow_lane_threshold = Duration::from_millis(1000), options).await;
+    let rx = Receiver::start(Reply::Hang(Duration::from_millis(1500))).await;
+    let ep = endpoint(&stack, &rx.url, &["slow.*"]).await;
+    let first = delivery_id(&stack.event("acme", "slow.a", json!({})).await);
+    stack.wait_status(&first, "delivered", Duration::from_secs(30)).await;
+    eventually("marked slow", Duration::from_secs(10), || async {
+        get_endpoint(&stack, &ep).await["slow_until"].is_string()
+    })
+    .await;
+    // Fast now: the slow lane's attempt clears the marker.
+    rx.set_default(Reply::Status(200));
+    let second = delivery_id(&stack.event("acme", "slow.b", json!({})).await);
+    stack.wait_status(&second, "delivered", Duration::from_secs(30)).await;
+    eventually("back on the main lane", Duration::from_secs(10), || async {
+        get_endpoint(&stack, &ep).await.get("slow_until").is_none()
+    })
+    .await;
+    assert_eq!(rx.count(), 2);
+    stack.stop().await;
+}
