@@ -229,6 +229,14 @@ impl Config {
             });
         }
         c.slow_queue_url = get("WEBHOOKS_SLOW_QUEUE_URL").filter(|v| !v.is_empty());
+        // The lane of a record is told by the queue name in its eventSourceARN: a URL whose
+        // name is empty (a trailing `/`) would never match, and the slow lane would loop.
+        if c.slow_queue_url.as_deref().is_some_and(|u| crate::lane::queue_name(u).is_empty()) {
+            return Err(ConfigError {
+                name: "WEBHOOKS_SLOW_QUEUE_URL",
+                problem: "must end with the queue's name (no trailing /)".into(),
+            });
+        }
         c.slow_lane_threshold = Duration::from_millis(parse(&get, "WEBHOOKS_SLOW_LANE_THRESHOLD_MS", 2_000)?);
         c.slow_lane_hold = Duration::from_secs(parse(&get, "WEBHOOKS_SLOW_LANE_HOLD_SECONDS", 600)?);
         c.emit_metrics = in_lambda || get("WEBHOOKS_METRICS").is_some_and(|v| v == "emf");
@@ -298,5 +306,12 @@ mod tests {
         ]))
         .unwrap_err();
         assert_eq!(e.name, "WEBHOOKS_SQS_MAX_DELAY_SECONDS");
+        let e = Config::from_lookup(lookup(&[
+            ("WEBHOOKS_TABLE", "t"),
+            ("WEBHOOKS_QUEUE_URL", "q"),
+            ("WEBHOOKS_SLOW_QUEUE_URL", "https://sqs.us-east-1.amazonaws.com/1/slow/"),
+        ]))
+        .unwrap_err();
+        assert_eq!(e.name, "WEBHOOKS_SLOW_QUEUE_URL");
     }
 }

@@ -24,9 +24,10 @@
 //! [`STEP_MS`] (the first of many concurrent 429s wins; the others lose the condition). The
 //! state is two attributes of the endpoint item written by a conditional UpdateItem on
 //! `rate_changed_at_ms`, not by an endpoint transition: no version bump (PATCH keeps its
-//! optimistic concurrency) and a transition never writes back a stale copy. A configuration
-//! change (any versioned write, which moves `updated_at`) starts it again from the configured
-//! limit. A 429 *with* `Retry-After` is the receiver naming its own wait, which the retry
+//! optimistic concurrency) and a transition never writes back a stale copy. Other endpoint
+//! changes (a PATCH, a secret rotation, the breaker's pause and resume) leave it as it is:
+//! it is clamped to the configured limit when read, and recovers by itself, so a receiver that
+//! was shedding load is not hit at the full rate again because someone rotated a secret. A 429 *with* `Retry-After` is the receiver naming its own wait, which the retry
 //! policy honours; it does not move the rate.
 //!
 //! **Cost.** An endpoint without a limit pays nothing. A limited one pays one UpdateItem per
@@ -58,14 +59,13 @@ pub const TIMEOUT_RUN: u32 = 3;
 /// Largest `rate_limit_per_second` accepted (10000).
 pub const MAX_RATE_LIMIT: u64 = 10_000;
 
-/// The adaptive rate as stored, when it applies: adaptive, and not older than the endpoint's
-/// last configuration change.
+/// The adaptive rate as stored, when it applies (the endpoint is adaptive).
 fn adapted(ep: &Endpoint) -> Option<f64> {
     if !ep.rate_limit_adaptive {
         return None;
     }
     match (ep.effective_rate_per_second, ep.rate_changed_at_ms) {
-        (Some(r), Some(at)) if at >= ep.updated_at.timestamp_millis() && r.is_finite() => Some(r),
+        (Some(r), Some(_)) if r.is_finite() => Some(r),
         _ => None,
     }
 }
@@ -234,11 +234,14 @@ mod tests {
     }
 
     #[test]
-    fn a_configuration_change_or_adaptive_off_uses_the_configured_limit() {
+    fn the_adaptive_rate_outlives_other_endpoint_changes_and_adaptive_off_uses_the_limit() {
         let created = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).single().unwrap_or_default().timestamp_millis();
-        // Adapted before the endpoint's last change: stale.
+        // Adapted before the endpoint's last change (a rotation, the breaker): still in force.
         let e = ep(Some(20), Some(2.0), Some(created - 1));
-        assert_eq!(effective(&e), Some(20.0));
+        assert_eq!(effective(&e), Some(2.0));
+        // A lower limit set since caps it.
+        let e = ep(Some(1), Some(2.0), Some(created - 1));
+        assert_eq!(effective(&e), Some(1.0));
         let mut e = ep(Some(20), Some(2.0), Some(created + 1));
         assert_eq!(effective(&e), Some(2.0));
         e.rate_limit_adaptive = false;
