@@ -396,11 +396,18 @@ impl Store for MemStore {
                 s.transition(t, did, tr)?;
             }
             if let EndpointWrite::Change(c) = endpoint {
-                let old = t.endpoints.get(&key).map_or(0, |e| e.consecutive_failures);
+                let stored = t.endpoints.get(&key);
+                let old = stored.map_or(0, |e| e.consecutive_failures);
                 let mut new = c.endpoint.clone();
                 if !c.reset_failures {
                     new.consecutive_failures = old;
                 }
+                // As DynamoStore's endpoint change: the unversioned state (the adaptive rate,
+                // the slow-lane marker; model::UNVERSIONED_ENDPOINT_ATTRIBUTES) is not written
+                // back from the copy read before, it stays as stored.
+                new.effective_rate_per_second = stored.and_then(|e| e.effective_rate_per_second);
+                new.rate_changed_at_ms = stored.and_then(|e| e.rate_changed_at_ms);
+                new.slow_until = stored.and_then(|e| e.slow_until);
                 t.endpoints.insert(key, new);
                 for job in &c.jobs {
                     s.put_job_row(t, job)?;
