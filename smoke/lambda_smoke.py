@@ -142,8 +142,8 @@ def check_template_against_code(template, root):
     names = set()
     for lid, res in template["Resources"].items():
         if res["Type"] == "AWS::Serverless::Function":
-            names |= set(function_env(template, lid, {"Table": "t", "Queue": "q", "NotificationTopic": "n",
-                                                      "AWS::StackName": "s"}))
+            names |= set(function_env(template, lid, {"Table": "t", "Queue": "q", "SlowQueue": "sq",
+                                                      "NotificationTopic": "n", "AWS::StackName": "s"}))
     unknown = sorted(n for n in names if n.startswith("WEBHOOKS_") and n not in known)
     check("template: every WEBHOOKS_* variable is read by shared/src/config.rs", not unknown,
           f"unknown: {unknown}")
@@ -670,9 +670,14 @@ def main():
         "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "5"}),
     })["QueueUrl"]
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    # The slow lane's queue (shared/src/lane.rs): deliver's WEBHOOKS_SLOW_QUEUE_URL refers to it.
+    slow_queue_url = sqs.create_queue(QueueName=f"webhooks-smoke-slow-{suffix}", Attributes={
+        "VisibilityTimeout": str(template["Resources"]["SlowQueue"]["Properties"]["VisibilityTimeout"]),
+    })["QueueUrl"]
     topic_arn = sns.create_topic(Name=f"webhooks-smoke-{suffix}")["TopicArn"]
     stack_name = f"webhooks-smoke-{suffix}"
-    refs = {"Table": table, "Queue": queue_url, "NotificationTopic": topic_arn, "AWS::StackName": stack_name}
+    refs = {"Table": table, "Queue": queue_url, "SlowQueue": slow_queue_url, "NotificationTopic": topic_arn,
+            "AWS::StackName": stack_name}
 
     def env_of(logical_id, **overrides):
         env = function_env(template, logical_id, refs)
