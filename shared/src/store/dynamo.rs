@@ -1,6 +1,7 @@
 //! The DynamoDB implementation of [`Store`].
 
 use super::keys::*;
+use super::payload;
 use super::{
     Applied, Committed, DeliveryQuery, DeliverySummary, Due, EndpointWrite, IdempotencyRecord, Inserted, Page, Store,
     StoreError,
@@ -14,6 +15,7 @@ use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Put, ReturnValue, TransactWriteItem};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
+use futures::StreamExt;
 use std::collections::HashMap;
 
 /// A DynamoDB item or key: attribute name to value.
@@ -33,49 +35,37 @@ impl DynamoStore {
         Self { client, table: table.into(), due_shards: due_shards.max(1) }
     }
 
-    /// Writes one transaction's worth of an event's items, conditional on each being new,
-    /// pushing one flag per item onto `created` (true: this call created it). When some
-    /// exist already (the event was ingested before, maybe only partly), the missing ones are
-    /// created one by one and the rest left as they are.
-    async fn write_chunk(&self, chunk: &[Item], created: &mut Vec<bool>) -> Result<(), StoreError> {
-        let writes = chunk
-            .iter()
-            .map(|item| {
-                let put = Put::builder()
-                    .table_name(&self.table)
-                    .set_item(Some(item.clone()))
-                    .condition_expression("attribute_not_exists(pk)")
-                    .build()
-                    .map_err(aws)?;
-                Ok(TransactWriteItem::builder().put(put).build())
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        match self.client.transact_write_items().set_transact_items(Some(writes)).send().await {
-            Ok(_) => created.extend(std::iter::repeat_n(true, chunk.len())),
-            Err(e) if cancelled_by_condition(&e) => {
-                for item in chunk {
-                    let result = self
-                        .client
-                        .put_item()
-                        .table_name(&self.table)
-                        .set_item(Some(item.clone()))
-                        .condition_expression("attribute_not_exists(pk)")
-                        .send()
-                        .await;
-                    created.push(conditional(result)?);
-                }
-            }
-            Err(e) => return Err(aws(e)),
-        }
-        Ok(())
+    /// Writes one item of an event, conditional on it being new: true when this call created
+    /// it, false when it existed already (the event id was ingested before).
+    async fn put_new(&self, item: Item) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(pk)")
+            .send()
+            .await;
+        conditional(result)
     }
 
-    /// After a failed write of an event's items: deletes those of `written` (every item of
-    /// the chunks tried, the failed one included) that this call created, and returns the
-    /// error to answer.
+    /// An event as its item: the payload zstd-compressed in `payload_z` (binary), see
+    /// [`super::payload`].
+    fn event_item(event: &StoredEvent) -> Result<Item, StoreError> {
+        let mut item = to_item(event)?;
+        item.remove(payload::PAYLOAD_TEXT);
+        item.insert(payload::PAYLOAD_Z.into(), AttributeValue::B(payload::compress(&event.payload)?.into()));
+        item.insert(PK.into(), s(event_pk(&event.tenant_id, &event.event_id)));
+        item.insert(SK.into(), s(EVENT_ITEM_SK));
+        Ok(item)
+    }
+
+    /// After a failed write of an event's items: deletes those of `written` (every item
+    /// tried, the failed one included) that this call created, and returns the error to
+    /// answer.
     ///
-    /// A failed chunk may have been written all the same (a timeout after DynamoDB committed
-    /// it), so which items are ours is not known from the answers: each delete is conditional
+    /// A failed put may have been written all the same (a timeout after DynamoDB wrote it),
+    /// so which items are ours is not known from the answers: each delete is conditional
     /// on the item's `created_at` being this call's (every item of one ingest carries the same
     /// instant, nanoseconds). An item from an earlier ingest of the same event id has another
     /// and is left alone; an item that was never written fails the condition harmlessly.
@@ -409,8 +399,8 @@ where
     }
 }
 
-/// The most items one TransactWriteItems takes (DynamoDB's limit).
-const MAX_TRANSACTION_ITEMS: usize = 100;
+/// PutItems of one event's deliveries in flight at once (ingest of a large fan-out).
+const PUTS_IN_FLIGHT: usize = 16;
 
 /// Whether a TransactWriteItems was cancelled because an item's condition failed (and for no
 /// other reason, such as a conflicting transaction).
@@ -665,27 +655,35 @@ impl Store for DynamoStore {
             return Ok(Inserted { event: false, deliveries: Vec::new() });
         }
         let mut items = Vec::with_capacity(deliveries.len() + 1);
-        let mut event_item = to_item(event)?;
-        event_item.insert(PK.into(), s(event_pk(&event.tenant_id, &event.event_id)));
-        event_item.insert(SK.into(), s(EVENT_ITEM_SK));
-        items.push(event_item);
+        items.push(Self::event_item(event)?);
         for (d, due_at) in deliveries {
             items.push(self.delivery_item(d, *due_at)?);
         }
-        // One flag per item, the event's first. Past one transaction (100 items) the event
-        // is written in several; when one fails, what this call wrote is taken back, so a
-        // failed call leaves nothing behind (all or nothing, as one transaction).
-        let mut created: Vec<bool> = Vec::with_capacity(items.len());
-        for (i, chunk) in items.chunks(MAX_TRANSACTION_ITEMS).enumerate() {
-            if let Err(e) = self.write_chunk(chunk, &mut created).await {
-                let tried = ((i + 1) * MAX_TRANSACTION_ITEMS).min(items.len());
-                return Err(self.take_back(&items[..tried], e).await);
+        // Conditional PutItems, at most 16 in flight (one round trip for up to 15 endpoints).
+        // When one fails, what this call wrote is taken back (every item tried: a put whose
+        // answer was lost may have been written), so a failed call leaves nothing behind. No
+        // delivery is visible to deliver before the call returns (its message is sent after),
+        // nor to the sweeper before its due time (`redrive_after` later).
+        let results: Vec<Result<bool, StoreError>> =
+            futures::stream::iter(items.iter().cloned().map(|item| self.put_new(item)).collect::<Vec<_>>())
+                .buffered(PUTS_IN_FLIGHT)
+                .collect()
+                .await;
+        let mut created = Vec::with_capacity(results.len());
+        let mut failed = None;
+        for r in results {
+            match r {
+                Ok(c) => created.push(c),
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
             }
         }
-        Ok(Inserted {
-            event: created.first().copied().unwrap_or(false),
-            deliveries: created.into_iter().skip(1).collect(),
-        })
+        if let Some(e) = failed {
+            return Err(self.take_back(&items, e).await);
+        }
+        let event = created.first().copied().unwrap_or(false);
+        Ok(Inserted { event, deliveries: created.into_iter().skip(1).collect() })
     }
 
     async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError> {
@@ -695,15 +693,22 @@ impl Store for DynamoStore {
             .table_name(&self.table)
             .key(PK, s(event_pk(tenant_id, event_id)))
             .key(SK, s(EVENT_ITEM_SK))
-            .projection_expression("payload")
+            .projection_expression("#z, #t")
+            .expression_attribute_names("#z", payload::PAYLOAD_Z)
+            .expression_attribute_names("#t", payload::PAYLOAD_TEXT)
             .consistent_read(true)
             .send()
             .await
             .map_err(aws)?;
-        Ok(out.item.and_then(|mut item| match item.remove("payload") {
-            Some(AttributeValue::S(p)) => Some(p),
-            _ => None,
-        }))
+        let Some(mut item) = out.item else {
+            return Ok(None);
+        };
+        // Compressed since the storage cost change; as text on items written before it.
+        match (item.remove(payload::PAYLOAD_Z), item.remove(payload::PAYLOAD_TEXT)) {
+            (Some(AttributeValue::B(frame)), _) => payload::decompress(frame.as_ref()).map(Some),
+            (_, Some(AttributeValue::S(text))) => Ok(Some(text)),
+            _ => Ok(None),
+        }
     }
 
     async fn get_delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError> {
