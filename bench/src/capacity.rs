@@ -100,12 +100,12 @@ pub fn section(body: &mut String, scenarios: &[Scenario], due_shards: u32) -> (u
         },
         Row {
             key: "table `TENANT#{tenant}` (tenant's endpoints Query)".into(),
-            what: "ingest's strongly consistent Query of the tenant's endpoints, one per event; deliver's endpoint reads (5 s cache)".into(),
+            what: "ingest's strongly consistent Query of the tenant's endpoints, one per event; deliver's strongly consistent GetItem of the endpoint before each POST".into(),
             per_delivery: query_rru + endpoint_get_rru,
             spread_over: 1.0,
             limit: PARTITION_RRU,
             unit: "RRU",
-            source: "measured (1 endpoint item under 4 KB); one hot tenant takes every event".into(),
+            source: "measured (Query and GetItem of 1 endpoint item under 4 KB); one hot tenant takes every event".into(),
         },
         Row {
             key: "table `TENANT#{tenant}` (endpoint item, failures)".into(),
@@ -175,7 +175,7 @@ pub fn section(body: &mut String, scenarios: &[Scenario], due_shards: u32) -> (u
         let ok = r.share() <= HEADROOM;
         if !ok {
             over += 1;
-            worst.push(format!("{} {}%", r.key.split(',').next().unwrap_or(&r.key), f(r.share() * 100.0, 0)));
+            worst.push(format!("{} {}%", r.key, f(r.share() * 100.0, 0)));
         }
         let needed = if r.spread_over >= RATE {
             "-".to_string()
@@ -277,6 +277,70 @@ pub fn section(body: &mut String, scenarios: &[Scenario], due_shards: u32) -> (u
         format!("{over} of {} key patterns over 50% at {} deliveries/s: {}", rows.len(), f(RATE, 0), worst.join(", "))
     };
     (over, line)
+}
+
+/// Where a first try's GSI write units go, by index and by request (ingest's PutItems, the
+/// claim's and record's UpdateItems), measured; and what each projection or key change not
+/// built yet would save, derived by DynamoDB's GSI write rules (an entry put, deleted or
+/// changed in a projected attribute: 1 unit under 1 KB; re-keyed: 2). Returns the dollars per
+/// million the warm first try would come to with every one of them.
+pub fn gsi_breakdown(body: &mut String, scenarios: &[Scenario]) -> Option<f64> {
+    let warm = scenarios.iter().find(|s| s.name == "first try, 1 endpoint (warm)")?;
+    let per = warm.delivered.max(1) as f64;
+    let by = |index: &str, op: &str| {
+        warm.sum(|k| k.0 == "app" && k.1 == DDB && k.2 == op, |o| o.gsi_by_index.get(index).copied().unwrap_or(0.0))
+            / per
+    };
+    let total = crate::cost::price(warm).total();
+    // (index, lever, units it saves on a first try, what it trades)
+    let levers: [(&str, &str, f64, &str); 3] = [
+        (
+            "due",
+            "the claim keeps the entry where ingest put it (no re-key) and the index projects keys only (the sweeper reads the few items it finds)",
+            2.0,
+            "a lost worker is found at the re-drive time (`WEBHOOKS_REDRIVE_AFTER_SECONDS`, 300 s) instead of its lease (about 15 s); a new sweeper step for a lease not yet over",
+        ),
+        (
+            "by_endpoint",
+            "projects keys only (lists and counts read the items, BatchGetItem, 100 a call)",
+            1.0,
+            "the claim's projection write goes; the record's re-key (open to delivered, 2 units) stays",
+        ),
+        (
+            "by_event",
+            "projects keys only (GET /v1/events/{id} reads the items)",
+            (by("by_event", "UpdateItem")).max(0.0),
+            "claim and record stop rewriting the entry; ingest's put stays",
+        ),
+    ];
+    let _ = writeln!(
+        body,
+        "Where a first try's GSI write units go (*{}*, measured by index and request), and what a leaner index would save (derived by DynamoDB's GSI write rules; not built: each is a new GSI, and CloudFormation creates or deletes one GSI per stack update, so each is a two-deploy migration):\n",
+        warm.name
+    );
+    let _ =
+        writeln!(body, "| index | ingest (PutItem) | claim + record (UpdateItem) | change | saves, units | trade |");
+    let _ = writeln!(body, "|---|---|---|---|---|---|");
+    let mut saved = 0.0;
+    for (index, lever, saves, trade) in levers {
+        saved += saves;
+        let _ = writeln!(
+            body,
+            "| `{index}` | {} | {} | {lever} | {} | {trade} |",
+            f(by(index, "PutItem"), 0),
+            f(by(index, "UpdateItem"), 0),
+            f(saves, 0)
+        );
+    }
+    let floor = total - saved * crate::cost::DDB_WRU;
+    let _ = writeln!(
+        body,
+        "\nWith all three: {} GSI units fewer, ${} per million instead of ${}. Still over $8: the first try would keep writing 5 base-table units (payload item, delivery item, claim, record) and 6 GSI units (the due entry's put and delete, the `by_endpoint` entry's put and re-key, the `by_event` entry's put). Reaching $8 (at most about 7.7 write units with these prices) takes an index off the first-try path: e.g. `by_event` replaced by the event item listing its deliveries (1 unit), and `by_endpoint` entries written only for deliveries that are not delivered on their first try, with the delivered history listed another way (3 units).\n",
+        f(saved, 0),
+        f(floor, 2),
+        f(total, 2)
+    );
+    Some(floor)
 }
 
 #[cfg(test)]

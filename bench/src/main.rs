@@ -130,6 +130,7 @@ async fn run() -> Res<()> {
         timer.add(&format!("1-2. request counts ({} scenarios)", scenarios.len()), t);
         section_requests(&mut body, &mut summary, &scenarios, &median);
         section_cost(&mut body, &mut summary, &scenarios, &samples);
+        capacity::gsi_breakdown(&mut body, &scenarios);
         let (over, line) = capacity::section(&mut body, &scenarios, stack::config("-", "-").due_shards);
         summary.push([
             format!("capacity at {} deliveries/s, one hot tenant and endpoint (section 2b)", capacity::RATE),

@@ -2,8 +2,10 @@
 //!
 //! - Every call goes through the [`Gate`]: it is one atomic step of the simulation, and it can
 //!   fail before taking effect or after (the ambiguous case).
-//! - Conditional writes check and write one item in that step; `commit` and `insert_event`
-//!   (TransactWriteItems) write all their items or none.
+//! - Conditional writes check and write one item in that step; `commit` (TransactWriteItems)
+//!   writes all its items or none. `insert_event` is DynamoStore's conditional PutItems, one
+//!   step each (the payload item, then each delivery), and after an error its take-back, a
+//!   conditional delete (on the call's `created_at`) of each item tried, one step each.
 //! - The base table reads are strongly consistent; the GSIs (`due`, `by_endpoint`,
 //!   `by_status`, `by_event`) see each item as it was some time ago: every write of an item
 //!   reaches the indexes after a random delay (up to `max_lag_ms`, in order per item).
@@ -284,6 +286,33 @@ impl MemStore {
         out
     }
 
+    /// DynamoStore's take-back after a failed ingest: a conditional delete of each item tried
+    /// whose `created_at` is this call's (one step each, last to first: the deliveries, then
+    /// the payload item); an item of an earlier ingest of the same event id stays, and a
+    /// delete that fails leaves its item (the error names the event id to retry with).
+    async fn take_back(&self, event: &StoredEvent, deliveries: &[(&Delivery, Option<i64>)]) {
+        for (d, _) in deliveries.iter().rev() {
+            let _ = self
+                .call("store.insert_event.take_back", |s, t| {
+                    if t.deliveries.get(&d.id).is_some_and(|row| row.d.created_at == event.created_at) {
+                        t.deliveries.remove(&d.id);
+                        s.index_delivery(t, &d.id);
+                    }
+                    Ok(())
+                })
+                .await;
+        }
+        let ekey = (event.tenant_id.clone(), event.event_id.clone());
+        let _ = self
+            .call("store.insert_event.take_back", |_, t| {
+                if t.events.get(&ekey).is_some_and(|e| e.created_at == event.created_at) {
+                    t.events.remove(&ekey);
+                }
+                Ok(())
+            })
+            .await;
+    }
+
     fn transition(&self, t: &mut Tables, id: &str, tr: &Transition) -> Result<bool, StoreError> {
         if !guard_holds(t.deliveries.get(id), tr) {
             return Ok(false);
@@ -451,37 +480,62 @@ impl Store for MemStore {
         if deliveries.is_empty() {
             return Ok(Inserted { event: false, deliveries: Vec::new() });
         }
-        self.call("store.insert_event", |s, t| {
-            s.check_size("event", size_of(event))?;
-            for (d, _) in deliveries {
-                s.check_size("delivery", size_of(d))?;
-            }
-            let ekey = (event.tenant_id.clone(), event.event_id.clone());
-            let event_new = !t.events.contains_key(&ekey);
-            if event_new {
-                t.events.insert(ekey, event.clone());
-            }
-            let mut created = Vec::new();
-            for (d, due_at) in deliveries {
-                if t.deliveries.contains_key(&d.id) {
-                    created.push(false);
-                    continue;
+        // As DynamoStore writes it: a conditional put of the payload item, then one per
+        // delivery, each a step of its own (a crash or a failure can fall between any two);
+        // every put is tried, and after an error the items are taken back.
+        let ekey = (event.tenant_id.clone(), event.event_id.clone());
+        let put_event = self
+            .call("store.insert_event.put", |s, t| {
+                s.check_size("event", size_of(event))?;
+                if t.events.contains_key(&ekey) {
+                    return Ok(false);
                 }
-                let row = DeliveryRow {
-                    d: (*d).clone(),
-                    due_at: *due_at,
-                    ep_sk: endpoint_sk(d.status, d.created_at, &d.id),
-                    status_sk: matches!(d.status, DeliveryStatus::Exhausted | DeliveryStatus::Held)
-                        .then(|| time_sk(d.updated_at, &d.id)),
-                };
-                t.deliveries.insert(d.id.clone(), row);
-                s.index_delivery(t, &d.id);
-                s.shared.accepted(&d.id);
-                created.push(true);
+                t.events.insert(ekey.clone(), event.clone());
+                Ok(true)
+            })
+            .await;
+        let event_new = match put_event {
+            Ok(created) => created,
+            Err(e) => {
+                self.take_back(event, &[]).await;
+                return Err(e);
             }
-            Ok(Inserted { event: event_new, deliveries: created })
-        })
-        .await
+        };
+        let mut created = Vec::with_capacity(deliveries.len());
+        let mut failed = None;
+        for (d, due_at) in deliveries {
+            let put = self
+                .call("store.insert_event.put", |s, t| {
+                    s.check_size("delivery", size_of(d))?;
+                    if t.deliveries.contains_key(&d.id) {
+                        return Ok(false);
+                    }
+                    let row = DeliveryRow {
+                        d: (*d).clone(),
+                        due_at: *due_at,
+                        ep_sk: endpoint_sk(d.status, d.created_at, &d.id),
+                        status_sk: matches!(d.status, DeliveryStatus::Exhausted | DeliveryStatus::Held)
+                            .then(|| time_sk(d.updated_at, &d.id)),
+                    };
+                    t.deliveries.insert(d.id.clone(), row);
+                    s.index_delivery(t, &d.id);
+                    s.shared.accepted(&d.id);
+                    Ok(true)
+                })
+                .await;
+            match put {
+                Ok(c) => created.push(c),
+                Err(e) => {
+                    created.push(false);
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = failed {
+            self.take_back(event, deliveries).await;
+            return Err(e);
+        }
+        Ok(Inserted { event: event_new, deliveries: created })
     }
 
     async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError> {

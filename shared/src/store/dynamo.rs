@@ -61,8 +61,8 @@ impl DynamoStore {
     }
 
     /// After a failed write of an event's items: deletes those of `written` (every item
-    /// tried, the failed one included) that this call created, and returns the error to
-    /// answer.
+    /// tried, the failed one included; the payload item first) that this call created, last
+    /// to first, and returns the error to answer.
     ///
     /// A failed put may have been written all the same (a timeout after DynamoDB wrote it),
     /// so which items are ours is not known from the answers: each delete is conditional
@@ -72,7 +72,8 @@ impl DynamoStore {
     /// Should a delete fail, the error says which event id to retry with to complete it.
     async fn take_back(&self, written: &[Item], error: StoreError) -> StoreError {
         let mut left = 0;
-        for item in written {
+        // The payload item (first written) is deleted last.
+        for item in written.iter().rev() {
             let mut key = Item::new();
             for k in [PK, SK] {
                 if let Some(v) = item.get(k) {
@@ -659,13 +660,20 @@ impl Store for DynamoStore {
         for (d, due_at) in deliveries {
             items.push(self.delivery_item(d, *due_at)?);
         }
-        // Conditional PutItems, at most 16 in flight (one round trip for up to 15 endpoints).
-        // When one fails, what this call wrote is taken back (every item tried: a put whose
-        // answer was lost may have been written), so a failed call leaves nothing behind. No
-        // delivery is visible to deliver before the call returns (its message is sent after),
-        // nor to the sweeper before its due time (`redrive_after` later).
+        // Conditional PutItems: the payload item first, then the deliveries, at most 16 in
+        // flight (one more round trip for up to 16 endpoints), so no delivery exists without
+        // its payload item. When one fails, what this call wrote is taken back (every item
+        // tried: a put whose answer was lost may have been written; the deliveries first, the
+        // payload item last, so a take-back cut short still leaves none without its payload),
+        // and a failed call leaves nothing behind. No delivery is visible to deliver before
+        // the call returns (its message is sent after), nor to the sweeper before its due
+        // time (`redrive_after` later).
+        let event = match self.put_new(items[0].clone()).await {
+            Ok(created) => created,
+            Err(e) => return Err(self.take_back(&items[..1], e).await),
+        };
         let results: Vec<Result<bool, StoreError>> =
-            futures::stream::iter(items.iter().cloned().map(|item| self.put_new(item)).collect::<Vec<_>>())
+            futures::stream::iter(items[1..].iter().cloned().map(|item| self.put_new(item)).collect::<Vec<_>>())
                 .buffered(PUTS_IN_FLIGHT)
                 .collect()
                 .await;
@@ -682,8 +690,7 @@ impl Store for DynamoStore {
         if let Some(e) = failed {
             return Err(self.take_back(&items, e).await);
         }
-        let event = created.first().copied().unwrap_or(false);
-        Ok(Inserted { event, deliveries: created.into_iter().skip(1).collect() })
+        Ok(Inserted { event, deliveries: created })
     }
 
     async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError> {
