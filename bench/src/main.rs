@@ -312,6 +312,8 @@ async fn lambda_parts(
         ("WEBHOOKS_TABLE", table.as_str()),
         ("WEBHOOKS_QUEUE_URL", url.as_str()),
         ("WEBHOOKS_ALLOW_PRIVATE_DESTINATIONS", "true"),
+        // The receiver is plain http on loopback; in Lambda https is required by default.
+        ("WEBHOOKS_REQUIRE_HTTPS", "false"),
         ("AWS_ENDPOINT_URL", endpoint_url),
     ];
     let mut colds = Vec::new();
