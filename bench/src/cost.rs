@@ -1,7 +1,7 @@
 //! Measurement 2: dollars per million delivered events, from the counted requests at AWS's
 //! published on-demand prices, and the GitHub sample payloads' sizes.
 
-use crate::count::{READ_UNIT, SQS_CHUNK, WRITE_UNIT};
+use crate::count::{PayloadSize, READ_UNIT, SQS_CHUNK, WRITE_UNIT};
 use crate::requests::{DDB, SQS, Scenario};
 use crate::stack::Res;
 use std::path::Path;
@@ -70,11 +70,6 @@ impl Samples {
         let i = ((self.files.len() - 1) as f64 * q).round() as usize;
         &self.files[i.min(self.files.len() - 1)]
     }
-
-    /// Mean size, bytes.
-    pub fn mean(&self) -> f64 {
-        self.files.iter().map(|f| f.1 as f64).sum::<f64>() / self.files.len() as f64
-    }
 }
 
 /// One scenario priced.
@@ -114,14 +109,14 @@ pub fn price(s: &Scenario) -> Priced {
     price_at(s, None)
 }
 
-/// Prices a scenario per delivered event as if every event's payload were `payload` bytes
-/// instead of the measured one (`None`: as measured). What the payload's size moves is
-/// re-priced item by item and request by request: each item written or read that holds the
-/// payload (the event item: written once at ingest, transactional; read by a GetItem where
-/// deliver has to) and each SQS request whose messages carry it (64 KB chunks); everything
+/// Prices a scenario per delivered event as if every event's payload were `payload` (its raw
+/// and stored sizes) instead of the measured one (`None`: as measured). What the payload's
+/// size moves is re-priced item by item and request by request: each item written or read
+/// that holds the payload (the event item, with the payload zstd-compressed: written once at
+/// ingest; read by a GetItem where deliver has to) and each SQS request whose messages carry it (64 KB chunks); everything
 /// else (the delivery item's writes, the GSI entries, the endpoints Query, Lambda's
 /// durations) stays as measured.
-pub fn price_at(s: &Scenario, payload: Option<usize>) -> Priced {
+pub fn price_at(s: &Scenario, payload: Option<PayloadSize>) -> Priced {
     let per = s.delivered.max(1) as f64;
     let ddb = |k: &crate::count::OpKey| k.1 == DDB;
     let wru = s.sum(ddb, |o| o.writes.iter().map(|w| w.units(WRITE_UNIT, payload)).sum()) / per;

@@ -48,8 +48,29 @@ pub const WRITE_UNIT: usize = 1024;
 pub const READ_UNIT: usize = 4096;
 /// SQS's billing chunk, bytes: each 64 KB of a request's payload is billed as one request.
 pub const SQS_CHUNK: usize = 65_536;
-/// The attribute of an event item that holds the payload.
-pub const PAYLOAD_ATTRIBUTE: &str = "payload";
+/// The attribute of an event item that holds the payload as text (items written before
+/// compression).
+pub const PAYLOAD_ATTRIBUTE: &str = webhooks::store::payload::PAYLOAD_TEXT;
+/// The attribute of an event item that holds the zstd-compressed payload.
+pub const PAYLOAD_Z_ATTRIBUTE: &str = webhooks::store::payload::PAYLOAD_Z;
+
+/// A payload size to re-price at: the payload's own bytes, and the bytes it takes stored in
+/// an event item (zstd-compressed by `webhooks::store::payload`, as the store writes it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PayloadSize {
+    /// The payload's bytes (as POSTed; as it rides in an SQS message, before JSON escaping).
+    pub raw: usize,
+    /// Its zstd frame's bytes, as stored in `payload_z`.
+    pub stored: usize,
+}
+
+impl PayloadSize {
+    /// The sizes of `payload`, compressed as the store compresses it.
+    pub fn of(payload: &str) -> Self {
+        let stored = webhooks::store::payload::compress(payload).map_or(payload.len(), |f| f.len());
+        Self { raw: payload.len(), stored }
+    }
+}
 
 /// One priced thing: an item written or read, or an SQS request, by the size it is billed by.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -59,21 +80,29 @@ pub struct Sized {
     pub bytes: usize,
     /// Event payloads in it.
     pub payloads: usize,
-    /// Bytes of `bytes` that are those payloads (as stored or sent: JSON-escaped in a message).
+    /// Bytes of `bytes` that are those payloads (as stored or sent: JSON-escaped in a message,
+    /// the zstd frame in an event item written compressed).
     pub payload_bytes: usize,
     /// The payloads' own sizes, bytes (summed).
     pub payload_raw: usize,
+    /// The payloads are stored zstd-compressed (`payload_z`), not as text.
+    pub compressed: bool,
     /// Units per started unit of size: 1 for a write (2 in a transaction), 1 for a strongly
     /// consistent read (0.5 eventually consistent), 1 for an SQS request.
     pub factor: f64,
 }
 
 impl Sized {
-    /// Its size if every payload in it were `payload` bytes instead (`None`: as measured).
-    pub fn bytes_at(&self, payload: Option<usize>) -> usize {
+    /// Its size if every payload in it were `payload` instead (`None`: as measured): a
+    /// compressed payload at the other payload's compressed size, a text one scaled by the
+    /// raw sizes (JSON escaping kept in proportion).
+    pub fn bytes_at(&self, payload: Option<PayloadSize>) -> usize {
         match payload {
+            Some(size) if self.payloads > 0 && self.compressed => {
+                self.bytes - self.payload_bytes + size.stored * self.payloads
+            }
             Some(size) if self.payloads > 0 && self.payload_raw > 0 => {
-                let scaled = self.payload_bytes as f64 * (size * self.payloads) as f64 / self.payload_raw as f64;
+                let scaled = self.payload_bytes as f64 * (size.raw * self.payloads) as f64 / self.payload_raw as f64;
                 self.bytes - self.payload_bytes + scaled.round() as usize
             }
             _ => self.bytes,
@@ -81,17 +110,27 @@ impl Sized {
     }
 
     /// Units it is billed, in `unit`-byte units (at least one), at payload size `payload`.
-    pub fn units(&self, unit: usize, payload: Option<usize>) -> f64 {
+    pub fn units(&self, unit: usize, payload: Option<PayloadSize>) -> f64 {
         self.bytes_at(payload).div_ceil(unit).max(1) as f64 * self.factor
     }
 
-    /// An item, with its payload attribute if it has one.
+    /// An item, with its payload attribute if it has one (`payload_z`, compressed; or
+    /// `payload`, text, as written before compression).
     fn item(item: &Item, factor: f64) -> Self {
         let mut s = Self { bytes: item_size(item), factor, ..Self::default() };
-        if let Some(AttributeValue::S(p)) = item.get(PAYLOAD_ATTRIBUTE) {
-            s.payloads = 1;
-            s.payload_bytes = p.len();
-            s.payload_raw = p.len();
+        match (item.get(PAYLOAD_Z_ATTRIBUTE), item.get(PAYLOAD_ATTRIBUTE)) {
+            (Some(AttributeValue::B(frame)), _) => {
+                s.payloads = 1;
+                s.compressed = true;
+                s.payload_bytes = frame.as_ref().len();
+                s.payload_raw = webhooks::store::payload::decompress(frame.as_ref()).map_or(0, |p| p.len());
+            }
+            (_, Some(AttributeValue::S(p))) => {
+                s.payloads = 1;
+                s.payload_bytes = p.len();
+                s.payload_raw = p.len();
+            }
+            _ => {}
         }
         s
     }
@@ -104,6 +143,7 @@ impl Sized {
             acc.payloads += s.payloads;
             acc.payload_bytes += s.payload_bytes;
             acc.payload_raw += s.payload_raw;
+            acc.compressed |= s.compressed;
             acc
         })
     }
@@ -147,6 +187,8 @@ pub struct OpStats {
     pub gsi_wru: f64,
     /// GSI entry writes (puts and deletes), each at least one unit.
     pub gsi_writes: u64,
+    /// GSI write units by index name (the capacity model's per-key rates).
+    pub gsi_by_index: BTreeMap<String, f64>,
     /// Largest item written, bytes (DynamoDB's size rules).
     pub max_item_bytes: usize,
     /// Items written: one per item (a transaction or batch has several), for re-pricing.
@@ -163,6 +205,8 @@ pub type OpKey = (String, String, String);
 /// A GSI: hash key, range key, projected non-key attributes.
 #[derive(Debug, Clone)]
 pub struct Gsi {
+    /// Index name.
+    pub name: String,
     /// Hash key attribute.
     pub pk: String,
     /// Range key attribute.
@@ -504,6 +548,7 @@ impl Intercept for Counting {
                     let (writes, units) = gsi_cost(&g, before, after.as_ref());
                     stats.gsi_writes += writes;
                     stats.gsi_wru += units;
+                    *stats.gsi_by_index.entry(g.name.clone()).or_default() += units;
                 }
             }
         }
@@ -520,6 +565,9 @@ impl Intercept for Counting {
             s.wru += stats.wru;
             s.gsi_wru += stats.gsi_wru;
             s.gsi_writes += stats.gsi_writes;
+            for (name, units) in &stats.gsi_by_index {
+                *s.gsi_by_index.entry(name.clone()).or_default() += units;
+            }
             s.max_item_bytes = s.max_item_bytes.max(stats.max_item_bytes);
             s.writes.extend(stats.writes);
             s.reads.extend(stats.reads);
@@ -652,6 +700,7 @@ pub async fn describe_gsis(client: &aws_sdk_dynamodb::Client, table: &str) -> Re
                 .unwrap_or_default()
         };
         gsis.push(Gsi {
+            name: g.index_name.clone().unwrap_or_default(),
             pk: key(KeyType::Hash),
             sk: key(KeyType::Range),
             projected: g.projection.as_ref().and_then(|p| p.non_key_attributes.clone()).unwrap_or_default(),

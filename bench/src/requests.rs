@@ -266,3 +266,31 @@ pub async fn run(sdk: &aws_config::SdkConfig, payload: &str) -> Res<Vec<Scenario
     r.stop();
     Ok(out)
 }
+
+/// The first-try, one-endpoint scenario (a cold event, then the warm one it returns) with
+/// `payload` as the body, named `first try, 1 endpoint (warm), {label}`: the cost at another
+/// payload measured, not re-priced.
+///
+/// # Errors
+/// When the scenario does not complete.
+pub async fn first_try(sdk: &aws_config::SdkConfig, payload: &str, label: &str) -> Res<Scenario> {
+    let snap = Arc::new(Snapshotter::start());
+    let s = setup(sdk, &snap, |_| {}).await?;
+    let r = Receiver::start(0).await?;
+    stack::endpoint(&s.app, "tp", &r.url, serde_json::Value::Null).await?;
+    drive(&s, "warm-up", "", "tp", payload, 1, &r, 1, None).await?;
+    let warm = drive(
+        &s,
+        &format!("first try, 1 endpoint (warm), {label}"),
+        &format!("as *first try, 1 endpoint (warm)* with the {label} GitHub sample as the payload"),
+        "tp",
+        payload,
+        1,
+        &r,
+        1,
+        None,
+    )
+    .await?;
+    r.stop();
+    Ok(warm)
+}

@@ -4,7 +4,7 @@
 
 use crate::count::ServerErrors;
 use crate::stack::{self, Receiver, Res, err};
-use aws_sdk_dynamodb::types::{AttributeValue, Put, ReturnValue, TransactWriteItem};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, SendMessageBatchRequestEntry};
 use futures::StreamExt;
 use std::collections::BTreeMap;
@@ -196,8 +196,8 @@ pub fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-/// The emulator's ceiling: `n` sequences of the put (one TransactWriteItems of the event item
-/// and the delivery item, both conditional: ingest's one write request), SendMessageBatch (1
+/// The emulator's ceiling: `n` sequences of the puts (a PutItem of the event item, then one of
+/// the delivery item, both conditional: ingest's write requests), SendMessageBatch (1
 /// entry), ReceiveMessage (up to 10), UpdateItem (claim of the delivery item, conditional,
 /// ALL_NEW), UpdateItem (record) and DeleteMessageBatch, with the same concurrency as the
 /// pipeline (PRODUCERS putting and sending, POLLERS receiving) and items and messages of the
@@ -317,15 +317,14 @@ pub async fn ceiling(sdk: &aws_config::SdkConfig, n: usize, payload: &str) -> Re
             delivery.insert(keys::PK.into(), AttributeValue::S(keys::delivery_pk(&id)));
             delivery.insert("id".into(), AttributeValue::S(id.clone()));
             delivery.insert("event_id".into(), AttributeValue::S(event_id));
-            let put = |item| -> Res<TransactWriteItem> {
-                let put = Put::builder()
+            for item in [event, delivery] {
+                ddb.put_item()
                     .table_name(table.as_str())
                     .set_item(Some(item))
                     .condition_expression("attribute_not_exists(pk)")
-                    .build()?;
-                Ok(TransactWriteItem::builder().put(put).build())
-            };
-            ddb.transact_write_items().transact_items(put(event)?).transact_items(put(delivery)?).send().await?;
+                    .send()
+                    .await?;
+            }
             let mut msg = message.clone();
             msg.delivery_id = id;
             sqs.send_message_batch()

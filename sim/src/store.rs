@@ -2,8 +2,13 @@
 //!
 //! - Every call goes through the [`Gate`]: it is one atomic step of the simulation, and it can
 //!   fail before taking effect or after (the ambiguous case).
-//! - Conditional writes check and write one item in that step; `commit` and `insert_event`
-//!   (TransactWriteItems) write all their items or none.
+//! - Conditional writes check and write one item in that step; `commit` (TransactWriteItems)
+//!   writes all its items or none. `insert_event` is DynamoStore's: a conditional put of the
+//!   payload item, then each chunk of up to 99 deliveries in one step (a TransactWriteItems
+//!   of conditional puts; when some exist, one put step each), and after an error its
+//!   take-back: a conditional delete (on the call's `created_at`) of each delivery tried, one
+//!   step each, then the payload item's, conditional too on none of the failed chunk's
+//!   deliveries existing (one transaction).
 //! - The base table reads are strongly consistent; the GSIs (`due`, `by_endpoint`,
 //!   `by_status`, `by_event`) see each item as it was some time ago: every write of an item
 //!   reaches the indexes after a random delay (up to `max_lag_ms`, in order per item).
@@ -46,6 +51,8 @@ pub struct DeliveryRow {
     pub ep_sk: String,
     /// `status_sk` while exhausted or held.
     pub status_sk: Option<String>,
+    /// The mark of the ingest call that wrote it (`ingest_token`).
+    pub ingest_token: u64,
 }
 
 /// A job item and its due-index time.
@@ -73,6 +80,10 @@ pub struct Tables {
     pub pointers: BTreeMap<String, String>,
     /// Event payload items by (tenant, event id).
     pub events: BTreeMap<(String, String), StoredEvent>,
+    /// The `ingest_token` of each event item, and whether it is `promised`.
+    event_tokens: BTreeMap<(String, String), (u64, bool)>,
+    /// The last `ingest_token` handed out.
+    last_token: u64,
     /// Deliveries by id.
     pub deliveries: BTreeMap<String, DeliveryRow>,
     /// Jobs by id.
@@ -286,6 +297,68 @@ impl MemStore {
         out
     }
 
+    /// DynamoStore's take-back after a failed ingest: per delivery tried (last to first), a
+    /// step deleting it if its `ingest_token` is this call's and the event item is not
+    /// promised (stopping at a promised one); then a step deleting the event item if it is
+    /// this call's, not promised, and none of `fence` exists.
+    async fn take_back(
+        &self,
+        token: u64,
+        event: &StoredEvent,
+        tried: &[(&Delivery, Option<i64>)],
+        fence: &[(&Delivery, Option<i64>)],
+    ) {
+        let ekey = (event.tenant_id.clone(), event.event_id.clone());
+        let promised = |t: &Tables| t.event_tokens.get(&ekey).is_some_and(|(_, p)| *p);
+        for (d, _) in tried.iter().rev() {
+            let stop = self
+                .call("store.insert_event.take_back", |s, t| {
+                    if promised(t) {
+                        return Ok(true);
+                    }
+                    if t.deliveries.get(&d.id).is_some_and(|row| row.ingest_token == token) {
+                        t.deliveries.remove(&d.id);
+                        s.index_delivery(t, &d.id);
+                    }
+                    Ok(false)
+                })
+                .await;
+            if matches!(stop, Ok(true)) {
+                return;
+            }
+        }
+        let _ = self
+            .call("store.insert_event.take_back", |_, t| {
+                let fenced = fence.iter().any(|(d, _)| t.deliveries.contains_key(&d.id));
+                if !fenced && t.event_tokens.get(&ekey) == Some(&(token, false)) {
+                    t.events.remove(&ekey);
+                    t.event_tokens.remove(&ekey);
+                }
+                Ok(())
+            })
+            .await;
+    }
+
+    /// One delivery's conditional put, as ingest writes it: false when it exists.
+    fn put_delivery(&self, t: &mut Tables, token: u64, d: &Delivery, due_at: Option<i64>) -> Result<bool, StoreError> {
+        self.check_size("delivery", size_of(d))?;
+        if t.deliveries.contains_key(&d.id) {
+            return Ok(false);
+        }
+        let row = DeliveryRow {
+            d: d.clone(),
+            due_at,
+            ep_sk: endpoint_sk(d.status, d.created_at, &d.id),
+            status_sk: matches!(d.status, DeliveryStatus::Exhausted | DeliveryStatus::Held)
+                .then(|| time_sk(d.updated_at, &d.id)),
+            ingest_token: token,
+        };
+        t.deliveries.insert(d.id.clone(), row);
+        self.index_delivery(t, &d.id);
+        self.shared.accepted(&d.id);
+        Ok(true)
+    }
+
     fn transition(&self, t: &mut Tables, id: &str, tr: &Transition) -> Result<bool, StoreError> {
         if !guard_holds(t.deliveries.get(id), tr) {
             return Ok(false);
@@ -460,37 +533,70 @@ impl Store for MemStore {
         if deliveries.is_empty() {
             return Ok(Inserted { event: false, deliveries: Vec::new() });
         }
-        self.call("store.insert_event", |s, t| {
-            s.check_size("event", size_of(event))?;
-            for (d, _) in deliveries {
-                s.check_size("delivery", size_of(d))?;
-            }
-            let ekey = (event.tenant_id.clone(), event.event_id.clone());
-            let event_new = !t.events.contains_key(&ekey);
-            if event_new {
-                t.events.insert(ekey, event.clone());
-            }
-            let mut created = Vec::new();
-            for (d, due_at) in deliveries {
-                if t.deliveries.contains_key(&d.id) {
-                    created.push(false);
-                    continue;
+        // As DynamoStore writes it: a conditional put of the payload item, then one per
+        // delivery, each a step of its own (a crash or a failure can fall between any two);
+        // after an error the items are taken back; when some existed, the event item is
+        // marked promised and the missing deliveries put again.
+        let token = {
+            let mut t = self.tables();
+            t.last_token += 1;
+            t.last_token
+        };
+        let ekey = (event.tenant_id.clone(), event.event_id.clone());
+        let fence = &deliveries[..deliveries.len().min(99)];
+        let mut created = vec![false; deliveries.len()];
+        let mut event_new = false;
+        for _round in 0..3 {
+            let put_event = self
+                .call("store.insert_event.put", |s, t| {
+                    s.check_size("event", size_of(event))?;
+                    if t.events.contains_key(&ekey) {
+                        return Ok(false);
+                    }
+                    t.events.insert(ekey.clone(), event.clone());
+                    t.event_tokens.insert(ekey.clone(), (token, false));
+                    Ok(true)
+                })
+                .await;
+            match put_event {
+                Ok(c) => event_new |= c,
+                Err(e) => {
+                    self.take_back(token, event, &[], fence).await;
+                    return Err(e);
                 }
-                let row = DeliveryRow {
-                    d: (*d).clone(),
-                    due_at: *due_at,
-                    ep_sk: endpoint_sk(d.status, d.created_at, &d.id),
-                    status_sk: matches!(d.status, DeliveryStatus::Exhausted | DeliveryStatus::Held)
-                        .then(|| time_sk(d.updated_at, &d.id)),
-                };
-                t.deliveries.insert(d.id.clone(), row);
-                s.index_delivery(t, &d.id);
-                s.shared.accepted(&d.id);
-                created.push(true);
             }
-            Ok(Inserted { event: event_new, deliveries: created })
-        })
-        .await
+            let mut failed = None;
+            for (i, (d, due_at)) in deliveries.iter().enumerate() {
+                match self.call("store.insert_event.put", |s, t| s.put_delivery(t, token, d, *due_at)).await {
+                    Ok(c) => created[i] |= c,
+                    Err(e) => {
+                        failed.get_or_insert(e);
+                    }
+                }
+            }
+            if let Some(e) = failed {
+                self.take_back(token, event, deliveries, fence).await;
+                return Err(e);
+            }
+            if created.iter().all(|c| *c) {
+                return Ok(Inserted { event: event_new, deliveries: created });
+            }
+            let promised = self
+                .call("store.insert_event.promise", |_, t| {
+                    Ok(t.event_tokens.get_mut(&ekey).map(|(_, p)| *p = true).is_some())
+                })
+                .await?;
+            if promised {
+                for (i, (d, due_at)) in deliveries.iter().enumerate() {
+                    if !created[i] {
+                        created[i] |=
+                            self.call("store.insert_event.put", |s, t| s.put_delivery(t, token, d, *due_at)).await?;
+                    }
+                }
+                return Ok(Inserted { event: event_new, deliveries: created });
+            }
+        }
+        Err(aws("insert_event (taken back three times)"))
     }
 
     async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError> {

@@ -39,6 +39,8 @@ struct SharedInner {
     unrecorded: u32,
     /// Deliveries created.
     accepted: u32,
+    /// Deliveries an ingest answered as accepted (202): each must exist at the end.
+    promised: Vec<String>,
 }
 
 /// State the store, queue and sender share with the driver.
@@ -74,6 +76,11 @@ impl Shared {
     /// A delivery was created.
     pub fn accepted(&self, _id: &str) {
         self.lock().accepted += 1;
+    }
+
+    /// An ingest answered 202 with these deliveries.
+    pub fn promised(&self, ids: impl IntoIterator<Item = String>) {
+        self.lock().promised.extend(ids);
     }
 
     fn task_ended(&self, task: usize) {
@@ -558,13 +565,17 @@ impl World {
                     format!("{{\"n\":{}}}", self.rng.random_range(0..1000))
                 };
                 let label = format!("ingest {event_type} {}", id.as_deref().unwrap_or("-"));
+                let shared = self.shared.clone();
                 self.spawn(
                     Kind::Ingest,
                     label,
                     Box::pin(async move {
-                        let _ =
+                        let answer =
                             ingest::ingest(&app, ingest::NewEvent { tenant_id: tenant, event_type, payload, id, sync })
                                 .await;
+                        if let Ok(accepted) = answer {
+                            shared.promised(accepted.deliveries.into_iter().map(|d| d.id));
+                        }
                     }),
                 );
             }
@@ -1027,6 +1038,9 @@ impl World {
         self.report.repeated_posts = s.sends.values().map(|n| n - 1).sum();
         self.report.dead_letters = self.queue.state.lock().unwrap_or_else(|e| e.into_inner()).dead.len();
         self.report.virtual_seconds = (self.clock.ms() - START_MS) / 1000;
+        if let Some(lost) = s.promised.iter().find(|id| !t.deliveries.contains_key(*id)) {
+            return Err(format!("delivery {lost} was accepted (202) and is gone"));
+        }
         for r in t.deliveries.values() {
             match r.d.status {
                 DeliveryStatus::Delivered => {

@@ -293,14 +293,15 @@ fn message_of(answer: &Value) -> &str {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn fan_out_over_several_transactions_is_all_or_nothing() {
+async fn a_fan_out_whose_put_fails_is_all_or_nothing() {
     let stack = Stack::start(|_| {}).await;
     let rx = Receiver::start(Reply::Status(200)).await;
     for _ in 0..150 {
         stack.endpoint("big", &rx.url, Value::Null).await;
     }
-    // 151 items: two transactions; the second fails.
-    let base = faulty_api(&stack, "TransactWriteItems", 2).await;
+    // 151 items, one conditional PutItem each (no transaction); the 120th fails, after the
+    // event item and about a hundred deliveries were written.
+    let base = faulty_api(&stack, "PutItem", 120).await;
     let body = json!({"tenant_id": "big", "event_type": "order.paid", "payload": {}, "id": "evt-fan"});
     let resp = stack.http.post(format!("{base}/v1/events")).json(&body).send().await.unwrap();
     let status = resp.status().as_u16();
@@ -327,8 +328,8 @@ async fn a_fan_out_whose_write_went_through_but_answered_an_error_is_taken_back(
     for _ in 0..150 {
         stack.endpoint("big", &rx.url, Value::Null).await;
     }
-    // The first of two transactions is written, but its answer is lost (as after a timeout).
-    let lost = FailNth { operation: "TransactWriteItems", nth: 1, lose_answer: true, seen: AtomicUsize::new(0) };
+    // The 60th put is written, but its answer is lost (as after a timeout).
+    let lost = FailNth { operation: "PutItem", nth: 60, lose_answer: true, seen: AtomicUsize::new(0) };
     let base = faulty_api_with(&stack, lost).await;
     let body = json!({"tenant_id": "big", "event_type": "order.paid", "payload": {}, "id": "evt-lost"});
     let resp = stack.http.post(format!("{base}/v1/events")).json(&body).send().await.unwrap();
@@ -358,10 +359,10 @@ async fn a_failed_repeat_of_an_event_takes_back_only_its_own_items() {
     for _ in 0..10 {
         stack.endpoint("big", &rx.url, Value::Null).await;
     }
-    // The repeat: 161 items, its first transaction all items that exist already (written one
-    // by one then, none created), its second fails. Its take-back must leave the first
-    // ingest's 150 deliveries alone: they are not this call's.
-    let base = faulty_api(&stack, "TransactWriteItems", 2).await;
+    // The repeat: 161 puts, the event item's and 150 deliveries' failing their condition
+    // (they exist), 10 creating the new endpoints' deliveries; the 155th fails. Its take-back
+    // must leave the first ingest's event and 150 deliveries alone: they are not this call's.
+    let base = faulty_api(&stack, "PutItem", 155).await;
     let resp = stack.http.post(format!("{base}/v1/events")).json(&body).send().await.unwrap();
     let status = resp.status().as_u16();
     let failed: Value = resp.json().await.unwrap_or(Value::Null);

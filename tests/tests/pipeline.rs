@@ -321,9 +321,7 @@ async fn ingest_is_idempotent_on_the_event_id_and_filters_on_event_type() {
     for d in first["deliveries"].as_array().unwrap() {
         stack.wait_status(d["id"].as_str().unwrap(), "delivered", WAIT).await;
     }
-    // Posted again once the first is delivered: moto restores a table copy when a
-    // TransactWriteItems is cancelled (as this one's is, its items existing), which reverts
-    // writes other clients made meanwhile (an attempt's record); DynamoDB does not.
+    // Posted again once the first is delivered (its puts all find their items existing).
     let (s2, second) = stack.call(Method::POST, "/v1/events", Some(body)).await;
     assert_eq!(s2, 202);
     assert_eq!(first["event_id"], "evt_fixed_1");
@@ -523,7 +521,7 @@ async fn a_repeated_event_id_reaches_only_endpoints_added_since_with_the_first_p
 async fn an_event_for_more_endpoints_than_one_transaction_holds_reaches_them_all() {
     let stack = Stack::start(|_| {}).await;
     let rx = Receiver::start(Reply::Status(200)).await;
-    // 105 deliveries and the payload item: two TransactWriteItems (100 items at most each).
+    // 105 deliveries and the payload item: 106 conditional PutItems, 16 in flight at a time.
     for _ in 0..105 {
         stack.endpoint("acme", &rx.url, Value::Null).await;
     }

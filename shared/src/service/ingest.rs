@@ -1,10 +1,13 @@
 //! Ingest: validate an event, freeze its payload, fan it out to the tenant's subscribed
 //! endpoints and enqueue attempt 1.
 //!
-//! One write request per event (up to 99 endpoints): a TransactWriteItems of the payload item
-//! and one small delivery item per endpoint, so a delivery's later writes never carry the
-//! payload. Past 99 endpoints the items go in several transactions, and a failed one takes
-//! back what the earlier ones created, so a 503 always means nothing was accepted. Idempotency rides on the ids: the payload item is keyed by (tenant, event id) and
+//! Writes per event: a conditional PutItem of the payload item (the payload zstd-compressed,
+//! [`crate::store::payload`]) and one of each small delivery item, so a delivery's later
+//! writes never carry the payload. No transaction: it would bill every item twice (DynamoDB
+//! bills a transactional write 2 write units per started KB) and all-or-nothing holds
+//! without it: a failed put takes back what the call created (a conditional delete on this
+//! call's `created_at`), so a 503 always means nothing was accepted. Idempotency rides on the
+//! ids: the payload item is keyed by (tenant, event id) and
 //! a delivery id is derived from (event id, endpoint id), every put is conditional, so
 //! ingesting the same event id twice creates nothing new. A delivery written
 //! but never enqueued (a crash or an SQS failure between the two) sits in the due index and is

@@ -1,6 +1,7 @@
 //! The DynamoDB implementation of [`Store`].
 
 use super::keys::*;
+use super::payload;
 use super::{
     Applied, Committed, DeliveryQuery, DeliverySummary, Due, EndpointWrite, IdempotencyRecord, Inserted, Page, Store,
     StoreError,
@@ -14,6 +15,7 @@ use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Put, ReturnValue, TransactWriteItem};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
+use futures::StreamExt;
 use std::collections::HashMap;
 
 mod lanes;
@@ -36,88 +38,203 @@ impl DynamoStore {
         Self { client, table: table.into(), due_shards: due_shards.max(1) }
     }
 
-    /// Writes one transaction's worth of an event's items, conditional on each being new,
-    /// pushing one flag per item onto `created` (true: this call created it). When some
-    /// exist already (the event was ingested before, maybe only partly), the missing ones are
-    /// created one by one and the rest left as they are.
-    async fn write_chunk(&self, chunk: &[Item], created: &mut Vec<bool>) -> Result<(), StoreError> {
-        let writes = chunk
-            .iter()
-            .map(|item| {
-                let put = Put::builder()
-                    .table_name(&self.table)
-                    .set_item(Some(item.clone()))
-                    .condition_expression("attribute_not_exists(pk)")
-                    .build()
-                    .map_err(aws)?;
-                Ok(TransactWriteItem::builder().put(put).build())
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        match self.client.transact_write_items().set_transact_items(Some(writes)).send().await {
-            Ok(_) => created.extend(std::iter::repeat_n(true, chunk.len())),
-            Err(e) if cancelled_by_condition(&e) => {
-                for item in chunk {
-                    let result = self
-                        .client
-                        .put_item()
-                        .table_name(&self.table)
-                        .set_item(Some(item.clone()))
-                        .condition_expression("attribute_not_exists(pk)")
-                        .send()
-                        .await;
-                    created.push(conditional(result)?);
-                }
-            }
-            Err(e) => return Err(aws(e)),
-        }
-        Ok(())
+    /// Writes one item of an event, conditional on it being new: true when this call created
+    /// it, false when it existed already (the event id was ingested before).
+    async fn put_new(&self, item: Item) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(pk)")
+            .send()
+            .await;
+        conditional(result)
     }
 
-    /// After a failed write of an event's items: deletes those of `written` (every item of
-    /// the chunks tried, the failed one included) that this call created, and returns the
-    /// error to answer.
-    ///
-    /// A failed chunk may have been written all the same (a timeout after DynamoDB committed
-    /// it), so which items are ours is not known from the answers: each delete is conditional
-    /// on the item's `created_at` being this call's (every item of one ingest carries the same
-    /// instant, nanoseconds). An item from an earlier ingest of the same event id has another
-    /// and is left alone; an item that was never written fails the condition harmlessly.
-    /// Should a delete fail, the error says which event id to retry with to complete it.
-    async fn take_back(&self, written: &[Item], error: StoreError) -> StoreError {
-        let mut left = 0;
-        for item in written {
-            let mut key = Item::new();
-            for k in [PK, SK] {
-                if let Some(v) = item.get(k) {
-                    key.insert(k.to_string(), v.clone());
+    /// An event as its item: the payload zstd-compressed in `payload_z` (binary), see
+    /// [`super::payload`].
+    fn event_item(event: &StoredEvent) -> Result<Item, StoreError> {
+        let mut item = to_item(event)?;
+        item.remove(payload::PAYLOAD_TEXT);
+        item.insert(payload::PAYLOAD_Z.into(), AttributeValue::B(payload::compress(&event.payload)?.into()));
+        item.insert(PK.into(), s(event_pk(&event.tenant_id, &event.event_id)));
+        item.insert(SK.into(), s(EVENT_ITEM_SK));
+        Ok(item)
+    }
+
+    /// Conditional PutItems of `items` ([`PUTS_IN_FLIGHT`] at once): per item, true when
+    /// this call created it, false when it existed; the first error, if any.
+    async fn put_all(&self, items: &[Item]) -> (Vec<bool>, Option<StoreError>) {
+        let results: Vec<Result<bool, StoreError>> =
+            futures::stream::iter(items.iter().cloned().map(|item| self.put_new(item)).collect::<Vec<_>>())
+                .buffered(PUTS_IN_FLIGHT)
+                .collect()
+                .await;
+        let mut created = Vec::with_capacity(results.len());
+        let mut failed = None;
+        for r in results {
+            match r {
+                Ok(c) => created.push(c),
+                Err(e) => {
+                    created.push(false);
+                    failed.get_or_insert(e);
                 }
             }
-            let Some(mine) = item.get("created_at").cloned() else {
+        }
+        (created, failed)
+    }
+
+    /// Marks the event item `promised` (UpdateItem, conditional on it existing): from then on
+    /// no ingest's take-back deletes the event or any of its deliveries. False when the event
+    /// item is gone (another ingest of the id took it back).
+    async fn promise(&self, event_item: &Item) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key_of(event_item)))
+            .update_expression("SET promised = :t")
+            .condition_expression("attribute_exists(pk)")
+            .expression_attribute_values(":t", AttributeValue::Bool(true))
+            .send()
+            .await;
+        conditional(result)
+    }
+
+    /// After a failed write of an event's items: takes back what this call wrote and returns
+    /// the error to answer. `tried` are the delivery items this call tried to put; `fence`,
+    /// those whose existence keeps the event item (the first 99).
+    ///
+    /// Which items are ours is not known from the answers (a write can land and its answer be
+    /// lost), so every delete is conditional on the item's `ingest_token` being this call's
+    /// (a random 128-bit mark every item of one ingest carries): an item of another ingest of
+    /// the same event id is left alone, one never written fails the condition harmlessly.
+    /// Each delivery's delete is a TransactWriteItems with a ConditionCheck that the event
+    /// item is not `promised` (a concurrent repeat of the event id that found the delivery and
+    /// answers 202 marks it so first), last to first. The event item goes last, conditional
+    /// on not being promised and, in the same TransactWriteItems, on each delivery of `fence`
+    /// being absent (one a concurrent repeat created needs its event item). Should anything
+    /// stay, the error says which event id to retry with to complete it.
+    async fn take_back(&self, event_item: &Item, tried: &[Item], fence: &[Item], error: StoreError) -> StoreError {
+        use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+        let Some(mine) = event_item.get(INGEST_TOKEN).cloned() else {
+            return error;
+        };
+        let not_promised = match ConditionCheck::builder()
+            .table_name(&self.table)
+            .set_key(Some(key_of(event_item)))
+            .condition_expression("attribute_not_exists(promised)")
+            .build()
+        {
+            Ok(c) => TransactWriteItem::builder().condition_check(c).build(),
+            Err(e) => return StoreError::Aws(format!("{error}; take-back not started: {e}")),
+        };
+        let mut left = 0;
+        let mut promised = false;
+        for item in tried.iter().rev() {
+            let delete = aws_sdk_dynamodb::types::Delete::builder()
+                .table_name(&self.table)
+                .set_key(Some(key_of(item)))
+                .condition_expression("ingest_token = :mine")
+                .expression_attribute_values(":mine", mine.clone())
+                .build()
+                .map(|d| TransactWriteItem::builder().delete(d).build());
+            let Ok(delete) = delete else {
                 left += 1;
                 continue;
             };
             let result = self
                 .client
-                .delete_item()
-                .table_name(&self.table)
-                .set_key(Some(key))
-                .condition_expression("created_at = :mine")
-                .expression_attribute_values(":mine", mine)
+                .transact_write_items()
+                .transact_items(delete)
+                .transact_items(not_promised.clone())
                 .send()
                 .await;
-            if conditional(result).is_err() {
-                left += 1;
+            match result {
+                Ok(_) => {}
+                Err(e) => match e.as_service_error() {
+                    Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
+                        let code = |i: usize| c.cancellation_reasons().get(i).and_then(|r| r.code()).unwrap_or("None");
+                        if code(1) == "ConditionalCheckFailed" {
+                            promised = true;
+                            break;
+                        }
+                        if code(0) != "ConditionalCheckFailed" {
+                            left += 1;
+                        }
+                    }
+                    _ => left += 1,
+                },
             }
+        }
+        if promised {
+            // A repeat of the event id answered (or is answering) 202 with these items.
+            let event_id = event_item.get("event_id").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+            tracing::warn!(event_id, error = %error, "ingest failed, but a repeat of the event id was accepted");
+            return StoreError::Aws(format!(
+                "{error}; event {event_id} was accepted by another request with the same id meanwhile: \
+                 retry with \"id\": \"{event_id}\" to see it"
+            ));
+        }
+        if let Err(e) = self.take_back_event(event_item, &mine, fence).await {
+            tracing::warn!(error = %e, "event item not taken back");
+            left += 1;
         }
         if left == 0 {
             return error;
         }
-        let event_id =
-            written.first().and_then(|i| i.get("event_id")).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+        let event_id = event_item.get("event_id").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
         tracing::error!(event_id, left, error = %error, "event partly written and not fully taken back");
         StoreError::Aws(format!(
             "{error}; {left} items of event {event_id} could not be taken back: retry with \"id\": \"{event_id}\" to complete it"
         ))
+    }
+
+    /// Deletes the event item if this call created it (its `ingest_token` is `mine`), it is
+    /// not promised, and none of `deliveries` exists, as one TransactWriteItems. Ok when it
+    /// is gone or was never this call's; an error when it had to stay or the call failed.
+    async fn take_back_event(
+        &self,
+        event_item: &Item,
+        mine: &AttributeValue,
+        deliveries: &[Item],
+    ) -> Result<(), StoreError> {
+        let delete = aws_sdk_dynamodb::types::Delete::builder()
+            .table_name(&self.table)
+            .set_key(Some(key_of(event_item)))
+            .condition_expression("ingest_token = :mine AND attribute_not_exists(promised)")
+            .expression_attribute_values(":mine", mine.clone())
+            .build()
+            .map_err(aws)?;
+        let mut items = vec![TransactWriteItem::builder().delete(delete).build()];
+        for d in deliveries {
+            let check = ConditionCheck::builder()
+                .table_name(&self.table)
+                .set_key(Some(key_of(d)))
+                .condition_expression("attribute_not_exists(pk)")
+                .build()
+                .map_err(aws)?;
+            items.push(TransactWriteItem::builder().condition_check(check).build());
+        }
+        match self.client.transact_write_items().set_transact_items(Some(items)).send().await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+                let Some(TransactWriteItemsError::TransactionCanceledException(c)) = e.as_service_error() else {
+                    return Err(aws(e));
+                };
+                let code = |i: usize| c.cancellation_reasons().get(i).and_then(|r| r.code()).unwrap_or("None");
+                if (1..=deliveries.len()).any(|i| code(i) == "ConditionalCheckFailed") {
+                    Err(StoreError::Aws("a delivery of the event exists: its event item stays".into()))
+                } else if code(0) == "ConditionalCheckFailed" {
+                    // Not this call's, promised, or already gone.
+                    Ok(())
+                } else {
+                    Err(aws(e))
+                }
+            }
+        }
     }
 
     /// A strongly consistent GetItem of `(pk, sk)`, read into `T`.
@@ -421,8 +538,17 @@ where
     }
 }
 
-/// The most items one TransactWriteItems takes (DynamoDB's limit).
-const MAX_TRANSACTION_ITEMS: usize = 100;
+/// An item's table key (`pk`, `sk`).
+fn key_of(item: &Item) -> Item {
+    [PK, SK].iter().filter_map(|k| item.get(*k).map(|v| (k.to_string(), v.clone()))).collect()
+}
+
+/// PutItems of one event's deliveries in flight at once (ingest of a large fan-out).
+const PUTS_IN_FLIGHT: usize = 16;
+
+/// The most deliveries the take-back's delete of an event item checks (DynamoDB's 100 items
+/// in one TransactWriteItems, less the delete).
+const DELIVERIES_PER_CHECK: usize = 99;
 
 /// Whether a TransactWriteItems was cancelled because an item's condition failed (and for no
 /// other reason, such as a conflicting transaction).
@@ -676,28 +802,66 @@ impl Store for DynamoStore {
         if deliveries.is_empty() {
             return Ok(Inserted { event: false, deliveries: Vec::new() });
         }
+        // This call's mark on every item it writes: the take-back deletes only items that
+        // carry it (two ingests of one event id can share an instant, so `created_at` cannot
+        // tell them apart).
+        let token = s(format!("{:032x}", rand::random::<u128>()));
         let mut items = Vec::with_capacity(deliveries.len() + 1);
-        let mut event_item = to_item(event)?;
-        event_item.insert(PK.into(), s(event_pk(&event.tenant_id, &event.event_id)));
-        event_item.insert(SK.into(), s(EVENT_ITEM_SK));
-        items.push(event_item);
+        items.push(Self::event_item(event)?);
         for (d, due_at) in deliveries {
             items.push(self.delivery_item(d, *due_at)?);
         }
-        // One flag per item, the event's first. Past one transaction (100 items) the event
-        // is written in several; when one fails, what this call wrote is taken back, so a
-        // failed call leaves nothing behind (all or nothing, as one transaction).
-        let mut created: Vec<bool> = Vec::with_capacity(items.len());
-        for (i, chunk) in items.chunks(MAX_TRANSACTION_ITEMS).enumerate() {
-            if let Err(e) = self.write_chunk(chunk, &mut created).await {
-                let tried = ((i + 1) * MAX_TRANSACTION_ITEMS).min(items.len());
-                return Err(self.take_back(&items[..tried], e).await);
-            }
+        for item in &mut items {
+            item.insert(INGEST_TOKEN.into(), token.clone());
         }
-        Ok(Inserted {
-            event: created.first().copied().unwrap_or(false),
-            deliveries: created.into_iter().skip(1).collect(),
-        })
+        // The payload item first, then the deliveries (conditional PutItems, no transaction:
+        // a transaction bills every KB twice, DynamoDB pricing), so no delivery exists
+        // without its payload item. When a write fails, what this call wrote is taken back
+        // (see `take_back`), and a failed call leaves nothing behind. When some items existed
+        // (the event id was ingested before, or is being ingested now by another request),
+        // this call answers 202 only after marking the event item `promised`, which stops
+        // every take-back, and putting again any delivery a take-back removed before that.
+        // No delivery is visible to deliver before the call returns (its message is sent
+        // after), nor to the sweeper before its due time (`redrive_after` later).
+        let event_item = items.remove(0);
+        let fence = &items[..items.len().min(DELIVERIES_PER_CHECK)];
+        let mut created = vec![false; items.len()];
+        let mut event_new = false;
+        for round in 0..3 {
+            match self.put_new(event_item.clone()).await {
+                Ok(c) => event_new |= c,
+                Err(e) => return Err(self.take_back(&event_item, &[], fence, e).await),
+            }
+            let (flags, failed) = self.put_all(&items).await;
+            for (c, f) in created.iter_mut().zip(flags) {
+                *c |= f;
+            }
+            if let Some(e) = failed {
+                return Err(self.take_back(&event_item, &items, fence, e).await);
+            }
+            if created.iter().all(|c| *c) {
+                return Ok(Inserted { event: event_new, deliveries: created });
+            }
+            // Items of another ingest of this event id: keep them before relying on them.
+            if self.promise(&event_item).await? {
+                let missing: Vec<usize> = (0..items.len()).filter(|i| !created[*i]).collect();
+                let again: Vec<Item> = missing.iter().map(|i| items[*i].clone()).collect();
+                let (flags, failed) = self.put_all(&again).await;
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+                for (i, f) in missing.into_iter().zip(flags) {
+                    created[i] |= f;
+                }
+                return Ok(Inserted { event: event_new, deliveries: created });
+            }
+            // The event item was taken back by the ingest that wrote it: write it again.
+            tracing::info!(event_id = %event.event_id, round, "event item taken back by another ingest; writing it again");
+        }
+        Err(StoreError::Aws(format!(
+            "event {} kept being taken back by another request with the same id; retry",
+            event.event_id
+        )))
     }
 
     async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError> {
@@ -707,15 +871,22 @@ impl Store for DynamoStore {
             .table_name(&self.table)
             .key(PK, s(event_pk(tenant_id, event_id)))
             .key(SK, s(EVENT_ITEM_SK))
-            .projection_expression("payload")
+            .projection_expression("#z, #t")
+            .expression_attribute_names("#z", payload::PAYLOAD_Z)
+            .expression_attribute_names("#t", payload::PAYLOAD_TEXT)
             .consistent_read(true)
             .send()
             .await
             .map_err(aws)?;
-        Ok(out.item.and_then(|mut item| match item.remove("payload") {
-            Some(AttributeValue::S(p)) => Some(p),
-            _ => None,
-        }))
+        let Some(mut item) = out.item else {
+            return Ok(None);
+        };
+        // Compressed since the storage cost change; as text on items written before it.
+        match (item.remove(payload::PAYLOAD_Z), item.remove(payload::PAYLOAD_TEXT)) {
+            (Some(AttributeValue::B(frame)), _) => payload::decompress(frame.as_ref()).map(Some),
+            (_, Some(AttributeValue::S(text))) => Ok(Some(text)),
+            _ => Ok(None),
+        }
     }
 
     async fn get_delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError> {

@@ -48,6 +48,10 @@ pub fn scoped(tenant_id: &str, id: &str) -> String {
 /// Sort key of an idempotency record.
 pub const IDEMPOTENCY_SK: &str = "IDEMPOTENCY";
 
+/// The attribute marking the items one ingest call wrote (a random 128-bit value, hex), so
+/// that its take-back after a failure deletes only those.
+pub const INGEST_TOKEN: &str = "ingest_token";
+
 /// The TTL attribute (unix seconds).
 pub const TTL: &str = "expires_at";
 

@@ -6,7 +6,7 @@
 //! |---|---|---|---|
 //! | endpoint | `TENANT#{tenant_id}` | `ENDPOINT#{endpoint_id}` | - |
 //! | endpoint pointer | `ENDPOINT#{endpoint_id}` | `ENDPOINT` | - |
-//! | event (payload) | `EVENT#{len(tenant_id)}:{tenant_id}#{event_id}` | `EVENT` | - |
+//! | event (payload) | `EVENT#{len(tenant_id)}:{tenant_id}#{event_id}` | `EVENT` | - (payload zstd-compressed in `payload_z`, [`payload`]) |
 //! | delivery | `DELIVERY#{delivery_id}` | `DELIVERY` | `due`, `by_endpoint`, `by_status`, `by_event` |
 //! | job | `JOB#{job_id}` | `JOB` | `due` (while running) |
 //!
@@ -26,6 +26,7 @@
 
 pub mod dynamo;
 pub mod keys;
+pub mod payload;
 
 use crate::endpoint_lifecycle::Change;
 use crate::lifecycle::{DueItem, Transition};
@@ -243,10 +244,13 @@ pub trait Store: Send + Sync {
     ) -> Result<Page<Endpoint>, StoreError>;
     /// Writes an accepted event: its payload item and one delivery per endpoint, each in the
     /// due index at its `due_at` (`None` for a held delivery, which goes to the `by_status`
-    /// index instead), all or nothing, in one TransactWriteItems per 100 items: on an error,
-    /// whatever this call wrote is deleted again, even a transaction whose answer was lost
-    /// after it committed. Says which items this call created: an item that existed already
-    /// (the same event id ingested twice) is left as it was, payload included.
+    /// index instead), all or nothing: the payload item first by a conditional PutItem (a
+    /// transaction would bill its 2 KB twice, DynamoDB pricing), then the deliveries, all or
+    /// none (one PutItem, or a TransactWriteItems of up to 99); on an error, whatever this
+    /// call wrote is deleted again, even a write whose answer was lost after it landed,
+    /// except the payload item of deliveries a concurrent repeat of the event id created.
+    /// Says which items this call created: an item that existed already (the same event id
+    /// ingested twice) is left as it was, payload included.
     async fn insert_event(
         &self,
         event: &StoredEvent,

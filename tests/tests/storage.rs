@@ -1,0 +1,142 @@
+//! Storage shapes (issue #14, storage cost): the event item as written now (payload
+//! zstd-compressed in `payload_z`, one conditional PutItem per item, no transaction) and as
+//! written before (payload as text in `payload`), which items in the table at an upgrade have.
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use reqwest::Method;
+use serde_json::json;
+use std::collections::HashMap;
+use std::time::Duration;
+use webhooks::store::keys::{EVENT_ITEM_SK, PK, SK, event_pk};
+use webhooks::store::payload::{PAYLOAD_TEXT, PAYLOAD_Z};
+use webhooks_tests::{Receiver, Reply, Stack};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+async fn ddb() -> aws_sdk_dynamodb::Client {
+    aws_sdk_dynamodb::Client::new(&webhooks::app::aws_sdk_config().await)
+}
+
+async fn event_item(stack: &Stack, tenant: &str, event_id: &str) -> HashMap<String, AttributeValue> {
+    ddb()
+        .await
+        .get_item()
+        .table_name(&stack.app.config.table)
+        .key(PK, AttributeValue::S(event_pk(tenant, event_id)))
+        .key(SK, AttributeValue::S(EVENT_ITEM_SK.into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item
+        .expect("the event item")
+}
+
+/// A payload with what a byte-for-byte copy must keep: non-ASCII text, escapes, spacing and
+/// key order as sent, and enough repetition for compression to show.
+fn payload() -> String {
+    let items: Vec<String> = (0..60)
+        .map(|i| format!("{{\"id\": {i}, \"url\": \"https://example.com/repos/acme/widgets/issues/{i}\"}}"))
+        .collect();
+    format!("{{\"z\":1,  \"a\":\"caf\u{e9} \\u00e9 \\\"quoted\\\"\", \"items\": [{}]}}", items.join(","))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_payload_is_stored_compressed_and_posted_byte_for_byte() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    rx.script([Reply::Status(500)]);
+    stack.endpoint("acme", &rx.url, json!({"schedule_seconds": [1], "max_attempts": 1})).await;
+    let body = payload();
+    let (status, accepted) = stack
+        .post_raw(
+            "/v1/events",
+            format!("{{\"tenant_id\":\"acme\",\"event_type\":\"order.paid\",\"id\":\"evt-z\",\"payload\":{body}}}"),
+        )
+        .await;
+    assert_eq!(status, 202, "{accepted}");
+    let id = accepted["deliveries"][0]["id"].as_str().unwrap().to_string();
+    stack.wait_status(&id, "exhausted", WAIT).await;
+    assert_eq!(String::from_utf8(rx.hits()[0].body.to_vec()).unwrap(), body, "attempt 1 (payload in the message)");
+
+    let item = event_item(&stack, "acme", "evt-z").await;
+    assert!(!item.contains_key(PAYLOAD_TEXT), "no text copy: {:?}", item.keys());
+    let frame = item.get(PAYLOAD_Z).and_then(|v| v.as_b().ok()).expect("payload_z is binary");
+    assert!(frame.as_ref().len() * 3 < body.len(), "{} bytes stored for {}", frame.as_ref().len(), body.len());
+    assert_eq!(webhooks::store::payload::decompress(frame.as_ref()).unwrap(), body);
+
+    // A replay's message carries no payload: deliver reads and decompresses the event item.
+    let (status, _) = stack.call(Method::POST, &format!("/v1/deliveries/{id}/replay"), None).await;
+    assert_eq!(status, 202);
+    stack.wait_delivery(&id, WAIT, |d| d["attempt_count"] == 2 && d["status"] == "delivered").await;
+    assert_eq!(String::from_utf8(rx.hits()[1].body.to_vec()).unwrap(), body, "the replay, read from the item");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_event_item_written_before_compression_is_still_delivered_and_kept_on_a_repeat() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(500)).await;
+    stack.endpoint("acme", &rx.url, json!({"schedule_seconds": [1], "max_attempts": 1})).await;
+    let (status, accepted) = stack
+        .call(
+            Method::POST,
+            "/v1/events",
+            Some(json!({"tenant_id": "acme", "event_type": "order.paid", "id": "evt-old", "payload": {"new": true}})),
+        )
+        .await;
+    assert_eq!(status, 202, "{accepted}");
+    let id = accepted["deliveries"][0]["id"].as_str().unwrap().to_string();
+    stack.wait_status(&id, "exhausted", WAIT).await;
+
+    // The event item as the release before wrote it: the payload as text, no `payload_z`.
+    let old_body = payload();
+    let mut item = event_item(&stack, "acme", "evt-old").await;
+    item.remove(PAYLOAD_Z);
+    item.insert(PAYLOAD_TEXT.into(), AttributeValue::S(old_body.clone()));
+    ddb().await.put_item().table_name(&stack.app.config.table).set_item(Some(item)).send().await.unwrap();
+
+    // The same event id again: nothing new, and the old item is left as it was.
+    let (status, again) = stack
+        .call(
+            Method::POST,
+            "/v1/events",
+            Some(json!({"tenant_id": "acme", "event_type": "order.paid", "id": "evt-old", "payload": {"other": 1}})),
+        )
+        .await;
+    assert_eq!(status, 202, "{again}");
+    assert_eq!(again["deliveries"], accepted["deliveries"]);
+    let item = event_item(&stack, "acme", "evt-old").await;
+    assert_eq!(item.get(PAYLOAD_TEXT).and_then(|v| v.as_s().ok()), Some(&old_body));
+    assert!(!item.contains_key(PAYLOAD_Z));
+
+    // A replay reads the text payload and posts it byte for byte.
+    rx.set_default(Reply::Status(200));
+    let (status, _) = stack.call(Method::POST, &format!("/v1/deliveries/{id}/replay"), None).await;
+    assert_eq!(status, 202);
+    stack.wait_delivery(&id, WAIT, |d| d["attempt_count"] == 2 && d["status"] == "delivered").await;
+    let hits = rx.hits();
+    assert_eq!(String::from_utf8(hits[hits.len() - 1].body.to_vec()).unwrap(), old_body);
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_event_item_that_cannot_be_decompressed_fails_the_attempt_not_the_process() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(500)).await;
+    stack.endpoint("acme", &rx.url, json!({"schedule_seconds": [1], "max_attempts": 1})).await;
+    let accepted = stack.event("acme", "order.paid", json!({"n": 1})).await;
+    let id = accepted["deliveries"][0]["id"].as_str().unwrap().to_string();
+    stack.wait_status(&id, "exhausted", WAIT).await;
+    let event_id = accepted["event_id"].as_str().unwrap();
+    let mut item = event_item(&stack, "acme", event_id).await;
+    item.insert(PAYLOAD_Z.into(), AttributeValue::B(b"not a zstd frame".to_vec().into()));
+    ddb().await.put_item().table_name(&stack.app.config.table).set_item(Some(item)).send().await.unwrap();
+    rx.set_default(Reply::Status(200));
+    let (status, _) = stack.call(Method::POST, &format!("/v1/deliveries/{id}/replay"), None).await;
+    assert_eq!(status, 202);
+    // Deliver reports the message back (its error, not a panic); nothing is sent.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(rx.count(), 1, "no attempt without a readable payload");
+    stack.stop().await;
+}
