@@ -56,6 +56,8 @@ struct Row {
     limit: f64,
     unit: &'static str,
     source: String,
+    /// The environment variable that splits this key over shards, if one exists.
+    setting: Option<&'static str>,
 }
 
 impl Row {
@@ -64,6 +66,17 @@ impl Row {
     }
     fn share(&self) -> f64 {
         self.per_key() / self.limit
+    }
+    /// Shards that keep the key within [`HEADROOM`] (for the whole rate on hashed shards).
+    fn needed(&self) -> u32 {
+        shards_needed(RATE * self.per_delivery, self.limit)
+    }
+    /// The share of the limit with the derived setting (as now when there is no setting).
+    fn share_with_setting(&self) -> f64 {
+        match self.setting {
+            Some(_) => RATE * self.per_delivery / f64::from(self.needed()) / self.limit,
+            None => self.share(),
+        }
     }
 }
 
@@ -97,6 +110,7 @@ pub fn section(body: &mut String, scenarios: &[Scenario], due_shards: u32) -> (u
             limit: PARTITION_WRU,
             unit: "WRU",
             source: "measured (PutItem of the delivery, 2 UpdateItems); one key per delivery".into(),
+            setting: None,
         },
         Row {
             key: "table `TENANT#{tenant}` (tenant's endpoints Query)".into(),
@@ -106,6 +120,7 @@ pub fn section(body: &mut String, scenarios: &[Scenario], due_shards: u32) -> (u
             limit: PARTITION_RRU,
             unit: "RRU",
             source: "measured (Query and GetItem of 1 endpoint item under 4 KB); one hot tenant takes every event".into(),
+            setting: None,
         },
         Row {
             key: "table `TENANT#{tenant}` (endpoint item, failures)".into(),
@@ -115,6 +130,7 @@ pub fn section(body: &mut String, scenarios: &[Scenario], due_shards: u32) -> (u
             limit: PARTITION_WRU,
             unit: "WRU",
             source: "derived: 1 WRU per failed attempt (an endpoint item under 1 KB) if every attempt failed; 0 on first tries".into(),
+            setting: None,
         },
         Row {
             key: format!("GSI `due`, `DUE#{{shard}}` ({due_shards} shards, `WEBHOOKS_DUE_SHARDS`)"),
@@ -124,24 +140,27 @@ pub fn section(body: &mut String, scenarios: &[Scenario], due_shards: u32) -> (u
             limit: PARTITION_WRU,
             unit: "WRU",
             source: "measured GSI writes; hashed on the delivery id, so even over the shards".into(),
+            setting: Some("WEBHOOKS_DUE_SHARDS"),
         },
         Row {
-            key: "GSI `by_endpoint`, `{endpoint_id}`".into(),
+            key: "GSI `by_endpoint`, `{endpoint_id}` (`{endpoint_id}#{k}` when split)".into(),
             what: "entry put at ingest, its projection changed by the claim, re-keyed (open to delivered) by the record".into(),
             per_delivery: by_endpoint,
             spread_over: 1.0,
             limit: PARTITION_WRU,
             unit: "WRU",
             source: "measured GSI writes; one hot endpoint takes every delivery".into(),
+            setting: Some("WEBHOOKS_ENDPOINT_INDEX_SHARDS"),
         },
         Row {
-            key: "GSI `by_status`, `exhausted` / `held`".into(),
+            key: "GSI `by_status`, `exhausted` / `held` (`{status}#{k}` when split)".into(),
             what: "entry put when a delivery becomes a dead letter or is held (none on a first try)".into(),
             per_delivery: by_status.max(1.0),
             spread_over: 1.0,
             limit: PARTITION_WRU,
             unit: "WRU",
             source: format!("measured {} on a first try; the row is the worst case, derived: every delivery a dead letter, 1 entry (under 1 KB) each", f(by_status, 2)),
+            setting: Some("WEBHOOKS_STATUS_INDEX_SHARDS"),
         },
         Row {
             key: "GSI `by_event`, `{event_id}`".into(),
@@ -151,12 +170,13 @@ pub fn section(body: &mut String, scenarios: &[Scenario], due_shards: u32) -> (u
             limit: PARTITION_WRU,
             unit: "WRU",
             source: "measured GSI writes; an event's deliveries only (a fan-out to N endpoints puts N times this on its key, once)".into(),
+            setting: None,
         },
     ];
     let _ = writeln!(body, "## 2b. Capacity model at {} deliveries a second\n", f(RATE, 0));
     let _ = writeln!(
         body,
-        "How: the units per delivered event measured in *{}* (section 1: base-table units by item size, GSI entry writes by index from the before/after snapshots), times {} deliveries a second, divided by the partition key values the load spreads over, against DynamoDB's limits per partition (a single partition key value cannot be split past them): {} write units and {} read units a second (DynamoDB developer guide, burst and adaptive capacity). Worst case: one hot tenant with one hot endpoint takes the whole rate. Goal: no key above {}% of its limit. `shards needed` = ceil(units a second / ({} x limit)).\n",
+        "How: the units per delivered event measured in *{}* (section 1: base-table units by item size, GSI entry writes by index from the before/after snapshots), times {} deliveries a second, divided by the partition key values the load spreads over, against DynamoDB's limits per partition (a single partition key value cannot be split past them): {} write units and {} read units a second (DynamoDB developer guide, burst and adaptive capacity). Worst case: one hot tenant with one hot endpoint takes the whole rate. Goal: no key above {}% of its limit. The setting that gets there = ceil(units a second / ({} x limit)) shards of a key, the hash of the delivery id choosing one; `% of limit` is at the defaults (one shard, 8 due shards), `with the setting` at the derived count.\n",
         warm.name,
         f(RATE, 0),
         f(PARTITION_WRU, 0),
@@ -166,25 +186,30 @@ pub fn section(body: &mut String, scenarios: &[Scenario], due_shards: u32) -> (u
     );
     let _ = writeln!(
         body,
-        "| key pattern | what lands on it | units per delivery | units a second per key | limit | % of limit | within 50% | shards needed | source |"
+        "| key pattern | what lands on it | units per delivery | units a second per key | limit | % of limit | within 50% | setting that gets there | % of limit with the setting | source |"
     );
-    let _ = writeln!(body, "|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(body, "|---|---|---|---|---|---|---|---|---|---|");
     let mut over = 0;
     let mut worst: Vec<String> = Vec::new();
+    let mut settings: Vec<String> = Vec::new();
     for r in &rows {
         let ok = r.share() <= HEADROOM;
-        if !ok {
+        let ok_with = r.share_with_setting() <= HEADROOM;
+        if !ok_with {
             over += 1;
             worst.push(format!("{} {}%", r.key, f(r.share() * 100.0, 0)));
         }
-        let needed = if r.spread_over >= RATE {
-            "-".to_string()
-        } else {
-            shards_needed(RATE * r.per_delivery, r.limit).to_string()
+        let setting = match (ok, r.setting) {
+            (true, _) => "- (not needed)".to_string(),
+            (false, Some(name)) => {
+                settings.push(format!("`{name}={}`", r.needed()));
+                format!("`{name}={}`", r.needed())
+            }
+            (false, None) => "**none built**".to_string(),
         };
         let _ = writeln!(
             body,
-            "| {} | {} | {} {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} {} | {} | {} | {} | {} | {} | {} | {} |",
             r.key,
             r.what,
             f(r.per_delivery, 2),
@@ -193,7 +218,8 @@ pub fn section(body: &mut String, scenarios: &[Scenario], due_shards: u32) -> (u
             f(r.limit, 0),
             f(r.share() * 100.0, 0),
             if ok { "yes" } else { "**no**" },
-            needed,
+            setting,
+            f(r.share_with_setting() * 100.0, 0),
             r.source
         );
     }
@@ -211,10 +237,11 @@ pub fn section(body: &mut String, scenarios: &[Scenario], due_shards: u32) -> (u
     );
     let _ = writeln!(
         body,
-        "Keys that take a whole hot tenant or endpoint (`TENANT#`, `by_endpoint`, `by_status`) cannot be spread by the due shards: they need their own write sharding (a suffix `#{{0..N}}` on the key, read by a Query per shard and merged) or, for the tenant's endpoints, reading copies. Shards needed at this rate: tenant's endpoints Query {}, `by_endpoint` {}, `by_status` {}; not done in this change (see the README's capacity notes).\n",
-        shards_needed(RATE * (query_rru + endpoint_get_rru), PARTITION_RRU),
+        "Keys that take a whole hot endpoint (`by_endpoint`, `by_status`) are split by their own settings: with `WEBHOOKS_ENDPOINT_INDEX_SHARDS` or `WEBHOOKS_STATUS_INDEX_SHARDS` above 1, a delivery's entry goes to `{{key}}#{{k}}`, k from the hash of its id, and a listing reads the unsplit key (entries written before the setting was raised) and every shard, merged in the index's order (a Query per shard and bucket, 8 at a time: a page of an endpoint's deliveries in every status at {} shards is {} Queries, each at least 0.5 read units). The tenant's endpoint reads ({} shards' worth) and the failure counter ({}) take a whole hot tenant or endpoint on one base-table item and have no setting yet: they need copies of the endpoint item that every endpoint change writes in one transaction and readers pick from (the version guard keeps a change's answer meaning no attempt starts on the old state), and a counter split the same way; not built.\n",
         shards_needed(RATE * by_endpoint, PARTITION_WRU),
-        shards_needed(RATE * by_status.max(1.0), PARTITION_WRU),
+        4 * (1 + shards_needed(RATE * by_endpoint, PARTITION_WRU)),
+        shards_needed(RATE * (query_rru + endpoint_get_rru), PARTITION_RRU),
+        shards_needed(RATE, PARTITION_WRU),
     );
     // Lambda, SQS, API Gateway.
     let ingest_s = warm.ingest_ms.iter().sum::<f64>() / warm.ingest_ms.len().max(1) as f64 / 1000.0;
@@ -272,9 +299,15 @@ pub fn section(body: &mut String, scenarios: &[Scenario], due_shards: u32) -> (u
     }
     body.push('\n');
     let line = if over == 0 {
-        format!("every key within 50% at {} deliveries/s", f(RATE, 0))
+        format!("every key within 50% at {} deliveries/s with {}", f(RATE, 0), settings.join(", "))
     } else {
-        format!("{over} of {} key patterns over 50% at {} deliveries/s: {}", rows.len(), f(RATE, 0), worst.join(", "))
+        format!(
+            "with {}: {over} of {} key patterns still over 50% at {} deliveries/s (no setting built for them): {}",
+            settings.join(", "),
+            rows.len(),
+            f(RATE, 0),
+            worst.join(", ")
+        )
     };
     (over, line)
 }

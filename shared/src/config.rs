@@ -40,6 +40,16 @@ pub struct Config {
     /// Number of partitions of the due index (`WEBHOOKS_DUE_SHARDS`, default 8). A sweeper
     /// tick queries each one.
     pub due_shards: u32,
+    /// Partitions each endpoint's entries of the `by_endpoint` index are split over
+    /// (`WEBHOOKS_ENDPOINT_INDEX_SHARDS`, default 1: unsplit). One hot endpoint writes about 4
+    /// index write units per delivery to its partition, against DynamoDB's 1,000 a second per
+    /// partition: bench/report.md's capacity model derives the setting for a rate (80 at
+    /// 10,000 deliveries a second). A listing by endpoint reads every shard. Never lower it.
+    pub endpoint_index_shards: u32,
+    /// Partitions each status of the `by_status` index (dead letters, held) is split over
+    /// (`WEBHOOKS_STATUS_INDEX_SHARDS`, default 1), as `endpoint_index_shards` (20 at 10,000
+    /// dead letters a second). Never lower it.
+    pub status_index_shards: u32,
     /// How long one sweeper tick may work (`WEBHOOKS_SWEEP_BUDGET_SECONDS`, seconds, default
     /// 40, under the sweeper function's 60 s timeout): due deliveries first, then job steps
     /// while time is left; what is left runs on the next tick.
@@ -139,6 +149,8 @@ impl Config {
             redrive_after_seconds: 300,
             sweep_batch: 1000,
             due_shards: 8,
+            endpoint_index_shards: 1,
+            status_index_shards: 1,
             sweep_budget: Duration::from_secs(40),
             eventbridge_tenant_field: "tenant_id".to_string(),
             delivered_retention_days: 30,
@@ -202,6 +214,16 @@ impl Config {
         c.due_shards = parse(&get, "WEBHOOKS_DUE_SHARDS", 8)?;
         if c.due_shards == 0 {
             return Err(ConfigError { name: "WEBHOOKS_DUE_SHARDS", problem: "must be at least 1".into() });
+        }
+        c.endpoint_index_shards = parse(&get, "WEBHOOKS_ENDPOINT_INDEX_SHARDS", 1)?;
+        c.status_index_shards = parse(&get, "WEBHOOKS_STATUS_INDEX_SHARDS", 1)?;
+        for (name, v) in [
+            ("WEBHOOKS_ENDPOINT_INDEX_SHARDS", c.endpoint_index_shards),
+            ("WEBHOOKS_STATUS_INDEX_SHARDS", c.status_index_shards),
+        ] {
+            if !(1..=1000).contains(&v) {
+                return Err(ConfigError { name, problem: "must be from 1 to 1000".into() });
+            }
         }
         c.sweep_budget = Duration::from_secs(parse(&get, "WEBHOOKS_SWEEP_BUDGET_SECONDS", 40)?);
         if let Some(field) = get("WEBHOOKS_EVENTBRIDGE_TENANT_FIELD").filter(|v| !v.is_empty()) {

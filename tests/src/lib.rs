@@ -52,7 +52,9 @@ pub struct Stack {
 
 /// The configuration tests start from: a 2 s request timeout, a 5 s lease margin (the
 /// default: room for a loaded emulator between a claim and its POST), the
-/// sweeper every second, loopback receivers allowed.
+/// sweeper every second, loopback receivers allowed, the `by_endpoint` and `by_status`
+/// indexes split in 2 (so every suite reads listings merged over shards; production's
+/// default is 1).
 pub fn test_config(table: &str, queue_url: &str) -> Config {
     let mut c = Config::new(table, queue_url);
     c.request_timeout = Duration::from_millis(2000);
@@ -61,6 +63,8 @@ pub fn test_config(table: &str, queue_url: &str) -> Config {
     c.allow_private_destinations = true;
     c.redrive_after_seconds = 60;
     c.due_shards = 2;
+    c.endpoint_index_shards = 2;
+    c.status_index_shards = 2;
     c.sweep_budget = Duration::from_secs(5);
     c
 }

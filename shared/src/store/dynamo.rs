@@ -30,12 +30,25 @@ pub struct DynamoStore {
     client: Client,
     table: String,
     due_shards: u32,
+    endpoint_shards: u32,
+    status_shards: u32,
 }
 
 impl DynamoStore {
     /// A store on `table`, with the due index split into `due_shards` partitions.
     pub fn new(client: Client, table: impl Into<String>, due_shards: u32) -> Self {
-        Self { client, table: table.into(), due_shards: due_shards.max(1) }
+        Self { client, table: table.into(), due_shards: due_shards.max(1), endpoint_shards: 1, status_shards: 1 }
+    }
+
+    /// The same store with the `by_endpoint` index's partitions split `endpoint` ways and
+    /// `by_status`'s `status` ways (1: unsplit, the layout before index sharding). Raising either
+    /// on a live table is safe (listings read the unsplit partition and every shard below the
+    /// setting); lowering it hides the entries of the shards above until they change.
+    #[must_use]
+    pub fn with_index_shards(mut self, endpoint: u32, status: u32) -> Self {
+        self.endpoint_shards = endpoint.max(1);
+        self.status_shards = status.max(1);
+        self
     }
 
     /// Writes one item of an event, conditional on it being new: true when this call created
@@ -263,10 +276,13 @@ impl DynamoStore {
             item.insert(DUE_AT.into(), n(due_at));
         }
         if matches!(delivery.status, DeliveryStatus::Exhausted | DeliveryStatus::Held) {
-            item.insert(STATUS_KEY.into(), s(delivery.status.as_str()));
+            item.insert(
+                STATUS_KEY.into(),
+                s(status_partition(delivery.status.as_str(), &delivery.id, self.status_shards)),
+            );
             item.insert(STATUS_SK.into(), s(time_sk(delivery.updated_at, &delivery.id)));
         }
-        item.insert(EP_PK.into(), s(&delivery.endpoint_id));
+        item.insert(EP_PK.into(), s(endpoint_partition(&delivery.endpoint_id, &delivery.id, self.endpoint_shards)));
         item.insert(EP_SK.into(), s(endpoint_sk(delivery.status, delivery.created_at, &delivery.id)));
         Ok(item)
     }
@@ -312,7 +328,7 @@ impl DynamoStore {
             u.set(EP_SK, s(endpoint_sk(t.status, created_at, id)));
         }
         if matches!(t.status, DeliveryStatus::Exhausted | DeliveryStatus::Held) {
-            u.set(STATUS_KEY, s(t.status.as_str()));
+            u.set(STATUS_KEY, s(status_partition(t.status.as_str(), id, self.status_shards)));
             u.set(STATUS_SK, s(time_sk(t.now, id)));
         } else {
             u.remove.extend([STATUS_KEY.to_string(), STATUS_SK.to_string()]);
@@ -1045,24 +1061,70 @@ impl Store for DynamoStore {
     async fn list_deliveries(&self, q: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError> {
         let limit = q.limit.clamp(1, 100);
         match (&q.endpoint_id, q.status) {
-            (Some(ep), Some(status)) => {
+            (Some(ep), Some(status)) if self.endpoint_shards <= 1 => {
                 let start = q.cursor.as_deref().map(decode_cursor).transpose()?;
                 let (data, next) = self.bucket_page(ep, endpoint_bucket(status), Some(status), q, limit, start).await?;
                 Ok(Page { data, next_cursor: next.map(encode_cursor).transpose()? })
             }
-            (Some(ep), None) => self.merged_page(ep, q, limit).await,
+            (Some(ep), status) => {
+                let buckets: Vec<&str> = match status {
+                    Some(st) => vec![endpoint_bucket(st)],
+                    None => ENDPOINT_BUCKETS.to_vec(),
+                };
+                let mut sources = Vec::new();
+                for bucket in buckets {
+                    for (k, partition) in partitions(ep, self.endpoint_shards).into_iter().enumerate() {
+                        // Cursor names: the bucket for the unsplit partition (as before
+                        // sharding), `{bucket}#{k - 1}` for a shard.
+                        let name = if k == 0 { bucket.to_string() } else { format!("{bucket}#{}", k - 1) };
+                        sources.push(Source { name, partition, bucket });
+                    }
+                }
+                let order = |d: &DeliverySummary| time_sk(d.created_at, &d.id);
+                let key = |partition: &str, d: &DeliverySummary| {
+                    Item::from([
+                        (PK.to_string(), s(delivery_pk(&d.id))),
+                        (SK.to_string(), s(DELIVERY_SK)),
+                        (EP_PK.to_string(), s(partition)),
+                        (EP_SK.to_string(), s(endpoint_sk(d.status, d.created_at, &d.id))),
+                    ])
+                };
+                self.merged_page(&sources, q, limit, &order, &key, |src, start| {
+                    self.bucket_page(&src.partition, src.bucket, status, q, limit, start)
+                })
+                .await
+            }
             (None, Some(st)) => {
-                let req = self
-                    .client
-                    .query()
-                    .table_name(&self.table)
-                    .scan_index_forward(q.oldest_first)
-                    .index_name(STATUS_INDEX)
-                    .key_condition_expression("status_key = :k")
-                    .expression_attribute_values(":k", s(st.as_str()));
-                let start = q.cursor.as_deref().map(decode_cursor).transpose()?;
-                let (data, next) = self.fill_page(req, limit, start).await?;
-                Ok(Page { data, next_cursor: next.map(encode_cursor).transpose()? })
+                let sources: Vec<Source> = partitions(st.as_str(), self.status_shards)
+                    .into_iter()
+                    .map(|partition| Source { name: partition.clone(), partition, bucket: "" })
+                    .collect();
+                let status_page = |src: &Source, start: Option<Item>| {
+                    let req = self
+                        .client
+                        .query()
+                        .table_name(&self.table)
+                        .scan_index_forward(q.oldest_first)
+                        .index_name(STATUS_INDEX)
+                        .key_condition_expression("status_key = :k")
+                        .expression_attribute_values(":k", s(&src.partition));
+                    self.fill_page(req, limit, start)
+                };
+                if sources.len() == 1 {
+                    let start = q.cursor.as_deref().map(decode_cursor).transpose()?;
+                    let (data, next) = status_page(&sources[0], start).await?;
+                    return Ok(Page { data, next_cursor: next.map(encode_cursor).transpose()? });
+                }
+                let order = |d: &DeliverySummary| time_sk(d.updated_at, &d.id);
+                let key = |partition: &str, d: &DeliverySummary| {
+                    Item::from([
+                        (PK.to_string(), s(delivery_pk(&d.id))),
+                        (SK.to_string(), s(DELIVERY_SK)),
+                        (STATUS_KEY.to_string(), s(partition)),
+                        (STATUS_SK.to_string(), s(time_sk(d.updated_at, &d.id))),
+                    ])
+                };
+                self.merged_page(&sources, q, limit, &order, &key, status_page).await
             }
             (None, None) => Err(StoreError::Unsupported("list deliveries by endpoint_id or by status".into())),
         }
@@ -1206,8 +1268,17 @@ impl Store for DynamoStore {
 }
 
 impl DynamoStore {
-    /// See [`Store::count_deliveries`].
+    /// See [`Store::count_deliveries`]: the sum over the endpoint's `by_endpoint` partitions.
     async fn count_in_bucket(&self, ep: &str, status: DeliveryStatus) -> Result<u64, StoreError> {
+        let counts = futures::future::try_join_all(
+            partitions(ep, self.endpoint_shards).into_iter().map(|p| self.count_in_partition(p, status)),
+        )
+        .await?;
+        Ok(counts.into_iter().sum())
+    }
+
+    /// Deliveries of one `by_endpoint` partition in `status`'s bucket (in `status`).
+    async fn count_in_partition(&self, ep: String, status: DeliveryStatus) -> Result<u64, StoreError> {
         let bucket = endpoint_bucket(status);
         let mut total = 0u64;
         let mut start: Option<Item> = None;
@@ -1219,7 +1290,7 @@ impl DynamoStore {
                 .index_name(ENDPOINT_INDEX)
                 .select(aws_sdk_dynamodb::types::Select::Count)
                 .key_condition_expression("ep_pk = :k AND begins_with(ep_sk, :b)")
-                .expression_attribute_values(":k", s(ep))
+                .expression_attribute_values(":k", s(&ep))
                 .expression_attribute_values(":b", s(format!("{bucket}#")));
             if matches!(status, DeliveryStatus::Scheduled | DeliveryStatus::Sending) {
                 req = req
@@ -1242,7 +1313,7 @@ impl DynamoStore {
     /// from, if there may be more.
     async fn bucket_page(
         &self,
-        ep: &str,
+        partition: &str,
         bucket: &str,
         status: Option<DeliveryStatus>,
         q: &DeliveryQuery,
@@ -1252,7 +1323,7 @@ impl DynamoStore {
         if let Some(key) = &start {
             // A cursor from another endpoint or bucket would reach DynamoDB as a bad key.
             let attr = |name: &str| key.get(name).and_then(|v| v.as_s().ok()).map(String::as_str);
-            if attr(EP_PK) != Some(ep) || !attr(EP_SK).is_some_and(|sk| sk.starts_with(&format!("{bucket}#"))) {
+            if attr(EP_PK) != Some(partition) || !attr(EP_SK).is_some_and(|sk| sk.starts_with(&format!("{bucket}#"))) {
                 return Err(StoreError::InvalidCursor);
             }
         }
@@ -1265,7 +1336,7 @@ impl DynamoStore {
             .scan_index_forward(q.oldest_first)
             .index_name(ENDPOINT_INDEX)
             .key_condition_expression("ep_pk = :k AND ep_sk BETWEEN :from AND :to")
-            .expression_attribute_values(":k", s(ep))
+            .expression_attribute_values(":k", s(partition))
             .expression_attribute_values(":from", s(&from))
             .expression_attribute_values(":to", s(&to));
         if let Some(st) = status.filter(|st| matches!(st, DeliveryStatus::Scheduled | DeliveryStatus::Sending)) {
@@ -1310,78 +1381,91 @@ impl DynamoStore {
         }
     }
 
-    /// A page of an endpoint's deliveries in any status: the newest (or oldest) `limit` over
-    /// every bucket, merged. The cursor says, per bucket, where to go on (or that it is done).
-    async fn merged_page(
+    /// A page merged over several index partitions (`sources`): the newest (or oldest) `limit`
+    /// of them by `order` (the index's sort key), each source read by `page` from where the
+    /// cursor says. The cursor says, per source, where to go on (`key` builds the index key
+    /// of the last one taken), from the start (`{}`), or that it is done (null).
+    async fn merged_page<'s, F, Fut>(
         &self,
-        ep: &str,
+        sources: &'s [Source],
         q: &DeliveryQuery,
         limit: usize,
-    ) -> Result<Page<DeliverySummary>, StoreError> {
-        // Per bucket still to read: None = from the start, Some(key) = after key. In the
-        // cursor, a bucket is `{}` (from the start), its key, or null (done).
+        order: &(dyn Fn(&DeliverySummary) -> String + Sync),
+        key: &(dyn Fn(&str, &DeliverySummary) -> Item + Sync),
+        page: F,
+    ) -> Result<Page<DeliverySummary>, StoreError>
+    where
+        F: Fn(&'s Source, Option<Item>) -> Fut,
+        Fut: std::future::Future<Output = Result<SummaryPage, StoreError>>,
+    {
+        // Per source still to read: None = from the start, Some(key) = after key.
         let mut positions: HashMap<String, Option<Item>> = HashMap::new();
         let mut started = false;
         if let Some(c) = q.cursor.as_deref() {
             let json: serde_json::Value =
                 serde_json::from_slice(&B64URL.decode(c).map_err(|_| StoreError::InvalidCursor)?)
                     .map_err(|_| StoreError::InvalidCursor)?;
-            let buckets = json.get("buckets").and_then(|b| b.as_object()).ok_or(StoreError::InvalidCursor)?;
-            for (bucket, at) in buckets {
+            let named = json.get("buckets").and_then(|b| b.as_object()).ok_or(StoreError::InvalidCursor)?;
+            for (name, at) in named {
                 let key = match at {
                     serde_json::Value::Null => continue,
                     serde_json::Value::Object(o) if o.is_empty() => None,
                     other => Some(serde_dynamo::to_item(other.clone()).map_err(|_| StoreError::InvalidCursor)?),
                 };
-                positions.insert(bucket.clone(), key);
+                positions.insert(name.clone(), key);
             }
             started = true;
         }
-        let mut fetched = Vec::new();
-        let mut next_keys: HashMap<&str, Option<Item>> = HashMap::new();
-        for bucket in ENDPOINT_BUCKETS {
-            let start = match positions.get(bucket) {
-                Some(start) => start.clone(),
-                None if started => continue,
-                None => None,
-            };
-            let (items, next) = self.bucket_page(ep, bucket, None, q, limit, start).await?;
-            next_keys.insert(bucket, next);
-            fetched.extend(items.into_iter().map(|d| (bucket, d)));
+        let to_read: Vec<(usize, Option<Item>)> = sources
+            .iter()
+            .enumerate()
+            .filter_map(|(i, src)| match positions.get(&src.name) {
+                Some(start) => Some((i, start.clone())),
+                None if started => None,
+                None => Some((i, None)),
+            })
+            .collect();
+        let pages: Vec<Result<(usize, SummaryPage), StoreError>> =
+            futures::stream::iter(to_read.into_iter().map(|(i, start)| {
+                let fut = page(&sources[i], start);
+                async move { fut.await.map(|p| (i, p)) }
+            }))
+            .buffered(SOURCES_IN_FLIGHT)
+            .collect()
+            .await;
+        let mut fetched: Vec<(usize, DeliverySummary)> = Vec::new();
+        let mut next_keys: HashMap<usize, Option<Item>> = HashMap::new();
+        for p in pages {
+            let (i, (items, next)) = p?;
+            next_keys.insert(i, next);
+            fetched.extend(items.into_iter().map(|d| (i, d)));
         }
-        // The index's own order: the `{time}#{id}` string (milliseconds), then the id.
-        let order = |d: &DeliverySummary| time_sk(d.created_at, &d.id);
         fetched.sort_by_key(|(_, d)| order(d));
         if !q.oldest_first {
             fetched.reverse();
         }
         let rest = fetched.split_off(fetched.len().min(limit));
         let mut cursor = serde_json::Map::new();
-        for bucket in ENDPOINT_BUCKETS {
-            if !next_keys.contains_key(bucket) {
+        for (i, src) in sources.iter().enumerate() {
+            if !next_keys.contains_key(&i) {
                 continue; // done before this page
             }
-            let unread = rest.iter().any(|(b, _)| *b == bucket);
+            let unread = rest.iter().any(|(j, _)| *j == i);
             let position = if unread {
-                // Go on after the last one taken from this bucket (or where it started).
-                match fetched.iter().rev().find(|(b, _)| *b == bucket) {
-                    Some((_, d)) => Some(Item::from([
-                        (PK.to_string(), s(delivery_pk(&d.id))),
-                        (SK.to_string(), s(DELIVERY_SK)),
-                        (EP_PK.to_string(), s(ep)),
-                        (EP_SK.to_string(), s(endpoint_sk(d.status, d.created_at, &d.id))),
-                    ])),
-                    None => positions.get(bucket).cloned().flatten(),
+                // Go on after the last one taken from this source (or where it started).
+                match fetched.iter().rev().find(|(j, _)| *j == i) {
+                    Some((_, d)) => Some(key(&src.partition, d)),
+                    None => positions.get(&src.name).cloned().flatten(),
                 }
             } else {
-                next_keys.get(bucket).cloned().flatten()
+                next_keys.get(&i).cloned().flatten()
             };
             let value = match position {
                 Some(key) => from_item::<serde_json::Value>(key)?,
                 None if unread => serde_json::Value::Object(serde_json::Map::new()),
                 None => serde_json::Value::Null,
             };
-            cursor.insert(bucket.to_string(), value);
+            cursor.insert(src.name.clone(), value);
         }
         let data = fetched.into_iter().map(|(_, d)| d).collect();
         let open = cursor.values().any(|v| !v.is_null());
@@ -1389,3 +1473,19 @@ impl DynamoStore {
         Ok(Page { data, next_cursor })
     }
 }
+
+/// Deliveries read from one index partition, and the key to go on from.
+type SummaryPage = (Vec<DeliverySummary>, Option<Item>);
+
+/// One index partition a merged listing reads.
+struct Source {
+    /// Its name in the cursor.
+    name: String,
+    /// The index partition key value.
+    partition: String,
+    /// The `by_endpoint` bucket it lists (empty for `by_status`).
+    bucket: &'static str,
+}
+
+/// Index partitions a merged listing queries at once.
+const SOURCES_IN_FLIGHT: usize = 8;

@@ -102,6 +102,30 @@ pub fn due_shard(id: &str, shards: u32) -> u32 {
     u32::from_be_bytes([d[0], d[1], d[2], d[3]]) % shards.max(1)
 }
 
+/// The `by_endpoint` partition of a delivery: the endpoint id itself with one shard (the
+/// layout before index sharding), `{endpoint_id}#{k}` with `shards` > 1, `k` the delivery's
+/// [`due_shard`] modulo `shards` (spreads one hot endpoint's entries over `shards`
+/// partitions: issue #14's capacity model derives how many).
+pub fn endpoint_partition(endpoint_id: &str, delivery_id: &str, shards: u32) -> String {
+    if shards <= 1 { endpoint_id.to_string() } else { format!("{endpoint_id}#{}", due_shard(delivery_id, shards)) }
+}
+
+/// The `by_status` partition of an exhausted or held delivery: the status name with one shard,
+/// `{status}#{k}` with `shards` > 1 (as [`endpoint_partition`]).
+pub fn status_partition(status: &str, delivery_id: &str, shards: u32) -> String {
+    if shards <= 1 { status.to_string() } else { format!("{status}#{}", due_shard(delivery_id, shards)) }
+}
+
+/// Every partition a listing of `base` reads: `base` (items written unsharded, before the
+/// setting was raised) and, with `shards` > 1, `{base}#{k}` for each shard.
+pub fn partitions(base: &str, shards: u32) -> Vec<String> {
+    let mut out = vec![base.to_string()];
+    if shards > 1 {
+        out.extend((0..shards).map(|k| format!("{base}#{k}")));
+    }
+    out
+}
+
 /// `DUE#{shard}`.
 pub fn due_pk(shard: u32) -> String {
     format!("DUE#{shard}")

@@ -17,12 +17,15 @@
 //! GSIs (all sparse):
 //! - `due`: `due_pk` = `DUE#{shard}` (hash of the id, [`keys::due_shard`]), `due_at` (number,
 //!   milliseconds). Holds only in-flight deliveries; see [`crate::lifecycle`].
-//! - `by_endpoint`: `ep_pk` = endpoint id, `ep_sk` = `{bucket}#{created_at}#{id}`, where the
+//! - `by_endpoint`: `ep_pk` = endpoint id (or `{endpoint id}#{k}` with
+//!   `WEBHOOKS_ENDPOINT_INDEX_SHARDS` > 1, [`keys::endpoint_partition`]; listings and counts
+//!   read the unsplit partition and every shard), `ep_sk` = `{bucket}#{created_at}#{id}`, where the
 //!   bucket is `open` (scheduled or sending), `held`, `exhausted` or `delivered`
 //!   ([`keys::endpoint_bucket`]): an endpoint's held or unfinished deliveries are a key range
 //!   read without touching its history; a claim (scheduled to sending) keeps the key.
 //! - `by_status`: `status_key` = `exhausted` or `held` (only those states; the dead-letter
-//!   list), `status_sk` = `{updated_at}#{id}`.
+//!   list; `{status}#{k}` with `WEBHOOKS_STATUS_INDEX_SHARDS` > 1), `status_sk` =
+//!   `{updated_at}#{id}`.
 
 pub mod dynamo;
 pub mod keys;
