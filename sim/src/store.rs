@@ -4,11 +4,11 @@
 //!   fail before taking effect or after (the ambiguous case).
 //! - Conditional writes check and write one item in that step; `commit` (TransactWriteItems)
 //!   writes all its items or none. `insert_event` is DynamoStore's: a conditional put of the
-//!   payload item, then each chunk of up to 99 deliveries in one step (a TransactWriteItems
-//!   of conditional puts; when some exist, one put step each), and after an error its
-//!   take-back: a conditional delete (on the call's `created_at`) of each delivery tried, one
-//!   step each, then the payload item's, conditional too on none of the failed chunk's
-//!   deliveries existing (one transaction).
+//!   payload item, then one per delivery (in order; DynamoStore has 16 in flight), the
+//!   `promised` mark when an item was not this call's, and after an error its take-back: a
+//!   delete of each delivery this call's `ingest_token` marks, unless the event is promised,
+//!   one step each, then the payload item's, on the same conditions and none of the first 99
+//!   deliveries existing.
 //! - The base table reads are strongly consistent; the GSIs (`due`, `by_endpoint`,
 //!   `by_status`, `by_event`) see each item as it was some time ago: every write of an item
 //!   reaches the indexes after a random delay (up to `max_lag_ms`, in order per item).
@@ -310,6 +310,7 @@ impl MemStore {
     ) {
         let ekey = (event.tenant_id.clone(), event.event_id.clone());
         let promised = |t: &Tables| t.event_tokens.get(&ekey).is_some_and(|(_, p)| *p);
+        let mut left = false;
         for (d, _) in tried.iter().rev() {
             let stop = self
                 .call("store.insert_event.take_back", |s, t| {
@@ -323,9 +324,15 @@ impl MemStore {
                     Ok(false)
                 })
                 .await;
-            if matches!(stop, Ok(true)) {
-                return;
+            match stop {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(_) => left = true,
             }
+        }
+        // A delivery left behind keeps its event item.
+        if left {
+            return;
         }
         let _ = self
             .call("store.insert_event.take_back", |_, t| {
@@ -546,7 +553,8 @@ impl Store for MemStore {
         let fence = &deliveries[..deliveries.len().min(99)];
         let mut created = vec![false; deliveries.len()];
         let mut event_new = false;
-        for _round in 0..3 {
+        for round in 0..3 {
+            let tried = if round == 0 { &[][..] } else { deliveries };
             let put_event = self
                 .call("store.insert_event.put", |s, t| {
                     s.check_size("event", size_of(event))?;
@@ -561,7 +569,7 @@ impl Store for MemStore {
             match put_event {
                 Ok(c) => event_new |= c,
                 Err(e) => {
-                    self.take_back(token, event, &[], fence).await;
+                    self.take_back(token, event, tried, fence).await;
                     return Err(e);
                 }
             }
@@ -578,24 +586,42 @@ impl Store for MemStore {
                 self.take_back(token, event, deliveries, fence).await;
                 return Err(e);
             }
-            if created.iter().all(|c| *c) {
+            if event_new && created.iter().all(|c| *c) {
                 return Ok(Inserted { event: event_new, deliveries: created });
             }
             let promised = self
                 .call("store.insert_event.promise", |_, t| {
                     Ok(t.event_tokens.get_mut(&ekey).map(|(_, p)| *p = true).is_some())
                 })
-                .await?;
-            if promised {
+                .await;
+            match promised {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => {
+                    self.take_back(token, event, deliveries, fence).await;
+                    return Err(e);
+                }
+            }
+            for _ in 0..3 {
+                let mut failed = None;
                 for (i, (d, due_at)) in deliveries.iter().enumerate() {
-                    if !created[i] {
-                        created[i] |=
-                            self.call("store.insert_event.put", |s, t| s.put_delivery(t, token, d, *due_at)).await?;
+                    if created[i] {
+                        continue;
+                    }
+                    match self.call("store.insert_event.put", |s, t| s.put_delivery(t, token, d, *due_at)).await {
+                        Ok(c) => created[i] |= c,
+                        Err(e) => {
+                            failed.get_or_insert(e);
+                        }
                     }
                 }
-                return Ok(Inserted { event: event_new, deliveries: created });
+                if failed.is_none() {
+                    return Ok(Inserted { event: event_new, deliveries: created });
+                }
             }
+            return Err(aws("insert_event (deliveries after the promise)"));
         }
+        self.take_back(token, event, deliveries, fence).await;
         Err(aws("insert_event (taken back three times)"))
     }
 

@@ -1041,6 +1041,13 @@ impl World {
         if let Some(lost) = s.promised.iter().find(|id| !t.deliveries.contains_key(*id)) {
             return Err(format!("delivery {lost} was accepted (202) and is gone"));
         }
+        for id in &s.promised {
+            if let Some(r) = t.deliveries.get(id)
+                && !t.events.contains_key(&(r.d.tenant_id.clone(), r.d.event_id.clone()))
+            {
+                return Err(format!("delivery {id} was accepted (202) and its event item (the payload) is gone"));
+            }
+        }
         for r in t.deliveries.values() {
             match r.d.status {
                 DeliveryStatus::Delivered => {

@@ -141,11 +141,11 @@ async fn an_event_item_that_cannot_be_decompressed_fails_the_attempt_not_the_pro
     stack.stop().await;
 }
 
-/// Every id of a listing, page by page (`limit` a page), in the order given.
+/// Every id of a listing, page by page (`limit` a page) from `q`'s cursor, in the order given.
 async fn list_all(store: &webhooks::store::DynamoStore, q: webhooks::store::DeliveryQuery) -> Vec<String> {
     use webhooks::store::Store as _;
     let mut ids = Vec::new();
-    let mut cursor = None;
+    let mut cursor = q.cursor.clone();
     for _ in 0..100 {
         let page = store.list_deliveries(&webhooks::store::DeliveryQuery { cursor, ..q.clone() }).await.unwrap();
         ids.extend(page.data.into_iter().map(|d| d.id));
@@ -216,5 +216,92 @@ async fn listings_read_unsplit_and_sharded_index_partitions_alike() {
     assert_eq!(list_all(&sharded, dead_letters.clone()).await, dead, "dead letters over every status shard");
     // The split is real: a store that reads only the unsplit partitions misses the rest.
     assert_eq!(list_all(&unsplit, dead_letters).await, dead_unsplit);
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_listing_goes_on_across_a_raised_index_split_and_refuses_tampered_cursors() {
+    use webhooks::model::{DeliveryStatus, StoredEvent};
+    use webhooks::store::{DeliveryQuery, DynamoStore, Store as _, StoreError};
+    let stack = Stack::start(|_| {}).await;
+    let table = stack.app.config.table.clone();
+    let unsplit = DynamoStore::new(ddb().await, &table, 8);
+    let sharded = DynamoStore::new(ddb().await, &table, 8).with_index_shards(4, 4);
+    let t0 = chrono::Utc::now() - chrono::Duration::minutes(5);
+    let mut all = Vec::new();
+    for i in 0..10i64 {
+        // The first six before the split, the rest after.
+        let store = if i < 6 { &unsplit } else { &sharded };
+        let now = t0 + chrono::Duration::milliseconds(i * 10);
+        let event = StoredEvent {
+            tenant_id: "acme".into(),
+            event_id: format!("evt-raise-{i}"),
+            event_type: "order.paid".into(),
+            payload: "{}".into(),
+            created_at: now,
+            expires_at: now.timestamp() + 86_400,
+        };
+        let id = format!("dlv-raise-{i:02}");
+        let (mut d, _, _) = webhooks::lifecycle::new_delivery(
+            &stack.app.config,
+            now,
+            id.clone(),
+            &event.event_id,
+            "order.paid",
+            "acme",
+            "ep-raise",
+            false,
+        );
+        d.status = DeliveryStatus::Exhausted;
+        d.updated_at = now;
+        store.insert_event(&event, &[(&d, None)]).await.unwrap();
+        all.push(id);
+    }
+    // A page read before the split (a one-partition cursor, as a running job keeps)...
+    let dead = DeliveryQuery {
+        endpoint_id: Some("ep-raise".into()),
+        status: Some(DeliveryStatus::Exhausted),
+        limit: 4,
+        oldest_first: true,
+        ..Default::default()
+    };
+    let first = unsplit.list_deliveries(&dead).await.unwrap();
+    let mut seen: Vec<String> = first.data.into_iter().map(|d| d.id).collect();
+    assert_eq!(seen, all[..4]);
+    // ...goes on after it, each delivery once, the split partitions included.
+    seen.extend(list_all(&sharded, DeliveryQuery { cursor: first.next_cursor, ..dead.clone() }).await);
+    assert_eq!(seen, all);
+    // The dead-letter list the same way.
+    let letters =
+        DeliveryQuery { status: Some(DeliveryStatus::Exhausted), limit: 3, oldest_first: true, ..Default::default() };
+    let first = unsplit.list_deliveries(&letters).await.unwrap();
+    let mut seen: Vec<String> = first.data.into_iter().map(|d| d.id).collect();
+    seen.extend(list_all(&sharded, DeliveryQuery { cursor: first.next_cursor, ..letters.clone() }).await);
+    let mine: Vec<String> = seen.into_iter().filter(|id| id.starts_with("dlv-raise-")).collect();
+    assert_eq!(mine, all);
+    // Tampered cursors: refused as cursors, never sent to DynamoDB.
+    use base64::Engine as _;
+    let enc = |v: serde_json::Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+    for (store, q, cursor) in [
+        (&sharded, letters.clone(), enc(json!({"buckets": {"exhausted#0": {"x": "y"}}}))),
+        (
+            &sharded,
+            letters.clone(),
+            enc(json!({"buckets": {"exhausted#1": {"pk": "a", "sk": "b", "status_key": "held#1", "status_sk": "c"}}})),
+        ),
+        (
+            &sharded,
+            dead.clone(),
+            enc(
+                json!({"buckets": {"exhausted#2": {"pk": "a", "sk": "b", "ep_pk": "ep-other#2", "ep_sk": "exhausted#c"}}}),
+            ),
+        ),
+        (&unsplit, letters.clone(), enc(json!({"pk": "a"}))),
+        (&unsplit, dead.clone(), enc(json!({"pk": "a", "sk": "b", "ep_pk": "ep-raise", "ep_sk": "delivered#x"}))),
+        (&sharded, dead.clone(), "not base64 !".to_string()),
+    ] {
+        let answer = store.list_deliveries(&DeliveryQuery { cursor: Some(cursor.clone()), ..q }).await;
+        assert!(matches!(answer, Err(StoreError::InvalidCursor)), "{cursor}: {answer:?}");
+    }
     stack.stop().await;
 }

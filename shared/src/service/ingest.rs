@@ -5,8 +5,10 @@
 //! [`crate::store::payload`]) and one of each small delivery item, so a delivery's later
 //! writes never carry the payload. No transaction: it would bill every item twice (DynamoDB
 //! bills a transactional write 2 write units per started KB) and all-or-nothing holds
-//! without it: a failed put takes back what the call created (a conditional delete on this
-//! call's `created_at`), so a 503 always means nothing was accepted. Idempotency rides on the
+//! without it: a failed put takes back what the call wrote (deletes conditional on this call's
+//! random `ingest_token`), so a 503 means nothing was accepted, and a call that relies on
+//! another's items marks the event `promised` first, so a 202 is never taken back (see
+//! [`crate::store::Store::insert_event`] for the windows left). Idempotency rides on the
 //! ids: the payload item is keyed by (tenant, event id) and
 //! a delivery id is derived from (event id, endpoint id), every put is conditional, so
 //! ingesting the same event id twice creates nothing new. A delivery written

@@ -190,7 +190,10 @@ impl DynamoStore {
                  retry with \"id\": \"{event_id}\" to see it"
             ));
         }
-        if let Err(e) = self.take_back_event(event_item, &mine, fence).await {
+        // A delivery left behind keeps its event item (no delivery without its payload).
+        if left > 0 {
+            left += 1;
+        } else if let Err(e) = self.take_back_event(event_item, &mine, fence).await {
             tracing::warn!(error = %e, "event item not taken back");
             left += 1;
         }
@@ -844,9 +847,12 @@ impl Store for DynamoStore {
         let mut created = vec![false; items.len()];
         let mut event_new = false;
         for round in 0..3 {
+            // From the second round on, deliveries of this call's may exist: a failure takes
+            // them back too.
+            let tried: &[Item] = if round == 0 { &[] } else { &items };
             match self.put_new(event_item.clone()).await {
                 Ok(c) => event_new |= c,
-                Err(e) => return Err(self.take_back(&event_item, &[], fence, e).await),
+                Err(e) => return Err(self.take_back(&event_item, tried, fence, e).await),
             }
             let (flags, failed) = self.put_all(&items).await;
             for (c, f) in created.iter_mut().zip(flags) {
@@ -855,29 +861,49 @@ impl Store for DynamoStore {
             if let Some(e) = failed {
                 return Err(self.take_back(&event_item, &items, fence, e).await);
             }
-            if created.iter().all(|c| *c) {
+            // Only an event item and deliveries all of this call's are safe from every other
+            // call's take-back without the mark.
+            if event_new && created.iter().all(|c| *c) {
                 return Ok(Inserted { event: event_new, deliveries: created });
             }
-            // Items of another ingest of this event id: keep them before relying on them.
-            if self.promise(&event_item).await? {
+            match self.promise(&event_item).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    // The event item was taken back by the ingest that wrote it: write it again.
+                    tracing::info!(event_id = %event.event_id, round, "event item taken back by another ingest; writing it again");
+                    continue;
+                }
+                Err(e) => return Err(self.take_back(&event_item, &items, fence, e).await),
+            }
+            // Promised: nothing is taken back any more. Put again what a take-back removed
+            // before the mark.
+            for _ in 0..3 {
                 let missing: Vec<usize> = (0..items.len()).filter(|i| !created[*i]).collect();
                 let again: Vec<Item> = missing.iter().map(|i| items[*i].clone()).collect();
                 let (flags, failed) = self.put_all(&again).await;
-                if let Some(e) = failed {
-                    return Err(e);
-                }
                 for (i, f) in missing.into_iter().zip(flags) {
                     created[i] |= f;
                 }
-                return Ok(Inserted { event: event_new, deliveries: created });
+                if failed.is_none() {
+                    return Ok(Inserted { event: event_new, deliveries: created });
+                }
             }
-            // The event item was taken back by the ingest that wrote it: write it again.
-            tracing::info!(event_id = %event.event_id, round, "event item taken back by another ingest; writing it again");
+            return Err(StoreError::Aws(format!(
+                "event {} is accepted but some of its deliveries could not be written: retry with \"id\": \"{}\" to complete it",
+                event.event_id, event.event_id
+            )));
         }
-        Err(StoreError::Aws(format!(
-            "event {} kept being taken back by another request with the same id; retry",
-            event.event_id
-        )))
+        Err(self
+            .take_back(
+                &event_item,
+                &items,
+                fence,
+                StoreError::Aws(format!(
+                    "event {} kept being taken back by another request with the same id; retry",
+                    event.event_id
+                )),
+            )
+            .await)
     }
 
     async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError> {
@@ -1077,7 +1103,7 @@ impl Store for DynamoStore {
                         // Cursor names: the bucket for the unsplit partition (as before
                         // sharding), `{bucket}#{k - 1}` for a shard.
                         let name = if k == 0 { bucket.to_string() } else { format!("{bucket}#{}", k - 1) };
-                        sources.push(Source { name, partition, bucket });
+                        sources.push(Source { name, partition, bucket, shard: k > 0 });
                     }
                 }
                 let order = |d: &DeliverySummary| time_sk(d.created_at, &d.id);
@@ -1097,7 +1123,8 @@ impl Store for DynamoStore {
             (None, Some(st)) => {
                 let sources: Vec<Source> = partitions(st.as_str(), self.status_shards)
                     .into_iter()
-                    .map(|partition| Source { name: partition.clone(), partition, bucket: "" })
+                    .enumerate()
+                    .map(|(k, partition)| Source { name: partition.clone(), partition, bucket: "", shard: k > 0 })
                     .collect();
                 let status_page = |src: &Source, start: Option<Item>| {
                     let req = self
@@ -1112,6 +1139,9 @@ impl Store for DynamoStore {
                 };
                 if sources.len() == 1 {
                     let start = q.cursor.as_deref().map(decode_cursor).transpose()?;
+                    if start.as_ref().is_some_and(|k| !start_key_fits(&sources[0], k)) {
+                        return Err(StoreError::InvalidCursor);
+                    }
                     let (data, next) = status_page(&sources[0], start).await?;
                     return Ok(Page { data, next_cursor: next.map(encode_cursor).transpose()? });
                 }
@@ -1270,11 +1300,13 @@ impl Store for DynamoStore {
 impl DynamoStore {
     /// See [`Store::count_deliveries`]: the sum over the endpoint's `by_endpoint` partitions.
     async fn count_in_bucket(&self, ep: &str, status: DeliveryStatus) -> Result<u64, StoreError> {
-        let counts = futures::future::try_join_all(
+        let counts: Vec<Result<u64, StoreError>> = futures::stream::iter(
             partitions(ep, self.endpoint_shards).into_iter().map(|p| self.count_in_partition(p, status)),
         )
-        .await?;
-        Ok(counts.into_iter().sum())
+        .buffer_unordered(SOURCES_IN_FLIGHT)
+        .collect()
+        .await;
+        counts.into_iter().sum()
     }
 
     /// Deliveries of one `by_endpoint` partition in `status`'s bucket (in `status`).
@@ -1314,21 +1346,22 @@ impl DynamoStore {
     async fn bucket_page(
         &self,
         partition: &str,
-        bucket: &str,
+        bucket: &'static str,
         status: Option<DeliveryStatus>,
         q: &DeliveryQuery,
         limit: usize,
         start: Option<Item>,
     ) -> Result<(Vec<DeliverySummary>, Option<Item>), StoreError> {
+        let from = format!("{bucket}#{}", q.since.map(|t| time_sk(t, "")).unwrap_or_else(|| "0".into()));
+        let to = format!("{bucket}#{}", q.until.map(|t| time_sk(t, "")).unwrap_or_else(|| "~".into()));
         if let Some(key) = &start {
-            // A cursor from another endpoint or bucket would reach DynamoDB as a bad key.
-            let attr = |name: &str| key.get(name).and_then(|v| v.as_s().ok()).map(String::as_str);
-            if attr(EP_PK) != Some(partition) || !attr(EP_SK).is_some_and(|sk| sk.starts_with(&format!("{bucket}#"))) {
+            // A cursor from another endpoint, bucket or window would reach DynamoDB as a bad key.
+            let src = Source { name: String::new(), partition: partition.to_string(), bucket, shard: false };
+            let in_window = key.get(EP_SK).and_then(|v| v.as_s().ok()).is_some_and(|sk| *sk >= from && *sk <= to);
+            if !start_key_fits(&src, key) || !in_window {
                 return Err(StoreError::InvalidCursor);
             }
         }
-        let from = format!("{bucket}#{}", q.since.map(|t| time_sk(t, "")).unwrap_or_else(|| "0".into()));
-        let to = format!("{bucket}#{}", q.until.map(|t| time_sk(t, "")).unwrap_or_else(|| "~".into()));
         let mut req = self
             .client
             .query()
@@ -1383,8 +1416,11 @@ impl DynamoStore {
 
     /// A page merged over several index partitions (`sources`): the newest (or oldest) `limit`
     /// of them by `order` (the index's sort key), each source read by `page` from where the
-    /// cursor says. The cursor says, per source, where to go on (`key` builds the index key
-    /// of the last one taken), from the start (`{}`), or that it is done (null).
+    /// cursor says. The cursor names every source: where to go on (`key` builds the index key
+    /// of the last one taken), from the start (`{}`), or done (null); a source it does not
+    /// name (a shard added since) starts over. A one-partition cursor (a page from before the
+    /// index was split, such as a running job's) goes on in the partition it names, the
+    /// shards from the start (they hold only what was written since the split).
     async fn merged_page<'s, F, Fut>(
         &self,
         sources: &'s [Source],
@@ -1398,33 +1434,50 @@ impl DynamoStore {
         F: Fn(&'s Source, Option<Item>) -> Fut,
         Fut: std::future::Future<Output = Result<SummaryPage, StoreError>>,
     {
-        // Per source still to read: None = from the start, Some(key) = after key.
-        let mut positions: HashMap<String, Option<Item>> = HashMap::new();
-        let mut started = false;
+        // Per source: None = done, Some(None) = from the start, Some(Some(key)) = after key.
+        let mut positions: Vec<Option<Option<Item>>> = vec![Some(None); sources.len()];
         if let Some(c) = q.cursor.as_deref() {
             let json: serde_json::Value =
                 serde_json::from_slice(&B64URL.decode(c).map_err(|_| StoreError::InvalidCursor)?)
                     .map_err(|_| StoreError::InvalidCursor)?;
-            let named = json.get("buckets").and_then(|b| b.as_object()).ok_or(StoreError::InvalidCursor)?;
-            for (name, at) in named {
-                let key = match at {
-                    serde_json::Value::Null => continue,
-                    serde_json::Value::Object(o) if o.is_empty() => None,
-                    other => Some(serde_dynamo::to_item(other.clone()).map_err(|_| StoreError::InvalidCursor)?),
-                };
-                positions.insert(name.clone(), key);
+            match json.get("buckets").and_then(|b| b.as_object()) {
+                Some(named) => {
+                    for (i, src) in sources.iter().enumerate() {
+                        positions[i] = match named.get(&src.name) {
+                            None => Some(None),
+                            Some(serde_json::Value::Null) => None,
+                            Some(serde_json::Value::Object(o)) if o.is_empty() => Some(None),
+                            Some(other) => {
+                                Some(Some(serde_dynamo::to_item(other.clone()).map_err(|_| StoreError::InvalidCursor)?))
+                            }
+                        };
+                    }
+                }
+                None => {
+                    let old = decode_cursor(c)?;
+                    let named = sources.iter().position(|src| start_key_fits(src, &old));
+                    let named = named.ok_or(StoreError::InvalidCursor)?;
+                    for (i, src) in sources.iter().enumerate() {
+                        positions[i] = if i == named {
+                            Some(Some(old.clone()))
+                        } else if src.shard {
+                            Some(None)
+                        } else {
+                            None
+                        };
+                    }
+                }
             }
-            started = true;
         }
-        let to_read: Vec<(usize, Option<Item>)> = sources
-            .iter()
-            .enumerate()
-            .filter_map(|(i, src)| match positions.get(&src.name) {
-                Some(start) => Some((i, start.clone())),
-                None if started => None,
-                None => Some((i, None)),
-            })
-            .collect();
+        for (src, at) in sources.iter().zip(&positions) {
+            if let Some(Some(k)) = at
+                && !start_key_fits(src, k)
+            {
+                return Err(StoreError::InvalidCursor);
+            }
+        }
+        let to_read: Vec<(usize, Option<Item>)> =
+            positions.iter().enumerate().filter_map(|(i, at)| at.clone().map(|start| (i, start))).collect();
         let pages: Vec<Result<(usize, SummaryPage), StoreError>> =
             futures::stream::iter(to_read.into_iter().map(|(i, start)| {
                 let fut = page(&sources[i], start);
@@ -1447,15 +1500,14 @@ impl DynamoStore {
         let rest = fetched.split_off(fetched.len().min(limit));
         let mut cursor = serde_json::Map::new();
         for (i, src) in sources.iter().enumerate() {
-            if !next_keys.contains_key(&i) {
-                continue; // done before this page
-            }
             let unread = rest.iter().any(|(j, _)| *j == i);
-            let position = if unread {
+            let position = if !next_keys.contains_key(&i) {
+                None // done before this page
+            } else if unread {
                 // Go on after the last one taken from this source (or where it started).
                 match fetched.iter().rev().find(|(j, _)| *j == i) {
                     Some((_, d)) => Some(key(&src.partition, d)),
-                    None => positions.get(&src.name).cloned().flatten(),
+                    None => positions[i].clone().flatten(),
                 }
             } else {
                 next_keys.get(&i).cloned().flatten()
@@ -1474,6 +1526,19 @@ impl DynamoStore {
     }
 }
 
+/// Whether `key` can be where a listing of `src` goes on: the table key (`pk`, `sk`) and the
+/// index key of `src`'s partition, nothing else (a tampered cursor is refused, not sent to
+/// DynamoDB).
+fn start_key_fits(src: &Source, key: &Item) -> bool {
+    let text = |name: &str| key.get(name).and_then(|v| v.as_s().ok());
+    let (pk_attr, sk_attr) = if src.bucket.is_empty() { (STATUS_KEY, STATUS_SK) } else { (EP_PK, EP_SK) };
+    key.len() == 4
+        && text(PK).is_some()
+        && text(SK).is_some()
+        && text(pk_attr) == Some(&src.partition)
+        && text(sk_attr).is_some_and(|sk| src.bucket.is_empty() || sk.starts_with(&format!("{}#", src.bucket)))
+}
+
 /// Deliveries read from one index partition, and the key to go on from.
 type SummaryPage = (Vec<DeliverySummary>, Option<Item>);
 
@@ -1485,6 +1550,8 @@ struct Source {
     partition: String,
     /// The `by_endpoint` bucket it lists (empty for `by_status`).
     bucket: &'static str,
+    /// A shard (`{key}#{k}`), not the unsplit partition.
+    shard: bool,
 }
 
 /// Index partitions a merged listing queries at once.

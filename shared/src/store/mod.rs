@@ -247,13 +247,15 @@ pub trait Store: Send + Sync {
     ) -> Result<Page<Endpoint>, StoreError>;
     /// Writes an accepted event: its payload item and one delivery per endpoint, each in the
     /// due index at its `due_at` (`None` for a held delivery, which goes to the `by_status`
-    /// index instead), all or nothing: the payload item first by a conditional PutItem (a
-    /// transaction would bill its 2 KB twice, DynamoDB pricing), then the deliveries, all or
-    /// none (one PutItem, or a TransactWriteItems of up to 99); on an error, whatever this
-    /// call wrote is deleted again, even a write whose answer was lost after it landed,
-    /// except the payload item of deliveries a concurrent repeat of the event id created.
-    /// Says which items this call created: an item that existed already (the same event id
-    /// ingested twice) is left as it was, payload included.
+    /// index instead), all or nothing, by conditional PutItems (a transaction would bill every
+    /// KB twice, DynamoDB pricing): the payload item first, then the deliveries. On an error,
+    /// whatever this call wrote is deleted again (even a write whose answer was lost after it
+    /// landed), unless a concurrent call with the same event id relies on it: a call that
+    /// finds items it did not write marks the event `promised` before it answers, and a
+    /// promised event and its deliveries are never deleted (the error then says to retry with
+    /// the id). No delivery is left without its payload item. Says which items this call
+    /// created: an item that existed already (the same event id ingested twice) is left as it
+    /// was, payload included.
     async fn insert_event(
         &self,
         event: &StoredEvent,
