@@ -763,7 +763,7 @@ fn section_throughput(
     let size = |i: usize| ceil.sizes.map_or("?".to_string(), |s| s[i].to_string());
     let _ = writeln!(
         body,
-        "How: the local runtime (`webhooks_local::start`: the HTTP API on a loopback port, {} SQS pollers feeding deliver in batches of up to 10, long polls of 1 s; no sweeper), a receiver on 127.0.0.1 answering 200, {} clients posting events over HTTP at once; the clock runs from the first post to the last delivery's arrival. Payload: the median GitHub sample. The emulator's ceiling is measured in the same run with the same concurrency ({} producers, {} consumers) and items and messages of the same shape and size (copies of what ingest wrote and sent for the same payload): per delivery the puts (a PutItem of the event item, {} bytes with the payload zstd-compressed, then one of the delivery item, {} bytes, both conditional: the write requests ingest makes), SendMessageBatch (the attempt message as ingest sends it, {} bytes with the payload and the endpoint riding along), ReceiveMessage (up to 10), UpdateItem (claim of the delivery item, conditional, ALL_NEW), UpdateItem (record), DeleteMessageBatch, and nothing else (no endpoint query, no HTTP, no signing; only the message's delivery id is read from its JSON).\n",
+        "How: the local runtime (`webhooks_local::start`: the HTTP API on a loopback port, {} SQS pollers feeding deliver in batches of up to 10, long polls of 1 s; no sweeper), a receiver on 127.0.0.1 answering 200, {} clients posting events over HTTP at once; the clock runs from the first post to the last delivery's arrival. Payload: the median GitHub sample. The emulator's ceiling is measured in the same run with the same concurrency ({} producers, {} consumers) and items and messages of the same shape and size (copies of what ingest wrote and sent for the same payload): per delivery ingest's strongly consistent Query of the tenant's endpoints, the puts (a PutItem of the event item, {} bytes with the payload zstd-compressed, then one of the delivery item, {} bytes, both conditional: the write requests ingest makes), SendMessageBatch (the attempt message as ingest sends it, {} bytes with the payload and the endpoint riding along), ReceiveMessage (up to 10), deliver's strongly consistent GetItem of the endpoint, UpdateItem (claim of the delivery item, conditional, ALL_NEW), UpdateItem (record), DeleteMessageBatch: every AWS call of a first try, and nothing else (no HTTP, no signing, no JSON beyond the message's delivery id).\n",
         throughput::POLLERS,
         throughput::PRODUCERS,
         throughput::PRODUCERS,
@@ -793,7 +793,7 @@ fn section_throughput(
     }
     let _ = writeln!(
         body,
-        "| emulator ceiling (minimal call sequence) | {} | {} | {} | - | {} | 1.00 | {} |\n",
+        "| emulator ceiling (the same AWS calls, nothing else) | {} | {} | {} | - | {} | 1.00 | {} |\n",
         ceil.events,
         ceil.delivered,
         f(ceil.seconds, 2),
@@ -828,7 +828,7 @@ fn section_throughput(
     }
     let _ = writeln!(
         body,
-        "What the ratio leaves out: the pipeline also makes one strongly consistent Query per event (the tenant's endpoints; moto answers a Query by walking the whole table in Python), reads the endpoint before every attempt, signs and POSTs over HTTP; those are the difference. Since ingest stopped making a TransactWriteItems (moto copies the whole table for each), both the pipeline and the ceiling got faster (the report before issue #14: 5.4 events/s against a ceiling of 7.3 sequences/s), the ceiling more, so these reads weigh more in the ratio. On AWS neither side is bound by one Python process: DynamoDB and SQS scale out, and Lambda runs deliver concurrently.\n"
+        "What the ratio leaves out: the pipeline also parses and checks the event, signs, POSTs over HTTP and answers; those are the difference. The ceiling makes every AWS call the pipeline makes (since the endpoint state change, deliver's GetItem of the endpoint too), so the ratio measures our code's overhead, not the call count. Since ingest stopped making a TransactWriteItems (moto copies the whole table for each), both the pipeline and the ceiling got faster (the report before issue #14: 5.4 events/s against a ceiling of 7.3 sequences/s). On AWS neither side is bound by one Python process: DynamoDB and SQS scale out, and Lambda runs deliver concurrently.\n"
     );
 }
 

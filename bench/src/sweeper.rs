@@ -27,6 +27,8 @@ pub struct Template {
     pub event: HashMap<String, AttributeValue>,
     /// The attempt message's body, as sent (payload and endpoint riding along when they fit).
     pub message: String,
+    /// The endpoint item (tenant `template`), as the admin API wrote it.
+    pub endpoint: HashMap<String, AttributeValue>,
 }
 
 /// Ingests one event with `payload` through the API into `table` (one endpoint, nobody
@@ -38,7 +40,7 @@ pub async fn template(sdk: &aws_config::SdkConfig, table: &str, url: &str, paylo
     let ddb = aws_sdk_dynamodb::Client::new(sdk);
     let sqs = aws_sdk_sqs::Client::new(sdk);
     let app = stack::app(stack::config(table, url), ddb.clone(), sqs.clone())?;
-    stack::endpoint(&app, "template", "http://127.0.0.1:9/hook", serde_json::Value::Null).await?;
+    let endpoint_id = stack::endpoint(&app, "template", "http://127.0.0.1:9/hook", serde_json::Value::Null).await?;
     let accepted = stack::event(&app, "template", &stack::unique("evt"), payload).await?;
     let id = accepted["deliveries"][0]["id"].as_str().ok_or_else(|| err("no delivery created"))?.to_string();
     let event_id = accepted["event_id"].as_str().ok_or_else(|| err("no event id"))?.to_string();
@@ -65,7 +67,17 @@ pub async fn template(sdk: &aws_config::SdkConfig, table: &str, url: &str, paylo
         }
     }
     let message = message.ok_or_else(|| err("ingest's attempt message did not arrive"))?;
-    Ok(Template { delivery, event, message })
+    let endpoint = ddb
+        .get_item()
+        .table_name(table)
+        .key("pk", AttributeValue::S(keys::tenant_pk("template")))
+        .key("sk", AttributeValue::S(keys::endpoint_key(&endpoint_id)))
+        .consistent_read(true)
+        .send()
+        .await?
+        .item
+        .ok_or_else(|| err("template endpoint not found"))?;
+    Ok(Template { delivery, event, message, endpoint })
 }
 
 /// A delivery item as the store wrote it, for `payload`, in a table of its own.

@@ -7,7 +7,7 @@ use crate::stack::{self, Receiver, Res, err};
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, SendMessageBatchRequestEntry};
 use futures::StreamExt;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -196,10 +196,12 @@ pub fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-/// The emulator's ceiling: `n` sequences of the puts (a PutItem of the event item, then one of
-/// the delivery item, both conditional: ingest's write requests), SendMessageBatch (1
-/// entry), ReceiveMessage (up to 10), UpdateItem (claim of the delivery item, conditional,
-/// ALL_NEW), UpdateItem (record) and DeleteMessageBatch, with the same concurrency as the
+/// The emulator's ceiling: `n` sequences of ingest's strongly consistent Query of the
+/// tenant's endpoints, the puts (a PutItem of the event item, then one of the delivery item,
+/// both conditional: ingest's write requests), SendMessageBatch (1 entry), ReceiveMessage (up
+/// to 10), deliver's strongly consistent GetItem of the endpoint, UpdateItem (claim of the
+/// delivery item, conditional, ALL_NEW), UpdateItem (record) and DeleteMessageBatch: every
+/// AWS call the pipeline makes for a first try, with the same concurrency as the
 /// pipeline (PRODUCERS putting and sending, POLLERS receiving) and items and messages of the
 /// same shape and size (copies of what ingest wrote and sent for `payload`: the
 /// payload-sized event item, the small delivery item, the attempt message with the payload
@@ -217,12 +219,21 @@ pub async fn ceiling(sdk: &aws_config::SdkConfig, n: usize, payload: &str) -> Re
     let template = crate::sweeper::template(sdk, &t_table, &t_url, payload).await?;
     let message = webhooks::queue::decode(&template.message)?;
     let tenant = template.event.get("tenant_id").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+    // The tenant's endpoint, for the reads ingest and deliver make.
+    ddb.put_item().table_name(table.as_str()).set_item(Some(template.endpoint.clone())).send().await?;
+    let endpoint_key: HashMap<String, AttributeValue> = template
+        .endpoint
+        .iter()
+        .filter(|(k, _)| *k == keys::PK || *k == keys::SK)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     let done = Arc::new(AtomicU64::new(0));
     let t0 = Instant::now();
     let deadline = t0 + Duration::from_secs(120);
     let mut consumers = Vec::new();
     for _ in 0..POLLERS {
         let (ddb, sqs, table, url, done) = (ddb.clone(), sqs.clone(), table.clone(), url.clone(), done.clone());
+        let endpoint_key = endpoint_key.clone();
         consumers.push(tokio::spawn(async move {
             let mut last_batch = t0;
             while done.load(Ordering::SeqCst) < n as u64 && Instant::now() < deadline {
@@ -242,8 +253,14 @@ pub async fn ceiling(sdk: &aws_config::SdkConfig, n: usize, payload: &str) -> Re
                     let id = webhooks::queue::decode(m.body.as_deref().unwrap_or_default())
                         .map(|msg| msg.delivery_id)
                         .unwrap_or_default();
-                    let (ddb, table) = (&ddb, &table);
+                    let (ddb, table, endpoint_key) = (&ddb, &table, &endpoint_key);
                     async move {
+                        ddb.get_item()
+                            .table_name(table)
+                            .set_key(Some(endpoint_key.clone()))
+                            .consistent_read(true)
+                            .send()
+                            .await?;
                         let key = |u: aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder| {
                             u.table_name(table)
                                 .key(keys::PK, AttributeValue::S(keys::delivery_pk(&id)))
@@ -308,6 +325,14 @@ pub async fn ceiling(sdk: &aws_config::SdkConfig, n: usize, payload: &str) -> Re
         let (ddb, sqs, table, url, template, message, tenant) =
             (&ddb, &sqs, &table, &url, &template, &message, &tenant);
         async move {
+            ddb.query()
+                .table_name(table.as_str())
+                .key_condition_expression("pk = :pk AND begins_with(sk, :ep)")
+                .expression_attribute_values(":pk", AttributeValue::S(keys::tenant_pk(tenant)))
+                .expression_attribute_values(":ep", AttributeValue::S("ENDPOINT#".into()))
+                .consistent_read(true)
+                .send()
+                .await?;
             let id = format!("dlv_ceil{i:08}");
             let event_id = format!("evt_ceil{i:08}");
             let mut event = template.event.clone();
