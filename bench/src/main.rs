@@ -15,6 +15,7 @@ mod cost;
 mod count;
 mod lambda;
 mod lines;
+mod memory;
 mod noisy;
 mod ratelimit;
 mod requests;
