@@ -168,7 +168,7 @@ async fn run() -> Res<()> {
     }
     let _ = writeln!(
         r,
-        "Written by `make bench` (the `webhooks-bench` crate in this folder) on {}, from commit `{commit}`, in {:.0} s. Everything ran on one machine: {}. The AWS services are the moto emulator {} on 127.0.0.1 (one Python process), not AWS: request counts and item sizes carry over to AWS, times do not (they are the emulator's and this machine's). Release builds. Charts: `latency.png`, `throughput.png`, `sweeper.png`, `noisy.png`, `ratelimit.png` beside this file.\n",
+        "Written by `make bench` (the `webhooks-bench` crate in this folder) on {}, from commit `{commit}`, in {:.0} s. Everything ran on one machine: {}. The AWS services are the moto emulator {} on 127.0.0.1 (one Python process), not AWS: request counts and item sizes carry over to AWS, times do not (they are the emulator's and this machine's). Section 8's runs at the template's concurrency use an in-memory store and queue instead (see there). Release builds. Charts: `latency.png`, `throughput.png`, `sweeper.png`, `noisy.png`, `ratelimit.png` beside this file.\n",
         chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
         total,
         machine(),
