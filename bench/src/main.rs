@@ -142,7 +142,7 @@ async fn run() -> Res<()> {
         let t = Instant::now();
         eprintln!("bench: 8. noisy neighbour");
         noisy::part(&sdk, quick, &median.2, &out, text, &mut body, &mut summary).await?;
-        timer.add("8. noisy neighbour (6 runs)", t);
+        timer.add("8. noisy neighbour (14 runs)", t);
     }
     if only.has("ratelimit") {
         let t = Instant::now();
