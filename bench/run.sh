@@ -8,7 +8,8 @@
 # dollars; about a minute), throughput (3-4, throughput and latency), sweeper (5), lambda
 # (6-7, cold start, size and deliver's memory: the only part that needs the functions'
 # release builds, so the others build just the bench), noisy (8, the noisy neighbour: 9 fast
-# endpoints and one answering after 9 s), ratelimit (9, static and adaptive rate limits
+# endpoints and one answering after 9 s; the template's 20 pollers over an in-memory store and
+# queue, 2 pollers on moto; about 4 minutes), ratelimit (9, static and adaptive rate limits
 # against a receiver taking 5 a second). A partial run writes bench/out/report.md
 # and its charts there, leaving bench/report.md alone. E.g. BENCH_ONLY=requests bench/run.sh
 set -euo pipefail

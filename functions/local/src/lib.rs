@@ -8,6 +8,7 @@ use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
 use std::collections::HashSet;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -90,11 +91,20 @@ async fn close_after_413(mut response: axum::response::Response) -> axum::respon
     response
 }
 
-/// Starts the HTTP API, the pollers and the sweeper.
+/// Starts the HTTP API, the pollers (on SQS, through `sqs`) and the sweeper.
 ///
 /// # Errors
 /// [`StartError`] when the listen address cannot be bound.
 pub async fn start(app: App, sqs: aws_sdk_sqs::Client, options: Options) -> Result<Running, StartError> {
+    start_with(app, Arc::new(SqsInbox::new(sqs)), options).await
+}
+
+/// As [`start`], with the pollers receiving from `inbox` (the queues named by
+/// `config.queue_url` and `config.slow_queue_url`, as [`Inbox`] finds them).
+///
+/// # Errors
+/// [`StartError`] when the listen address cannot be bound.
+pub async fn start_with(app: App, inbox: Arc<dyn Inbox>, options: Options) -> Result<Running, StartError> {
     let listener = tokio::net::TcpListener::bind(options.listen)
         .await
         .map_err(|e| StartError(format!("bind {}: {e}", options.listen)))?;
@@ -119,13 +129,13 @@ pub async fn start(app: App, sqs: aws_sdk_sqs::Client, options: Options) -> Resu
     let slow_pollers = if app.config.slow_queue_url.is_some() { options.slow_pollers } else { 0 };
     let lanes = std::iter::repeat_n(Lane::Main, options.pollers).chain(std::iter::repeat_n(Lane::Slow, slow_pollers));
     for lane in lanes {
-        let (app, sqs, mut rx) = (app.clone(), sqs.clone(), stopped.clone());
+        let (app, inbox, mut rx) = (app.clone(), inbox.clone(), stopped.clone());
         let wait = options.poll_wait_seconds;
         tasks.push(tokio::spawn(async move {
             loop {
                 tokio::select! {
                     _ = stopped_signal(&mut rx) => break,
-                    r = poll_lane(&app, &sqs, lane, wait) => if let Err(e) = r {
+                    r = poll_inbox(&app, inbox.as_ref(), lane, wait) => if let Err(e) = r {
                         tracing::warn!(error = %e, "poll failed");
                         tokio::time::sleep(Duration::from_millis(500)).await;
                     },
@@ -173,6 +183,104 @@ pub async fn poll_once(app: &App, sqs: &aws_sdk_sqs::Client, wait_seconds: i32) 
 /// # Errors
 /// The SQS error, as text.
 pub async fn poll_lane(app: &App, sqs: &aws_sdk_sqs::Client, lane: Lane, wait_seconds: i32) -> Result<usize, String> {
+    poll_inbox(app, &SqsInbox::new(sqs.clone()), lane, wait_seconds).await
+}
+
+/// One message as a poller received it.
+#[derive(Debug, Clone, Default)]
+pub struct Received {
+    /// The queue's message id.
+    pub message_id: String,
+    /// The handle that deletes this receipt of it.
+    pub receipt_handle: String,
+    /// The body (an attempt message's JSON).
+    pub body: String,
+}
+
+/// Where the pollers receive attempt messages and delete them once handled: SQS
+/// ([`SqsInbox`]), or any queue with SQS's receive/delete semantics (the bench's
+/// noisy-neighbour part runs the runtime over an in-memory queue).
+#[async_trait::async_trait]
+pub trait Inbox: Send + Sync {
+    /// Receives up to `max` messages from the queue at `url`, waiting up to `wait_seconds`
+    /// (0 to 20) for the first one (SQS's long poll); each one received is hidden from other
+    /// receives for the queue's visibility timeout.
+    ///
+    /// # Errors
+    /// The queue's error, as text.
+    async fn receive(&self, url: &str, max: i32, wait_seconds: i32) -> Result<Vec<Received>, String>;
+
+    /// Deletes received messages by their receipt handles.
+    ///
+    /// # Errors
+    /// The queue's error, as text.
+    async fn delete(&self, url: &str, receipt_handles: Vec<String>) -> Result<(), String>;
+}
+
+/// [`Inbox`] on SQS.
+#[derive(Debug, Clone)]
+pub struct SqsInbox {
+    sqs: aws_sdk_sqs::Client,
+}
+
+impl SqsInbox {
+    /// Over this client.
+    pub fn new(sqs: aws_sdk_sqs::Client) -> Self {
+        Self { sqs }
+    }
+}
+
+#[async_trait::async_trait]
+impl Inbox for SqsInbox {
+    async fn receive(&self, url: &str, max: i32, wait_seconds: i32) -> Result<Vec<Received>, String> {
+        let out = self
+            .sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(max)
+            .wait_time_seconds(wait_seconds)
+            .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
+            .send()
+            .await
+            .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
+        Ok(out
+            .messages
+            .unwrap_or_default()
+            .into_iter()
+            .map(|m| Received {
+                message_id: m.message_id.unwrap_or_default(),
+                receipt_handle: m.receipt_handle.unwrap_or_default(),
+                body: m.body.unwrap_or_default(),
+            })
+            .collect())
+    }
+
+    async fn delete(&self, url: &str, receipt_handles: Vec<String>) -> Result<(), String> {
+        for chunk in receipt_handles.chunks(10) {
+            let entries: Vec<_> = chunk
+                .iter()
+                .enumerate()
+                .filter_map(|(i, receipt)| {
+                    DeleteMessageBatchRequestEntry::builder().id(i.to_string()).receipt_handle(receipt).build().ok()
+                })
+                .collect();
+            self.sqs
+                .delete_message_batch()
+                .queue_url(url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
+        }
+        Ok(())
+    }
+}
+
+/// As [`poll_lane`], receiving from `inbox`.
+///
+/// # Errors
+/// The queue's error, as text.
+pub async fn poll_inbox(app: &App, inbox: &dyn Inbox, lane: Lane, wait_seconds: i32) -> Result<usize, String> {
     let url = match lane {
         Lane::Main => app.config.queue_url.as_str(),
         Lane::Slow => match &app.config.slow_queue_url {
@@ -181,16 +289,7 @@ pub async fn poll_lane(app: &App, sqs: &aws_sdk_sqs::Client, lane: Lane, wait_se
         },
     };
     let source_arn = format!("arn:aws:sqs:local:000000000000:{}", webhooks::lane::queue_name(url));
-    let out = sqs
-        .receive_message()
-        .queue_url(url)
-        .max_number_of_messages(10)
-        .wait_time_seconds(wait_seconds)
-        .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
-        .send()
-        .await
-        .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
-    let messages = out.messages.unwrap_or_default();
+    let messages = inbox.receive(url, 10, wait_seconds).await?;
     if messages.is_empty() {
         return Ok(0);
     }
@@ -198,31 +297,20 @@ pub async fn poll_lane(app: &App, sqs: &aws_sdk_sqs::Client, lane: Lane, wait_se
     let mut receipts = Vec::new();
     for m in &messages {
         let mut record = SqsMessage::default();
-        record.message_id = m.message_id.clone();
-        record.receipt_handle = m.receipt_handle.clone();
-        record.body = m.body.clone();
+        record.message_id = Some(m.message_id.clone());
+        record.receipt_handle = Some(m.receipt_handle.clone());
+        record.body = Some(m.body.clone());
         record.event_source = Some("aws:sqs".into());
         record.event_source_arn = Some(source_arn.clone());
         event.records.push(record);
-        receipts.push((m.message_id.clone().unwrap_or_default(), m.receipt_handle.clone().unwrap_or_default()));
+        receipts.push((m.message_id.clone(), m.receipt_handle.clone()));
     }
     let response = deliver::deliver_batch(app, event).await;
     let failed: HashSet<String> = response.batch_item_failures.into_iter().map(|f| f.item_identifier).collect();
-    let entries: Vec<_> = receipts
-        .into_iter()
-        .filter(|(id, _)| !failed.contains(id))
-        .enumerate()
-        .filter_map(|(i, (_, receipt))| {
-            DeleteMessageBatchRequestEntry::builder().id(i.to_string()).receipt_handle(receipt).build().ok()
-        })
-        .collect();
-    if !entries.is_empty() {
-        sqs.delete_message_batch()
-            .queue_url(url)
-            .set_entries(Some(entries))
-            .send()
-            .await
-            .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
+    let handled: Vec<String> =
+        receipts.into_iter().filter(|(id, _)| !failed.contains(id)).map(|(_, receipt)| receipt).collect();
+    if !handled.is_empty() {
+        inbox.delete(url, handled).await?;
     }
     Ok(messages.len())
 }
