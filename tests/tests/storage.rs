@@ -157,10 +157,49 @@ async fn list_all(store: &webhooks::store::DynamoStore, q: webhooks::store::Deli
     panic!("listing did not end in 100 pages: {ids:?}");
 }
 
+/// Writes event `evt-{name}` and its one delivery `dlv-{name}` to endpoint `endpoint`
+/// through `store` (as ingest would, created at `at`), exhausted (a dead letter) when asked.
+async fn write_delivery(
+    stack: &Stack,
+    store: &webhooks::store::DynamoStore,
+    name: &str,
+    endpoint: &str,
+    at: chrono::DateTime<chrono::Utc>,
+    exhausted: bool,
+) -> String {
+    use webhooks::model::{DeliveryStatus, StoredEvent};
+    use webhooks::store::Store as _;
+    let event = StoredEvent {
+        tenant_id: "acme".into(),
+        event_id: format!("evt-{name}"),
+        event_type: "order.paid".into(),
+        payload: "{}".into(),
+        created_at: at,
+        expires_at: at.timestamp() + 86_400,
+    };
+    let id = format!("dlv-{name}");
+    let (mut d, due_at, _) = webhooks::lifecycle::new_delivery(
+        &stack.app.config,
+        at,
+        id.clone(),
+        &event.event_id,
+        "order.paid",
+        "acme",
+        endpoint,
+        false,
+    );
+    if exhausted {
+        d.status = DeliveryStatus::Exhausted;
+        d.updated_at = at;
+    }
+    store.insert_event(&event, &[(&d, if exhausted { None } else { due_at })]).await.unwrap();
+    id
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn listings_read_unsplit_and_sharded_index_partitions_alike() {
-    use webhooks::model::{DeliveryStatus, StoredEvent};
-    use webhooks::store::{DeliveryQuery, DynamoStore, Store as _};
+    use webhooks::model::DeliveryStatus;
+    use webhooks::store::{DeliveryQuery, DynamoStore};
     let stack = Stack::start(|_| {}).await;
     let table = stack.app.config.table.clone();
     // Items written before the index shards were raised (unsplit), and after (3 shards each).
@@ -170,36 +209,15 @@ async fn listings_read_unsplit_and_sharded_index_partitions_alike() {
     let (mut all, mut dead, mut dead_unsplit) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..14i64 {
         let store = if i % 2 == 0 { &unsplit } else { &sharded };
-        let now = t0 + chrono::Duration::milliseconds(i * 10);
-        let event = StoredEvent {
-            tenant_id: "acme".into(),
-            event_id: format!("evt-{i}"),
-            event_type: "order.paid".into(),
-            payload: "{}".into(),
-            created_at: now,
-            expires_at: now.timestamp() + 86_400,
-        };
-        let id = format!("dlv-shard-{i:02}");
-        let (mut d, due_at, _) = webhooks::lifecycle::new_delivery(
-            &stack.app.config,
-            now,
-            id.clone(),
-            &event.event_id,
-            "order.paid",
-            "acme",
-            "ep-sharded",
-            false,
-        );
         let exhausted = i % 3 == 0;
+        let at = t0 + chrono::Duration::milliseconds(i * 10);
+        let id = write_delivery(&stack, store, &format!("shard-{i:02}"), "ep-sharded", at, exhausted).await;
         if exhausted {
-            d.status = DeliveryStatus::Exhausted;
-            d.updated_at = now;
             dead.push(id.clone());
             if i % 2 == 0 {
                 dead_unsplit.push(id.clone());
             }
         }
-        store.insert_event(&event, &[(&d, if exhausted { None } else { due_at })]).await.unwrap();
         all.push(id);
     }
     let by_endpoint =
@@ -221,7 +239,7 @@ async fn listings_read_unsplit_and_sharded_index_partitions_alike() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_listing_goes_on_across_a_raised_index_split_and_refuses_tampered_cursors() {
-    use webhooks::model::{DeliveryStatus, StoredEvent};
+    use webhooks::model::DeliveryStatus;
     use webhooks::store::{DeliveryQuery, DynamoStore, Store as _, StoreError};
     let stack = Stack::start(|_| {}).await;
     let table = stack.app.config.table.clone();
@@ -232,30 +250,8 @@ async fn a_listing_goes_on_across_a_raised_index_split_and_refuses_tampered_curs
     for i in 0..10i64 {
         // The first six before the split, the rest after.
         let store = if i < 6 { &unsplit } else { &sharded };
-        let now = t0 + chrono::Duration::milliseconds(i * 10);
-        let event = StoredEvent {
-            tenant_id: "acme".into(),
-            event_id: format!("evt-raise-{i}"),
-            event_type: "order.paid".into(),
-            payload: "{}".into(),
-            created_at: now,
-            expires_at: now.timestamp() + 86_400,
-        };
-        let id = format!("dlv-raise-{i:02}");
-        let (mut d, _, _) = webhooks::lifecycle::new_delivery(
-            &stack.app.config,
-            now,
-            id.clone(),
-            &event.event_id,
-            "order.paid",
-            "acme",
-            "ep-raise",
-            false,
-        );
-        d.status = DeliveryStatus::Exhausted;
-        d.updated_at = now;
-        store.insert_event(&event, &[(&d, None)]).await.unwrap();
-        all.push(id);
+        let at = t0 + chrono::Duration::milliseconds(i * 10);
+        all.push(write_delivery(&stack, store, &format!("raise-{i:02}"), "ep-raise", at, true).await);
     }
     // A page read before the split (a one-partition cursor, as a running job keeps)...
     let dead = DeliveryQuery {
