@@ -169,13 +169,9 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
     if lease_left < cfg.request_timeout {
         // The AWS calls since the claim ate into the lease: a POST started now could outlast it
         // and the sweeper would re-drive a second one. Give the claim back instead.
-        let (t, enqueue) = lifecycle::unclaim(cfg, app.clock.now(), &delivery);
-        if !apply_or_lost(app, &delivery, &t).await? {
+        if !lane::give_back(app, &delivery, 0, payload.as_ref(), &*app.queue).await? {
+            tracing::warn!(delivery_id = %delivery.id, "lease lost before the claim was given back");
             return Ok(Handled::Duplicate);
-        }
-        if let Some(mut e) = enqueue {
-            e.message.payload = payload.and_then(|p| String::from_utf8(p.to_vec()).ok());
-            app.queue.send(&[e]).await?;
         }
         tracing::warn!(delivery_id = %delivery.id, lease_left_ms = lease_left.as_millis() as u64, "lease too short to start the POST; claim given back");
         return Ok(Handled::Requeued);
