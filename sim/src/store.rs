@@ -5,7 +5,8 @@
 //! - Conditional writes check and write one item in that step; `commit` (TransactWriteItems)
 //!   writes all its items or none. `insert_event` is DynamoStore's: a conditional put of the
 //!   payload item, then one per delivery (in order; DynamoStore has 16 in flight), the
-//!   `promised` mark when an item was not this call's, and after an error its take-back: a
+//!   `promised` mark when an item was not this call's (then a read of the deliveries and a
+//!   put of each one absent), and after an error its take-back: a
 //!   delete of each delivery this call's `ingest_token` marks, unless the event is promised,
 //!   one step each, then the payload item's, on the same conditions and none of the first 99
 //!   deliveries existing.
@@ -603,9 +604,17 @@ impl Store for MemStore {
                 }
             }
             for _ in 0..3 {
+                // One read of the deliveries not this call's (a BatchGetItem), then a put of
+                // each one absent.
+                let read = self
+                    .call("store.insert_event.read", |_, t| {
+                        Ok(deliveries.iter().map(|(d, _)| t.deliveries.contains_key(&d.id)).collect::<Vec<_>>())
+                    })
+                    .await;
+                let Ok(present) = read else { continue };
                 let mut failed = None;
                 for (i, (d, due_at)) in deliveries.iter().enumerate() {
-                    if created[i] {
+                    if created[i] || present[i] {
                         continue;
                     }
                     match self.call("store.insert_event.put", |s, t| s.put_delivery(t, token, d, *due_at)).await {
