@@ -288,7 +288,9 @@ pub struct Attempt {
     pub status_code: Option<u16>,
     /// The error class when it did not answer with a 2xx: `timeout`, `connection`,
     /// `http_status`, `destination_not_allowed`, `lease_expired`, `endpoint_deleted`,
-    /// `invalid_secret`, `payload_expired` (the payload item outlived its retention).
+    /// `invalid_secret`, `payload_expired` (the payload item outlived its retention),
+    /// `unsubscribed` (the endpoint's event-type filter dropped the type after the event was
+    /// accepted: not sent, a dead letter).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// Wall time of the request in milliseconds.

@@ -385,3 +385,60 @@ async fn no_post_starts_when_the_claims_lease_has_less_left_than_the_request_tim
     assert_eq!(rx.count(), 1, "two POSTs for one delivery: {d:#}");
     stack.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retries_stop_once_a_patch_drops_the_event_type_from_the_filter() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(503)).await;
+    let mut extra = one_second_retries();
+    extra["event_types"] = json!(["order.*"]);
+    let ep = endpoint(&stack, &rx.url, extra).await;
+    let id = first_delivery(&stack.event("acme", "order.paid", json!({"n": 1})).await);
+    stack.wait_delivery(&id, WITHIN, |d| d["attempt_count"] == 2 && d["status"] == "scheduled").await;
+    let path = format!("/v1/endpoints/{}", ep["id"].as_str().unwrap());
+    let (status, body) = stack.call(Method::PATCH, &path, Some(json!({"event_types": ["invoice.*"]}))).await;
+    assert_eq!(status, 200, "{body}");
+    let answered = Instant::now();
+    let d = stack.wait_status(&id, "exhausted", WITHIN).await;
+    let late: Vec<_> = rx.hits().into_iter().filter(|h| h.at > answered).map(|h| h.header("webhook-attempt")).collect();
+    assert!(late.is_empty(), "attempts sent after the filter dropped the type: {late:?}");
+    assert_eq!(rx.count(), 2, "{d:#}");
+    let last = d["attempts"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["error"], "unsubscribed", "{d:#}");
+    assert!(last.get("status_code").is_none(), "not sent, so no status: {d:#}");
+    // Not the receiver's failure: the circuit breaker's count did not move for it.
+    assert_eq!(get_endpoint(&stack, ep["id"].as_str().unwrap()).await["consecutive_failures"], 2);
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_disable_that_answers_while_the_rate_slot_is_taken_stops_the_post() {
+    // The endpoint was read (enabled), then deliver takes its rate-limit slot: the disable
+    // answers while that call is held, so the POST that would follow must not start.
+    let reached = Arc::new(tokio::sync::Notify::new());
+    let release = Arc::new(tokio::sync::Notify::new());
+    let (r, l) = (reached.clone(), release.clone());
+    let first = Arc::new(AtomicBool::new(true));
+    let hook: Hook = Arc::new(move |call| {
+        let (r, l, first) = (r.clone(), l.clone(), first.clone());
+        Box::pin(async move {
+            if call == "take_rate_slot" && first.swap(false, Ordering::SeqCst) {
+                r.notify_one();
+                l.notified().await;
+            }
+            Ok(())
+        }) as BoxFuture<Result<(), StoreError>>
+    });
+    let stack = Stack::start_wrapped(|_| {}, Options::default(), |app| Serialized::hooked(&app, Some(hook))).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let ep = endpoint(&stack, &rx.url, json!({"rate_limit_per_second": 10})).await;
+    let id = first_delivery(&stack.event("acme", "order.paid", json!({"n": 1})).await);
+    tokio::time::timeout(WITHIN, reached.notified()).await.expect("deliver reached the rate slot");
+    let (status, _) =
+        stack.call(Method::POST, &format!("/v1/endpoints/{}/disable", ep["id"].as_str().unwrap()), None).await;
+    assert_eq!(status, 200);
+    release.notify_one();
+    let d = stack.wait_status(&id, "held", WITHIN).await;
+    assert_eq!(rx.count(), 0, "a POST started after the disable answered: {d:#}");
+    stack.stop().await;
+}

@@ -164,6 +164,16 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
             rate_limit::Admission::Lost => return Ok(Handled::Duplicate),
         }
     }
+    // Taking the slot was an AWS call after the endpoint read: read it again, so the read the
+    // POST goes on is still the last step before it (a disable or PATCH that answered while
+    // the slot was taken is seen). Only endpoints with a rate limit pay this read.
+    let endpoint = match (slot_at, endpoint) {
+        (Some(_), Some(_)) => match current_endpoint(app, &delivery).await? {
+            Current::Accepts(ep) => ep.map(|b| *b),
+            Current::Settled(handled) => return Ok(handled),
+        },
+        (_, endpoint) => endpoint,
+    };
     let lease_left =
         delivery.lease_until.map(|l| l - app.clock.now()).and_then(|d| d.to_std().ok()).unwrap_or_default();
     if lease_left < cfg.request_timeout {
@@ -180,6 +190,9 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
     let started = slot_at.unwrap_or_else(|| app.clock.now());
     let result = match (&endpoint, &payload) {
         (None, _) => not_sent("endpoint_deleted"),
+        // The endpoint's event-type filter as it is now: a PATCH that dropped the type stops
+        // the retries of deliveries accepted before it.
+        (Some(ep), _) if !ep.subscribes_to(&delivery.event_type) => not_sent(UNSUBSCRIBED),
         (Some(_), None) => not_sent(PAYLOAD_EXPIRED),
         (Some(ep), Some(payload)) => {
             match ep.signing_secrets(started).into_iter().map(signing::secret_key).collect::<Result<Vec<_>, _>>() {
@@ -190,7 +203,7 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
     };
     // Not sent for a reason of ours, not the receiver's: final, and not counted against the
     // endpoint's health (the circuit breaker counts the receiver's failures).
-    let ours = result.detail.as_deref().filter(|d| matches!(*d, INVALID_SECRET | PAYLOAD_EXPIRED));
+    let ours = result.detail.as_deref().filter(|d| matches!(*d, INVALID_SECRET | PAYLOAD_EXPIRED | UNSUBSCRIBED));
     let failures = delivery.attempt_count.saturating_sub(delivery.attempts_base);
     let verdict = match &endpoint {
         Some(ep) if ours.is_none() => ep.retry_policy.classify(result.outcome),
@@ -220,7 +233,9 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
         retry_after_seconds: result.retry_after_seconds,
         wait_source: wait.map(|w| w.source),
     };
-    let expired = ours == Some(PAYLOAD_EXPIRED);
+    // Nothing this endpoint will ever be sent for this delivery (its payload is gone, or the
+    // endpoint no longer subscribes to its type).
+    let expired = matches!(ours, Some(PAYLOAD_EXPIRED | UNSUBSCRIBED));
     // The endpoint's side: failures in a row (a counter, best effort: the attempt was made, so
     // nothing may stop its record), and whether this attempt moves the endpoint (a disable
     // code, the circuit breaker, the probe's outcome).
@@ -534,3 +549,6 @@ async fn send(
 const INVALID_SECRET: &str = "invalid_secret";
 /// The attempt error when the event's payload item is gone (past `WEBHOOKS_EVENT_RETENTION_DAYS`).
 const PAYLOAD_EXPIRED: &str = "payload_expired";
+/// The attempt error when the endpoint's event-type filter no longer takes the delivery's
+/// event type (changed after the event was accepted): not sent, a dead letter.
+const UNSUBSCRIBED: &str = "unsubscribed";
