@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use webhooks::clock::Clock;
 use webhooks::lifecycle::{DueItem, Field, Transition};
 use webhooks::model::{Delivery, DeliveryStatus, Endpoint, Job, StoredEvent};
-use webhooks::store::keys::{due_shard, endpoint_bucket, endpoint_sk, time_sk};
+use webhooks::store::keys::{JOB_SHARD, due_shard, endpoint_bucket, endpoint_sk, time_sk};
 use webhooks::store::{
     Applied, Committed, DeliveryQuery, DeliverySummary, Due, EndpointWrite, IdempotencyRecord, Inserted, Page, Store,
     StoreError,
@@ -685,8 +685,10 @@ impl Store for MemStore {
                     }
                 })
                 .filter(|((at, key), _)| {
-                    let id = key.split_once('#').map_or("", |(_, id)| id);
-                    due_shard(id, s.shards) == shard && *at <= until_ms
+                    // Jobs have their own partition (JOB_SHARD), as in DynamoStore.
+                    let (kind, id) = key.split_once('#').unwrap_or(("", ""));
+                    let of = if kind == "JOB" { JOB_SHARD } else { due_shard(id, s.shards) };
+                    of == shard && *at <= until_ms
                 })
                 .filter(|(k, _)| after_key.as_ref().is_none_or(|a| k > a))
                 .collect();

@@ -12,9 +12,7 @@ use webhooks::lifecycle::AttemptMessage;
 use webhooks::service::{admin, deliver};
 use webhooks::store::StoreError;
 use webhooks_local::Options;
-use webhooks_tests::{
-    BoxFuture, Hook, HookedQueue, QueryCounter, Receiver, RecordingNotifier, Reply, Serialized, Stack, eventually,
-};
+use webhooks_tests::{BoxFuture, Hook, HookedQueue, Receiver, RecordingNotifier, Reply, Serialized, Stack, eventually};
 
 const WITHIN: Duration = Duration::from_secs(30);
 
@@ -323,9 +321,36 @@ async fn the_attempt_history_on_an_item_stays_bounded_however_many_attempts() {
     stack.stop().await;
 }
 
+/// Counts Query requests and the index entries they read (`ScannedCount`).
+#[derive(Clone, Default, Debug)]
+struct QueryReads {
+    queries: Arc<AtomicUsize>,
+    scanned: Arc<AtomicUsize>,
+}
+
+impl aws_sdk_dynamodb::config::Intercept for QueryReads {
+    fn name(&self) -> &'static str {
+        "QueryReads"
+    }
+
+    fn read_after_execution(
+        &self,
+        context: &aws_sdk_dynamodb::config::interceptors::FinalizerInterceptorContextRef<'_>,
+        _rc: &aws_sdk_dynamodb::config::RuntimeComponents,
+        _cfg: &mut aws_sdk_dynamodb::config::ConfigBag,
+    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+        if let Some(Ok(out)) = context.output_or_error()
+            && let Some(q) = out.downcast_ref::<aws_sdk_dynamodb::operation::query::QueryOutput>()
+        {
+            self.queries.fetch_add(1, Ordering::SeqCst);
+            self.scanned.fetch_add(usize::try_from(q.scanned_count()).unwrap_or(0), Ordering::SeqCst);
+        }
+        Ok(())
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn finding_an_endpoints_held_deliveries_reads_none_of_its_history() {
-    let counter = QueryCounter::default();
     let stack = Stack::start(|_| {}).await;
     let rx = Receiver::start(Reply::Status(200)).await;
     let ep = endpoint(&stack, &rx.url, json!({})).await;
@@ -337,11 +362,20 @@ async fn finding_an_endpoints_held_deliveries_reads_none_of_its_history() {
     for id in &ids {
         stack.wait_status(id, "delivered", WITHIN).await;
     }
-    // A store on a client that counts its Query requests.
+    // One held delivery behind those 150 delivered ones.
+    let (status, _) = stack.call(Method::POST, &format!("/v1/endpoints/{ep_id}/disable"), None).await;
+    assert_eq!(status, 200);
+    let held = first_delivery(&stack.event("acme", "order.paid", json!({"n": "held"})).await);
+    stack.wait_status(&held, "held", WITHIN).await;
+    // The store as the stack configures it (its index splits included), on a client that
+    // counts its Queries and the index entries they read.
+    let reads = QueryReads::default();
     let sdk = webhooks::app::aws_sdk_config().await;
-    let conf = aws_sdk_dynamodb::config::Builder::from(&sdk).interceptor(counter.clone()).build();
+    let conf = aws_sdk_dynamodb::config::Builder::from(&sdk).interceptor(reads.clone()).build();
+    let cfg = &stack.app.config;
     let store =
-        webhooks::store::DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf), &stack.app.config.table, 2);
+        webhooks::store::DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf), &cfg.table, cfg.due_shards)
+            .with_index_shards(cfg.endpoint_index_shards, cfg.status_index_shards);
     use webhooks::store::Store as _;
     let page = store
         .list_deliveries(&webhooks::store::DeliveryQuery {
@@ -353,8 +387,12 @@ async fn finding_an_endpoints_held_deliveries_reads_none_of_its_history() {
         })
         .await
         .unwrap();
-    assert!(page.data.is_empty());
-    assert_eq!(counter.count(), 1, "Queries to find no held delivery among 150 delivered");
+    let found: Vec<_> = page.data.iter().map(|d| d.id.clone()).collect();
+    assert_eq!(found, vec![held.clone()]);
+    let partitions = webhooks::store::keys::partitions(&ep_id, cfg.endpoint_index_shards).len();
+    let (queries, scanned) = (reads.queries.load(Ordering::SeqCst), reads.scanned.load(Ordering::SeqCst));
+    assert!(queries <= partitions, "{queries} Queries over {partitions} index partitions");
+    assert_eq!(scanned, 1, "index entries read to find 1 held delivery among 150 delivered");
     stack.stop().await;
 }
 
@@ -440,5 +478,73 @@ async fn a_disable_that_answers_while_the_rate_slot_is_taken_stops_the_post() {
     release.notify_one();
     let d = stack.wait_status(&id, "held", WITHIN).await;
     assert_eq!(rx.count(), 0, "a POST started after the disable answered: {d:#}");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_backlog_of_due_job_steps_does_not_take_the_due_deliveries_turn() {
+    // 40 job steps due an hour ago, a tick batch of 4 and no budget for job steps (each tick
+    // defers them all, so they stay due): a delivery due now is still re-driven.
+    let tweak = |c: &mut webhooks::Config| {
+        c.sweep_batch = 4;
+        c.sweep_budget = Duration::ZERO;
+        c.redrive_after_seconds = 0;
+    };
+    let stack = Stack::start_with(tweak, no_pollers()).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    endpoint(&stack, &rx.url, json!({})).await;
+    let long_ago = chrono::Utc::now() - chrono::Duration::hours(1);
+    for n in 0..40 {
+        let job = webhooks::model::Job {
+            id: format!("job_backlog{n:02}"),
+            kind: webhooks::model::JobKind::Notify,
+            tenant_id: "acme".into(),
+            endpoint_id: "ep_gone".into(),
+            status: "running".into(),
+            since: None,
+            until: None,
+            cursor: None,
+            processed: 0,
+            run_at: Some(long_ago),
+            created_at: long_ago,
+            updated_at: long_ago,
+        };
+        stack.app.store.put_job(&job).await.unwrap();
+    }
+    let id = first_delivery(&stack.event("acme", "order.paid", json!({"n": 1})).await);
+    let report = webhooks::service::sweep::sweep(&stack.app).await.unwrap();
+    assert_eq!(report.jobs_deferred, 4, "{report:?}");
+    assert_eq!(report.enqueued, 1, "the due delivery {id} waited behind job steps: {report:?}");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forced_delete_answers_after_a_bounded_number_and_its_job_ends_the_rest() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let ep = endpoint(&stack, &rx.url, json!({})).await;
+    let ep_id = ep["id"].as_str().unwrap().to_string();
+    let (status, _) = stack.call(Method::POST, &format!("/v1/endpoints/{ep_id}/disable"), None).await;
+    assert_eq!(status, 200);
+    let total = admin::DELETE_ENDS_INLINE + 20;
+    let mut ids = Vec::new();
+    for n in 0..total {
+        ids.push(first_delivery(&stack.event("acme", "order.paid", json!({"n": n})).await));
+    }
+    for id in &ids {
+        stack.wait_status(id, "held", WITHIN).await;
+    }
+    let path = format!("/v1/endpoints/{ep_id}");
+    let (status, body) = stack.call(Method::DELETE, &path, None).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains(&format!("has {total} unfinished")), "{body}");
+    let (status, body) = stack.call(Method::DELETE, &format!("{path}?force=true"), None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["deliveries_ended"], admin::DELETE_ENDS_INLINE, "{body}");
+    for id in &ids {
+        let d = stack.wait_status(id, "exhausted", WITHIN).await;
+        assert_eq!(d["reason"], "endpoint_deleted", "{d:#}");
+    }
+    assert_eq!(rx.count(), 0);
     stack.stop().await;
 }

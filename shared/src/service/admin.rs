@@ -12,6 +12,7 @@ use crate::signing;
 use crate::store::{Applied, DeliveryQuery, DeliverySummary, Page, StoreError, collect_deliveries};
 use crate::validate;
 use chrono::{DateTime, Utc};
+use futures::StreamExt;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -305,7 +306,8 @@ pub async fn list_endpoints(
 /// What a delete did.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Deleted {
-    /// Unfinished deliveries the delete ended as exhausted (`endpoint_deleted`).
+    /// Unfinished deliveries the delete ended as exhausted (`endpoint_deleted`) before it
+    /// answered (at most [`DELETE_ENDS_INLINE`]; the job ends the rest).
     pub deliveries_ended: usize,
     /// The delete's `end_deleted` job (`GET /v1/jobs/{id}`), which ends what the delete's
     /// listing missed.
@@ -315,40 +317,59 @@ pub struct Deleted {
 /// Unfinished statuses: the delivery may still be attempted.
 pub const UNFINISHED: [DeliveryStatus; 3] = [DeliveryStatus::Scheduled, DeliveryStatus::Sending, DeliveryStatus::Held];
 
+/// How many unfinished deliveries a forced delete ends itself, at most, before it answers;
+/// its `end_deleted` job ends the rest (`release_per_tick` a sweeper tick), so a delete
+/// answers within API Gateway's 30 s however many there are.
+pub const DELETE_ENDS_INLINE: usize = 100;
+
 /// Deletes an endpoint. With unfinished deliveries (scheduled, sending or held) it is refused
-/// unless `force`, which first ends each of them as `exhausted` with reason
-/// `endpoint_deleted`: nothing silently vanishes. Returns how many were ended, and the job.
+/// unless `force`, which ends them as `exhausted` with reason `endpoint_deleted`: nothing
+/// silently vanishes. It ends up to [`DELETE_ENDS_INLINE`] itself (16 at a time) and returns
+/// how many, and the job that ends the rest.
 ///
-/// The listing reads the `by_endpoint` index, which can lag the table by a moment: a
-/// delivery written just before may be missed. Every delete therefore first writes an
-/// `end_deleted` job, which the sweeper runs once the endpoint is gone and the index has
-/// settled, ending what the listing missed.
+/// Every delete first writes an `end_deleted` job, which the sweeper runs once the endpoint
+/// is gone: it ends what the delete did not, including what the `by_endpoint` index (which
+/// can lag the table by a moment) had not shown yet. Nothing here reads the endpoint's
+/// history: the counts and the page read only the unfinished buckets.
 ///
 /// # Errors
 /// [`ServiceError::NotFound`]; [`ServiceError::Conflict`] with the count of unfinished
 /// deliveries.
 pub async fn delete_endpoint(app: &App, id: &str, force: bool) -> Result<Deleted, ServiceError> {
     let ep = find_endpoint(app, id).await?;
+    if !force {
+        let counts =
+            futures::future::try_join_all(UNFINISHED.iter().map(|st| app.store.count_deliveries(&ep.id, *st))).await?;
+        let unfinished: u64 = counts.iter().sum();
+        if unfinished > 0 {
+            return Err(ServiceError::Conflict(format!(
+                "endpoint {id} has {unfinished} unfinished deliveries; retry with ?force=true to end them as exhausted (reason endpoint_deleted)"
+            )));
+        }
+    }
     let mut unfinished = Vec::new();
     for status in UNFINISHED {
+        let left = DELETE_ENDS_INLINE.saturating_sub(unfinished.len());
+        if left == 0 {
+            break;
+        }
         let query =
             DeliveryQuery { endpoint_id: Some(ep.id.clone()), status: Some(status), ..DeliveryQuery::default() };
-        unfinished.extend(collect_deliveries(app.store.as_ref(), query, usize::MAX).await?);
-    }
-    if !unfinished.is_empty() && !force {
-        return Err(ServiceError::Conflict(format!(
-            "endpoint {id} has {} unfinished deliveries; retry with ?force=true to end them as exhausted (reason endpoint_deleted)",
-            unfinished.len()
-        )));
+        unfinished.extend(collect_deliveries(app.store.as_ref(), query, left).await?);
     }
     let now = app.clock.now();
     let settle = now + chrono::Duration::seconds(health::INDEX_SETTLE_SECONDS);
     let job_id = health::start_job(app, &ep, JobKind::EndDeleted, settle, None, None).await?.id;
-    for d in &unfinished {
-        end_as_deleted(app, &d.id, d.status, d.attempt_count, d.created_at).await?;
-    }
+    let ended: Vec<Result<(), ServiceError>> = futures::stream::iter(unfinished.iter().cloned().map(|d| {
+        let app = app.clone();
+        async move { end_as_deleted(&app, &d.id, d.status, d.attempt_count, d.created_at).await }
+    }))
+    .buffer_unordered(16)
+    .collect()
+    .await;
+    ended.into_iter().collect::<Result<Vec<()>, _>>()?;
     app.store.delete_endpoint(&ep.tenant_id, &ep.id).await?;
-    tracing::info!(endpoint_id = id, ended = unfinished.len(), "endpoint deleted");
+    tracing::info!(endpoint_id = id, ended = unfinished.len(), job_id = %job_id, "endpoint deleted");
     Ok(Deleted { deliveries_ended: unfinished.len(), job_id })
 }
 

@@ -6,6 +6,7 @@ use crate::App;
 use crate::error::ServiceError;
 use crate::lifecycle;
 use crate::service::health;
+use crate::store::keys::JOB_SHARD;
 use crate::store::{Applied, Due};
 use futures::StreamExt;
 use serde::Serialize;
@@ -84,10 +85,13 @@ async fn read_due(app: &App, until_ms: i64) -> Result<Vec<Due>, ServiceError> {
 /// enqueued stays in the due index for the next tick.
 pub async fn sweep(app: &App) -> Result<SweepReport, ServiceError> {
     let cfg = &app.config;
-    let now = app.clock.now();
-    let items = read_due(app, now.timestamp_millis()).await?;
-    let mut report = SweepReport { examined: items.len(), ..SweepReport::default() };
     let started = std::time::Instant::now();
+    let now = app.clock.now();
+    let mut items = read_due(app, now.timestamp_millis()).await?;
+    // Job steps come from their own partition, with their own cap: however many are due,
+    // they never take the deliveries' share of the batch.
+    items.extend(app.store.due(JOB_SHARD, now.timestamp_millis(), cfg.sweep_batch, None).await?);
+    let mut report = SweepReport { examined: items.len(), ..SweepReport::default() };
     let mut to_send = Vec::new();
     let mut planned = Vec::new();
     let mut jobs = Vec::new();

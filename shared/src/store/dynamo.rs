@@ -440,7 +440,7 @@ impl DynamoStore {
         item.insert(PK.into(), s(job_pk(&job.id)));
         item.insert(SK.into(), s(JOB_SK));
         if let (Some(at), "running") = (job.run_at, job.status.as_str()) {
-            item.insert(DUE_PK.into(), s(due_pk(due_shard(&job.id, self.due_shards))));
+            item.insert(DUE_PK.into(), s(due_pk(JOB_SHARD)));
             item.insert(DUE_AT.into(), n(at.timestamp_millis()));
         }
         // Every job item expires (DynamoDB TTL): a finished one after the retention of a dead

@@ -126,9 +126,15 @@ pub fn partitions(base: &str, shards: u32) -> Vec<String> {
     out
 }
 
-/// `DUE#{shard}`.
+/// The due-index "shard" of jobs: their own partition, `DUE#jobs`, read apart from the
+/// deliveries' shards so that a backlog of job steps never takes a tick's batch from due
+/// deliveries (jobs written before this partition existed sit in `DUE#{shard}` and are
+/// still found there).
+pub const JOB_SHARD: u32 = u32::MAX;
+
+/// `DUE#{shard}`, or `DUE#jobs` for [`JOB_SHARD`].
 pub fn due_pk(shard: u32) -> String {
-    format!("DUE#{shard}")
+    if shard == JOB_SHARD { "DUE#jobs".to_string() } else { format!("DUE#{shard}") }
 }
 
 /// The `by_endpoint` bucket of a status: `open` (scheduled, sending), `held`, `exhausted`,
