@@ -73,6 +73,12 @@ pub struct Endpoint {
     /// `WEBHOOKS_SLOW_LANE_THRESHOLD_MS`); state written only by [`crate::lane`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slow_until: Option<DateTime<Utc>>,
+    /// Since when each of its deliveries that ends delivered is counted in the per-day
+    /// delivered counters (set at creation; absent on endpoints created before the counters
+    /// existed, whose stats count the `by_endpoint` index instead). See
+    /// [`crate::store::Store::count_delivered`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered_counted_from: Option<DateTime<Utc>>,
     /// Bumped by every write of the endpoint's configuration or state; every such write is
     /// conditional on the version it read (see [`crate::endpoint_lifecycle`]). Items written
     /// before versions existed read as 0.
@@ -181,6 +187,7 @@ impl Endpoint {
             effective_rate_per_second: None,
             rate_changed_at_ms: None,
             slow_until: None,
+            delivered_counted_from: Some(now),
             version: 1,
             created_at: now,
             updated_at: now,

@@ -92,6 +92,8 @@ pub struct Tables {
     idempotency: BTreeMap<(String, String), IdempotencyRecord>,
     /// Rate counters by (endpoint id, unix second).
     rate_windows: BTreeMap<(String, i64), u64>,
+    /// Delivered counters by (endpoint id, UTC day `YYYY-MM-DD`).
+    delivered_days: BTreeMap<(String, String), u64>,
     /// Per item key, its versions as the GSIs will see them: (visible from, ms; item or gone).
     gsi: BTreeMap<String, Vec<(i64, Option<Indexed>)>>,
 }
@@ -433,6 +435,32 @@ impl Store for MemStore {
                 e.consecutive_failures += 1;
                 e.consecutive_failures
             }))
+        })
+        .await
+    }
+
+    async fn count_delivered(
+        &self,
+        endpoint_id: &str,
+        _delivery_id: &str,
+        at: chrono::DateTime<chrono::Utc>,
+        _expires_at: i64,
+    ) -> Result<(), StoreError> {
+        self.call("store.count_delivered", |_, t| {
+            *t.delivered_days.entry((endpoint_id.to_string(), at.format("%Y-%m-%d").to_string())).or_default() += 1;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn delivered_count(
+        &self,
+        endpoint_id: &str,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<u64, StoreError> {
+        let from = since.format("%Y-%m-%d").to_string();
+        self.call("store.delivered_count", |_, t| {
+            Ok(t.delivered_days.iter().filter(|((ep, day), _)| ep == endpoint_id && *day >= from).map(|(_, n)| n).sum())
         })
         .await
     }

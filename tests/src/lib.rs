@@ -524,6 +524,24 @@ impl Store for Serialized {
         let _one = self.one().await;
         self.inner.count_failure(tenant_id, id).await
     }
+    async fn count_delivered(
+        &self,
+        endpoint_id: &str,
+        delivery_id: &str,
+        at: chrono::DateTime<chrono::Utc>,
+        expires_at: i64,
+    ) -> Result<(), StoreError> {
+        self.before("count_delivered").await?;
+        self.inner.count_delivered(endpoint_id, delivery_id, at, expires_at).await
+    }
+    async fn delivered_count(
+        &self,
+        endpoint_id: &str,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<u64, StoreError> {
+        self.before("delivered_count").await?;
+        self.inner.delivered_count(endpoint_id, since).await
+    }
     async fn reset_failures(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
         self.before("reset_failures").await?;
         let _one = self.one().await;

@@ -548,3 +548,52 @@ async fn a_forced_delete_answers_after_a_bounded_number_and_its_job_ends_the_res
     assert_eq!(rx.count(), 0);
     stack.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endpoints_stats_read_none_of_its_delivered_history() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let ep = endpoint(&stack, &rx.url, json!({})).await;
+    let ep_id = ep["id"].as_str().unwrap().to_string();
+    // An endpoint as written before the delivered counters existed (no
+    // `delivered_counted_from`): its stats count the index instead.
+    let old = endpoint(&stack, &rx.url, json!({})).await;
+    let old_id = old["id"].as_str().unwrap().to_string();
+    let sdk = webhooks::app::aws_sdk_config().await;
+    aws_sdk_dynamodb::Client::new(&sdk)
+        .update_item()
+        .table_name(&stack.app.config.table)
+        .key("pk", aws_sdk_dynamodb::types::AttributeValue::S(webhooks::store::keys::tenant_pk("acme")))
+        .key("sk", aws_sdk_dynamodb::types::AttributeValue::S(webhooks::store::keys::endpoint_key(&old_id)))
+        .update_expression("REMOVE delivered_counted_from")
+        .send()
+        .await
+        .unwrap();
+    let accepted: Vec<Value> =
+        futures::future::join_all((0..40).map(|n| stack.event("acme", "order.paid", json!({"n": n})))).await;
+    for a in &accepted {
+        for d in a["deliveries"].as_array().unwrap() {
+            stack.wait_status(d["id"].as_str().unwrap(), "delivered", WITHIN).await;
+        }
+    }
+    // The stats through a store whose client counts its Queries and the entries they read.
+    let reads = QueryReads::default();
+    let conf = aws_sdk_dynamodb::config::Builder::from(&sdk).interceptor(reads.clone()).build();
+    let cfg = stack.app.config.clone();
+    let mut app = stack.app.clone();
+    app.store = Arc::new(
+        webhooks::store::DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf), &cfg.table, cfg.due_shards)
+            .with_index_shards(cfg.endpoint_index_shards, cfg.status_index_shards),
+    );
+    let stats = admin::endpoint_stats(&app, &ep_id).await.unwrap();
+    assert_eq!(stats.counts["delivered"], 40, "{stats:?}");
+    assert_eq!(stats.counted, 40, "{stats:?}");
+    assert!(stats.last_success_at.is_some());
+    let scanned = reads.scanned.load(Ordering::SeqCst);
+    assert!(scanned < 40, "{scanned} entries read for the stats of an endpoint with 40 delivered");
+    let stats = admin::endpoint_stats(&app, &old_id).await.unwrap();
+    assert_eq!(stats.counts["delivered"], 40, "an endpoint from before the counters: {stats:?}");
+    let (status, body) = stack.call(Method::GET, &format!("/v1/endpoints/{ep_id}/stats"), None).await;
+    assert_eq!((status, &body["counts"]["delivered"]), (200, &json!(40)), "{body}");
+    stack.stop().await;
+}

@@ -413,25 +413,37 @@ pub struct EndpointStats {
     pub counted: u64,
 }
 
-/// Counts an endpoint's deliveries: one `Select=COUNT` Query per status, each reading only
-/// that status's key range of the `by_endpoint` index (about one request per 3,000
-/// deliveries in it; no item is returned), and one item for the last success.
+/// Counts an endpoint's deliveries by status without reading its history:
+/// - `delivered`: the per-day delivered counters of the last `WEBHOOKS_DELIVERED_RETENTION_DAYS`
+///   days (UTC days: a delivered delivery is kept that long), one Query per counter partition
+///   ([`crate::store::Store::delivered_count`]); an endpoint created before the counters
+///   existed (no `delivered_counted_from`) has its `delivered` index range counted instead;
+/// - the others: one `Select=COUNT` Query each of their `by_endpoint` key range, which holds
+///   only unfinished deliveries (`scheduled`, `sending`, `held`) or dead letters
+///   (`exhausted`, kept `WEBHOOKS_EXHAUSTED_RETENTION_DAYS`), never delivered ones;
+/// - the last success: one entry of the `delivered` range.
 ///
 /// # Errors
 /// [`ServiceError::NotFound`].
 pub async fn endpoint_stats(app: &App, id: &str) -> Result<EndpointStats, ServiceError> {
     let ep = find_endpoint(app, id).await?;
-    let statuses = [
-        DeliveryStatus::Scheduled,
-        DeliveryStatus::Sending,
-        DeliveryStatus::Delivered,
-        DeliveryStatus::Exhausted,
-        DeliveryStatus::Held,
-    ];
-    let counted =
-        futures::future::try_join_all(statuses.iter().map(|st| app.store.count_deliveries(&ep.id, *st))).await?;
-    let counts: std::collections::BTreeMap<String, u64> =
+    let statuses =
+        [DeliveryStatus::Scheduled, DeliveryStatus::Sending, DeliveryStatus::Exhausted, DeliveryStatus::Held];
+    let since = app.clock.now() - chrono::Duration::days(i64::from(app.config.delivered_retention_days));
+    let delivered = async {
+        match ep.delivered_counted_from {
+            Some(_) => app.store.delivered_count(&ep.id, since).await,
+            None => app.store.count_deliveries(&ep.id, DeliveryStatus::Delivered).await,
+        }
+    };
+    let (counted, delivered) = futures::future::try_join(
+        futures::future::try_join_all(statuses.iter().map(|st| app.store.count_deliveries(&ep.id, *st))),
+        delivered,
+    )
+    .await?;
+    let mut counts: std::collections::BTreeMap<String, u64> =
         statuses.iter().zip(&counted).map(|(st, n)| (st.as_str().to_string(), *n)).collect();
+    counts.insert(DeliveryStatus::Delivered.as_str().to_string(), delivered);
     // The newest delivery that was delivered (newest by acceptance; its last change is when
     // it was delivered): one item of the delivered range.
     let newest = app
@@ -445,10 +457,10 @@ pub async fn endpoint_stats(app: &App, id: &str) -> Result<EndpointStats, Servic
         .await?;
     Ok(EndpointStats {
         endpoint_id: ep.id,
+        counted: counts.values().sum(),
         counts,
         last_success_at: newest.data.first().map(|d| d.updated_at),
         consecutive_failures: ep.consecutive_failures,
-        counted: counted.iter().sum(),
     })
 }
 

@@ -297,6 +297,16 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
     );
     let status = transition.status;
     emit_metrics(app, &transition, result.duration_ms);
+    if status == DeliveryStatus::Delivered {
+        // The endpoint's stats read this per-day counter (kept as long as a delivered
+        // delivery, plus the day it is counted in), not its history. Best effort: the record
+        // above is what counts.
+        let keep = i64::from(cfg.delivered_retention_days) + 1;
+        let expires_at = (now + chrono::Duration::days(keep)).timestamp();
+        if let Err(e) = app.store.count_delivered(&delivery.endpoint_id, &delivery.id, now, expires_at).await {
+            tracing::warn!(delivery_id = %delivery.id, error = %e, "delivered not counted in the endpoint's stats");
+        }
+    }
     // What the attempt says of the endpoint's lane and adaptive rate: writes only when they
     // change (see crate::lane and crate::rate_limit).
     let slow = match &endpoint {

@@ -764,6 +764,55 @@ impl Store for DynamoStore {
         }
     }
 
+    async fn count_delivered(
+        &self,
+        endpoint_id: &str,
+        delivery_id: &str,
+        at: chrono::DateTime<chrono::Utc>,
+        expires_at: i64,
+    ) -> Result<(), StoreError> {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, s(stats_partition(endpoint_id, delivery_id, self.endpoint_shards)))
+            .key(SK, s(stats_day_sk(at)))
+            .update_expression("ADD delivered :one SET expires_at = :ttl")
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":ttl", n(expires_at))
+            .send()
+            .await
+            .map_err(aws)?;
+        Ok(())
+    }
+
+    async fn delivered_count(
+        &self,
+        endpoint_id: &str,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<u64, StoreError> {
+        let reads = stats_partitions(endpoint_id, self.endpoint_shards).into_iter().map(|partition| async move {
+            let query = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :p AND sk BETWEEN :from AND :to")
+                .expression_attribute_values(":p", s(partition))
+                .expression_attribute_values(":from", s(stats_day_sk(since)))
+                .expression_attribute_values(":to", s("DAY#9999"))
+                .projection_expression("delivered");
+            /// A day's counter item as read.
+            #[derive(serde::Deserialize)]
+            struct Day {
+                #[serde(default)]
+                delivered: u64,
+            }
+            let days: Vec<Day> = self.query_all(query).await?;
+            Ok::<u64, StoreError>(days.iter().map(|d| d.delivered).sum())
+        });
+        let counts = futures::stream::iter(reads).buffer_unordered(8).collect::<Vec<_>>().await;
+        counts.into_iter().sum()
+    }
+
     async fn reset_failures(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
         let result = self
             .endpoint_update(tenant_id, id)

@@ -166,6 +166,24 @@ pub fn time_sk(at: chrono::DateTime<chrono::Utc>, id: &str) -> String {
     format!("{}#{id}", at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
 }
 
+/// The partition of an endpoint's delivered counters: `STATS#{endpoint_id}`, or
+/// `STATS#{endpoint_id}#{k}` with `shards` > 1 (k from the delivery id's hash, as
+/// [`endpoint_partition`]: one hot endpoint's counting spreads like its index entries).
+pub fn stats_partition(endpoint_id: &str, delivery_id: &str, shards: u32) -> String {
+    endpoint_partition(&format!("STATS#{endpoint_id}"), delivery_id, shards)
+}
+
+/// Every partition of an endpoint's delivered counters (see [`partitions`]).
+pub fn stats_partitions(endpoint_id: &str, shards: u32) -> Vec<String> {
+    partitions(&format!("STATS#{endpoint_id}"), shards)
+}
+
+/// The sort key of a day's counter item: `DAY#{YYYY-MM-DD}` (UTC), so a key range is a
+/// range of days.
+pub fn stats_day_sk(at: chrono::DateTime<chrono::Utc>) -> String {
+    format!("DAY#{}", at.format("%Y-%m-%d"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,8 @@
 //! | endpoint pointer | `ENDPOINT#{endpoint_id}` | `ENDPOINT` | - |
 //! | event (payload) | `EVENT#{len(tenant_id)}:{tenant_id}#{event_id}` | `EVENT` | - (payload zstd-compressed in `payload_z`, [`payload`]) |
 //! | delivery | `DELIVERY#{delivery_id}` | `DELIVERY` | `due`, `by_endpoint`, `by_status`, `by_event` |
-//! | job | `JOB#{job_id}` | `JOB` | `due` (while running) |
+//! | job | `JOB#{job_id}` | `JOB` | `due` (while running, in `DUE#jobs`) |
+//! | delivered counter | `STATS#{endpoint_id}` (`#{k}` when split) | `DAY#{YYYY-MM-DD}` | - (an ADD per delivered delivery; TTL) |
 //!
 //! Ingest finds a tenant's endpoints with one strongly consistent Query on the table itself
 //! (not a GSI), so an endpoint created a moment before an event is never missed. The pointer
@@ -285,6 +286,21 @@ pub trait Store: Send + Sync {
     /// status's `by_endpoint` key range (one request per 1 MB of index entries, about 3,000
     /// deliveries; nothing outside the range is read, and no item is returned).
     async fn count_deliveries(&self, endpoint_id: &str, status: DeliveryStatus) -> Result<u64, StoreError>;
+    /// Counts one delivery of `endpoint_id` as delivered on the UTC day of `at`: an atomic
+    /// ADD of 1 to a small counter item per (endpoint, day, split), `expires_at` (unix
+    /// seconds) its TTL. Best effort, after the delivery's record: a failure or a crash in
+    /// between leaves the count one short, never a delivery unrecorded.
+    async fn count_delivered(
+        &self,
+        endpoint_id: &str,
+        delivery_id: &str,
+        at: DateTime<Utc>,
+        expires_at: i64,
+    ) -> Result<(), StoreError>;
+    /// Deliveries of `endpoint_id` counted delivered on the UTC day of `since` and after:
+    /// one Query per counter partition (1, or 1 + `WEBHOOKS_ENDPOINT_INDEX_SHARDS`), each
+    /// reading at most one small item per day; nothing grows with the endpoint's history.
+    async fn delivered_count(&self, endpoint_id: &str, since: DateTime<Utc>) -> Result<u64, StoreError>;
     /// Claims an `Idempotency-Key` for a request: writes `record` (in progress: no answer)
     /// unless a record of the key is still inside its window (`expires_at` after `now`).
     /// `None`: this call owns the key now; `Some`: the live record, untouched.
