@@ -844,17 +844,22 @@ impl World {
         }
     }
 
-    /// The sweeper tick's budget: at most `sweep_batch` items read, and a bounded number of
+    /// The sweeper tick's budget: at most `sweep_batch` deliveries and as many job steps read, and a bounded number of
     /// calls for what it read.
     fn task_done(&mut self, t: &Task) {
         let Some(r) = t.sweep.as_ref().and_then(|s| s.borrow().clone()) else { return };
         let cfg = &self.app.config;
         // Never past the batch (a round used to ask every open shard for at least one item and
         // overshoot by up to `due_shards - 1`: seed 388, fixed in `read_due`).
-        if r.examined > cfg.sweep_batch {
+        // Due deliveries and job steps each have the batch as their cap (jobs are read from
+        // their own partition).
+        let deliveries = r.examined.saturating_sub(r.examined_jobs);
+        if deliveries > cfg.sweep_batch || r.examined_jobs > cfg.sweep_batch {
             self.report.sweep_overshoots += 1;
-            self.shared
-                .violation(format!("sweeper tick read {} items, over its batch of {}", r.examined, cfg.sweep_batch));
+            self.shared.violation(format!(
+                "sweeper tick read {deliveries} deliveries and {} job steps, over its batch of {} each",
+                r.examined_jobs, cfg.sweep_batch
+            ));
         }
         let per_item = 8 + 2 * cfg.release_per_tick;
         let bound = 4 * cfg.due_shards as usize + r.examined * per_item + r.enqueued / 10 + 2;

@@ -14,8 +14,11 @@ use serde::Serialize;
 /// What one tick did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct SweepReport {
-    /// Items read from the due index.
+    /// Items read from the due index: due deliveries (at most `sweep_batch`) and job steps
+    /// (at most `sweep_batch` more, from their own partition).
     pub examined: usize,
+    /// Of those, job steps.
+    pub examined_jobs: usize,
     /// Messages sent.
     pub enqueued: usize,
     /// Of those, expired leases recovered.
@@ -90,8 +93,10 @@ pub async fn sweep(app: &App) -> Result<SweepReport, ServiceError> {
     let mut items = read_due(app, now.timestamp_millis()).await?;
     // Job steps come from their own partition, with their own cap: however many are due,
     // they never take the deliveries' share of the batch.
-    items.extend(app.store.due(JOB_SHARD, now.timestamp_millis(), cfg.sweep_batch, None).await?);
-    let mut report = SweepReport { examined: items.len(), ..SweepReport::default() };
+    let job_steps = app.store.due(JOB_SHARD, now.timestamp_millis(), cfg.sweep_batch, None).await?;
+    let examined_jobs = job_steps.len();
+    items.extend(job_steps);
+    let mut report = SweepReport { examined: items.len(), examined_jobs, ..SweepReport::default() };
     let mut to_send = Vec::new();
     let mut planned = Vec::new();
     let mut jobs = Vec::new();
