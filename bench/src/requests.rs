@@ -165,16 +165,16 @@ pub async fn run(sdk: &aws_config::SdkConfig, payload: &str) -> Res<Vec<Scenario
     let snap = Arc::new(Snapshotter::start());
     let mut out = Vec::new();
 
-    // One endpoint, first try: the first event (endpoint cache cold), then a second one
-    // within the 5 s endpoint cache (the steady state of a warm deliver function).
+    // One endpoint, first try: the first event to a new endpoint, then a second one right
+    // after (deliver reads the endpoint before every POST either way: no cache).
     let s = setup(sdk, &snap, |_| {}).await?;
     let r = Receiver::start(0).await?;
     stack::endpoint(&s.app, "t1", &r.url, serde_json::Value::Null).await?;
     out.push(
         drive(
             &s,
-            "first try, 1 endpoint (cold)",
-            "1 event, 1 endpoint answering 200; deliver's endpoint cache empty (a cold function, or the endpoint's first event in 5 s), the endpoint riding in the attempt message as ingest read it",
+            "first try, 1 endpoint (first event)",
+            "1 event, 1 endpoint answering 200, the endpoint's first",
             "t1",
             payload,
             1,
@@ -187,8 +187,8 @@ pub async fn run(sdk: &aws_config::SdkConfig, payload: &str) -> Res<Vec<Scenario
     out.push(
         drive(
             &s,
-            "first try, 1 endpoint (warm)",
-            "the next event right after, endpoint configuration served from deliver's 5 s cache",
+            "first try, 1 endpoint (second event)",
+            "the next event right after (the same calls: deliver reads the endpoint, strongly consistent, before every POST; there is no endpoint cache and the endpoint does not ride in the message)",
             "t1",
             payload,
             1,
@@ -210,7 +210,7 @@ pub async fn run(sdk: &aws_config::SdkConfig, payload: &str) -> Res<Vec<Scenario
         drive(
             &s,
             "fan-out, 10 endpoints",
-            "1 event to a tenant with 10 endpoints answering 200 (10 deliveries; cold endpoint cache)",
+            "1 event to a tenant with 10 endpoints answering 200 (10 deliveries)",
             "t10",
             payload,
             1,
@@ -268,7 +268,7 @@ pub async fn run(sdk: &aws_config::SdkConfig, payload: &str) -> Res<Vec<Scenario
 }
 
 /// The first-try, one-endpoint scenario (a cold event, then the warm one it returns) with
-/// `payload` as the body, named `first try, 1 endpoint (warm), {label}`: the cost at another
+/// `payload` as the body, named `first try, 1 endpoint (second event), {label}`: the cost at another
 /// payload measured, not re-priced.
 ///
 /// # Errors
@@ -281,8 +281,8 @@ pub async fn first_try(sdk: &aws_config::SdkConfig, payload: &str, label: &str) 
     drive(&s, "warm-up", "", "tp", payload, 1, &r, 1, None).await?;
     let warm = drive(
         &s,
-        &format!("first try, 1 endpoint (warm), {label}"),
-        &format!("as *first try, 1 endpoint (warm)* with the {label} GitHub sample as the payload"),
+        &format!("first try, 1 endpoint (second event), {label}"),
+        &format!("as *first try, 1 endpoint (second event)* with the {label} GitHub sample as the payload"),
         "tp",
         payload,
         1,

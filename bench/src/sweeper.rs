@@ -25,7 +25,7 @@ pub struct Template {
     pub delivery: HashMap<String, AttributeValue>,
     /// The event item (the payload).
     pub event: HashMap<String, AttributeValue>,
-    /// The attempt message's body, as sent (payload and endpoint riding along when they fit).
+    /// The attempt message's body, as sent (the payload riding along when it fits).
     pub message: String,
     /// The endpoint item (tenant `template`), as the admin API wrote it.
     pub endpoint: HashMap<String, AttributeValue>,

@@ -200,12 +200,13 @@ pub fn quantile(sorted: &[f64], q: f64) -> f64 {
 /// tenant's endpoints, the puts (a PutItem of the event item, then one of the delivery item,
 /// both conditional: ingest's write requests), SendMessageBatch (1 entry), ReceiveMessage (up
 /// to 10), deliver's strongly consistent GetItem of the endpoint, UpdateItem (claim of the
-/// delivery item, conditional, ALL_NEW), UpdateItem (record) and DeleteMessageBatch: every
+/// delivery item, conditional, ALL_NEW), UpdateItem (record), UpdateItem (the endpoint's
+/// delivered counter) and DeleteMessageBatch: every
 /// AWS call the pipeline makes for a first try, with the same concurrency as the
 /// pipeline (PRODUCERS putting and sending, POLLERS receiving) and items and messages of the
 /// same shape and size (copies of what ingest wrote and sent for `payload`: the
 /// payload-sized event item, the small delivery item, the attempt message with the payload
-/// and the endpoint riding along). Returns sequences per second.
+/// riding along). Returns sequences per second.
 ///
 /// # Errors
 /// When a call fails.
@@ -291,6 +292,15 @@ pub async fn ceiling(sdk: &aws_config::SdkConfig, n: usize, payload: &str) -> Re
                                  ("status_code".to_string(), AttributeValue::N("200".into())),
                                  ("duration_ms".to_string(), AttributeValue::N("1".into()))]
                                 .into_iter().collect())]))
+                            .send()
+                            .await?;
+                        // The endpoint's delivered counter for its stats (one per delivery).
+                        ddb.update_item()
+                            .table_name(table)
+                            .key(keys::PK, AttributeValue::S(keys::stats_partition("ceil", &id, 1)))
+                            .key(keys::SK, AttributeValue::S(keys::stats_day_sk(chrono::Utc::now())))
+                            .update_expression("ADD delivered :one")
+                            .expression_attribute_values(":one", AttributeValue::N("1".into()))
                             .send()
                             .await?;
                         Ok::<_, stack::Error>(())
