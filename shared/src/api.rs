@@ -34,7 +34,8 @@ use crate::model::DeliveryStatus;
 use crate::service::{admin, ingest};
 use crate::store::{DeliveryQuery, IdempotencyRecord};
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, Path, RawQuery, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -100,6 +101,36 @@ fn parse_json_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ServiceErro
             _ => ServiceError::InvalidJson(format!("request body is not valid JSON: {inner}")),
         }
     })
+}
+
+/// A route's one path parameter (`{id}`, `{tenant_id}`), percent-decoded. axum's own
+/// rejection of a segment that is not UTF-8 once decoded (`caf%E9`) is a plain-text 400; this
+/// one is the error shape: 404 `not_found` for an id (no id that could be stored is not
+/// UTF-8), 422 naming `tenant_id` for a tenant, as the id rule answers.
+struct PathParam(String);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathParam {
+    type Rejection = ServiceError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ServiceError> {
+        match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(value)) => Ok(Self(value)),
+            Err(_) => {
+                let tenant = parts.extensions.get::<MatchedPath>().is_some_and(|m| m.as_str().contains("{tenant_id}"));
+                Err(if tenant {
+                    ServiceError::Validation(format!(
+                        "tenant_id: is not UTF-8 once percent-decoded; ids and names use only {}",
+                        crate::validate::ID_ALPHABET
+                    ))
+                } else {
+                    ServiceError::NotFound(format!(
+                        "{}: no such resource (its id is not UTF-8 once percent-decoded)",
+                        crate::validate::shown(parts.uri.path())
+                    ))
+                })
+            }
+        }
+    }
 }
 
 fn required<T>(value: Option<T>, field: &str) -> Result<T, ServiceError> {
@@ -356,7 +387,7 @@ async fn post_endpoint(
 
 async fn patch_endpoint(
     State(app): State<App>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     RawQuery(query): RawQuery,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServiceError> {
@@ -366,7 +397,7 @@ async fn patch_endpoint(
 
 async fn enable_endpoint(
     State(app): State<App>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ServiceError> {
     no_params(query.as_deref())?;
@@ -378,7 +409,7 @@ async fn enable_endpoint(
 
 async fn disable_endpoint(
     State(app): State<App>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ServiceError> {
     no_params(query.as_deref())?;
@@ -412,7 +443,7 @@ struct DeleteParams {
 
 async fn delete_endpoint(
     State(app): State<App>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ServiceError> {
     let p: DeleteParams = parse_query(query.as_deref())?;
@@ -428,7 +459,7 @@ async fn delete_endpoint(
 
 async fn endpoint_stats(
     State(app): State<App>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ServiceError> {
     no_params(query.as_deref())?;
@@ -443,7 +474,7 @@ struct RotateBody {
 
 async fn rotate_secret(
     State(app): State<App>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     RawQuery(query): RawQuery,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServiceError> {
@@ -464,7 +495,7 @@ struct RecoverBody {
 
 async fn recover(
     State(app): State<App>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     RawQuery(query): RawQuery,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServiceError> {
@@ -484,7 +515,7 @@ struct EventParams {
 
 async fn get_event(
     State(app): State<App>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ServiceError> {
     let p: EventParams = parse_query(query.as_deref())?;
@@ -505,7 +536,7 @@ fn check_limit(limit: Option<usize>) -> Result<usize, ServiceError> {
 
 async fn get_job(
     State(app): State<App>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ServiceError> {
     no_params(query.as_deref())?;
@@ -514,7 +545,7 @@ async fn get_job(
 
 async fn get_endpoint(
     State(app): State<App>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ServiceError> {
     no_params(query.as_deref())?;
@@ -523,7 +554,7 @@ async fn get_endpoint(
 
 async fn get_delivery(
     State(app): State<App>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ServiceError> {
     no_params(query.as_deref())?;
@@ -592,7 +623,7 @@ async fn list_deliveries(State(app): State<App>, RawQuery(query): RawQuery) -> R
 
 async fn replay(
     State(app): State<App>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ServiceError> {
     no_params(query.as_deref())?;
@@ -610,7 +641,7 @@ struct PortalSessionBody {
 /// to (`x-forwarded-proto` or http), so it points at the same API Gateway or local runtime.
 async fn portal_session(
     State(app): State<App>,
-    Path(tenant_id): Path<String>,
+    PathParam(tenant_id): PathParam,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,

@@ -87,6 +87,8 @@ async fn every_query_and_path_parameter_is_checked_before_any_aws_call() {
     let long = "x".repeat(5000);
     let digits = "9".repeat(5000);
     let crlf = "a%0D%0Ab";
+    // Not UTF-8 once percent-decoded.
+    let latin1 = "caf%E9";
     let t = "2025-01-01T00:00:00.000Z";
     let long_key = |sk: &str| json!({"pk": format!("DELIVERY#{long}"), "sk": "DELIVERY", "ep_pk": "ep_x", "ep_sk": sk});
     let cursors = [
@@ -115,7 +117,7 @@ async fn every_query_and_path_parameter_is_checked_before_any_aws_call() {
         ),
     ];
     let mut refused: Vec<(Method, String, Option<Value>, u16, &str)> = Vec::new();
-    for v in [long.as_str(), crlf] {
+    for v in [long.as_str(), crlf, latin1] {
         for (path, field) in [
             (format!("/v1/deliveries?endpoint_id={v}"), "endpoint_id"),
             (format!("/v1/deliveries?endpoint_id={v}&status=delivered"), "endpoint_id"),
