@@ -19,7 +19,7 @@ export WEBHOOKS_LOG_FORMAT="${WEBHOOKS_LOG_FORMAT:-text}"
 # `cargo run -p webhooks-admin` does not compile for minutes.
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 if [ ! -x "$TARGET_DIR/debug/webhooks-local" ]; then
-  echo "building the local runtime and the admin CLI (first build: about 4 minutes on 2 idle cores)" >&2
+  echo "building the local runtime and the admin CLI (first build: about 3.5 minutes on 2 idle cores)" >&2
 fi
 cargo build -p webhooks-local -p webhooks-admin
 "$TARGET_DIR/debug/webhooks-local"

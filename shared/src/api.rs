@@ -21,7 +21,11 @@
 //! | `POST /v1/deliveries/{id}/replay` | 202 [`admin::DeliveryView`] |
 //! | `POST /v1/tenants/{tenant_id}/portal-sessions` `{"ttl_seconds"?}` | 201 [`crate::ui::token::PortalSession`]: a signed portal URL for one tenant |
 //!
-//! Every error is `{"error": {"code", "message"}}` with the status of [`ServiceError`].
+//! Every error is `{"error": {"code", "message"}}` with the status of [`ServiceError`]. A
+//! route takes only the query parameters listed above (most take none): any other, such as a
+//! misspelt one, is 422 `validation_error` naming it, as an unknown body field is. Every
+//! parameter is checked before any AWS call: ids by the rule of [`crate::validate`], a cursor
+//! against the listing it must come from.
 
 use crate::App;
 use crate::config::MAX_PAYLOAD_BYTES;
@@ -29,8 +33,9 @@ use crate::error::ServiceError;
 use crate::model::DeliveryStatus;
 use crate::service::{admin, ingest};
 use crate::store::{DeliveryQuery, IdempotencyRecord};
-use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, Path, RawQuery, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -98,8 +103,69 @@ fn parse_json_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ServiceErro
     })
 }
 
+/// A route's one path parameter (`{id}`, `{tenant_id}`), percent-decoded. axum's own
+/// rejection of a segment that is not UTF-8 once decoded (`caf%E9`) is a plain-text 400; this
+/// one is the error shape: 404 `not_found` for an id (no id that could be stored is not
+/// UTF-8), 422 naming `tenant_id` for a tenant, as the id rule answers.
+struct PathParam(String);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathParam {
+    type Rejection = ServiceError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ServiceError> {
+        match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(value)) => Ok(Self(value)),
+            Err(_) => {
+                let tenant = parts.extensions.get::<MatchedPath>().is_some_and(|m| m.as_str().contains("{tenant_id}"));
+                Err(if tenant {
+                    ServiceError::Validation(format!(
+                        "tenant_id: is not UTF-8 once percent-decoded; ids and names use only {}",
+                        crate::validate::ID_ALPHABET
+                    ))
+                } else {
+                    ServiceError::NotFound(format!(
+                        "{}: no such resource (its id is not UTF-8 once percent-decoded)",
+                        crate::validate::shown(parts.uri.path())
+                    ))
+                })
+            }
+        }
+    }
+}
+
 fn required<T>(value: Option<T>, field: &str) -> Result<T, ServiceError> {
     value.ok_or_else(|| ServiceError::Validation(format!("{field}: is required")))
+}
+
+/// Reads a route's query string into `T`, whose fields are the route's parameters (each
+/// `T` denies unknown ones), as axum's `Query` reads it (`serde_urlencoded`): 422
+/// `validation_error` naming the parameter, the same shape as a body error (an unknown or
+/// misspelt parameter is `name: unknown field ...`, a malformed value `limit: invalid digit
+/// ...`).
+fn parse_query<T: DeserializeOwned>(query: Option<&str>) -> Result<T, ServiceError> {
+    let pairs = url::form_urlencoded::parse(query.unwrap_or("").as_bytes());
+    serde_path_to_error::deserialize(serde_urlencoded::Deserializer::new(pairs)).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." {
+            ServiceError::Validation(format!("query: {inner}"))
+        } else {
+            ServiceError::Validation(format!("{}: {inner}", crate::validate::shown(&path)))
+        }
+    })
+}
+
+/// The query string of a route that takes no parameters: empty, or 422 `validation_error`
+/// naming the first parameter given (a misspelt one, or one another route takes, would
+/// otherwise be ignored without a word).
+fn no_params(query: Option<&str>) -> Result<(), ServiceError> {
+    match url::form_urlencoded::parse(query.unwrap_or("").as_bytes()).next() {
+        None => Ok(()),
+        Some((name, _)) => Err(ServiceError::Validation(format!(
+            "{}: unknown parameter; this route takes no query parameters",
+            crate::validate::shown(&name)
+        ))),
+    }
 }
 
 #[derive(Deserialize)]
@@ -178,9 +244,11 @@ pub fn event_request(body: &[u8]) -> Result<ingest::NewEvent, ServiceError> {
 
 async fn post_event(
     State(app): State<App>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServiceError> {
+    no_params(query.as_deref())?;
     let mut event = event_request(&body_bytes(body)?)?;
     let key = match headers.get(IDEMPOTENCY_KEY) {
         None => None,
@@ -307,42 +375,58 @@ fn parse_object(
     }
 }
 
-async fn post_endpoint(State(app): State<App>, body: Result<Bytes, BytesRejection>) -> Result<Response, ServiceError> {
+async fn post_endpoint(
+    State(app): State<App>,
+    RawQuery(query): RawQuery,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ServiceError> {
+    no_params(query.as_deref())?;
     let created = admin::create_endpoint(&app, &parse_object(body)?).await?;
     Ok((StatusCode::CREATED, Json(created)).into_response())
 }
 
 async fn patch_endpoint(
     State(app): State<App>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
+    RawQuery(query): RawQuery,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServiceError> {
+    no_params(query.as_deref())?;
     Ok(Json(admin::update_endpoint(&app, &id, &parse_object(body)?).await?).into_response())
 }
 
-async fn enable_endpoint(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ServiceError> {
+async fn enable_endpoint(
+    State(app): State<App>,
+    PathParam(id): PathParam,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ServiceError> {
+    no_params(query.as_deref())?;
     let (endpoint, job) = admin::enable_endpoint(&app, &id).await?;
     let mut body = serde_json::to_value(endpoint).map_err(|e| ServiceError::Internal(e.to_string()))?;
     body["release_job"] = serde_json::to_value(job).map_err(|e| ServiceError::Internal(e.to_string()))?;
     Ok(Json(body).into_response())
 }
 
-async fn disable_endpoint(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ServiceError> {
+async fn disable_endpoint(
+    State(app): State<App>,
+    PathParam(id): PathParam,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ServiceError> {
+    no_params(query.as_deref())?;
     Ok(Json(admin::disable_endpoint(&app, &id).await?).into_response())
 }
 
+/// `GET /v1/endpoints`'s parameters.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct EndpointListParams {
     tenant_id: Option<String>,
     limit: Option<usize>,
     cursor: Option<String>,
 }
 
-async fn list_endpoints(
-    State(app): State<App>,
-    params: Result<Query<EndpointListParams>, QueryRejection>,
-) -> Result<Response, ServiceError> {
-    let Query(p) = params.map_err(|e| ServiceError::Validation(e.body_text()))?;
+async fn list_endpoints(State(app): State<App>, RawQuery(query): RawQuery) -> Result<Response, ServiceError> {
+    let p: EndpointListParams = parse_query(query.as_deref())?;
     let tenant = p.tenant_id.unwrap_or_default();
     crate::validate::client_id("tenant_id", &tenant)?;
     let limit = check_limit(p.limit)?;
@@ -350,17 +434,19 @@ async fn list_endpoints(
         .into_response())
 }
 
+/// `DELETE /v1/endpoints/{id}`'s parameters.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct DeleteParams {
     force: Option<bool>,
 }
 
 async fn delete_endpoint(
     State(app): State<App>,
-    Path(id): Path<String>,
-    params: Result<Query<DeleteParams>, QueryRejection>,
+    PathParam(id): PathParam,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, ServiceError> {
-    let Query(p) = params.map_err(|e| ServiceError::Validation(e.body_text()))?;
+    let p: DeleteParams = parse_query(query.as_deref())?;
     let done = admin::delete_endpoint(&app, &id, p.force.unwrap_or(false)).await?;
     Ok(Json(serde_json::json!({
         "id": id,
@@ -371,7 +457,12 @@ async fn delete_endpoint(
     .into_response())
 }
 
-async fn endpoint_stats(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ServiceError> {
+async fn endpoint_stats(
+    State(app): State<App>,
+    PathParam(id): PathParam,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ServiceError> {
+    no_params(query.as_deref())?;
     Ok(Json(admin::endpoint_stats(&app, &id).await?).into_response())
 }
 
@@ -383,9 +474,11 @@ struct RotateBody {
 
 async fn rotate_secret(
     State(app): State<App>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
+    RawQuery(query): RawQuery,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServiceError> {
+    no_params(query.as_deref())?;
     let b: RotateBody = match &body {
         Ok(bytes) if bytes.is_empty() => RotateBody { secret: None },
         _ => parse_body(body)?,
@@ -402,26 +495,30 @@ struct RecoverBody {
 
 async fn recover(
     State(app): State<App>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
+    RawQuery(query): RawQuery,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServiceError> {
+    no_params(query.as_deref())?;
     let b: RecoverBody = parse_body(body)?;
     let since = time_param("since", b.since)?.ok_or_else(|| ServiceError::Validation("since: is required".into()))?;
     let job = admin::recover(&app, &id, since, time_param("until", b.until)?).await?;
     Ok((StatusCode::ACCEPTED, Json(job)).into_response())
 }
 
+/// `GET /v1/events/{id}`'s parameters.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct EventParams {
     tenant_id: Option<String>,
 }
 
 async fn get_event(
     State(app): State<App>,
-    Path(id): Path<String>,
-    params: Result<Query<EventParams>, QueryRejection>,
+    PathParam(id): PathParam,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, ServiceError> {
-    let Query(p) = params.map_err(|e| ServiceError::Validation(e.body_text()))?;
+    let p: EventParams = parse_query(query.as_deref())?;
     let tenant = p.tenant_id.filter(|t| !t.is_empty());
     if let Some(t) = &tenant {
         crate::validate::client_id("tenant_id", t)?;
@@ -437,19 +534,36 @@ fn check_limit(limit: Option<usize>) -> Result<usize, ServiceError> {
     Ok(limit)
 }
 
-async fn get_job(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ServiceError> {
+async fn get_job(
+    State(app): State<App>,
+    PathParam(id): PathParam,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ServiceError> {
+    no_params(query.as_deref())?;
     Ok(Json(admin::get_job(&app, &id).await?).into_response())
 }
 
-async fn get_endpoint(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ServiceError> {
+async fn get_endpoint(
+    State(app): State<App>,
+    PathParam(id): PathParam,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ServiceError> {
+    no_params(query.as_deref())?;
     Ok(Json(admin::get_endpoint(&app, &id).await?).into_response())
 }
 
-async fn get_delivery(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ServiceError> {
+async fn get_delivery(
+    State(app): State<App>,
+    PathParam(id): PathParam,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ServiceError> {
+    no_params(query.as_deref())?;
     Ok(Json(admin::get_delivery(&app, &id).await?).into_response())
 }
 
+/// `GET /v1/deliveries`'s parameters.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ListParams {
     status: Option<String>,
     endpoint_id: Option<String>,
@@ -462,25 +576,27 @@ struct ListParams {
 fn time_param(name: &str, value: Option<String>) -> Result<Option<chrono::DateTime<chrono::Utc>>, ServiceError> {
     match value.filter(|v| !v.is_empty()) {
         None => Ok(None),
-        Some(v) => chrono::DateTime::parse_from_rfc3339(&v)
-            .map(|t| Some(t.with_timezone(&chrono::Utc)))
-            .map_err(|e| ServiceError::Validation(format!("{name}: {v:?} is not an RFC 3339 time ({e})"))),
+        Some(v) => chrono::DateTime::parse_from_rfc3339(&v).map(|t| Some(t.with_timezone(&chrono::Utc))).map_err(|e| {
+            ServiceError::Validation(format!("{name}: {:?} is not an RFC 3339 time ({e})", crate::validate::shown(&v)))
+        }),
     }
 }
 
-async fn list_deliveries(
-    State(app): State<App>,
-    params: Result<Query<ListParams>, QueryRejection>,
-) -> Result<Response, ServiceError> {
-    let Query(p) = params.map_err(|e| ServiceError::Validation(e.body_text()))?;
+async fn list_deliveries(State(app): State<App>, RawQuery(query): RawQuery) -> Result<Response, ServiceError> {
+    let p: ListParams = parse_query(query.as_deref())?;
     let status = match p.status.as_deref().filter(|s| !s.is_empty()) {
         None => None,
         Some(s) => Some(DeliveryStatus::parse(s).ok_or_else(|| {
             ServiceError::Validation(format!(
-                "status: {s:?} is not one of scheduled, sending, delivered, exhausted, held"
+                "status: {:?} is not one of scheduled, sending, delivered, exhausted, held",
+                crate::validate::shown(s)
             ))
         })?),
     };
+    let endpoint_id = p.endpoint_id.filter(|s| !s.is_empty());
+    if let Some(e) = &endpoint_id {
+        crate::validate::client_id("endpoint_id", e)?;
+    }
     let limit = check_limit(p.limit)?;
     let since = time_param("since", p.since)?;
     let until = time_param("until", p.until)?;
@@ -494,7 +610,7 @@ async fn list_deliveries(
         )));
     }
     let query = DeliveryQuery {
-        endpoint_id: p.endpoint_id.filter(|s| !s.is_empty()),
+        endpoint_id,
         status,
         since,
         until,
@@ -505,7 +621,12 @@ async fn list_deliveries(
     Ok(Json(admin::list_deliveries(&app, query).await?).into_response())
 }
 
-async fn replay(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ServiceError> {
+async fn replay(
+    State(app): State<App>,
+    PathParam(id): PathParam,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ServiceError> {
+    no_params(query.as_deref())?;
     let d = admin::replay(&app, &id).await?;
     Ok((StatusCode::ACCEPTED, Json(d)).into_response())
 }
@@ -520,10 +641,12 @@ struct PortalSessionBody {
 /// to (`x-forwarded-proto` or http), so it points at the same API Gateway or local runtime.
 async fn portal_session(
     State(app): State<App>,
-    Path(tenant_id): Path<String>,
+    PathParam(tenant_id): PathParam,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServiceError> {
+    no_params(query.as_deref())?;
     let b: PortalSessionBody = match &body {
         Ok(bytes) if bytes.is_empty() => PortalSessionBody { ttl_seconds: None },
         _ => parse_body(body)?,
@@ -587,4 +710,41 @@ pub fn admin_router(app: App) -> Router {
 /// Every route (the local runtime).
 pub fn router(app: App) -> Router {
     finish(ingest_routes().merge(admin_routes()), app)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused<T: DeserializeOwned>(query: &str) -> String {
+        match parse_query::<T>(Some(query)) {
+            Ok(_) => String::from("accepted"),
+            Err(e) => format!("{} {e}", e.code()),
+        }
+    }
+
+    #[test]
+    fn a_query_error_names_the_parameter() {
+        assert_eq!(
+            refused::<EndpointListParams>("tenant=acme"),
+            "validation_error tenant: unknown field `tenant`, expected one of `tenant_id`, `limit`, `cursor`"
+        );
+        assert_eq!(
+            refused::<ListParams>("status=held&limit=ten"),
+            "validation_error limit: invalid digit found in string"
+        );
+        assert_eq!(
+            refused::<DeleteParams>("force=yes"),
+            "validation_error force: provided string was not `true` or `false`"
+        );
+        assert_eq!(
+            refused::<EventParams>("tenant_id=a&tenant_id=b"),
+            "validation_error query: duplicate field `tenant_id`"
+        );
+        assert_eq!(refused::<ListParams>("endpoint_id=ep_1&status=held&since=&until=&limit=5&cursor="), "accepted");
+        assert!(parse_query::<EventParams>(None).is_ok());
+        let e = no_params(Some("mode=sync")).unwrap_err();
+        assert_eq!(e.to_string(), "mode: unknown parameter; this route takes no query parameters");
+        assert!(no_params(Some("")).is_ok() && no_params(None).is_ok());
+    }
 }

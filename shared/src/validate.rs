@@ -53,17 +53,26 @@ pub fn client_id(field: &str, value: &str) -> Result<(), ServiceError> {
     Ok(())
 }
 
+/// Longest part of a client's value an error message repeats, in characters.
+pub const SHOWN_CHARS: usize = 64;
+
+/// `value` as an error message repeats it: its first [`SHOWN_CHARS`] characters, with `...`
+/// when it was longer (a 5,000-character parameter is not echoed back whole).
+pub fn shown(value: &str) -> String {
+    let mut out: String = value.chars().take(SHOWN_CHARS).collect();
+    if out.len() < value.len() {
+        out.push_str("...");
+    }
+    out
+}
+
 /// Checks an id taken from the URL path of a lookup (`ep_...`, `dlv_...`, `job_...`, an event
 /// id): one that could never have been stored is simply not found, without an AWS call.
 ///
 /// # Errors
 /// [`ServiceError::NotFound`] naming `kind` and the id.
 pub fn lookup_id(kind: &str, id: &str) -> Result<(), ServiceError> {
-    if is_client_id(id) {
-        Ok(())
-    } else {
-        Err(ServiceError::NotFound(format!("{kind} {}: no such {kind}", id.chars().take(64).collect::<String>())))
-    }
+    if is_client_id(id) { Ok(()) } else { Err(ServiceError::NotFound(format!("{kind} {}: no such {kind}", shown(id)))) }
 }
 
 #[cfg(test)]
@@ -83,5 +92,12 @@ mod tests {
             assert!(http::HeaderValue::from_str(good).is_ok());
         }
         assert!(client_id("id", &"a".repeat(MAX_ID_BYTES)).is_ok());
+    }
+
+    #[test]
+    fn a_long_value_is_shown_cut_and_marked() {
+        assert_eq!(shown("acme"), "acme");
+        assert_eq!(shown(&"x".repeat(5000)), format!("{}...", "x".repeat(SHOWN_CHARS)));
+        assert_eq!(shown(&"\u{e9}".repeat(SHOWN_CHARS)), "\u{e9}".repeat(SHOWN_CHARS));
     }
 }

@@ -147,14 +147,7 @@ impl Stack {
 
     /// A request to the API; returns the status and the JSON body (`null` when empty).
     pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut req = self.http.request(method, format!("{}{path}", self.base));
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.expect("api request");
-        let status = resp.status().as_u16();
-        let text = resp.text().await.expect("api body");
-        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+        call_at(&self.http, &self.base, method, path, body).await
     }
 
     /// POSTs raw bytes as JSON.
@@ -436,6 +429,140 @@ impl aws_sdk_dynamodb::config::Intercept for QueryCounter {
         }
         Ok(())
     }
+}
+
+/// How [`FailNth`] fails the call it picks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Before it is sent: nothing is written, the caller sees an error.
+    BeforeSend,
+    /// After DynamoDB has answered: the write happened, the caller sees an error (as after a
+    /// timeout).
+    LoseAnswer,
+    /// DynamoDB's answer is replaced by a 400 `ValidationException`, as DynamoDB answers a
+    /// request it refuses as malformed (an oversized key, a bad expression).
+    ValidationException,
+}
+
+/// The message of the `ValidationException` [`Fault::ValidationException`] answers.
+pub const INJECTED_VALIDATION_MESSAGE: &str = "1 validation error detected: injected by the test";
+
+/// An SDK interceptor that fails the `nth` (1-based; 0 = every) call of one DynamoDB
+/// operation (its SDK name, `PutItem`, `UpdateItem`, ...; empty = every operation), as
+/// `fault` says.
+#[derive(Debug)]
+pub struct FailNth {
+    operation: &'static str,
+    nth: usize,
+    fault: Fault,
+    seen: std::sync::atomic::AtomicUsize,
+}
+
+impl FailNth {
+    /// Fails the `nth` call of `operation` (see the type's docs) with `fault`.
+    pub fn new(operation: &'static str, nth: usize, fault: Fault) -> Self {
+        Self { operation, nth, fault, seen: std::sync::atomic::AtomicUsize::new(0) }
+    }
+
+    fn hit(&self, cfg: &aws_smithy_types::config_bag::ConfigBag) -> bool {
+        use aws_smithy_runtime_api::client::orchestrator::Metadata;
+        let ours = cfg.load::<Metadata>().is_some_and(|m| self.operation.is_empty() || m.name() == self.operation);
+        ours && (self.nth == 0 || self.seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == self.nth)
+    }
+
+    fn operation_name(&self) -> &'static str {
+        if self.operation.is_empty() { "any operation" } else { self.operation }
+    }
+
+    fn injected(&self) -> aws_smithy_runtime_api::box_error::BoxError {
+        format!("injected failure of {} call {}", self.operation_name(), self.nth).into()
+    }
+}
+
+impl aws_smithy_runtime_api::client::interceptors::Intercept for FailNth {
+    fn name(&self) -> &'static str {
+        "fail the nth call of an operation"
+    }
+
+    fn modify_before_serialization(
+        &self,
+        _context: &mut aws_smithy_runtime_api::client::interceptors::context::BeforeSerializationInterceptorContextMut<
+            '_,
+        >,
+        _rc: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        cfg: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        if self.fault == Fault::BeforeSend && self.hit(cfg) { Err(self.injected()) } else { Ok(()) }
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        context: &mut aws_smithy_runtime_api::client::interceptors::context::BeforeDeserializationInterceptorContextMut<
+            '_,
+        >,
+        _rc: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        cfg: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        match self.fault {
+            Fault::LoseAnswer if self.hit(cfg) => Err(self.injected()),
+            Fault::ValidationException if self.hit(cfg) => {
+                let body = json!({
+                    "__type": "com.amazon.coral.validate#ValidationException",
+                    "message": INJECTED_VALIDATION_MESSAGE,
+                });
+                let status = aws_smithy_runtime_api::http::StatusCode::try_from(400u16)?;
+                let mut answer = aws_smithy_runtime_api::http::Response::new(
+                    status,
+                    aws_smithy_types::body::SdkBody::from(body.to_string()),
+                );
+                answer.headers_mut().insert("content-type", "application/x-amz-json-1.0");
+                answer.headers_mut().insert("x-amzn-errortype", "ValidationException");
+                *context.response_mut() = answer;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The API of `stack`'s table and queue, served on its own port by an app whose DynamoDB
+/// client fails the `nth` call of `operation` once, before it is sent (see [`FailNth`]).
+/// Returns its base URL (`http://127.0.0.1:PORT`).
+pub async fn faulty_api(stack: &Stack, operation: &'static str, nth: usize) -> String {
+    faulty_api_with(stack, FailNth::new(operation, nth, Fault::BeforeSend)).await
+}
+
+/// As [`faulty_api`], with the fault given.
+pub async fn faulty_api_with(stack: &Stack, fault: FailNth) -> String {
+    let sdk = webhooks::app::aws_sdk_config().await;
+    let conf = aws_sdk_dynamodb::config::Builder::from(&sdk).interceptor(fault).build();
+    let ddb = aws_sdk_dynamodb::Client::from_conf(conf);
+    let app =
+        webhooks::App::from_clients((*stack.app.config).clone(), ddb, stack.sqs.clone(), None).expect("faulty app");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind faulty api");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, webhooks::api::router(app)).await;
+    });
+    format!("http://{addr}")
+}
+
+/// A request to the API at `base`; returns the status and the JSON body (`null` when empty).
+pub async fn call_at(
+    http: &reqwest::Client,
+    base: &str,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = http.request(method, format!("{base}{path}"));
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().await.expect("api request");
+    let status = resp.status().as_u16();
+    let text = resp.text().await.expect("api body");
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 
 /// Called before every store call with the call's name (`apply`, `commit`, `get_endpoint`,

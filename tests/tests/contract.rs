@@ -2,20 +2,12 @@
 //! ids, tenant-scoped events, idempotency keys bound to their request, honest sync answers,
 //! all-or-nothing fan-out, secrets kept out of logs, policies that round-trip.
 
-use aws_smithy_runtime_api::box_error::BoxError;
-use aws_smithy_runtime_api::client::interceptors::Intercept;
-use aws_smithy_runtime_api::client::interceptors::context::{
-    BeforeDeserializationInterceptorContextRef, BeforeSerializationInterceptorContextMut,
-};
-use aws_smithy_runtime_api::client::orchestrator::Metadata;
-use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
-use aws_smithy_types::config_bag::ConfigBag;
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
-use webhooks_tests::{Receiver, Reply, Stack, eventually};
+use webhooks_tests::{FailNth, Fault, Receiver, Reply, Stack, call_at, eventually, faulty_api, faulty_api_with};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -39,72 +31,6 @@ async fn post_keyed(stack: &Stack, key: &str, body: &Value) -> (u16, Value, bool
     let status = resp.status().as_u16();
     let replayed = resp.headers().get("idempotent-replayed").is_some();
     (status, resp.json().await.unwrap_or(Value::Null), replayed)
-}
-
-/// Fails the `nth` (1-based) call of one DynamoDB operation, once: before it is sent, or,
-/// with `lose_answer`, after DynamoDB has answered (the write happened; the caller sees an
-/// error, as after a timeout).
-#[derive(Debug)]
-struct FailNth {
-    operation: &'static str,
-    nth: usize,
-    lose_answer: bool,
-    seen: AtomicUsize,
-}
-
-impl FailNth {
-    fn hit(&self, cfg: &ConfigBag) -> Result<(), BoxError> {
-        if cfg.load::<Metadata>().is_some_and(|m| m.name() == self.operation)
-            && self.seen.fetch_add(1, Ordering::SeqCst) + 1 == self.nth
-        {
-            return Err(format!("injected failure of {} call {}", self.operation, self.nth).into());
-        }
-        Ok(())
-    }
-}
-
-impl Intercept for FailNth {
-    fn name(&self) -> &'static str {
-        "fail the nth call of an operation"
-    }
-
-    fn modify_before_serialization(
-        &self,
-        _context: &mut BeforeSerializationInterceptorContextMut<'_>,
-        _rc: &RuntimeComponents,
-        cfg: &mut ConfigBag,
-    ) -> Result<(), BoxError> {
-        if self.lose_answer { Ok(()) } else { self.hit(cfg) }
-    }
-
-    fn read_after_transmit(
-        &self,
-        _context: &BeforeDeserializationInterceptorContextRef<'_>,
-        _rc: &RuntimeComponents,
-        cfg: &mut ConfigBag,
-    ) -> Result<(), BoxError> {
-        if self.lose_answer { self.hit(cfg) } else { Ok(()) }
-    }
-}
-
-/// The API of `stack`'s table and queue, served on its own port by an app whose DynamoDB
-/// client fails the `nth` call of `operation` once (see [`FailNth`]). Returns its base URL.
-async fn faulty_api(stack: &Stack, operation: &'static str, nth: usize) -> String {
-    faulty_api_with(stack, FailNth { operation, nth, lose_answer: false, seen: AtomicUsize::new(0) }).await
-}
-
-async fn faulty_api_with(stack: &Stack, fault: FailNth) -> String {
-    let sdk = webhooks::app::aws_sdk_config().await;
-    let conf = aws_sdk_dynamodb::config::Builder::from(&sdk).interceptor(fault).build();
-    let ddb = aws_sdk_dynamodb::Client::from_conf(conf);
-    let app =
-        webhooks::App::from_clients((*stack.app.config).clone(), ddb, stack.sqs.clone(), None).expect("faulty app");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, webhooks::api::router(app)).await;
-    });
-    format!("http://{addr}")
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -144,6 +70,164 @@ async fn ids_that_cannot_be_a_header_value_are_refused_naming_the_field() {
     }
     let (status, answer) = stack.call(Method::GET, &format!("/v1/endpoints/ep_{}", "x".repeat(5000)), None).await;
     assert_eq!((status, code(&answer)), (404, "not_found"), "{answer}");
+    stack.stop().await;
+}
+
+/// A cursor as the API hands them out: the JSON, base64url without padding.
+fn cursor_of(json: Value) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_query_and_path_parameter_is_checked_before_any_aws_call() {
+    let stack = Stack::start(|_| {}).await;
+    // Every DynamoDB call of this API fails (503): a 4xx from it was answered before any.
+    let base = faulty_api_with(&stack, FailNth::new("", 0, Fault::BeforeSend)).await;
+    let long = "x".repeat(5000);
+    let digits = "9".repeat(5000);
+    let crlf = "a%0D%0Ab";
+    // Not UTF-8 once percent-decoded.
+    let latin1 = "caf%E9";
+    let t = "2025-01-01T00:00:00.000Z";
+    let long_key = |sk: &str| json!({"pk": format!("DELIVERY#{long}"), "sk": "DELIVERY", "ep_pk": "ep_x", "ep_sk": sk});
+    let cursors = [
+        // An endpoint listing's key: outsized, or another tenant's partition.
+        ("/v1/endpoints?tenant_id=acme", cursor_of(json!({"pk": "TENANT#acme", "sk": format!("ENDPOINT#{long}")}))),
+        ("/v1/endpoints?tenant_id=acme", cursor_of(json!({"pk": "TENANT#other", "sk": "ENDPOINT#ep_1"}))),
+        ("/v1/endpoints?tenant_id=acme", cursor_of(json!({"pk": "TENANT#acme", "sk": "ENDPOINT#ep_1", "x": "y"}))),
+        // A delivery listing's key with an outsized table key or index sort key, as one
+        // partition's key and as a merged listing's.
+        ("/v1/deliveries?endpoint_id=ep_x", cursor_of(long_key(&format!("open#{t}#dlv_1")))),
+        (
+            "/v1/deliveries?endpoint_id=ep_x",
+            cursor_of(json!({"buckets": {"open": long_key(&format!("open#{t}#dlv_1"))}})),
+        ),
+        (
+            "/v1/deliveries?endpoint_id=ep_x",
+            cursor_of(
+                json!({"pk": "DELIVERY#dlv_1", "sk": "DELIVERY", "ep_pk": "ep_x", "ep_sk": format!("open#{long}")}),
+            ),
+        ),
+        (
+            "/v1/deliveries?status=exhausted",
+            cursor_of(
+                json!({"pk": format!("DELIVERY#{long}"), "sk": "DELIVERY", "status_key": "exhausted", "status_sk": t}),
+            ),
+        ),
+    ];
+    let mut refused: Vec<(Method, String, Option<Value>, u16, &str)> = Vec::new();
+    for v in [long.as_str(), crlf, latin1] {
+        for (path, field) in [
+            (format!("/v1/deliveries?endpoint_id={v}"), "endpoint_id"),
+            (format!("/v1/deliveries?endpoint_id={v}&status=delivered"), "endpoint_id"),
+            (format!("/v1/deliveries?status={v}"), "status"),
+            (format!("/v1/deliveries?endpoint_id=ep_x&since={v}"), "since"),
+            (format!("/v1/deliveries?endpoint_id=ep_x&until={v}"), "until"),
+            (format!("/v1/deliveries?endpoint_id=ep_x&cursor={v}"), "cursor"),
+            (format!("/v1/deliveries?status=exhausted&cursor={v}"), "cursor"),
+            (format!("/v1/endpoints?tenant_id={v}"), "tenant_id"),
+            (format!("/v1/endpoints?tenant_id=acme&cursor={v}"), "cursor"),
+            (format!("/v1/events/evt-1?tenant_id={v}"), "tenant_id"),
+        ] {
+            refused.push((Method::GET, path, None, 422, field));
+        }
+        refused.push((Method::DELETE, format!("/v1/endpoints/ep_x?force={v}"), None, 422, "force"));
+        refused.push((Method::POST, format!("/v1/tenants/{v}/portal-sessions"), None, 422, "tenant_id"));
+        for (method, path, body) in [
+            (Method::GET, format!("/v1/endpoints/{v}"), None),
+            (Method::PATCH, format!("/v1/endpoints/{v}"), Some(json!({"auto_resume": true}))),
+            (Method::DELETE, format!("/v1/endpoints/{v}"), None),
+            (Method::GET, format!("/v1/endpoints/{v}/stats"), None),
+            (Method::POST, format!("/v1/endpoints/{v}/enable"), None),
+            (Method::POST, format!("/v1/endpoints/{v}/disable"), None),
+            (Method::POST, format!("/v1/endpoints/{v}/rotate-secret"), None),
+            (Method::POST, format!("/v1/endpoints/{v}/recover"), Some(json!({"since": t}))),
+            (Method::GET, format!("/v1/events/{v}"), None),
+            (Method::GET, format!("/v1/jobs/{v}"), None),
+            (Method::GET, format!("/v1/deliveries/{v}"), None),
+            (Method::POST, format!("/v1/deliveries/{v}/replay"), None),
+        ] {
+            refused.push((method, path, body, 404, ""));
+        }
+    }
+    for limit in [digits.as_str(), crlf] {
+        refused.push((Method::GET, format!("/v1/deliveries?status=exhausted&limit={limit}"), None, 422, "limit"));
+        refused.push((Method::GET, format!("/v1/endpoints?tenant_id=acme&limit={limit}"), None, 422, "limit"));
+    }
+    for (path, cursor) in &cursors {
+        refused.push((Method::GET, format!("{path}&cursor={cursor}"), None, 422, "cursor"));
+    }
+    for (method, path, body, status, field) in refused {
+        let (got, answer) = call_at(&stack.http, &base, method.clone(), &path, body).await;
+        let shown = path.chars().take(120).collect::<String>();
+        assert_eq!(got, status, "{method} {shown}: {answer}");
+        let want = if status == 404 { "not_found" } else { "validation_error" };
+        assert_eq!(code(&answer), want, "{method} {shown}: {answer}");
+        assert!(message(&answer).starts_with(&format!("{field}: ")) || field.is_empty(), "{shown}: {answer}");
+        assert!(message(&answer).len() < 400, "the message does not echo the whole value: {shown}: {answer}");
+    }
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unknown_and_misspelt_query_parameters_are_named() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let ep = stack.endpoint("acme", &rx.url, Value::Null).await;
+    let id = ep["id"].as_str().unwrap();
+    let event = json!({"tenant_id": "acme", "event_type": "order.paid", "payload": {}});
+    for (method, path, body, field) in [
+        (Method::GET, "/v1/endpoints?tenant=acme".to_string(), None, "tenant"),
+        (Method::GET, "/v1/endpoints?tenant_id=acme&page=2".to_string(), None, "page"),
+        (Method::GET, "/v1/deliveries?status=exhausted&limt=5".to_string(), None, "limt"),
+        (Method::GET, format!("/v1/deliveries?endpoint_id={id}&from=2025-01-01T00:00:00Z"), None, "from"),
+        (Method::GET, "/v1/events/evt-1?tenant=acme".to_string(), None, "tenant"),
+        (Method::DELETE, format!("/v1/endpoints/{id}?forse=true"), None, "forse"),
+        (Method::GET, format!("/v1/endpoints/{id}?verbose=1"), None, "verbose"),
+        (Method::POST, format!("/v1/endpoints/{id}/disable?force=true"), None, "force"),
+        (Method::POST, "/v1/events?mode=sync".to_string(), Some(event.clone()), "mode"),
+        (Method::GET, "/v1/deliveries?status=exhausted&limit=ten".to_string(), None, "limit"),
+    ] {
+        let (status, answer) = stack.call(method.clone(), &path, body).await;
+        assert_eq!((status, code(&answer)), (422, "validation_error"), "{method} {path}: {answer}");
+        assert!(message(&answer).starts_with(&format!("{field}: ")), "{method} {path}: {answer}");
+    }
+    // Nothing refused was done: the endpoint is still there and enabled, no event was made.
+    let (status, shown) = stack.call(Method::GET, &format!("/v1/endpoints/{id}"), None).await;
+    assert_eq!((status, shown["state"].as_str()), (200, Some("enabled")), "{shown}");
+    assert_eq!(rx.count(), 0);
+    // Every parameter the routes document is still accepted.
+    for path in [
+        "/v1/endpoints?tenant_id=acme&limit=10&cursor=".to_string(),
+        format!(
+            "/v1/deliveries?endpoint_id={id}&status=delivered&since=2025-01-01T00:00:00Z&until=2099-01-01T00:00:00Z&limit=5&cursor="
+        ),
+    ] {
+        let (status, answer) = stack.call(Method::GET, &path, None).await;
+        assert_eq!(status, 200, "{path}: {answer}");
+    }
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_aws_validation_error_through_the_router_is_a_logged_500_internal() {
+    let logs = captured_logs();
+    let stack = Stack::start(|_| {}).await;
+    // DynamoDB answers the lookup's GetItem with a ValidationException: a request we built
+    // wrong, so our bug, not the caller's to retry.
+    let base = faulty_api_with(&stack, FailNth::new("GetItem", 0, Fault::ValidationException)).await;
+    let (status, answer) = call_at(&stack.http, &base, Method::GET, "/v1/deliveries/dlv_refused", None).await;
+    assert_eq!((status, code(&answer)), (500, "internal"), "never 503 (\"safe to retry\"): {answer}");
+    let text = || String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    eventually("the error's log line", WAIT, || async {
+        text().lines().any(|l| {
+            l.contains("ERROR")
+                && l.contains("request failed")
+                && l.contains(webhooks_tests::INJECTED_VALIDATION_MESSAGE)
+        })
+    })
+    .await;
     stack.stop().await;
 }
 
@@ -288,6 +372,54 @@ async fn a_sync_attempt_that_cannot_be_claimed_says_it_is_deferred() {
     stack.stop().await;
 }
 
+/// Posts a sync event through an API whose `nth` UpdateItem fails with `fault`; returns the
+/// answer's status and body.
+async fn sync_event_through(stack: &Stack, nth: usize, fault: Fault) -> (u16, Value) {
+    let base = faulty_api_with(stack, FailNth::new("UpdateItem", nth, fault)).await;
+    let body = json!({"tenant_id": "acme", "event_type": "order.paid", "payload": {}, "mode": "sync"});
+    call_at(&stack.http, &base, Method::POST, "/v1/events", Some(body)).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sync_attempt_whose_record_failed_after_the_post_says_deferred_and_is_delivered() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    stack.endpoint("acme", &rx.url, Value::Null).await;
+    // UpdateItem 1 claims the delivery, the POST goes out, UpdateItem 2 (the record) fails.
+    let (status, answer) = sync_event_through(&stack, 2, Fault::BeforeSend).await;
+    assert_eq!(status, 202, "accepted and deferred, not 503: {answer}");
+    assert_eq!(answer["deferred"], true, "{answer}");
+    assert!(message_of(&answer).contains("asynchronously"), "{answer}");
+    assert!(message_of(&answer).contains("more than once"), "it warns of the second request: {answer}");
+    assert_eq!(rx.count(), 1, "the inline POST went out");
+    // As the README says: the lost attempt is recorded when its lease ends and the delivery is
+    // sent again; the receiver sees the same webhook-id twice, and the delivery ends delivered.
+    let d = answer["deliveries"][0]["id"].as_str().unwrap();
+    let d = stack.wait_status(d, "delivered", Duration::from_secs(90)).await;
+    let hits = rx.hits();
+    assert_eq!(hits.len(), 2, "{d:#}");
+    assert_eq!(hits[0].header("webhook-id"), hits[1].header("webhook-id"));
+    assert_eq!(hits[0].header("webhook-id"), answer["event_id"].as_str().unwrap());
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sync_attempt_whose_record_answer_was_lost_says_deferred_and_is_delivered_once() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    stack.endpoint("acme", &rx.url, Value::Null).await;
+    // The record (UpdateItem 2) is written, but its answer is lost.
+    let (status, answer) = sync_event_through(&stack, 2, Fault::LoseAnswer).await;
+    assert_eq!(status, 202, "accepted and deferred, not 503: {answer}");
+    assert_eq!(answer["deferred"], true, "{answer}");
+    assert!(message_of(&answer).contains("asynchronously"), "{answer}");
+    let d = answer["deliveries"][0]["id"].as_str().unwrap();
+    let d = stack.wait_status(d, "delivered", WAIT).await;
+    assert_eq!(d["attempt_count"], 1, "{d:#}");
+    assert_eq!(rx.count(), 1, "the recorded attempt is not sent again");
+    stack.stop().await;
+}
+
 fn message_of(answer: &Value) -> &str {
     answer["message"].as_str().unwrap_or("")
 }
@@ -314,11 +446,44 @@ async fn a_fan_out_whose_put_fails_is_all_or_nothing() {
         "a 503 ({failed}) means nothing was accepted: {}",
         answer["deliveries"].as_array().map_or(0, Vec::len)
     );
+    assert!(!event_item_exists(&stack, "big", "evt-fan").await, "the event item was taken back too");
     let (status, answer) = stack.call(Method::POST, "/v1/events", Some(body)).await;
     assert_eq!(status, 202, "{answer}");
     assert_eq!(answer["deliveries"].as_array().unwrap().len(), 150);
-    eventually("150 deliveries", Duration::from_secs(60), || async { rx.count() >= 150 }).await;
+    delivered_exactly_once_each(&stack, &rx, "evt-fan", 150).await;
     stack.stop().await;
+}
+
+/// Whether the event item (`tenant`, `id`) is in the table (a strongly consistent read).
+async fn event_item_exists(stack: &Stack, tenant: &str, id: &str) -> bool {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use webhooks::store::keys;
+    aws_sdk_dynamodb::Client::new(&webhooks::app::aws_sdk_config().await)
+        .get_item()
+        .table_name(&stack.app.config.table)
+        .key(keys::PK, AttributeValue::S(keys::event_pk(tenant, id)))
+        .key(keys::SK, AttributeValue::S(keys::EVENT_ITEM_SK.into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("read the event item")
+        .item
+        .is_some()
+}
+
+/// Waits until the `n` deliveries of event `id` (tenant `big`) are delivered, then checks that
+/// the receiver was called exactly `n` times, each time with that event's `webhook-id`.
+async fn delivered_exactly_once_each(stack: &Stack, rx: &Receiver, id: &str, n: usize) {
+    let path = format!("/v1/events/{id}?tenant_id=big");
+    eventually(&format!("{n} deliveries of {id} delivered"), Duration::from_secs(90), || async {
+        let (status, event) = stack.call(Method::GET, &path, None).await;
+        let deliveries = event["deliveries"].as_array().cloned().unwrap_or_default();
+        status == 200 && deliveries.len() == n && deliveries.iter().all(|d| d["status"] == "delivered")
+    })
+    .await;
+    let hits = rx.hits();
+    assert_eq!(hits.len(), n, "one request per delivery, none twice and none left over");
+    assert!(hits.iter().all(|h| h.header("webhook-id") == id), "every request is this event's");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -329,7 +494,7 @@ async fn a_fan_out_whose_write_went_through_but_answered_an_error_is_taken_back(
         stack.endpoint("big", &rx.url, Value::Null).await;
     }
     // The 60th put is written, but its answer is lost (as after a timeout).
-    let lost = FailNth { operation: "PutItem", nth: 60, lose_answer: true, seen: AtomicUsize::new(0) };
+    let lost = FailNth::new("PutItem", 60, Fault::LoseAnswer);
     let base = faulty_api_with(&stack, lost).await;
     let body = json!({"tenant_id": "big", "event_type": "order.paid", "payload": {}, "id": "evt-lost"});
     let resp = stack.http.post(format!("{base}/v1/events")).json(&body).send().await.unwrap();
@@ -338,11 +503,12 @@ async fn a_fan_out_whose_write_went_through_but_answered_an_error_is_taken_back(
     assert_eq!(status, 503, "{failed}");
     let (status, answer) = stack.call(Method::GET, "/v1/events/evt-lost?tenant_id=big", None).await;
     assert_eq!(status, 404, "a 503 ({failed}) means nothing was accepted: {answer}");
+    assert!(!event_item_exists(&stack, "big", "evt-lost").await, "the event item was taken back too");
     // The retry the 503 asks for delivers to all 150, once each.
     let (status, answer) = stack.call(Method::POST, "/v1/events", Some(body)).await;
     assert_eq!(status, 202, "{answer}");
     assert_eq!(answer["deliveries"].as_array().unwrap().len(), 150);
-    eventually("150 deliveries", Duration::from_secs(60), || async { rx.count() >= 150 }).await;
+    delivered_exactly_once_each(&stack, &rx, "evt-lost", 150).await;
     stack.stop().await;
 }
 

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::time::Duration;
-use webhooks_tests::{Receiver, Reply, Stack};
+use webhooks_tests::{FailNth, Fault, Receiver, Reply, Stack, faulty_api, faulty_api_with};
 
 struct Spec {
     doc: Value,
@@ -75,6 +75,37 @@ async fn call(
     let (status, value) = stack.call(method.clone(), path, body).await;
     spec.check(&method, template, status, &value);
     (status, value)
+}
+
+/// A call that must answer `status` with `code` (or, for a 2xx, any body), checked against
+/// the spec; `base` is the API to call (the stack's, or a faulty one's).
+#[allow(clippy::too_many_arguments)]
+async fn expect(
+    stack: &Stack,
+    spec: &Spec,
+    base: &str,
+    (method, template, path): (Method, &str, &str),
+    headers: &[(&str, &str)],
+    body: Option<Value>,
+    status: u16,
+    code: &str,
+) -> Value {
+    let mut req = stack.http.request(method.clone(), format!("{base}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().await.unwrap();
+    let got = resp.status().as_u16();
+    let value: Value = serde_json::from_str(&resp.text().await.unwrap()).unwrap_or(Value::Null);
+    assert_eq!(got, status, "{method} {path}: {value}");
+    if !code.is_empty() {
+        assert_eq!(value["error"]["code"], code, "{method} {path}: {value}");
+    }
+    spec.check(&method, template, got, &value);
+    value
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -148,20 +179,50 @@ async fn every_operation_in_openapi_yaml_answers_as_documented() {
     call(s, sp, Method::GET, "/v1/events/{id}", &format!("/v1/events/{event_id}"), None).await;
     call(s, sp, Method::GET, "/v1/events/{id}", &format!("/v1/events/{event_id}?tenant_id=acme"), None).await;
     // An Idempotency-Key: the first answer, then the same key with another request.
-    for payload in [json!({"n": 1}), json!({"n": 2})] {
-        let resp = stack
-            .http
-            .post(format!("{}/v1/events", stack.base))
-            .header("idempotency-key", "openapi-key")
-            .json(&json!({"tenant_id": "acme", "event_type": "order.paid", "payload": payload}))
-            .send()
-            .await
-            .unwrap();
-        let status = resp.status().as_u16();
-        let body: Value = resp.json().await.unwrap();
-        sp.check(&Method::POST, "/v1/events", status, &body);
+    let keyed = [("idempotency-key", "openapi-key")];
+    let post_events = (Method::POST, "/v1/events", "/v1/events");
+    for (payload, status, code) in [(json!({"n": 1}), 202, ""), (json!({"n": 2}), 422, "idempotency_key_reused")] {
+        let body = json!({"tenant_id": "acme", "event_type": "order.paid", "payload": payload});
+        expect(s, sp, &s.base, post_events.clone(), &keyed, Some(body), status, code).await;
     }
     call(s, sp, Method::GET, "/v1/events/{id}", "/v1/events/evt_missing", None).await;
+
+    // Sync answers: 409 `in_progress` while the first request with a key is in flight, and
+    // 202 `deferred` when the inline attempt cannot be claimed (the claim is the first
+    // UpdateItem of a sync event; this API fails it).
+    let slow = Receiver::start(Reply::Hang(Duration::from_millis(1500))).await;
+    let ok = Receiver::start(Reply::Status(200)).await;
+    for (tenant, url) in [("slow", &slow.url), ("t2", &ok.url), ("t3", &ok.url)] {
+        let (status, _) = s.call(Method::POST, "/v1/endpoints", Some(json!({"tenant_id": tenant, "url": url}))).await;
+        assert_eq!(status, 201);
+    }
+    let sync = json!({"tenant_id": "slow", "event_type": "order.paid", "payload": {}, "mode": "sync"});
+    let first = {
+        let (http, base, body) = (s.http.clone(), s.base.clone(), sync.clone());
+        tokio::spawn(async move {
+            let r = http.post(format!("{base}/v1/events")).header("idempotency-key", "openapi-sync").json(&body);
+            r.send().await.unwrap().status().as_u16()
+        })
+    };
+    webhooks_tests::eventually("the first sync attempt in flight", Duration::from_secs(20), || async {
+        slow.count() == 1
+    })
+    .await;
+    let in_flight = [("idempotency-key", "openapi-sync")];
+    expect(s, sp, &s.base, post_events.clone(), &in_flight, Some(sync), 409, "in_progress").await;
+    assert_eq!(first.await.unwrap(), 200);
+    let claim_fails = faulty_api(s, "UpdateItem", 1).await;
+    let sync = json!({"tenant_id": "t2", "event_type": "order.paid", "payload": {}, "mode": "sync"});
+    let deferred = expect(s, sp, &claim_fails, post_events.clone(), &[], Some(sync), 202, "").await;
+    assert_eq!(deferred["deferred"], true, "{deferred}");
+    // One event id in two tenants: a lookup without the tenant is 409 naming them.
+    for tenant in ["t2", "t3"] {
+        let body = json!({"tenant_id": tenant, "event_type": "order.paid", "payload": {}, "id": "shared-7"});
+        expect(s, sp, &s.base, post_events.clone(), &[], Some(body), 202, "").await;
+    }
+    let get_event = (Method::GET, "/v1/events/{id}", "/v1/events/shared-7");
+    let ambiguous = expect(s, sp, &s.base, get_event, &[], None, 409, "conflict").await;
+    assert!(ambiguous["error"]["message"].as_str().unwrap().contains("t3"), "{ambiguous}");
 
     // Deliveries: state, lists, dead letters, replay.
     stack.wait_status(&dlv, "exhausted", Duration::from_secs(20)).await;
@@ -170,6 +231,17 @@ async fn every_operation_in_openapi_yaml_answers_as_documented() {
     call(s, sp, Method::GET, "/v1/deliveries", "/v1/deliveries?status=exhausted", None).await;
     call(s, sp, Method::GET, "/v1/deliveries", &format!("/v1/deliveries?endpoint_id={id}&limit=1"), None).await;
     call(s, sp, Method::GET, "/v1/deliveries", "/v1/deliveries?status=bogus", None).await;
+    let backwards = format!("/v1/deliveries?endpoint_id={id}&since=2025-02-01T00:00:00Z&until=2025-01-01T00:00:00Z");
+    let list = (Method::GET, "/v1/deliveries", backwards.as_str());
+    expect(s, sp, &s.base, list, &[], None, 422, "validation_error").await;
+    let unknown = format!("/v1/endpoints/{id}?verbose=1");
+    let get_ep = (Method::GET, "/v1/endpoints/{id}", unknown.as_str());
+    expect(s, sp, &s.base, get_ep, &[], None, 422, "validation_error").await;
+    // DynamoDB refusing a request the service built (a ValidationException): 500 `internal`.
+    let refused = faulty_api_with(s, FailNth::new("GetItem", 0, Fault::ValidationException)).await;
+    let get_dlv = format!("/v1/deliveries/{dlv}");
+    let get_dlv = (Method::GET, "/v1/deliveries/{id}", get_dlv.as_str());
+    expect(s, sp, &refused, get_dlv, &[], None, 500, "internal").await;
     call(s, sp, Method::GET, "/v1/endpoints/{id}/stats", &format!("/v1/endpoints/{id}/stats"), None).await;
     rx.set_default(Reply::Status(200));
     call(s, sp, Method::POST, "/v1/deliveries/{id}/replay", &format!("/v1/deliveries/{dlv}/replay"), None).await;

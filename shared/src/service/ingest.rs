@@ -258,3 +258,24 @@ pub fn eventbridge_event(
     check(&new)?;
     Ok(new)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_eventbridge_detail_type_follows_the_event_type_id_rule() {
+        let envelope = |detail_type: &str| {
+            serde_json::from_value(serde_json::json!({
+                "version": "0", "id": "6a7e8feb-b491-4cf7-a9f1-bf3703467718", "detail-type": detail_type,
+                "source": "aws.ec2", "account": "123456789012", "time": "2026-11-30T00:00:00Z",
+                "region": "us-east-1", "resources": [], "detail": {"tenant_id": "acme"},
+            }))
+            .unwrap()
+        };
+        let e = eventbridge_event("tenant_id", envelope("EC2 Instance State-change Notification")).unwrap_err();
+        assert_eq!(e.code(), "validation_error");
+        assert!(e.to_string().starts_with("event_type: "), "{e}");
+        assert_eq!(eventbridge_event("tenant_id", envelope("order.paid")).unwrap().event_type, "order.paid");
+    }
+}

@@ -852,7 +852,7 @@ impl Store for DynamoStore {
         let page = self
             .endpoints_query(tenant_id)
             .limit(i32::try_from(limit.clamp(1, 100)).unwrap_or(100))
-            .set_exclusive_start_key(cursor.map(decode_cursor).transpose()?)
+            .set_exclusive_start_key(cursor.map(|c| endpoint_start(tenant_id, c)).transpose()?)
             .send()
             .await
             .map_err(aws)?;
@@ -1620,17 +1620,42 @@ impl DynamoStore {
     }
 }
 
-/// Whether `key` can be where a listing of `src` goes on: the table key (`pk`, `sk`) and the
-/// index key of `src`'s partition, nothing else (a tampered cursor is refused, not sent to
-/// DynamoDB).
+/// Longest sort key value DynamoDB takes, in bytes; a longer one in an `ExclusiveStartKey` is
+/// a `ValidationException`.
+const MAX_SORT_KEY_BYTES: usize = 1024;
+
+/// Whether `text` is `prefix` followed by an id the API could have handed out (the id rule of
+/// [`crate::validate`]: at most 256 bytes, no control characters).
+fn prefixed_id(text: Option<&String>, prefix: &str) -> bool {
+    text.and_then(|t| t.strip_prefix(prefix)).is_some_and(crate::validate::is_client_id)
+}
+
+/// Whether `key` can be where a listing of `src` goes on: the table key of a delivery (`pk`,
+/// `sk`) and the index key of `src`'s partition, with a sort key DynamoDB takes, nothing else
+/// (a tampered cursor is refused, not sent to DynamoDB).
 fn start_key_fits(src: &Source, key: &Item) -> bool {
     let text = |name: &str| key.get(name).and_then(|v| v.as_s().ok());
     let (pk_attr, sk_attr) = if src.bucket.is_empty() { (STATUS_KEY, STATUS_SK) } else { (EP_PK, EP_SK) };
     key.len() == 4
-        && text(PK).is_some()
-        && text(SK).is_some()
+        && prefixed_id(text(PK), &delivery_pk(""))
+        && text(SK).is_some_and(|sk| sk == DELIVERY_SK)
         && text(pk_attr) == Some(&src.partition)
-        && text(sk_attr).is_some_and(|sk| src.bucket.is_empty() || sk.starts_with(&format!("{}#", src.bucket)))
+        && text(sk_attr).is_some_and(|sk| {
+            sk.len() <= MAX_SORT_KEY_BYTES && (src.bucket.is_empty() || sk.starts_with(&format!("{}#", src.bucket)))
+        })
+}
+
+/// A `cursor` of `tenant_id`'s endpoint listing back into its `ExclusiveStartKey`: the table
+/// key of one of the tenant's endpoints and nothing else.
+///
+/// # Errors
+/// [`StoreError::InvalidCursor`] for anything else (another tenant's key, an outsized one),
+/// before DynamoDB sees it.
+fn endpoint_start(tenant_id: &str, cursor: &str) -> Result<Item, StoreError> {
+    let key = decode_cursor(cursor)?;
+    let text = |name: &str| key.get(name).and_then(|v| v.as_s().ok());
+    let fits = key.len() == 2 && text(PK) == Some(&tenant_pk(tenant_id)) && prefixed_id(text(SK), &endpoint_key(""));
+    if fits { Ok(key) } else { Err(StoreError::InvalidCursor) }
 }
 
 /// Deliveries read from one index partition, and the key to go on from.
