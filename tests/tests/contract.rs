@@ -34,6 +34,25 @@ async fn post_keyed(stack: &Stack, key: &str, body: &Value) -> (u16, Value, bool
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn an_endpoints_url_and_filter_are_bounded() {
+    let stack = Stack::start(|_| {}).await;
+    let long = format!("https://example.com/{}", "a".repeat(2048));
+    let many: Vec<String> = (0..=100).map(|n| format!("type.{n}")).collect();
+    for (body, field) in [
+        (json!({"tenant_id": "acme", "url": long}), "url"),
+        (json!({"tenant_id": "acme", "url": "https://example.com/hook", "event_types": many}), "event_types"),
+    ] {
+        let (status, answer) = stack.call(Method::POST, "/v1/endpoints", Some(body)).await;
+        assert_eq!(status, 422, "{answer}");
+        assert_eq!(code(&answer), "validation_error");
+        assert!(message(&answer).starts_with(&format!("{field}:")), "{answer}");
+    }
+    let (status, page) = stack.call(Method::GET, "/v1/endpoints?tenant_id=acme", None).await;
+    assert_eq!((status, page["data"].as_array().map(Vec::len)), (200, Some(0)), "nothing was created: {page}");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn ids_that_cannot_be_a_header_value_are_refused_naming_the_field() {
     let stack = Stack::start(|_| {}).await;
     let rx = Receiver::start(Reply::Status(200)).await;

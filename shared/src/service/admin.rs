@@ -122,6 +122,12 @@ fn apply_settings(ep: &mut Endpoint, body: &Map<String, Value>, extra: &[&str]) 
             "event_types" => {
                 ep.event_types = match value {
                     Value::Null => None,
+                    Value::Array(items) if items.len() > MAX_EVENT_TYPE_FILTERS => {
+                        return Err(invalid(
+                            "event_types",
+                            format!("at most {MAX_EVENT_TYPE_FILTERS} entries (use a prefix such as \"order.*\")"),
+                        ));
+                    }
                     Value::Array(items) => {
                         let mut types = Vec::with_capacity(items.len());
                         for (i, t) in items.iter().enumerate() {
@@ -181,7 +187,19 @@ fn valid_filter(name: &str) -> bool {
     name == "*" || validate::is_client_id(name.strip_suffix(".*").unwrap_or(name))
 }
 
+/// Most entries in an endpoint's `event_types` filter (each at most 256 bytes, the id rule):
+/// with the URL bound, an endpoint item stays far below DynamoDB's 400 KB item limit, and
+/// under 4 KB in the usual case (one read unit per attempt's endpoint read).
+pub const MAX_EVENT_TYPE_FILTERS: usize = 100;
+
+/// Longest endpoint URL, bytes (2,048: what browsers and most HTTP servers accept in a
+/// request target, and far below DynamoDB's 400 KB item limit).
+pub const MAX_URL_BYTES: usize = 2048;
+
 fn validate_url(url: &str) -> Result<(), ServiceError> {
+    if url.len() > MAX_URL_BYTES {
+        return Err(invalid("url", format!("at most {MAX_URL_BYTES} bytes")));
+    }
     let parsed = url::Url::parse(url).map_err(|e| invalid("url", format!("not a URL ({e})")))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
         return Err(invalid("url", "must be an http or https URL with a host"));
