@@ -59,6 +59,10 @@ enum Command {
     Event {
         /// Event id.
         id: String,
+        /// The event's tenant (needed when two tenants used the same event id: the API
+        /// answers 409 naming them).
+        #[arg(long)]
+        tenant: Option<String>,
     },
     /// Replay an exhausted or held delivery (a fresh retry cycle).
     Replay {
@@ -438,16 +442,17 @@ async fn run(cli: &Cli) -> Result<String, String> {
         Command::Dashboard { listen } => return dashboard(client, *listen).await,
         Command::PortalSession { tenant, ttl_seconds } => {
             let body = ttl_seconds.map_or(json!({}), |t| json!({"ttl_seconds": t}));
-            let v = client.call(M::POST, &format!("/v1/tenants/{tenant}/portal-sessions"), Some(body)).await?;
+            let v = client.call(M::POST, &format!("/v1/tenants/{}/portal-sessions", enc(tenant)), Some(body)).await?;
             (v, Box::new(|v| format!("{}\nvalid until {}", s(&v["url"]), s(&v["expires_at"]))))
         }
         Command::Endpoints(cmd) => match cmd {
             EndpointCmd::List { tenant } => {
-                let v = client.call(M::GET, &format!("/v1/endpoints?tenant_id={tenant}&limit=100"), None).await?;
+                let v =
+                    client.call(M::GET, &format!("/v1/endpoints?tenant_id={}&limit=100", enc(tenant)), None).await?;
                 (v, Box::new(|v| endpoint_rows(v["data"].as_array().map_or(&[], |a| a.as_slice()))))
             }
             EndpointCmd::Get { id } => {
-                let v = client.call(M::GET, &format!("/v1/endpoints/{id}"), None).await?;
+                let v = client.call(M::GET, &format!("/v1/endpoints/{}", enc(id)), None).await?;
                 (v, Box::new(|v| endpoint_rows(std::slice::from_ref(v))))
             }
             EndpointCmd::Create(a) => {
@@ -473,7 +478,7 @@ async fn run(cli: &Cli) -> Result<String, String> {
                 )
             }
             EndpointCmd::Enable { id } => {
-                let v = client.call(M::POST, &format!("/v1/endpoints/{id}/enable"), None).await?;
+                let v = client.call(M::POST, &format!("/v1/endpoints/{}/enable", enc(id)), None).await?;
                 (
                     v,
                     Box::new(|v| {
@@ -495,7 +500,7 @@ async fn run(cli: &Cli) -> Result<String, String> {
                 if let Some(a) = adaptive {
                     body["rate_limit_adaptive"] = json!(a);
                 }
-                let v = client.call(M::PATCH, &format!("/v1/endpoints/{id}"), Some(body)).await?;
+                let v = client.call(M::PATCH, &format!("/v1/endpoints/{}", enc(id)), Some(body)).await?;
                 (
                     v,
                     Box::new(|v| {
@@ -510,11 +515,11 @@ async fn run(cli: &Cli) -> Result<String, String> {
                 )
             }
             EndpointCmd::Disable { id } => {
-                let v = client.call(M::POST, &format!("/v1/endpoints/{id}/disable"), None).await?;
+                let v = client.call(M::POST, &format!("/v1/endpoints/{}/disable", enc(id)), None).await?;
                 (v, Box::new(|v| endpoint_rows(std::slice::from_ref(v))))
             }
             EndpointCmd::Rotate { id } => {
-                let v = client.call(M::POST, &format!("/v1/endpoints/{id}/rotate-secret"), None).await?;
+                let v = client.call(M::POST, &format!("/v1/endpoints/{}/rotate-secret", enc(id)), None).await?;
                 (
                     v,
                     Box::new(|v| {
@@ -527,7 +532,7 @@ async fn run(cli: &Cli) -> Result<String, String> {
                 )
             }
             EndpointCmd::Stats { id } => {
-                let v = client.call(M::GET, &format!("/v1/endpoints/{id}/stats"), None).await?;
+                let v = client.call(M::GET, &format!("/v1/endpoints/{}/stats", enc(id)), None).await?;
                 (
                     v,
                     Box::new(|v| {
@@ -548,10 +553,10 @@ async fn run(cli: &Cli) -> Result<String, String> {
         Command::DeadLetters { endpoint, limit, cursor } => {
             let mut path = format!("/v1/deliveries?status=exhausted&limit={limit}");
             if let Some(e) = endpoint {
-                path.push_str(&format!("&endpoint_id={e}"));
+                path.push_str(&format!("&endpoint_id={}", enc(e)));
             }
             if let Some(c) = cursor {
-                path.push_str(&format!("&cursor={c}"));
+                path.push_str(&format!("&cursor={}", enc(c)));
             }
             let v = client.call(M::GET, &path, None).await?;
             (
@@ -566,10 +571,14 @@ async fn run(cli: &Cli) -> Result<String, String> {
             )
         }
         Command::Delivery { id } => {
-            (client.call(M::GET, &format!("/v1/deliveries/{id}"), None).await?, Box::new(timeline))
+            (client.call(M::GET, &format!("/v1/deliveries/{}", enc(id)), None).await?, Box::new(timeline))
         }
-        Command::Event { id } => {
-            let v = client.call(M::GET, &format!("/v1/events/{id}"), None).await?;
+        Command::Event { id, tenant } => {
+            let mut path = format!("/v1/events/{}", enc(id));
+            if let Some(t) = tenant {
+                path.push_str(&format!("?tenant_id={}", enc(t)));
+            }
+            let v = client.call(M::GET, &path, None).await?;
             (
                 v,
                 Box::new(|v| {
@@ -584,7 +593,7 @@ async fn run(cli: &Cli) -> Result<String, String> {
             )
         }
         Command::Replay { id } => {
-            let v = client.call(M::POST, &format!("/v1/deliveries/{id}/replay"), None).await?;
+            let v = client.call(M::POST, &format!("/v1/deliveries/{}/replay", enc(id)), None).await?;
             (
                 v,
                 Box::new(|v| {
@@ -602,10 +611,10 @@ async fn run(cli: &Cli) -> Result<String, String> {
             if let Some(u) = until {
                 body["until"] = json!(u);
             }
-            let v = client.call(M::POST, &format!("/v1/endpoints/{endpoint}/recover"), Some(body)).await?;
+            let v = client.call(M::POST, &format!("/v1/endpoints/{}/recover", enc(endpoint)), Some(body)).await?;
             (v, Box::new(|v| format!("{}\nfollow it with: webhooks-admin job {}", job_line(v), s(&v["id"]))))
         }
-        Command::Job { id } => (client.call(M::GET, &format!("/v1/jobs/{id}"), None).await?, Box::new(job_line)),
+        Command::Job { id } => (client.call(M::GET, &format!("/v1/jobs/{}", enc(id)), None).await?, Box::new(job_line)),
     };
     Ok(if cli.json { serde_json::to_string_pretty(&value).unwrap_or_default() } else { human(&value) })
 }
@@ -623,6 +632,12 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `value` percent-encoded for a path segment or a query value (ids may hold `+`, which a
+/// query would read as a space).
+fn enc(value: &str) -> String {
+    url::form_urlencoded::byte_serialize(value.as_bytes()).collect()
 }
 
 #[cfg(test)]

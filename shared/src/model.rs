@@ -74,8 +74,10 @@ pub struct Endpoint {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slow_until: Option<DateTime<Utc>>,
     /// Since when each of its deliveries that ends delivered is counted in the per-day
-    /// delivered counters (set at creation; absent on endpoints created before the counters
-    /// existed, whose stats count the `by_endpoint` index instead). See
+    /// delivered counters: its creation, or, for an endpoint created before the counters
+    /// existed, its first stats call after (deliver counts every endpoint's deliveries, so
+    /// the counters are whole once that is `WEBHOOKS_DELIVERED_RETENTION_DAYS` ago; until
+    /// then its stats count the `by_endpoint` index). See
     /// [`crate::store::Store::count_delivered`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivered_counted_from: Option<DateTime<Utc>>,
@@ -92,11 +94,12 @@ pub struct Endpoint {
 
 /// Endpoint attributes that are state kept beside the configuration, each written by its own
 /// guarded update ([`crate::store::Store::set_slow_until`],
-/// [`crate::store::Store::set_effective_rate`]) and never by an endpoint transition, so they
-/// do not bump `version` (PATCH's optimistic concurrency) and a transition does not write
+/// [`crate::store::Store::set_effective_rate`],
+/// [`crate::store::Store::mark_delivered_counting`]) and never by an endpoint transition, so
+/// they do not bump `version` (PATCH's optimistic concurrency) and a transition does not write
 /// back a stale copy of them.
-pub const UNVERSIONED_ENDPOINT_ATTRIBUTES: [&str; 3] =
-    ["effective_rate_per_second", "rate_changed_at_ms", "slow_until"];
+pub const UNVERSIONED_ENDPOINT_ATTRIBUTES: [&str; 4] =
+    ["effective_rate_per_second", "rate_changed_at_ms", "slow_until", "delivered_counted_from"];
 
 /// Default circuit breaker threshold: 100 failed attempts in a row (payment provider's docs).
 pub const DEFAULT_BREAKER_THRESHOLD: u32 = 100;

@@ -453,6 +453,20 @@ impl Store for MemStore {
         .await
     }
 
+    async fn mark_delivered_counting(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError> {
+        self.call("store.mark_delivered_counting", |_, t| {
+            Ok(t.endpoints
+                .get_mut(&(tenant_id.to_string(), id.to_string()))
+                .map(|e| *e.delivered_counted_from.get_or_insert(now)))
+        })
+        .await
+    }
+
     async fn delivered_count(
         &self,
         endpoint_id: &str,

@@ -661,6 +661,15 @@ impl Store for Serialized {
         self.before("count_delivered").await?;
         self.inner.count_delivered(endpoint_id, delivery_id, at, expires_at).await
     }
+    async fn mark_delivered_counting(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError> {
+        self.before("mark_delivered_counting").await?;
+        self.inner.mark_delivered_counting(tenant_id, id, now).await
+    }
     async fn delivered_count(
         &self,
         endpoint_id: &str,

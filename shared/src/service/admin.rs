@@ -340,10 +340,15 @@ pub const UNFINISHED: [DeliveryStatus; 3] = [DeliveryStatus::Scheduled, Delivery
 /// answers within API Gateway's 30 s however many there are.
 pub const DELETE_ENDS_INLINE: usize = 100;
 
+/// How many unfinished deliveries a delete without `force` counts, at most, for its 409
+/// (beyond it the message says "1000 or more").
+pub const DELETE_COUNTS_UP_TO: usize = 1000;
+
 /// Deletes an endpoint. With unfinished deliveries (scheduled, sending or held) it is refused
 /// unless `force`, which ends them as `exhausted` with reason `endpoint_deleted`: nothing
 /// silently vanishes. It ends up to [`DELETE_ENDS_INLINE`] itself (16 at a time) and returns
-/// how many, and the job that ends the rest.
+/// how many, and the job that ends the rest. The 409 without `force` counts up to
+/// [`DELETE_COUNTS_UP_TO`].
 ///
 /// Every delete first writes an `end_deleted` job, which the sweeper runs once the endpoint
 /// is gone: it ends what the delete did not, including what the `by_endpoint` index (which
@@ -356,12 +361,24 @@ pub const DELETE_ENDS_INLINE: usize = 100;
 pub async fn delete_endpoint(app: &App, id: &str, force: bool) -> Result<Deleted, ServiceError> {
     let ep = find_endpoint(app, id).await?;
     if !force {
-        let counts =
-            futures::future::try_join_all(UNFINISHED.iter().map(|st| app.store.count_deliveries(&ep.id, *st))).await?;
-        let unfinished: u64 = counts.iter().sum();
+        // Counted up to a cap, so a large backlog cannot hold the answer past API Gateway's 30 s.
+        let mut unfinished = 0;
+        for status in UNFINISHED {
+            let query =
+                DeliveryQuery { endpoint_id: Some(ep.id.clone()), status: Some(status), ..DeliveryQuery::default() };
+            unfinished += collect_deliveries(app.store.as_ref(), query, DELETE_COUNTS_UP_TO - unfinished).await?.len();
+            if unfinished >= DELETE_COUNTS_UP_TO {
+                break;
+            }
+        }
         if unfinished > 0 {
+            let how_many = if unfinished >= DELETE_COUNTS_UP_TO {
+                format!("{DELETE_COUNTS_UP_TO} or more")
+            } else {
+                unfinished.to_string()
+            };
             return Err(ServiceError::Conflict(format!(
-                "endpoint {id} has {unfinished} unfinished deliveries; retry with ?force=true to end them as exhausted (reason endpoint_deleted)"
+                "endpoint {id} has {how_many} unfinished deliveries; retry with ?force=true to end them as exhausted (reason endpoint_deleted)"
             )));
         }
     }
@@ -447,11 +464,23 @@ pub async fn endpoint_stats(app: &App, id: &str) -> Result<EndpointStats, Servic
     let ep = find_endpoint(app, id).await?;
     let statuses =
         [DeliveryStatus::Scheduled, DeliveryStatus::Sending, DeliveryStatus::Exhausted, DeliveryStatus::Held];
-    let since = app.clock.now() - chrono::Duration::days(i64::from(app.config.delivered_retention_days));
+    let now = app.clock.now();
+    let retention = chrono::Duration::days(i64::from(app.config.delivered_retention_days));
+    let counted_from = match ep.delivered_counted_from {
+        Some(from) => Some(from),
+        None => app.store.mark_delivered_counting(&ep.tenant_id, &ep.id, now).await?,
+    };
+    // The counters hold every delivery delivered since `counted_from` (deliver counts every
+    // endpoint's): whole for an endpoint counted from its creation, or once that is a
+    // retention ago; until then the index is counted.
+    let whole = counted_from.is_some_and(|from| from <= ep.created_at || from <= now - retention);
+    // The last `delivered_retention_days` UTC days, today included.
+    let first_day = now - retention + chrono::Duration::days(1);
     let delivered = async {
-        match ep.delivered_counted_from {
-            Some(_) => app.store.delivered_count(&ep.id, since).await,
-            None => app.store.count_deliveries(&ep.id, DeliveryStatus::Delivered).await,
+        if whole {
+            app.store.delivered_count(&ep.id, first_day).await
+        } else {
+            app.store.count_deliveries(&ep.id, DeliveryStatus::Delivered).await
         }
     };
     let (counted, delivered) = futures::future::try_join(

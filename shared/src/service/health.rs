@@ -320,13 +320,24 @@ async fn probe_step(app: &App, ep: &Endpoint, job: &mut Job, out: &mut Vec<Enque
             endpoint_id: Some(ep.id.clone()),
             status: Some(DeliveryStatus::Held),
             oldest_first: true,
-            limit: 1,
+            limit: PROBE_PAGE,
             ..DeliveryQuery::default()
         })
         .await?;
-    let Some(d) = page.data.first() else {
-        // Nothing to probe with yet; look again after the cool-down.
-        job.run_at = Some(now + Duration::seconds(i64::try_from(ep.auto_resume_after_seconds).unwrap_or(300)));
+    // Held deliveries whose event type the endpoint's filter no longer takes are never sent
+    // (deliver would end them `unsubscribed`): end them here rather than probe with them.
+    let mut ended = 0;
+    for d in page.data.iter().take_while(|d| !ep.subscribes_to(&d.event_type)) {
+        let t = lifecycle::abandon(&app.config, now, d.status, d.attempt_count, d.created_at, UNSUBSCRIBED);
+        if let Applied::Done(_) = app.store.apply(&d.id, &t, false).await? {
+            ended += 1;
+        }
+    }
+    let Some(d) = page.data.iter().find(|d| ep.subscribes_to(&d.event_type)) else {
+        // Nothing to probe with yet: look again next tick when this step ended some (more
+        // may follow), else after the cool-down.
+        let wait = if ended > 0 { 0 } else { ep.auto_resume_after_seconds };
+        job.run_at = Some(now + Duration::seconds(i64::try_from(wait).unwrap_or(300)));
         return Ok(());
     };
     let (Some(change), Some((t, e))) = (
@@ -348,6 +359,13 @@ async fn probe_step(app: &App, ep: &Endpoint, job: &mut Job, out: &mut Vec<Enque
     }
     Ok(())
 }
+
+/// How many of a paused endpoint's oldest held deliveries a probe step reads to find one its
+/// filter still takes (ending the others as `unsubscribed`).
+const PROBE_PAGE: usize = 100;
+
+/// The reason a held delivery of a type its endpoint no longer subscribes to ends with.
+const UNSUBSCRIBED: &str = "unsubscribed";
 
 /// Holds one page (up to `limit`, oldest first) of a disabled endpoint's scheduled
 /// deliveries, each in a write conditional on the endpoint's version as read (an enable in

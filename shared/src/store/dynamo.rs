@@ -785,6 +785,32 @@ impl Store for DynamoStore {
         Ok(())
     }
 
+    async fn mark_delivered_counting(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError> {
+        let result = self
+            .endpoint_update(tenant_id, id)
+            .update_expression("SET delivered_counted_from = if_not_exists(delivered_counted_from, :now)")
+            .expression_attribute_values(":now", time(&now))
+            .return_values(ReturnValue::UpdatedNew)
+            .send()
+            .await;
+        match result {
+            Ok(out) => Ok(out
+                .attributes
+                .as_ref()
+                .and_then(|a| a.get("delivered_counted_from"))
+                .and_then(|v| v.as_s().ok())
+                .and_then(|v| chrono::DateTime::parse_from_rfc3339(v).ok())
+                .map(|t| t.with_timezone(&chrono::Utc))),
+            Err(e) if e.as_service_error().is_some_and(|se| se.is_conditional_check_failed_exception()) => Ok(None),
+            Err(e) => Err(aws(e)),
+        }
+    }
+
     async fn delivered_count(
         &self,
         endpoint_id: &str,

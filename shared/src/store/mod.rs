@@ -297,6 +297,15 @@ pub trait Store: Send + Sync {
         at: DateTime<Utc>,
         expires_at: i64,
     ) -> Result<(), StoreError>;
+    /// Sets the endpoint's `delivered_counted_from` to `now` unless it has one (an
+    /// unversioned marker, see [`crate::model::UNVERSIONED_ENDPOINT_ATTRIBUTES`]); returns
+    /// the value it has after, `None` when the endpoint is gone.
+    async fn mark_delivered_counting(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<DateTime<Utc>>, StoreError>;
     /// Deliveries of `endpoint_id` counted delivered on the UTC day of `since` and after:
     /// one Query per counter partition (1, or 1 + `WEBHOOKS_ENDPOINT_INDEX_SHARDS`), each
     /// reading at most one small item per day; nothing grows with the endpoint's history.
