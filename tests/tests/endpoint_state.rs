@@ -3,17 +3,22 @@
 //! reads an endpoint's history to find its held deliveries.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
 use reqwest::Method;
 use serde_json::{Value, json};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use webhooks::App;
 use webhooks::lifecycle::AttemptMessage;
-use webhooks::service::{admin, deliver};
-use webhooks::store::StoreError;
+use webhooks::sender::{SendResult, Sender};
+use webhooks::service::{admin, deliver, sweep};
+use webhooks::store::{Due, StoreError};
 use webhooks_local::Options;
+use webhooks_tests::faults::Faults;
 use webhooks_tests::{
-    BoxFuture, Hook, HookedQueue, QueryCounter, Receiver, RecordingNotifier, Reply, Serialized, Stack, eventually,
+    BoxFuture, Hook, QueryCounter, Receiver, RecordingNotifier, Reply, Serialized, Stack, eventually,
 };
 
 const WITHIN: Duration = Duration::from_secs(30);
@@ -193,100 +198,307 @@ async fn a_probe_answered_with_a_disable_code_disables_the_endpoint_as_gone_and_
     stack.stop().await;
 }
 
-/// Fails the first call named `name` once `armed` is set.
-fn fail_once(name: &'static str, armed: Arc<AtomicBool>, failed: Arc<AtomicBool>) -> Hook {
-    Arc::new(move |call| {
-        let (armed, failed) = (armed.clone(), failed.clone());
-        Box::pin(async move {
-            if call == name && armed.load(Ordering::SeqCst) && !failed.swap(true, Ordering::SeqCst) {
-                return Err(StoreError::Aws(format!("injected failure of {call}")));
-            }
-            Ok(())
-        }) as BoxFuture<Result<(), StoreError>>
-    })
+/// A clock the test moves (deliver, the sweeper and the API all read it).
+#[derive(Debug)]
+struct ManualClock(Mutex<DateTime<Utc>>);
+
+impl webhooks::clock::Clock for ManualClock {
+    fn now(&self) -> DateTime<Utc> {
+        *self.0.lock().unwrap()
+    }
 }
 
-const CALLS: [&str; 9] = [
-    "apply",
-    "get_payload",
-    "get_endpoint",
-    "commit",
-    "claim_job",
-    "get_job",
-    "put_job",
-    "list_deliveries",
-    "queue_send",
-];
+/// A sender that arms the faults once a POST has been answered: what follows is the record of
+/// the attempt and the steps after it.
+struct ArmAfterPost {
+    inner: Arc<dyn Sender>,
+    faults: Faults,
+}
 
-/// A stack whose store and queue fail the first `call` once `armed` is set; with a recording
-/// notifier.
-async fn failing_stack(call: &'static str, armed: Arc<AtomicBool>) -> (Stack, RecordingNotifier, Arc<AtomicBool>) {
-    let failed = Arc::new(AtomicBool::new(false));
-    let notes = RecordingNotifier::default();
-    let (n, hook) = (notes.clone(), fail_once(call, armed, failed.clone()));
-    let tweak = |c: &mut webhooks::Config| c.redrive_after_seconds = 3;
-    let stack = Stack::start_wrapped(tweak, Options::default(), move |app| {
-        let app = Serialized::hooked(&app, Some(hook.clone())).with_notifier(Arc::new(n));
-        HookedQueue::wrap(app, hook)
+#[async_trait::async_trait]
+impl Sender for ArmAfterPost {
+    async fn post(&self, url: &str, headers: &[(&'static str, String)], body: bytes::Bytes) -> SendResult {
+        let sent = self.inner.post(url, headers, body).await;
+        self.faults.arm();
+        sent
+    }
+}
+
+/// Clock time per driven tick: 3 s (a lease of 7 s runs out in 3 ticks, a job's index settle
+/// time of 5 s in 2).
+const TICK_SECONDS: i64 = 3;
+/// Most ticks a driven scenario may take to reach its end state.
+const MAX_TICKS: usize = 60;
+
+/// A stack the test drives in steps, so that a scenario makes the same AWS calls in the same
+/// order every run: no pollers and no sweeper of its own; each [`Driven::tick`] hands every
+/// visible message to deliver (as the SQS event source does), runs one sweeper tick and moves
+/// the clock on by [`TICK_SECONDS`]. Deliver and the sweeper run on an app whose store, queue
+/// and notifier go through `faults`; the API (the test's setup and checks) does not. A message
+/// whose handling failed comes back only after the queue's 30 s visibility timeout, longer
+/// than a scenario: what recovers it is the sweeper (lease expiry, re-drive).
+struct Driven {
+    stack: Stack,
+    app: App,
+    clock: Arc<ManualClock>,
+    notes: RecordingNotifier,
+}
+
+impl Driven {
+    async fn start(faults: &Faults, arm_after_post: bool) -> Self {
+        let clock = Arc::new(ManualClock(Mutex::new(Utc::now())));
+        let notes = RecordingNotifier::default();
+        let (c, n) = (clock.clone(), notes.clone());
+        let tweak = |cfg: &mut webhooks::Config| {
+            // One due shard: the sweeper's reads come in one order.
+            cfg.due_shards = 1;
+            cfg.redrive_after_seconds = 4;
+        };
+        let stack = Stack::start_wrapped(tweak, no_pollers(), move |mut app| {
+            app.clock = c;
+            app.with_notifier(Arc::new(n))
+        })
+        .await;
+        let mut app = faults.wrap(stack.app.clone());
+        if arm_after_post {
+            app.sender = Arc::new(ArmAfterPost { inner: app.sender.clone(), faults: faults.clone() });
+        }
+        Self { stack, app, clock, notes }
+    }
+
+    async fn tick(&self) {
+        for _ in 0..10 {
+            match webhooks_local::poll_once(&self.app, &self.stack.sqs, 0).await {
+                Ok(n) if n > 0 => {}
+                _ => break,
+            }
+        }
+        // A failed tick is the sweeper's own business: it runs again next tick.
+        let _ = sweep::sweep(&self.app).await;
+        *self.clock.0.lock().unwrap() += chrono::Duration::seconds(TICK_SECONDS);
+    }
+
+    /// Ticks until `check` is Ok; panics with its last Err (the state as the check saw it)
+    /// after [`MAX_TICKS`].
+    async fn until<F, Fut>(&self, what: &str, check: F)
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<(), String>>,
+    {
+        let mut last = String::new();
+        for _ in 0..MAX_TICKS {
+            match check().await {
+                Ok(()) => return,
+                Err(state) => last = state,
+            }
+            self.tick().await;
+        }
+        panic!("{what}: not reached in {MAX_TICKS} ticks; last seen: {last}");
+    }
+
+    /// What is left to do: each item of the due index (running jobs by kind, deliveries in
+    /// flight by status), whenever it is due.
+    async fn pending(&self) -> Vec<String> {
+        let store = &self.stack.app.store;
+        let mut out = Vec::new();
+        for item in store.due(0, i64::MAX, 100, None).await.unwrap() {
+            out.push(match item {
+                Due::Delivery(d) => format!("delivery {} {}", d.id, d.status.as_str()),
+                Due::Job { id, .. } => match store.get_job(&id).await.unwrap() {
+                    Some(job) => format!("{:?} job {}", job.kind, job.status),
+                    None => format!("job {id} gone"),
+                },
+            });
+        }
+        out
+    }
+
+    async fn stop(self) {
+        self.stack.stop().await;
+    }
+}
+
+fn attempt_codes(d: &Value) -> Vec<Value> {
+    d["attempts"].as_array().map(|a| a.iter().map(|a| a["status_code"].clone()).collect()).unwrap_or_default()
+}
+
+/// An endpoint under `standard` whose receiver answers 410, one event; armed once that POST
+/// has been answered. Ends when the delivery is held with the 410 recorded, the endpoint is
+/// disabled as `gone`, its owner told (about that, and nothing else) and nothing is left to
+/// do. Returns the calls made after arming.
+async fn gone_scenario(faults: Faults) -> Vec<&'static str> {
+    let d = Driven::start(&faults, true).await;
+    let rx = Receiver::start(Reply::Status(410)).await;
+    let ep_id = endpoint(&d.stack, &rx.url, json!({})).await["id"].as_str().unwrap().to_string();
+    let id = first_delivery(&d.stack.event("acme", "order.paid", json!({"n": 1})).await);
+    d.until("the 410 recorded, the endpoint gone, its owner told, nothing left to do", || async {
+        // The cheapest read that tells "not yet" first.
+        let pending = d.pending().await;
+        if !pending.is_empty() {
+            return Err(format!("pending {pending:?}"));
+        }
+        let (dl, e, notes) = (d.stack.delivery(&id).await, get_endpoint(&d.stack, &ep_id).await, d.notes.sent());
+        let done = dl["status"] == "held"
+            && attempt_codes(&dl).last() == Some(&json!(410))
+            && e["enabled"] == false
+            && e["disabled"]["reason"] == "gone"
+            && e["disabled"]["status_code"] == 410
+            && !notes.is_empty();
+        if done { Ok(()) } else { Err(format!("delivery {dl}, endpoint {e}, notified {notes:?}")) }
     })
     .await;
-    (stack, notes, failed)
+    let notes = d.notes.sent();
+    assert!(notes.iter().all(|n| *n == (ep_id.clone(), "gone".to_string())), "{notes:?}");
+    assert!(faults.armed(), "the POST was never answered");
+    d.stop().await;
+    faults.calls()
+}
+
+/// A paused endpoint (the breaker, threshold 1, `auto_resume` after 12 s) with two held
+/// deliveries, nothing left to do but its probe job; armed before the probe job comes due,
+/// with the receiver now answering `answer`. Returns the driven stack, the endpoint, the
+/// deliveries (the oldest is the probe) and the receiver.
+async fn paused_with_a_probe_due(faults: &Faults, answer: u16) -> (Driven, String, [String; 2], Receiver) {
+    let d = Driven::start(faults, false).await;
+    let rx = Receiver::start(Reply::Status(503)).await;
+    let extra = json!({"retry_policy": {"schedule_seconds": [1], "max_attempts": 5},
+        "circuit_breaker_threshold": 1, "auto_resume": true, "auto_resume_after_seconds": 12});
+    let ep_id = endpoint(&d.stack, &rx.url, extra).await["id"].as_str().unwrap().to_string();
+    let first = first_delivery(&d.stack.event("acme", "order.paid", json!({"n": 1})).await);
+    d.until("the first delivery held", || async {
+        let s = d.stack.delivery(&first).await["status"].clone();
+        if s == "held" { Ok(()) } else { Err(s.to_string()) }
+    })
+    .await;
+    let second = first_delivery(&d.stack.event("acme", "order.paid", json!({"n": 2})).await);
+    d.until("the second delivery held and only the probe job left", || async {
+        let (s, pending) = (d.stack.delivery(&second).await["status"].clone(), d.pending().await);
+        if s == "held" && pending == ["Probe job running"] { Ok(()) } else { Err(format!("{s} {pending:?}")) }
+    })
+    .await;
+    assert_eq!(get_endpoint(&d.stack, &ep_id).await["state"], "paused");
+    faults.arm();
+    rx.set_default(Reply::Status(answer));
+    (d, ep_id, [first, second], rx)
+}
+
+/// The probe answered 200: ends when both deliveries are delivered, the endpoint is enabled
+/// and nothing is left to do (no probe, no release job). Returns the calls made after arming.
+async fn resume_scenario(faults: Faults) -> Vec<&'static str> {
+    let (d, ep_id, ids, _rx) = paused_with_a_probe_due(&faults, 200).await;
+    let told = d.notes.sent().len();
+    d.until("both delivered, the endpoint enabled, nothing left to do", || async {
+        let pending = d.pending().await;
+        if !pending.is_empty() {
+            return Err(format!("pending {pending:?}"));
+        }
+        let mut statuses = Vec::new();
+        for id in &ids {
+            statuses.push(d.stack.delivery(id).await["status"].clone());
+        }
+        let e = get_endpoint(&d.stack, &ep_id).await;
+        let done = statuses.iter().all(|s| s == "delivered") && e["state"] == "enabled";
+        if done { Ok(()) } else { Err(format!("deliveries {statuses:?}, endpoint {e}")) }
+    })
+    .await;
+    assert_eq!(d.notes.sent().len(), told, "an owner notification for a resume: {:?}", d.notes.sent());
+    d.stop().await;
+    faults.calls()
+}
+
+/// The probe answered 503: ends when two probes after arming have failed and been recorded
+/// (the first failure led to another probe), the endpoint is paused again with exactly one
+/// probe job waiting, the other delivery still held, and no one was told anything new.
+/// Returns the calls made after arming.
+async fn probe_again_scenario(faults: Faults) -> Vec<&'static str> {
+    let (d, ep_id, [probe, other], _rx) = paused_with_a_probe_due(&faults, 503).await;
+    let told = d.notes.sent().len();
+    let before = d.stack.delivery(&probe).await["attempt_count"].as_u64().unwrap();
+    d.until("two probes failed and recorded, paused, the next probe job waiting", || async {
+        let dl = d.stack.delivery(&probe).await;
+        let failed_probes = dl["attempts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| a["attempt"].as_u64().unwrap() > before && a["status_code"] == 503)
+            .count();
+        if failed_probes < 2 || dl["status"] != "held" {
+            return Err(format!("probe {dl}"));
+        }
+        let (e, pending) = (get_endpoint(&d.stack, &ep_id).await, d.pending().await);
+        let done =
+            e["state"] == "paused" && e["disabled"]["reason"] == "circuit_breaker" && pending == ["Probe job running"];
+        if done { Ok(()) } else { Err(format!("probe {dl}, endpoint {e}, pending {pending:?}")) }
+    })
+    .await;
+    assert_eq!(d.stack.delivery(&other).await["status"], "held");
+    assert_eq!(d.notes.sent().len(), told, "an owner notification for a failed probe: {:?}", d.notes.sent());
+    d.stop().await;
+    faults.calls()
+}
+
+/// Runs `scenario` once failing nothing, recording the calls it makes once armed; then once
+/// per entry of [`Faults::plan`] (each call failed before it is made, each write also after
+/// it landed), each run checking its own end state. Fails with every run that did not reach
+/// it, or whose failure did not strike the call recorded at its position.
+async fn whichever_single_call_fails<S, F>(scenario: S)
+where
+    S: Fn(Faults) -> F + Clone + Send + 'static,
+    F: std::future::Future<Output = Vec<&'static str>> + Send + 'static,
+{
+    let recorded = scenario(Faults::recording()).await;
+    eprintln!("{} calls after arming: {recorded:?}", recorded.len());
+    let plan = Faults::plan(&recorded);
+    let runs = plan.iter().map(|&(at, name, strike)| {
+        let scenario = scenario.clone();
+        async move {
+            let faults = Faults::failing(at, strike);
+            let run = tokio::spawn(scenario(faults.clone())).await;
+            let mut problems = Vec::new();
+            if let Err(e) = run {
+                let panic = e.try_into_panic().ok();
+                let text = panic
+                    .as_ref()
+                    .and_then(|p| {
+                        p.downcast_ref::<String>().cloned().or(p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    })
+                    .unwrap_or_else(|| "the run was cancelled".into());
+                problems.push(text);
+            }
+            if faults.struck() != Some((at, name, strike)) {
+                problems.push(format!("the failure struck {:?}; calls made: {:?}", faults.struck(), faults.calls()));
+            }
+            (at, name, strike, problems)
+        }
+    });
+    let results: Vec<_> = futures::stream::iter(runs).buffer_unordered(6).collect().await;
+    let failed: Vec<_> = results.iter().filter(|r| !r.3.is_empty()).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} runs went wrong:\n{}",
+        failed.len(),
+        plan.len(),
+        failed
+            .iter()
+            .map(|(at, name, strike, p)| format!("call {at} ({name}) failed {strike:?}: {}", p.join("; ")))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_410_disables_holds_and_notifies_whichever_single_aws_call_fails() {
-    let runs = CALLS.iter().map(|&call| async move {
-        let armed = Arc::new(AtomicBool::new(false));
-        let (stack, notes, failed) = failing_stack(call, armed.clone()).await;
-        let rx = Receiver::start(Reply::Status(410)).await;
-        let ep = endpoint(&stack, &rx.url, json!({})).await;
-        let ep_id = ep["id"].as_str().unwrap().to_string();
-        armed.store(true, Ordering::SeqCst);
-        let id = first_delivery(&stack.event("acme", "order.paid", json!({"n": 1})).await);
-        let d = stack.wait_status(&id, "held", WITHIN).await;
-        let e = get_endpoint(&stack, &ep_id).await;
-        assert_eq!(
-            (e["enabled"].clone(), e["disabled"]["reason"].clone()),
-            (json!(false), json!("gone")),
-            "{call}: {e:#}"
-        );
-        eventually(&format!("{call}: the owner told"), WITHIN, || async { !notes.sent().is_empty() }).await;
-        assert_eq!(d["attempts"].as_array().unwrap().last().unwrap()["status_code"], 410, "{call}: {d:#}");
-        stack.stop().await;
-        (call, failed.load(Ordering::SeqCst))
-    });
-    let injected: Vec<_> = futures::future::join_all(runs).await;
-    // Every call of the path was failed once in some run (get_payload is not on it: the
-    // payload rides in the message).
-    let missed: Vec<_> = injected.iter().filter(|(c, f)| !f && *c != "get_payload").collect();
-    assert!(missed.is_empty(), "calls never made on the 410 path: {missed:?}");
+    whichever_single_call_fails(gone_scenario).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_successful_probe_resumes_and_releases_whichever_single_aws_call_fails() {
-    let only = std::env::var("FAIL_ONLY").ok();
-    let runs = CALLS.iter().filter(|c| only.as_deref().is_none_or(|o| o == **c)).map(|&call| async move {
-        let armed = Arc::new(AtomicBool::new(false));
-        let (stack, _notes, failed) = failing_stack(call, armed.clone()).await;
-        let rx = Receiver::start(Reply::Status(503)).await;
-        let (ep_id, first) = paused_endpoint(&stack, &rx, json!({"schedule_seconds": [1], "max_attempts": 5})).await;
-        let second = first_delivery(&stack.event("acme", "order.paid", json!({"n": 2})).await);
-        stack.wait_status(&second, "held", WITHIN).await;
-        eprintln!("probe path, failing {call}: deliveries {first} {second}");
-        armed.store(true, Ordering::SeqCst);
-        rx.set_default(Reply::Status(200));
-        for id in [&first, &second] {
-            let d = stack.wait_delivery(id, WITHIN, |d| d["status"] == "delivered" || d["status"] == "exhausted").await;
-            assert_eq!(d["status"], "delivered", "{call}: {d:#}");
-        }
-        let e = get_endpoint(&stack, &ep_id).await;
-        assert_eq!(e["enabled"], true, "{call}: {e:#}");
-        stack.stop().await;
-        (call, failed.load(Ordering::SeqCst))
-    });
-    let injected: Vec<_> = futures::future::join_all(runs).await;
-    let missed: Vec<_> = injected.iter().filter(|(_, f)| !f).collect();
-    assert!(missed.is_empty(), "calls never made on the probe path: {missed:?}");
+    whichever_single_call_fails(resume_scenario).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_probe_leads_to_another_probe_whichever_single_aws_call_fails() {
+    whichever_single_call_fails(probe_again_scenario).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
