@@ -84,6 +84,73 @@ async fn every_attempt_after_a_url_patch_answered_goes_to_the_new_url() {
     stack.stop().await;
 }
 
+/// Whether `hit` carries a valid Standard Webhooks signature made with `secret`.
+fn signed_with(hit: &webhooks_tests::Hit, secret: &str) -> bool {
+    standardwebhooks::Webhook::new(secret).unwrap().verify(&hit.body, &hit.headers).is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_attempt_after_a_secret_rotation_answered_is_signed_with_the_new_secret() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    rx.script([Reply::Status(503), Reply::Status(503), Reply::Status(503)]);
+    let ep = endpoint(&stack, &rx.url, one_second_retries()).await;
+    let old = ep["secret"].as_str().unwrap().to_string();
+    let id = first_delivery(&stack.event("acme", "order.paid", json!({"n": 1})).await);
+    stack.wait_delivery(&id, WITHIN, |d| d["attempt_count"] == 2 && d["status"] == "scheduled").await;
+    let path = format!("/v1/endpoints/{}/rotate-secret", ep["id"].as_str().unwrap());
+    let (status, rotated) = stack.call(Method::POST, &path, Some(json!({}))).await;
+    assert_eq!(status, 200, "{rotated}");
+    let answered = Instant::now();
+    let new = rotated["secret"].as_str().unwrap().to_string();
+    assert_ne!(new, old);
+    let d = stack.wait_status(&id, "delivered", WITHIN).await;
+    let (before, after): (Vec<_>, Vec<_>) = rx.hits().into_iter().partition(|h| h.at < answered);
+    assert_eq!((before.len(), after.len()), (2, 2), "{d:#}");
+    for hit in &before {
+        assert!(signed_with(hit, &old) && !signed_with(hit, &new), "attempt {}", hit.header("webhook-attempt"));
+    }
+    for hit in &after {
+        let attempt = hit.header("webhook-attempt");
+        assert!(
+            signed_with(hit, &new),
+            "attempt {attempt} after the rotation answered is not signed with the new secret"
+        );
+        // README: for 24 h after a rotation every attempt carries both signatures.
+        assert!(
+            signed_with(hit, &old),
+            "attempt {attempt} lacks the old secret's signature inside the rotation window"
+        );
+        assert_eq!(hit.header("webhook-signature").split(' ').count(), 2);
+    }
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_wait_after_a_retry_policy_patch_answered_follows_the_new_policy() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(503)).await;
+    let ep = endpoint(&stack, &rx.url, one_second_retries()).await;
+    let id = first_delivery(&stack.event("acme", "order.paid", json!({"n": 1})).await);
+    stack.wait_delivery(&id, WITHIN, |d| d["attempt_count"] == 2 && d["status"] == "scheduled").await;
+    let path = format!("/v1/endpoints/{}", ep["id"].as_str().unwrap());
+    let policy = json!({"schedule_seconds": [2, 2, 2], "max_attempts": 4});
+    let (status, body) = stack.call(Method::PATCH, &path, Some(json!({"retry_policy": policy}))).await;
+    assert_eq!(status, 200, "{body}");
+    let answered = Instant::now();
+    let d = stack.wait_status(&id, "exhausted", WITHIN).await;
+    // The old policy would have made 6 attempts, 1 s apart; the new one stops at 4, and the
+    // wait after attempt 3 (the first to start after the PATCH) is its 2 s.
+    let waits: Vec<_> = d["attempts"].as_array().unwrap().iter().map(|a| a["next_wait_seconds"].clone()).collect();
+    assert_eq!(waits, [json!(1), json!(1), json!(2), Value::Null], "{d:#}");
+    let hits = rx.hits();
+    assert_eq!(hits.len(), 4, "{d:#}");
+    assert!(hits[2].at > answered, "attempt 3 started before the PATCH answered: the test raced");
+    let gap = hits[3].at - hits[2].at;
+    assert!(gap >= Duration::from_secs(2), "attempt 4 came {gap:?} after attempt 3, not the new policy's 2 s");
+    stack.stop().await;
+}
+
 /// A store hook that blocks the first `commit` after it is armed until released.
 struct Gate {
     armed: AtomicBool,
