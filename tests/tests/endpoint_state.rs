@@ -11,10 +11,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use webhooks::App;
-use webhooks::lifecycle::AttemptMessage;
+use webhooks::lifecycle::{self, AttemptMessage};
 use webhooks::sender::{SendResult, Sender};
 use webhooks::service::{admin, deliver, sweep};
-use webhooks::store::{Due, StoreError};
+use webhooks::store::{Applied, Due, StoreError};
 use webhooks_local::Options;
 use webhooks_tests::faults::Faults;
 use webhooks_tests::{
@@ -295,7 +295,7 @@ impl Sender for ArmAfterPost {
 /// time of 5 s in 2).
 const TICK_SECONDS: i64 = 3;
 /// Most ticks a driven scenario may take to reach its end state.
-const MAX_TICKS: usize = 60;
+const MAX_TICKS: usize = 100;
 
 /// A stack the test drives in steps, so that a scenario makes the same AWS calls in the same
 /// order every run: no pollers and no sweeper of its own; each [`Driven::tick`] hands every
@@ -342,7 +342,11 @@ impl Driven {
         }
         // A failed tick is the sweeper's own business: it runs again next tick.
         let _ = sweep::sweep(&self.app).await;
-        *self.clock.0.lock().unwrap() += chrono::Duration::seconds(TICK_SECONDS);
+        self.advance(TICK_SECONDS);
+    }
+
+    fn advance(&self, seconds: i64) {
+        *self.clock.0.lock().unwrap() += chrono::Duration::seconds(seconds);
     }
 
     /// Ticks until `check` is Ok; panics with its last Err (the state as the check saw it)
@@ -600,6 +604,65 @@ async fn the_attempt_history_on_an_item_stays_bounded_however_many_attempts() {
     assert!(attempts.iter().all(|a| a["response_body"].as_str().unwrap().len() <= 1024));
     assert!(d.to_string().len() < 64 * 1024, "{} bytes", d.to_string().len());
     stack.stop().await;
+}
+
+/// Checks a delivery's history is bounded as lifecycle promises: the newest
+/// `MAX_KEPT_ATTEMPTS` kept, up to attempt `attempt_count`, the rest counted.
+fn assert_bounded(d: &Value) {
+    let kept = d["attempts"].as_array().unwrap();
+    let count = d["attempt_count"].as_u64().unwrap();
+    let max = webhooks::lifecycle::MAX_KEPT_ATTEMPTS;
+    assert_eq!(kept.len(), max, "{d:#}");
+    assert_eq!(d["attempts_dropped"].as_u64().unwrap(), count - max as u64, "{d:#}");
+    assert_eq!(kept.last().unwrap()["attempt"].as_u64().unwrap(), count);
+    assert!(kept.iter().all(|a| a["response_body"].as_str().unwrap_or("").len() <= 1024));
+    assert!(d.to_string().len() < 64 * 1024, "{} bytes", d.to_string().len());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_delivery_probed_again_and_again_keeps_a_bounded_history() {
+    let d = Driven::start(&Faults::recording(), false).await;
+    // 1 KiB of bytes that are not UTF-8: read lossily, each becomes a 3-byte U+FFFD.
+    let rx = Receiver::start(Reply::Body(503, vec![0xff; 1024])).await;
+    let extra = json!({"retry_policy": {"schedule_seconds": [1], "max_attempts": 5},
+        "circuit_breaker_threshold": 1, "auto_resume": true, "auto_resume_after_seconds": 1});
+    let ep_id = endpoint(&d.stack, &rx.url, extra).await["id"].as_str().unwrap().to_string();
+    let id = first_delivery(&d.stack.event("acme", "order.paid", json!({"n": 1})).await);
+    // The breaker pauses the endpoint on the first failure; every attempt after it is a probe
+    // of this one held delivery (a cool-down of 1 s: two driven ticks a probe).
+    d.until("35 failed probes recorded", || async {
+        let dl = d.stack.delivery(&id).await;
+        if dl["attempt_count"].as_u64().unwrap() >= 36 && dl["status"] == "held" { Ok(()) } else { Err(dl.to_string()) }
+    })
+    .await;
+    let dl = d.stack.delivery(&id).await;
+    assert_bounded(&dl);
+    assert_eq!(rx.count() as u64, dl["attempt_count"].as_u64().unwrap());
+    assert_eq!(get_endpoint(&d.stack, &ep_id).await["disabled"]["reason"], "circuit_breaker");
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_delivery_whose_worker_keeps_dying_keeps_a_bounded_history() {
+    let d = Driven::start(&Faults::recording(), false).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    endpoint(&d.stack, &rx.url, json!({})).await;
+    let id = first_delivery(&d.stack.event("acme", "order.paid", json!({"n": 1})).await);
+    let (app, lease) = (&d.stack.app, d.stack.app.config.lease().as_secs() as i64);
+    for n in 1..=30 {
+        // A worker claims attempt n and dies before it records anything; past the lease, one
+        // sweeper tick records the attempt lost and re-drives the delivery.
+        let claim = lifecycle::claim(&app.config, app.clock.now(), &AttemptMessage::new(id.clone(), n));
+        assert!(matches!(app.store.apply(&id, &claim, false).await.unwrap(), Applied::Done(_)), "claim {n}");
+        d.advance(lease + 1);
+        assert_eq!(sweep::sweep(app).await.unwrap().recovered_leases, 1, "sweep after claim {n}");
+    }
+    let dl = d.stack.delivery(&id).await;
+    assert_eq!((dl["status"].clone(), dl["attempt_count"].clone()), (json!("scheduled"), json!(30)));
+    assert_bounded(&dl);
+    assert!(dl["attempts"].as_array().unwrap().iter().all(|a| a["error"] == "lease_expired"), "{dl:#}");
+    assert_eq!(rx.count(), 0);
+    d.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
