@@ -12,6 +12,8 @@
 //!
 //! The sweeper's `due` read is numbered only when it found something: the reads of an idle
 //! tick are many and fail to no effect.
+//!
+//! [`Faults::stalling`] plays the other way an AWS call goes wrong: its answer comes late.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -52,6 +54,8 @@ struct State {
     calls: Vec<&'static str>,
     fail: Option<(usize, Strike)>,
     struck: Option<(usize, &'static str, Strike)>,
+    stall: Option<(&'static str, std::time::Duration)>,
+    stalled: bool,
 }
 
 /// Numbers the calls of the store, queue and notifier it wraps once armed, and fails the one
@@ -70,6 +74,19 @@ impl Faults {
         let f = Self::default();
         f.lock().fail = Some((position, strike));
         f
+    }
+
+    /// Delays the answer of the first call named `name` after arming by `by`: the call is
+    /// made at once (a write lands), its caller hears back `by` later.
+    pub fn stalling(name: &'static str, by: std::time::Duration) -> Self {
+        let f = Self::default();
+        f.lock().stall = Some((name, by));
+        f
+    }
+
+    /// Whether the stalled call has answered.
+    pub fn stall_over(&self) -> bool {
+        self.lock().stalled
     }
 
     /// The runs that fail each call of `calls` (a recording) once: every call before it is
@@ -170,11 +187,31 @@ impl Faults {
         if self.strikes(position, Strike::Before) {
             return Err(injected("before"));
         }
-        let out = call.await?;
+        let out = call.await;
+        self.stall(name).await;
+        let out = out?;
         if self.strikes(position, Strike::After) {
             return Err(injected("after"));
         }
         Ok(out)
+    }
+
+    /// Waits out the stall when `name` is the call to stall (the first after arming).
+    async fn stall(&self, name: &'static str) {
+        let by = {
+            let mut s = self.lock();
+            match s.stall {
+                Some((n, by)) if n == name && s.armed => {
+                    s.stall = None;
+                    Some(by)
+                }
+                _ => None,
+            }
+        };
+        if let Some(by) = by {
+            tokio::time::sleep(by).await;
+            self.lock().stalled = true;
+        }
     }
 }
 

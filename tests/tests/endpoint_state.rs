@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use reqwest::Method;
 use serde_json::{Value, json};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use webhooks::App;
@@ -702,28 +702,23 @@ async fn finding_an_endpoints_held_deliveries_reads_none_of_its_history() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn no_post_starts_when_the_claims_lease_has_less_left_than_the_request_timeout() {
-    // The first endpoint read stalls past the whole lease (2 s timeout + 5 s margin): the
-    // sweeper re-drives the delivery meanwhile, and the stalled worker must not POST too.
-    let stalled = Arc::new(AtomicUsize::new(0));
-    let s = stalled.clone();
-    let hook: Hook = Arc::new(move |call| {
-        let s = s.clone();
-        Box::pin(async move {
-            if call == "get_endpoint" && s.fetch_add(1, Ordering::SeqCst) == 0 {
-                tokio::time::sleep(Duration::from_millis(8000)).await;
-                s.store(100, Ordering::SeqCst);
-            }
-            Ok(())
-        }) as BoxFuture<Result<(), StoreError>>
-    });
-    let stack = Stack::start_wrapped(|_| {}, Options::default(), |app| Serialized::hooked(&app, Some(hook))).await;
+    // The claim of attempt 1 lands, and its answer comes back after the whole lease (2 s
+    // timeout + 5 s margin): the sweeper re-drives the delivery meanwhile, and the stalled
+    // worker must not POST too. (The claim is a call every version of deliver makes between
+    // its message and its POST.)
+    let faults = Faults::stalling("apply", Duration::from_millis(8000));
+    let f = faults.clone();
+    let stack = Stack::start_wrapped(|_| {}, Options::default(), move |app| f.wrap(app)).await;
     let rx = Receiver::start(Reply::Status(200)).await;
     endpoint(&stack, &rx.url, json!({})).await;
+    faults.arm();
     let id = first_delivery(&stack.event("acme", "order.paid", json!({"n": 1})).await);
     let d = stack.wait_status(&id, "delivered", WITHIN).await;
-    eventually("the stalled worker went on", WITHIN, || async { stalled.load(Ordering::SeqCst) >= 100 }).await;
-    // What the stalled worker would have sent arrives within moments of its read: give it 1 s.
+    eventually("the stalled worker went on", WITHIN, || async { faults.stall_over() }).await;
+    // What the stalled worker would have sent arrives within moments of its claim's answer:
+    // give it 1 s.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(rx.count(), 1, "two POSTs for one delivery: {d:#}");
+    assert_eq!(d["attempts"][0]["error"], "lease_expired", "the re-drive went first: {d:#}");
     stack.stop().await;
 }
