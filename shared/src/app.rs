@@ -131,13 +131,18 @@ impl App {
 /// [`AWS_OPERATION_TIMEOUT`] over the SDK's retries, so a stalled call cannot hold a claim's
 /// lease (deliver also re-checks the lease before it starts a POST) or a sweeper tick.
 pub async fn aws_sdk_config() -> aws_config::SdkConfig {
+    sdk_loader().load().await
+}
+
+/// What [`aws_sdk_config`] loads: the SDK's defaults with our HTTP client and deadlines.
+fn sdk_loader() -> aws_config::ConfigLoader {
     use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
     let http = aws_smithy_http_client::Builder::new().tls_provider(Provider::Rustls(CryptoMode::Ring)).build_https();
     let timeouts = aws_config::timeout::TimeoutConfig::builder()
         .operation_attempt_timeout(AWS_ATTEMPT_TIMEOUT)
         .operation_timeout(AWS_OPERATION_TIMEOUT)
         .build();
-    aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(http).timeout_config(timeouts).load().await
+    aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(http).timeout_config(timeouts)
 }
 
 /// Deadline of one try of an AWS call: 10 seconds. DynamoDB and SQS answer in milliseconds,
@@ -148,3 +153,31 @@ pub const AWS_ATTEMPT_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 /// Deadline of an AWS call over all its tries: 25 seconds, under the sweeper's 40 s budget
 /// and far under deliver's 120 s Lambda timeout.
 pub const AWS_OPERATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(25);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn every_aws_client_the_app_builds_has_a_deadline_per_try_and_per_call() {
+        // The region given here, not looked up: the lookup may ask the EC2 metadata service.
+        let sdk = sdk_loader().region(aws_config::Region::new("us-east-1")).load().await;
+        let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+        let sqs = aws_sdk_sqs::Client::new(&sdk);
+        let sns = aws_sdk_sns::Client::new(&sdk);
+        let clients = [
+            ("sdk config", sdk.timeout_config()),
+            ("dynamodb", dynamodb.config().timeout_config()),
+            ("sqs", sqs.config().timeout_config()),
+            ("sns", sns.config().timeout_config()),
+        ];
+        for (name, timeouts) in clients {
+            let timeouts = timeouts.unwrap_or_else(|| panic!("{name}: no timeout config"));
+            assert_eq!(timeouts.operation_timeout(), Some(AWS_OPERATION_TIMEOUT), "{name}");
+            assert_eq!(timeouts.operation_attempt_timeout(), Some(AWS_ATTEMPT_TIMEOUT), "{name}");
+        }
+        // A stalled call can hold neither a claim's lease nor a sweeper tick for long.
+        assert!(AWS_ATTEMPT_TIMEOUT <= AWS_OPERATION_TIMEOUT);
+        assert!(AWS_OPERATION_TIMEOUT < crate::config::Config::new("t", "q").sweep_budget);
+    }
+}

@@ -91,11 +91,9 @@ pub struct Transition {
     /// The new due-index time (milliseconds since the epoch); `Remove` takes it out of the
     /// index.
     pub due_at: Field<i64>,
-    /// Appended to the attempt history (the sweeper's record of a lost attempt, about 100
-    /// bytes; deliver replaces the history instead, see `attempts`).
-    pub append_attempt: Option<Attempt>,
     /// The whole attempt history, replacing the stored one: the claimed item's history plus
-    /// the new attempt, trimmed to [`MAX_KEPT_ATTEMPTS`] (see [`history`]).
+    /// the new attempt (deliver's record, or the sweeper's record of a lost one), trimmed to
+    /// [`MAX_KEPT_ATTEMPTS`] (see [`history`]).
     pub attempts: Field<Vec<Attempt>>,
     /// How many attempts were trimmed from the history so far.
     pub attempts_dropped: Field<u32>,
@@ -224,7 +222,6 @@ pub fn claim(cfg: &Config, now: DateTime<Utc>, msg: &AttemptMessage) -> Transiti
         next_attempt_at: Field::Remove,
         lease_until: Field::Set(lease_until),
         due_at: Field::Set(ms(lease_until)),
-        append_attempt: None,
         attempts: Field::Keep,
         attempts_dropped: Field::Keep,
         expires_at: Field::Keep,
@@ -307,7 +304,20 @@ pub struct DueItem {
 /// What the sweeper does with an item that has come due: the guarded change and the message
 /// to send once the change is written. `None` when the item needs nothing (not yet due, or
 /// in a state the index should not hold).
-pub fn sweep(cfg: &Config, now: DateTime<Utc>, item: &DueItem) -> Option<(Transition, Enqueue)> {
+///
+/// An expired lease (`sending`) is recorded as a lost attempt on the item's history, trimmed
+/// as every record is ([`history`]), so a delivery whose worker keeps dying stays as bounded
+/// as any other: the sweeper reads the item first and passes it as `read` (strongly
+/// consistent, after the due read). `None` for an expired lease without `read`, or when
+/// `read` is no longer the claim the index showed (it moved on: nothing to do). The guard
+/// still holds the write to the claim read: every change of the history also moves the
+/// status, or the attempt count and the lease.
+pub fn sweep(
+    cfg: &Config,
+    now: DateTime<Utc>,
+    item: &DueItem,
+    read: Option<&Delivery>,
+) -> Option<(Transition, Enqueue)> {
     if item.due_at > ms(now) {
         return None;
     }
@@ -328,7 +338,6 @@ pub fn sweep(cfg: &Config, now: DateTime<Utc>, item: &DueItem) -> Option<(Transi
                 next_attempt_at: Field::Keep,
                 lease_until: Field::Keep,
                 due_at: Field::Set(ms(next).max(ms(now)) + i64::from(cfg.redrive_after_seconds) * 1000),
-                append_attempt: None,
                 attempts: Field::Keep,
                 attempts_dropped: Field::Keep,
                 expires_at: Field::Keep,
@@ -340,6 +349,8 @@ pub fn sweep(cfg: &Config, now: DateTime<Utc>, item: &DueItem) -> Option<(Transi
             Some((t, Enqueue { message: msg, delay_seconds: delay }))
         }
         DeliveryStatus::Sending => {
+            let claimed =
+                read.filter(|d| d.id == item.id && d.status == item.status && d.attempt_count == item.attempt_count)?;
             // The worker holding the lease is gone. Its attempt may or may not have reached
             // the receiver, so that attempt number is spent; it is recorded as lost and not
             // counted against the retry policy (the failure was ours, not the receiver's).
@@ -354,6 +365,7 @@ pub fn sweep(cfg: &Config, now: DateTime<Utc>, item: &DueItem) -> Option<(Transi
                 retry_after_seconds: None,
                 wait_source: None,
             };
+            let (attempts, attempts_dropped) = record(claimed, lost);
             let t = Transition {
                 guard,
                 status: DeliveryStatus::Scheduled,
@@ -363,9 +375,8 @@ pub fn sweep(cfg: &Config, now: DateTime<Utc>, item: &DueItem) -> Option<(Transi
                 next_attempt_at: Field::Set(now),
                 lease_until: Field::Remove,
                 due_at: Field::Set(redrive_due),
-                append_attempt: Some(lost),
-                attempts: Field::Keep,
-                attempts_dropped: Field::Keep,
+                attempts,
+                attempts_dropped,
                 expires_at: Field::Keep,
                 reason: Field::Keep,
                 created_at: None,
@@ -404,7 +415,6 @@ pub fn release(
         next_attempt_at: Field::Set(at),
         lease_until: Field::Remove,
         due_at: Field::Set(due),
-        append_attempt: None,
         attempts: Field::Keep,
         attempts_dropped: Field::Keep,
         expires_at: Field::Remove,
@@ -433,7 +443,6 @@ fn settled(guard: Guard, status: DeliveryStatus, now: DateTime<Utc>) -> Transiti
         next_attempt_at: Field::Remove,
         lease_until: Field::Remove,
         due_at: Field::Remove,
-        append_attempt: None,
         attempts: Field::Keep,
         attempts_dropped: Field::Keep,
         expires_at: Field::Keep,
@@ -562,12 +571,12 @@ mod tests {
             next_attempt_at: Some(next),
             lease_until: None,
         };
-        let (t, e) = sweep(&cfg(), now, &item).unwrap();
+        let (t, e) = sweep(&cfg(), now, &item, None).unwrap();
         assert_eq!(e.delay_seconds, 700);
         assert_eq!(t.guard.due_at, Some(item.due_at));
         assert_eq!(t.due_at, Field::Set(ms(next) + 300_000));
         let not_yet = DueItem { due_at: ms(now) + 1, ..item };
-        assert!(sweep(&cfg(), now, &not_yet).is_none());
+        assert!(sweep(&cfg(), now, &not_yet, None).is_none());
     }
 
     #[test]
@@ -581,11 +590,19 @@ mod tests {
             next_attempt_at: None,
             lease_until: Some(now),
         };
-        let (t, e) = sweep(&cfg(), now, &item).unwrap();
+        let mut read = claimed(now);
+        read.attempt_count = 3;
+        read.attempts = vec![attempt(now), Attempt { attempt: 2, ..attempt(now) }];
+        assert!(sweep(&cfg(), now, &item, None).is_none(), "an expired lease is recorded on the item as read");
+        let moved_on = Delivery { status: DeliveryStatus::Scheduled, ..read.clone() };
+        assert!(sweep(&cfg(), now, &item, Some(&moved_on)).is_none(), "no longer the claim the index showed");
+        let (t, e) = sweep(&cfg(), now, &item, Some(&read)).unwrap();
         assert_eq!(e.message.attempt, 4);
         assert_eq!(e.delay_seconds, 0);
         assert!(t.forgive_attempt);
-        assert_eq!(t.append_attempt.unwrap().error.as_deref(), Some("lease_expired"));
+        let Field::Set(history) = t.attempts else { panic!("no history written: {t:?}") };
+        let kept: Vec<_> = history.iter().map(|a| (a.attempt, a.error.as_deref())).collect();
+        assert_eq!(kept, [(1, None), (2, None), (3, Some("lease_expired"))]);
     }
 
     #[test]
@@ -601,6 +618,47 @@ mod tests {
         assert_eq!(d.attempts_dropped, 10);
         assert_eq!(d.attempts.first().map(|a| a.attempt), Some(11));
         assert_eq!(d.attempts.last().map(|a| a.attempt), Some(30));
+    }
+
+    /// What a store does with a transition's status and history fields.
+    fn stored(d: &mut Delivery, t: &Transition) {
+        d.status = t.status;
+        if let Some(c) = t.attempt_count {
+            d.attempt_count = c;
+        }
+        if let Field::Set(list) = &t.attempts {
+            d.attempts = list.clone();
+        }
+        if let Field::Set(n) = t.attempts_dropped {
+            d.attempts_dropped = n;
+        }
+    }
+
+    #[test]
+    fn a_delivery_whose_worker_keeps_dying_keeps_a_bounded_history() {
+        let cfg = cfg();
+        let mut now = Utc::now();
+        let (mut d, _, _) = new_delivery(&cfg, now, "dlv_1".into(), "evt_1", "order.paid", "t1", "ep_1", false);
+        for n in 1..=50u32 {
+            // Attempt n is claimed; its worker dies; the sweeper finds the lease expired.
+            stored(&mut d, &claim(&cfg, now, &AttemptMessage::new("dlv_1", n)));
+            now += Duration::seconds(60);
+            let item = DueItem {
+                id: d.id.clone(),
+                status: d.status,
+                attempt_count: d.attempt_count,
+                due_at: ms(now) - 1,
+                next_attempt_at: None,
+                lease_until: Some(now),
+            };
+            let (t, e) = sweep(&cfg, now, &item, Some(&d)).unwrap();
+            assert_eq!(e.message.attempt, n + 1);
+            stored(&mut d, &t);
+        }
+        assert_eq!(d.status, DeliveryStatus::Scheduled);
+        assert_eq!(d.attempts.len(), MAX_KEPT_ATTEMPTS);
+        assert_eq!(d.attempts_dropped, 50 - MAX_KEPT_ATTEMPTS as u32);
+        assert_eq!(d.attempts.last().map(|a| (a.attempt, a.error.as_deref())), Some((50, Some("lease_expired"))));
     }
 
     #[test]

@@ -359,7 +359,11 @@ proptest! {
             next_attempt_at: next_offset.map(|o| at(now_ms + o)),
             lease_until: sending.then(|| at(now_ms + due_offset)),
         };
-        match lifecycle::sweep(&cfg, now, &item) {
+        // An expired lease is written on the item as read (sending: the claim the index showed).
+        let (mut read, _, _) = lifecycle::new_delivery(&cfg, now, "dlv_1".into(), "evt_1", "t", "acme", "ep_1", false);
+        read.status = item.status;
+        read.attempt_count = attempt_count;
+        match lifecycle::sweep(&cfg, now, &item, Some(&read)) {
             None => prop_assert!(item.due_at > now_ms, "a due item was left alone: {:?}", item),
             Some((t, e)) => {
                 prop_assert!(item.due_at <= now_ms);

@@ -175,9 +175,7 @@ fn apply_to(row: &mut DeliveryRow, id: &str, t: &Transition) {
     set(&mut d.expires_at, &t.expires_at);
     set(&mut d.reason, &t.reason);
     set(&mut row.due_at, &t.due_at);
-    if let Some(a) = &t.append_attempt {
-        d.attempts.push(a.clone());
-    } else if let Field::Set(list) = &t.attempts {
+    if let Field::Set(list) = &t.attempts {
         d.attempts = list.clone();
     }
     match &t.attempts_dropped {

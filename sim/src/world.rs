@@ -63,7 +63,7 @@ impl Shared {
     /// A delivery transition was written by the current task: an attempt it POSTed is on
     /// record now.
     pub fn recorded(&self, d: &Delivery, t: &Transition) {
-        let records = t.append_attempt.is_some() || matches!(t.attempts, webhooks::lifecycle::Field::Set(_));
+        let records = matches!(t.attempts, webhooks::lifecycle::Field::Set(_));
         if !records {
             return;
         }

@@ -5,6 +5,8 @@
 //! `EMULATOR=moto`, and sets it). A test run without it fails; it does not skip.
 //! `WEBHOOKS_TEST_EMULATOR` names the emulator (see [`emulator_has_atomic_writes`]).
 
+pub mod faults;
+
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -376,30 +378,6 @@ impl webhooks::notify::Notifier for RecordingNotifier {
     async fn endpoint_disabled(&self, endpoint: &Endpoint, disabled: &webhooks::model::Disabled) -> Result<(), String> {
         self.0.lock().expect("notifications").push((endpoint.id.clone(), disabled.reason.clone()));
         Ok(())
-    }
-}
-
-/// A [`webhooks::queue::Queue`] that runs a [`Hook`] (called with `queue_send`) before every
-/// send, which may fail it.
-pub struct HookedQueue {
-    inner: Arc<dyn webhooks::queue::Queue>,
-    hook: Hook,
-}
-
-impl HookedQueue {
-    /// `app` with its queue wrapped.
-    pub fn wrap(app: App, hook: Hook) -> App {
-        let mut app = app;
-        app.queue = Arc::new(Self { inner: app.queue.clone(), hook });
-        app
-    }
-}
-
-#[async_trait::async_trait]
-impl webhooks::queue::Queue for HookedQueue {
-    async fn send(&self, messages: &[webhooks::lifecycle::Enqueue]) -> Result<(), webhooks::queue::QueueError> {
-        (self.hook)("queue_send").await.map_err(|e| webhooks::queue::QueueError(e.to_string()))?;
-        self.inner.send(messages).await
     }
 }
 

@@ -3,16 +3,21 @@
 //! reads an endpoint's history to find its held deliveries.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
 use reqwest::Method;
 use serde_json::{Value, json};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use webhooks::lifecycle::AttemptMessage;
-use webhooks::service::{admin, deliver};
-use webhooks::store::StoreError;
+use webhooks::App;
+use webhooks::lifecycle::{self, AttemptMessage};
+use webhooks::sender::{SendResult, Sender};
+use webhooks::service::{admin, deliver, sweep};
+use webhooks::store::{Applied, Due, StoreError};
 use webhooks_local::Options;
-use webhooks_tests::{BoxFuture, Hook, HookedQueue, Receiver, RecordingNotifier, Reply, Serialized, Stack, eventually};
+use webhooks_tests::faults::Faults;
+use webhooks_tests::{BoxFuture, Hook, Receiver, RecordingNotifier, Reply, Serialized, Stack, eventually};
 
 const WITHIN: Duration = Duration::from_secs(30);
 
@@ -74,6 +79,73 @@ async fn every_attempt_after_a_url_patch_answered_goes_to_the_new_url() {
     let d = stack.wait_status(&id, "delivered", WITHIN).await;
     assert_eq!((old.count(), new.count()), (2, 1), "{d:#}");
     assert_eq!(new.hits()[0].header("webhook-attempt"), "3");
+    stack.stop().await;
+}
+
+/// Whether `hit` carries a valid Standard Webhooks signature made with `secret`.
+fn signed_with(hit: &webhooks_tests::Hit, secret: &str) -> bool {
+    standardwebhooks::Webhook::new(secret).unwrap().verify(&hit.body, &hit.headers).is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_attempt_after_a_secret_rotation_answered_is_signed_with_the_new_secret() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    rx.script([Reply::Status(503), Reply::Status(503), Reply::Status(503)]);
+    let ep = endpoint(&stack, &rx.url, one_second_retries()).await;
+    let old = ep["secret"].as_str().unwrap().to_string();
+    let id = first_delivery(&stack.event("acme", "order.paid", json!({"n": 1})).await);
+    stack.wait_delivery(&id, WITHIN, |d| d["attempt_count"] == 2 && d["status"] == "scheduled").await;
+    let path = format!("/v1/endpoints/{}/rotate-secret", ep["id"].as_str().unwrap());
+    let (status, rotated) = stack.call(Method::POST, &path, Some(json!({}))).await;
+    assert_eq!(status, 200, "{rotated}");
+    let answered = Instant::now();
+    let new = rotated["secret"].as_str().unwrap().to_string();
+    assert_ne!(new, old);
+    let d = stack.wait_status(&id, "delivered", WITHIN).await;
+    let (before, after): (Vec<_>, Vec<_>) = rx.hits().into_iter().partition(|h| h.at < answered);
+    assert_eq!((before.len(), after.len()), (2, 2), "{d:#}");
+    for hit in &before {
+        assert!(signed_with(hit, &old) && !signed_with(hit, &new), "attempt {}", hit.header("webhook-attempt"));
+    }
+    for hit in &after {
+        let attempt = hit.header("webhook-attempt");
+        assert!(
+            signed_with(hit, &new),
+            "attempt {attempt} after the rotation answered is not signed with the new secret"
+        );
+        // README: for 24 h after a rotation every attempt carries both signatures.
+        assert!(
+            signed_with(hit, &old),
+            "attempt {attempt} lacks the old secret's signature inside the rotation window"
+        );
+        assert_eq!(hit.header("webhook-signature").split(' ').count(), 2);
+    }
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_wait_after_a_retry_policy_patch_answered_follows_the_new_policy() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(503)).await;
+    let ep = endpoint(&stack, &rx.url, one_second_retries()).await;
+    let id = first_delivery(&stack.event("acme", "order.paid", json!({"n": 1})).await);
+    stack.wait_delivery(&id, WITHIN, |d| d["attempt_count"] == 2 && d["status"] == "scheduled").await;
+    let path = format!("/v1/endpoints/{}", ep["id"].as_str().unwrap());
+    let policy = json!({"schedule_seconds": [2, 2, 2], "max_attempts": 4});
+    let (status, body) = stack.call(Method::PATCH, &path, Some(json!({"retry_policy": policy}))).await;
+    assert_eq!(status, 200, "{body}");
+    let answered = Instant::now();
+    let d = stack.wait_status(&id, "exhausted", WITHIN).await;
+    // The old policy would have made 6 attempts, 1 s apart; the new one stops at 4, and the
+    // wait after attempt 3 (the first to start after the PATCH) is its 2 s.
+    let waits: Vec<_> = d["attempts"].as_array().unwrap().iter().map(|a| a["next_wait_seconds"].clone()).collect();
+    assert_eq!(waits, [json!(1), json!(1), json!(2), Value::Null], "{d:#}");
+    let hits = rx.hits();
+    assert_eq!(hits.len(), 4, "{d:#}");
+    assert!(hits[2].at > answered, "attempt 3 started before the PATCH answered: the test raced");
+    let gap = hits[3].at - hits[2].at;
+    assert!(gap >= Duration::from_secs(2), "attempt 4 came {gap:?} after attempt 3, not the new policy's 2 s");
     stack.stop().await;
 }
 
@@ -191,100 +263,311 @@ async fn a_probe_answered_with_a_disable_code_disables_the_endpoint_as_gone_and_
     stack.stop().await;
 }
 
-/// Fails the first call named `name` once `armed` is set.
-fn fail_once(name: &'static str, armed: Arc<AtomicBool>, failed: Arc<AtomicBool>) -> Hook {
-    Arc::new(move |call| {
-        let (armed, failed) = (armed.clone(), failed.clone());
-        Box::pin(async move {
-            if call == name && armed.load(Ordering::SeqCst) && !failed.swap(true, Ordering::SeqCst) {
-                return Err(StoreError::Aws(format!("injected failure of {call}")));
-            }
-            Ok(())
-        }) as BoxFuture<Result<(), StoreError>>
-    })
+/// A clock the test moves (deliver, the sweeper and the API all read it).
+#[derive(Debug)]
+struct ManualClock(Mutex<DateTime<Utc>>);
+
+impl webhooks::clock::Clock for ManualClock {
+    fn now(&self) -> DateTime<Utc> {
+        *self.0.lock().unwrap()
+    }
 }
 
-const CALLS: [&str; 9] = [
-    "apply",
-    "get_payload",
-    "get_endpoint",
-    "commit",
-    "claim_job",
-    "get_job",
-    "put_job",
-    "list_deliveries",
-    "queue_send",
-];
+/// A sender that arms the faults once a POST has been answered: what follows is the record of
+/// the attempt and the steps after it.
+struct ArmAfterPost {
+    inner: Arc<dyn Sender>,
+    faults: Faults,
+}
 
-/// A stack whose store and queue fail the first `call` once `armed` is set; with a recording
-/// notifier.
-async fn failing_stack(call: &'static str, armed: Arc<AtomicBool>) -> (Stack, RecordingNotifier, Arc<AtomicBool>) {
-    let failed = Arc::new(AtomicBool::new(false));
-    let notes = RecordingNotifier::default();
-    let (n, hook) = (notes.clone(), fail_once(call, armed, failed.clone()));
-    let tweak = |c: &mut webhooks::Config| c.redrive_after_seconds = 3;
-    let stack = Stack::start_wrapped(tweak, Options::default(), move |app| {
-        let app = Serialized::hooked(&app, Some(hook.clone())).with_notifier(Arc::new(n));
-        HookedQueue::wrap(app, hook)
+#[async_trait::async_trait]
+impl Sender for ArmAfterPost {
+    async fn post(&self, url: &str, headers: &[(&'static str, String)], body: bytes::Bytes) -> SendResult {
+        let sent = self.inner.post(url, headers, body).await;
+        self.faults.arm();
+        sent
+    }
+}
+
+/// Clock time per driven tick: 3 s (a lease of 7 s runs out in 3 ticks, a job's index settle
+/// time of 5 s in 2).
+const TICK_SECONDS: i64 = 3;
+/// Most ticks a driven scenario may take to reach its end state.
+const MAX_TICKS: usize = 100;
+
+/// A stack the test drives in steps, so that a scenario makes the same AWS calls in the same
+/// order every run: no pollers and no sweeper of its own; each [`Driven::tick`] hands every
+/// visible message to deliver (as the SQS event source does), runs one sweeper tick and moves
+/// the clock on by [`TICK_SECONDS`]. Deliver and the sweeper run on an app whose store, queue
+/// and notifier go through `faults`; the API (the test's setup and checks) does not. A message
+/// whose handling failed comes back only after the queue's 30 s visibility timeout, longer
+/// than a scenario: what recovers it is the sweeper (lease expiry, re-drive).
+struct Driven {
+    stack: Stack,
+    app: App,
+    clock: Arc<ManualClock>,
+    notes: RecordingNotifier,
+}
+
+impl Driven {
+    async fn start(faults: &Faults, arm_after_post: bool) -> Self {
+        let clock = Arc::new(ManualClock(Mutex::new(Utc::now())));
+        let notes = RecordingNotifier::default();
+        let (c, n) = (clock.clone(), notes.clone());
+        let tweak = |cfg: &mut webhooks::Config| {
+            // One due shard: the sweeper's reads come in one order.
+            cfg.due_shards = 1;
+            cfg.redrive_after_seconds = 4;
+        };
+        let stack = Stack::start_wrapped(tweak, no_pollers(), move |mut app| {
+            app.clock = c;
+            app.with_notifier(Arc::new(n))
+        })
+        .await;
+        let mut app = faults.wrap(stack.app.clone());
+        if arm_after_post {
+            app.sender = Arc::new(ArmAfterPost { inner: app.sender.clone(), faults: faults.clone() });
+        }
+        Self { stack, app, clock, notes }
+    }
+
+    async fn tick(&self) {
+        for _ in 0..10 {
+            match webhooks_local::poll_once(&self.app, &self.stack.sqs, 0).await {
+                Ok(n) if n > 0 => {}
+                _ => break,
+            }
+        }
+        // A failed tick is the sweeper's own business: it runs again next tick.
+        let _ = sweep::sweep(&self.app).await;
+        self.advance(TICK_SECONDS);
+    }
+
+    fn advance(&self, seconds: i64) {
+        *self.clock.0.lock().unwrap() += chrono::Duration::seconds(seconds);
+    }
+
+    /// Ticks until `check` is Ok; panics with its last Err (the state as the check saw it)
+    /// after [`MAX_TICKS`].
+    async fn until<F, Fut>(&self, what: &str, check: F)
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<(), String>>,
+    {
+        let mut last = String::new();
+        for _ in 0..MAX_TICKS {
+            match check().await {
+                Ok(()) => return,
+                Err(state) => last = state,
+            }
+            self.tick().await;
+        }
+        panic!("{what}: not reached in {MAX_TICKS} ticks; last seen: {last}");
+    }
+
+    /// What is left to do: each item of the due index (running jobs by kind, deliveries in
+    /// flight by status), whenever it is due.
+    async fn pending(&self) -> Vec<String> {
+        let store = &self.stack.app.store;
+        let mut out = Vec::new();
+        for item in store.due(0, i64::MAX, 100, None).await.unwrap() {
+            out.push(match item {
+                Due::Delivery(d) => format!("delivery {} {}", d.id, d.status.as_str()),
+                Due::Job { id, .. } => match store.get_job(&id).await.unwrap() {
+                    Some(job) => format!("{:?} job {}", job.kind, job.status),
+                    None => format!("job {id} gone"),
+                },
+            });
+        }
+        out
+    }
+
+    async fn stop(self) {
+        self.stack.stop().await;
+    }
+}
+
+fn attempt_codes(d: &Value) -> Vec<Value> {
+    d["attempts"].as_array().map(|a| a.iter().map(|a| a["status_code"].clone()).collect()).unwrap_or_default()
+}
+
+/// An endpoint under `standard` whose receiver answers 410, one event; armed once that POST
+/// has been answered. Ends when the delivery is held with the 410 recorded, the endpoint is
+/// disabled as `gone`, its owner told (about that, and nothing else) and nothing is left to
+/// do. Returns the calls made after arming.
+async fn gone_scenario(faults: Faults) -> Vec<&'static str> {
+    let d = Driven::start(&faults, true).await;
+    let rx = Receiver::start(Reply::Status(410)).await;
+    let ep_id = endpoint(&d.stack, &rx.url, json!({})).await["id"].as_str().unwrap().to_string();
+    let id = first_delivery(&d.stack.event("acme", "order.paid", json!({"n": 1})).await);
+    d.until("the 410 recorded, the endpoint gone, its owner told, nothing left to do", || async {
+        // The cheapest read that tells "not yet" first.
+        let pending = d.pending().await;
+        if !pending.is_empty() {
+            return Err(format!("pending {pending:?}"));
+        }
+        let (dl, e, notes) = (d.stack.delivery(&id).await, get_endpoint(&d.stack, &ep_id).await, d.notes.sent());
+        let done = dl["status"] == "held"
+            && attempt_codes(&dl).last() == Some(&json!(410))
+            && e["enabled"] == false
+            && e["disabled"]["reason"] == "gone"
+            && e["disabled"]["status_code"] == 410
+            && !notes.is_empty();
+        if done { Ok(()) } else { Err(format!("delivery {dl}, endpoint {e}, notified {notes:?}")) }
     })
     .await;
-    (stack, notes, failed)
+    let notes = d.notes.sent();
+    assert!(notes.iter().all(|n| *n == (ep_id.clone(), "gone".to_string())), "{notes:?}");
+    assert!(faults.armed(), "the POST was never answered");
+    d.stop().await;
+    faults.calls()
+}
+
+/// A paused endpoint (the breaker, threshold 1, `auto_resume` after 12 s) with two held
+/// deliveries, nothing left to do but its probe job; armed before the probe job comes due,
+/// with the receiver now answering `answer`. Returns the driven stack, the endpoint, the
+/// deliveries (the oldest is the probe) and the receiver.
+async fn paused_with_a_probe_due(faults: &Faults, answer: u16) -> (Driven, String, [String; 2], Receiver) {
+    let d = Driven::start(faults, false).await;
+    let rx = Receiver::start(Reply::Status(503)).await;
+    let extra = json!({"retry_policy": {"schedule_seconds": [1], "max_attempts": 5},
+        "circuit_breaker_threshold": 1, "auto_resume": true, "auto_resume_after_seconds": 12});
+    let ep_id = endpoint(&d.stack, &rx.url, extra).await["id"].as_str().unwrap().to_string();
+    let first = first_delivery(&d.stack.event("acme", "order.paid", json!({"n": 1})).await);
+    d.until("the first delivery held", || async {
+        let s = d.stack.delivery(&first).await["status"].clone();
+        if s == "held" { Ok(()) } else { Err(s.to_string()) }
+    })
+    .await;
+    let second = first_delivery(&d.stack.event("acme", "order.paid", json!({"n": 2})).await);
+    d.until("the second delivery held and only the probe job left", || async {
+        let (s, pending) = (d.stack.delivery(&second).await["status"].clone(), d.pending().await);
+        if s == "held" && pending == ["Probe job running"] { Ok(()) } else { Err(format!("{s} {pending:?}")) }
+    })
+    .await;
+    assert_eq!(get_endpoint(&d.stack, &ep_id).await["state"], "paused");
+    faults.arm();
+    rx.set_default(Reply::Status(answer));
+    (d, ep_id, [first, second], rx)
+}
+
+/// The probe answered 200: ends when both deliveries are delivered, the endpoint is enabled
+/// and nothing is left to do (no probe, no release job). Returns the calls made after arming.
+async fn resume_scenario(faults: Faults) -> Vec<&'static str> {
+    let (d, ep_id, ids, _rx) = paused_with_a_probe_due(&faults, 200).await;
+    let told = d.notes.sent().len();
+    d.until("both delivered, the endpoint enabled, nothing left to do", || async {
+        let pending = d.pending().await;
+        if !pending.is_empty() {
+            return Err(format!("pending {pending:?}"));
+        }
+        let mut statuses = Vec::new();
+        for id in &ids {
+            statuses.push(d.stack.delivery(id).await["status"].clone());
+        }
+        let e = get_endpoint(&d.stack, &ep_id).await;
+        let done = statuses.iter().all(|s| s == "delivered") && e["state"] == "enabled";
+        if done { Ok(()) } else { Err(format!("deliveries {statuses:?}, endpoint {e}")) }
+    })
+    .await;
+    assert_eq!(d.notes.sent().len(), told, "an owner notification for a resume: {:?}", d.notes.sent());
+    d.stop().await;
+    faults.calls()
+}
+
+/// The probe answered 503: ends when two probes after arming have failed and been recorded
+/// (the first failure led to another probe), the endpoint is paused again with exactly one
+/// probe job waiting, the other delivery still held, and no one was told anything new.
+/// Returns the calls made after arming.
+async fn probe_again_scenario(faults: Faults) -> Vec<&'static str> {
+    let (d, ep_id, [probe, other], _rx) = paused_with_a_probe_due(&faults, 503).await;
+    let told = d.notes.sent().len();
+    let before = d.stack.delivery(&probe).await["attempt_count"].as_u64().unwrap();
+    d.until("two probes failed and recorded, paused, the next probe job waiting", || async {
+        let dl = d.stack.delivery(&probe).await;
+        let failed_probes = dl["attempts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| a["attempt"].as_u64().unwrap() > before && a["status_code"] == 503)
+            .count();
+        if failed_probes < 2 || dl["status"] != "held" {
+            return Err(format!("probe {dl}"));
+        }
+        let (e, pending) = (get_endpoint(&d.stack, &ep_id).await, d.pending().await);
+        let done =
+            e["state"] == "paused" && e["disabled"]["reason"] == "circuit_breaker" && pending == ["Probe job running"];
+        if done { Ok(()) } else { Err(format!("probe {dl}, endpoint {e}, pending {pending:?}")) }
+    })
+    .await;
+    assert_eq!(d.stack.delivery(&other).await["status"], "held");
+    assert_eq!(d.notes.sent().len(), told, "an owner notification for a failed probe: {:?}", d.notes.sent());
+    d.stop().await;
+    faults.calls()
+}
+
+/// Runs `scenario` once failing nothing, recording the calls it makes once armed; then once
+/// per entry of [`Faults::plan`] (each call failed before it is made, each write also after
+/// it landed), each run checking its own end state. Fails with every run that did not reach
+/// it, or whose failure did not strike the call recorded at its position.
+async fn whichever_single_call_fails<S, F>(scenario: S)
+where
+    S: Fn(Faults) -> F + Clone + Send + 'static,
+    F: std::future::Future<Output = Vec<&'static str>> + Send + 'static,
+{
+    let recorded = scenario(Faults::recording()).await;
+    eprintln!("{} calls after arming: {recorded:?}", recorded.len());
+    let plan = Faults::plan(&recorded);
+    let runs = plan.iter().map(|&(at, name, strike)| {
+        let scenario = scenario.clone();
+        async move {
+            let faults = Faults::failing(at, strike);
+            let run = tokio::spawn(scenario(faults.clone())).await;
+            let mut problems = Vec::new();
+            if let Err(e) = run {
+                let panic = e.try_into_panic().ok();
+                let text = panic
+                    .as_ref()
+                    .and_then(|p| {
+                        p.downcast_ref::<String>().cloned().or(p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    })
+                    .unwrap_or_else(|| "the run was cancelled".into());
+                problems.push(text);
+            }
+            if faults.struck() != Some((at, name, strike)) {
+                problems.push(format!("the failure struck {:?}; calls made: {:?}", faults.struck(), faults.calls()));
+            }
+            (at, name, strike, problems)
+        }
+    });
+    let results: Vec<_> = futures::stream::iter(runs).buffer_unordered(6).collect().await;
+    let failed: Vec<_> = results.iter().filter(|r| !r.3.is_empty()).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} runs went wrong:\n{}",
+        failed.len(),
+        plan.len(),
+        failed
+            .iter()
+            .map(|(at, name, strike, p)| format!("call {at} ({name}) failed {strike:?}: {}", p.join("; ")))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_410_disables_holds_and_notifies_whichever_single_aws_call_fails() {
-    let runs = CALLS.iter().map(|&call| async move {
-        let armed = Arc::new(AtomicBool::new(false));
-        let (stack, notes, failed) = failing_stack(call, armed.clone()).await;
-        let rx = Receiver::start(Reply::Status(410)).await;
-        let ep = endpoint(&stack, &rx.url, json!({})).await;
-        let ep_id = ep["id"].as_str().unwrap().to_string();
-        armed.store(true, Ordering::SeqCst);
-        let id = first_delivery(&stack.event("acme", "order.paid", json!({"n": 1})).await);
-        let d = stack.wait_status(&id, "held", WITHIN).await;
-        let e = get_endpoint(&stack, &ep_id).await;
-        assert_eq!(
-            (e["enabled"].clone(), e["disabled"]["reason"].clone()),
-            (json!(false), json!("gone")),
-            "{call}: {e:#}"
-        );
-        eventually(&format!("{call}: the owner told"), WITHIN, || async { !notes.sent().is_empty() }).await;
-        assert_eq!(d["attempts"].as_array().unwrap().last().unwrap()["status_code"], 410, "{call}: {d:#}");
-        stack.stop().await;
-        (call, failed.load(Ordering::SeqCst))
-    });
-    let injected: Vec<_> = futures::future::join_all(runs).await;
-    // Every call of the path was failed once in some run (get_payload is not on it: the
-    // payload rides in the message).
-    let missed: Vec<_> = injected.iter().filter(|(c, f)| !f && *c != "get_payload").collect();
-    assert!(missed.is_empty(), "calls never made on the 410 path: {missed:?}");
+    whichever_single_call_fails(gone_scenario).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_successful_probe_resumes_and_releases_whichever_single_aws_call_fails() {
-    let only = std::env::var("FAIL_ONLY").ok();
-    let runs = CALLS.iter().filter(|c| only.as_deref().is_none_or(|o| o == **c)).map(|&call| async move {
-        let armed = Arc::new(AtomicBool::new(false));
-        let (stack, _notes, failed) = failing_stack(call, armed.clone()).await;
-        let rx = Receiver::start(Reply::Status(503)).await;
-        let (ep_id, first) = paused_endpoint(&stack, &rx, json!({"schedule_seconds": [1], "max_attempts": 5})).await;
-        let second = first_delivery(&stack.event("acme", "order.paid", json!({"n": 2})).await);
-        stack.wait_status(&second, "held", WITHIN).await;
-        eprintln!("probe path, failing {call}: deliveries {first} {second}");
-        armed.store(true, Ordering::SeqCst);
-        rx.set_default(Reply::Status(200));
-        for id in [&first, &second] {
-            let d = stack.wait_delivery(id, WITHIN, |d| d["status"] == "delivered" || d["status"] == "exhausted").await;
-            assert_eq!(d["status"], "delivered", "{call}: {d:#}");
-        }
-        let e = get_endpoint(&stack, &ep_id).await;
-        assert_eq!(e["enabled"], true, "{call}: {e:#}");
-        stack.stop().await;
-        (call, failed.load(Ordering::SeqCst))
-    });
-    let injected: Vec<_> = futures::future::join_all(runs).await;
-    let missed: Vec<_> = injected.iter().filter(|(_, f)| !f).collect();
-    assert!(missed.is_empty(), "calls never made on the probe path: {missed:?}");
+    whichever_single_call_fails(resume_scenario).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_probe_leads_to_another_probe_whichever_single_aws_call_fails() {
+    whichever_single_call_fails(probe_again_scenario).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -349,6 +632,65 @@ impl aws_sdk_dynamodb::config::Intercept for QueryReads {
     }
 }
 
+/// Checks a delivery's history is bounded as lifecycle promises: the newest
+/// `MAX_KEPT_ATTEMPTS` kept, up to attempt `attempt_count`, the rest counted.
+fn assert_bounded(d: &Value) {
+    let kept = d["attempts"].as_array().unwrap();
+    let count = d["attempt_count"].as_u64().unwrap();
+    let max = webhooks::lifecycle::MAX_KEPT_ATTEMPTS;
+    assert_eq!(kept.len(), max, "{d:#}");
+    assert_eq!(d["attempts_dropped"].as_u64().unwrap(), count - max as u64, "{d:#}");
+    assert_eq!(kept.last().unwrap()["attempt"].as_u64().unwrap(), count);
+    assert!(kept.iter().all(|a| a["response_body"].as_str().unwrap_or("").len() <= 1024));
+    assert!(d.to_string().len() < 64 * 1024, "{} bytes", d.to_string().len());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_delivery_probed_again_and_again_keeps_a_bounded_history() {
+    let d = Driven::start(&Faults::recording(), false).await;
+    // 1 KiB of bytes that are not UTF-8: read lossily, each becomes a 3-byte U+FFFD.
+    let rx = Receiver::start(Reply::Body(503, vec![0xff; 1024])).await;
+    let extra = json!({"retry_policy": {"schedule_seconds": [1], "max_attempts": 5},
+        "circuit_breaker_threshold": 1, "auto_resume": true, "auto_resume_after_seconds": 1});
+    let ep_id = endpoint(&d.stack, &rx.url, extra).await["id"].as_str().unwrap().to_string();
+    let id = first_delivery(&d.stack.event("acme", "order.paid", json!({"n": 1})).await);
+    // The breaker pauses the endpoint on the first failure; every attempt after it is a probe
+    // of this one held delivery (a cool-down of 1 s: two driven ticks a probe).
+    d.until("35 failed probes recorded", || async {
+        let dl = d.stack.delivery(&id).await;
+        if dl["attempt_count"].as_u64().unwrap() >= 36 && dl["status"] == "held" { Ok(()) } else { Err(dl.to_string()) }
+    })
+    .await;
+    let dl = d.stack.delivery(&id).await;
+    assert_bounded(&dl);
+    assert_eq!(rx.count() as u64, dl["attempt_count"].as_u64().unwrap());
+    assert_eq!(get_endpoint(&d.stack, &ep_id).await["disabled"]["reason"], "circuit_breaker");
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_delivery_whose_worker_keeps_dying_keeps_a_bounded_history() {
+    let d = Driven::start(&Faults::recording(), false).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    endpoint(&d.stack, &rx.url, json!({})).await;
+    let id = first_delivery(&d.stack.event("acme", "order.paid", json!({"n": 1})).await);
+    let (app, lease) = (&d.stack.app, d.stack.app.config.lease().as_secs() as i64);
+    for n in 1..=30 {
+        // A worker claims attempt n and dies before it records anything; past the lease, one
+        // sweeper tick records the attempt lost and re-drives the delivery.
+        let claim = lifecycle::claim(&app.config, app.clock.now(), &AttemptMessage::new(id.clone(), n));
+        assert!(matches!(app.store.apply(&id, &claim, false).await.unwrap(), Applied::Done(_)), "claim {n}");
+        d.advance(lease + 1);
+        assert_eq!(sweep::sweep(app).await.unwrap().recovered_leases, 1, "sweep after claim {n}");
+    }
+    let dl = d.stack.delivery(&id).await;
+    assert_eq!((dl["status"].clone(), dl["attempt_count"].clone()), (json!("scheduled"), json!(30)));
+    assert_bounded(&dl);
+    assert!(dl["attempts"].as_array().unwrap().iter().all(|a| a["error"] == "lease_expired"), "{dl:#}");
+    assert_eq!(rx.count(), 0);
+    d.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn finding_an_endpoints_held_deliveries_reads_none_of_its_history() {
     let stack = Stack::start(|_| {}).await;
@@ -398,29 +740,24 @@ async fn finding_an_endpoints_held_deliveries_reads_none_of_its_history() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn no_post_starts_when_the_claims_lease_has_less_left_than_the_request_timeout() {
-    // The first endpoint read stalls past the whole lease (2 s timeout + 5 s margin): the
-    // sweeper re-drives the delivery meanwhile, and the stalled worker must not POST too.
-    let stalled = Arc::new(AtomicUsize::new(0));
-    let s = stalled.clone();
-    let hook: Hook = Arc::new(move |call| {
-        let s = s.clone();
-        Box::pin(async move {
-            if call == "get_endpoint" && s.fetch_add(1, Ordering::SeqCst) == 0 {
-                tokio::time::sleep(Duration::from_millis(8000)).await;
-                s.store(100, Ordering::SeqCst);
-            }
-            Ok(())
-        }) as BoxFuture<Result<(), StoreError>>
-    });
-    let stack = Stack::start_wrapped(|_| {}, Options::default(), |app| Serialized::hooked(&app, Some(hook))).await;
+    // The claim of attempt 1 lands, and its answer comes back after the whole lease (2 s
+    // timeout + 5 s margin): the sweeper re-drives the delivery meanwhile, and the stalled
+    // worker must not POST too. (The claim is a call every version of deliver makes between
+    // its message and its POST.)
+    let faults = Faults::stalling("apply", Duration::from_millis(8000));
+    let f = faults.clone();
+    let stack = Stack::start_wrapped(|_| {}, Options::default(), move |app| f.wrap(app)).await;
     let rx = Receiver::start(Reply::Status(200)).await;
     endpoint(&stack, &rx.url, json!({})).await;
+    faults.arm();
     let id = first_delivery(&stack.event("acme", "order.paid", json!({"n": 1})).await);
     let d = stack.wait_status(&id, "delivered", WITHIN).await;
-    eventually("the stalled worker went on", WITHIN, || async { stalled.load(Ordering::SeqCst) >= 100 }).await;
-    // What the stalled worker would have sent arrives within moments of its read: give it 1 s.
+    eventually("the stalled worker went on", WITHIN, || async { faults.stall_over() }).await;
+    // What the stalled worker would have sent arrives within moments of its claim's answer:
+    // give it 1 s.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(rx.count(), 1, "two POSTs for one delivery: {d:#}");
+    assert_eq!(d["attempts"][0]["error"], "lease_expired", "the re-drive went first: {d:#}");
     stack.stop().await;
 }
 

@@ -1,13 +1,15 @@
 //! The sweeper: enqueues deliveries whose wait was longer than SQS's delay limit, with the
-//! exact remaining delay, and re-drives anything overdue (a lost message, an expired lease).
-//! It never sends HTTP, and one tick handles at most `config.sweep_batch` items.
+//! exact remaining delay, and re-drives anything overdue (a lost message, an expired lease:
+//! that one after reading the item, to record the lost attempt on its bounded history). It
+//! never sends HTTP, and one tick handles at most `config.sweep_batch` items.
 
 use crate::App;
 use crate::error::ServiceError;
 use crate::lifecycle;
+use crate::model::DeliveryStatus;
 use crate::service::health;
 use crate::store::keys::JOB_SHARD;
-use crate::store::{Applied, Due};
+use crate::store::{Applied, Due, StoreError};
 use futures::StreamExt;
 use serde::Serialize;
 
@@ -105,29 +107,39 @@ pub async fn sweep(app: &App) -> Result<SweepReport, ServiceError> {
     items.extend(job_steps);
     let mut report = SweepReport { examined: items.len(), examined_jobs, ..SweepReport::default() };
     let mut to_send = Vec::new();
-    let mut planned = Vec::new();
+    let mut due = Vec::new();
     let mut jobs = Vec::new();
     for item in &items {
         match item {
-            Due::Delivery(d) => planned.extend(lifecycle::sweep(cfg, now, d)),
+            Due::Delivery(d) if d.due_at <= now.timestamp_millis() => due.push(d.clone()),
+            Due::Delivery(_) => {}
             Due::Job { id, due_at } => jobs.push((id, *due_at)),
         }
     }
-    let applied: Vec<_> = futures::stream::iter(planned.into_iter().map(|(t, enqueue)| {
+    let applied: Vec<_> = futures::stream::iter(due.into_iter().map(|item| {
         let app = app.clone();
         async move {
+            // An expired lease is recorded on the item's history, trimmed to the same bound
+            // as every record (see lifecycle::sweep): read it first.
+            let read = match item.status {
+                DeliveryStatus::Sending => app.store.get_delivery(&item.id).await?,
+                _ => None,
+            };
+            let Some((t, enqueue)) = lifecycle::sweep(&app.config, now, &item, read.as_ref()) else {
+                // It moved on since the due read.
+                return Ok(None);
+            };
             let recovered = t.forgive_attempt;
-            match app.store.apply(&enqueue.message.delivery_id, &t, false).await {
-                Ok(Applied::Done(_)) => Ok(Some((enqueue, recovered))),
-                Ok(Applied::Lost) => Ok(None),
-                Err(e) => Err(e),
+            match app.store.apply(&enqueue.message.delivery_id, &t, false).await? {
+                Applied::Done(_) => Ok(Some((enqueue, recovered))),
+                Applied::Lost => Ok(None),
             }
         }
     }))
     .buffer_unordered(16)
     .collect()
     .await;
-    let mut first_error = None;
+    let mut first_error: Option<StoreError> = None;
     for r in applied {
         match r {
             Ok(Some((e, recovered))) => {

@@ -351,11 +351,7 @@ impl DynamoStore {
             }
             Field::Remove => u.remove.extend([DUE_AT.to_string(), DUE_PK.to_string()]),
         }
-        if let Some(a) = &t.append_attempt {
-            u.set.push("attempts = list_append(if_not_exists(attempts, :empty), :attempt)".into());
-            u.values.insert(":empty".into(), AttributeValue::L(vec![]));
-            u.values.insert(":attempt".into(), AttributeValue::L(vec![AttributeValue::M(to_item(a)?)]));
-        } else if let Field::Set(list) = &t.attempts {
+        if let Field::Set(list) = &t.attempts {
             let list = list.iter().map(|a| to_item(a).map(AttributeValue::M)).collect::<Result<Vec<_>, _>>()?;
             u.set("attempts", AttributeValue::L(list));
         }

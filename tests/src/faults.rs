@@ -1,0 +1,420 @@
+//! Fault injection for the tests that claim "whatever single AWS call fails": [`Faults`] wraps
+//! an app's store, queue and notifier, numbers every call they make once armed, and fails
+//! exactly one of them: before it is made (the request never reached AWS) or after (it was
+//! applied and its answer lost, as a timeout does).
+//!
+//! A test first runs its scenario with nothing failing and keeps the calls made
+//! ([`Faults::calls`]), then runs it again once per [`Faults::plan`] entry, each failing one
+//! position of that sequence. Driven by one task (no concurrent pollers or sweeper ticks) on a
+//! clock the test moves, a scenario makes the same calls in the same order each run, so
+//! position N of a failing run is the call that was N in the recording
+//! ([`Faults::struck`] says which call it failed).
+//!
+//! The sweeper's `due` read is numbered only when it found something: the reads of an idle
+//! tick are many and fail to no effect.
+//!
+//! [`Faults::stalling`] plays the other way an AWS call goes wrong: its answer comes late.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use webhooks::App;
+use webhooks::lifecycle::Transition;
+use webhooks::model::{Delivery, Disabled, Endpoint, Job, StoredEvent};
+use webhooks::store::{
+    Applied, Committed, DeliveryQuery, DeliverySummary, Due, EndpointWrite, IdempotencyRecord, Page, Store, StoreError,
+};
+
+/// When an injected failure strikes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strike {
+    /// The call is not made; the caller gets an error.
+    Before,
+    /// The call is made (a write lands) and the caller gets an error instead of its answer.
+    After,
+}
+
+/// The calls that change nothing: failing one after it was made is the same as before.
+const READS: [&str; 11] = [
+    "get_endpoint",
+    "find_endpoint",
+    "tenant_endpoints",
+    "list_endpoints",
+    "get_payload",
+    "get_delivery",
+    "due",
+    "get_job",
+    "event_deliveries",
+    "list_deliveries",
+    "count_deliveries",
+];
+
+#[derive(Debug, Default)]
+struct State {
+    armed: bool,
+    calls: Vec<&'static str>,
+    fail: Option<(usize, Strike)>,
+    struck: Option<(usize, &'static str, Strike)>,
+    stall: Option<(&'static str, std::time::Duration)>,
+    stalled: bool,
+}
+
+/// Numbers the calls of the store, queue and notifier it wraps once armed, and fails the one
+/// at a given position. Cheap to clone (shared state).
+#[derive(Debug, Clone, Default)]
+pub struct Faults(Arc<Mutex<State>>);
+
+impl Faults {
+    /// Records calls once armed; fails none.
+    pub fn recording() -> Self {
+        Self::default()
+    }
+
+    /// Fails the call at `position` (0-based, counted from arming) as `strike` says.
+    pub fn failing(position: usize, strike: Strike) -> Self {
+        let f = Self::default();
+        f.lock().fail = Some((position, strike));
+        f
+    }
+
+    /// Delays the answer of the first call named `name` after arming by `by`: the call is
+    /// made at once (a write lands), its caller hears back `by` later.
+    pub fn stalling(name: &'static str, by: std::time::Duration) -> Self {
+        let f = Self::default();
+        f.lock().stall = Some((name, by));
+        f
+    }
+
+    /// Whether the stalled call has answered.
+    pub fn stall_over(&self) -> bool {
+        self.lock().stalled
+    }
+
+    /// The runs that fail each call of `calls` (a recording) once: every call before it is
+    /// made, and a write also after it landed. `due` fails after its read (it is numbered
+    /// only when it found something).
+    pub fn plan(calls: &[&'static str]) -> Vec<(usize, &'static str, Strike)> {
+        let mut out = Vec::new();
+        for (i, &name) in calls.iter().enumerate() {
+            if name == "due" {
+                out.push((i, name, Strike::After));
+                continue;
+            }
+            out.push((i, name, Strike::Before));
+            if !READS.contains(&name) {
+                out.push((i, name, Strike::After));
+            }
+        }
+        out
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts numbering (and failing).
+    pub fn arm(&self) {
+        self.lock().armed = true;
+    }
+
+    /// Whether armed.
+    pub fn armed(&self) -> bool {
+        self.lock().armed
+    }
+
+    /// The calls made since arming, in order.
+    pub fn calls(&self) -> Vec<&'static str> {
+        self.lock().calls.clone()
+    }
+
+    /// The call failed so far (position, name, when), if any.
+    pub fn struck(&self) -> Option<(usize, &'static str, Strike)> {
+        self.lock().struck
+    }
+
+    /// `app` with its store, queue (and slow queue) and notifier wrapped.
+    pub fn wrap(&self, app: App) -> App {
+        let mut app = app;
+        app.store = Arc::new(FaultyStore { inner: app.store.clone(), faults: self.clone() });
+        app.queue = Arc::new(FaultyQueue { inner: app.queue.clone(), faults: self.clone() });
+        app.slow_queue = app
+            .slow_queue
+            .take()
+            .map(|q| Arc::new(FaultyQueue { inner: q, faults: self.clone() }) as Arc<dyn webhooks::queue::Queue>);
+        app.notifier = Arc::new(FaultyNotifier { inner: app.notifier.clone(), faults: self.clone() });
+        app
+    }
+
+    /// Numbers the call `name` when armed: its position.
+    fn number(&self, name: &'static str) -> Option<usize> {
+        let mut s = self.lock();
+        s.armed.then(|| {
+            s.calls.push(name);
+            s.calls.len() - 1
+        })
+    }
+
+    /// Whether the call numbered `position` fails now (`when`).
+    fn strikes(&self, position: Option<usize>, when: Strike) -> bool {
+        let mut s = self.lock();
+        match (position, s.fail) {
+            (Some(p), Some((f, w))) if p == f && w == when => {
+                s.struck = Some((p, s.calls[p], when));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Runs `call` as the call `name`, numbered and maybe failed; `found` says whether a
+    /// result counts (`due` is numbered only when it found something).
+    async fn run<T, E>(
+        &self,
+        name: &'static str,
+        call: impl Future<Output = Result<T, E>>,
+        found: impl FnOnce(&T) -> bool,
+        error: impl Fn(String) -> E,
+    ) -> Result<T, E> {
+        let injected = |when: &str| error(format!("injected failure of {name} ({when} it was made)"));
+        if name == "due" {
+            let out = call.await?;
+            let position = if found(&out) { self.number(name) } else { None };
+            if self.strikes(position, Strike::After) {
+                return Err(injected("after"));
+            }
+            return Ok(out);
+        }
+        let position = self.number(name);
+        if self.strikes(position, Strike::Before) {
+            return Err(injected("before"));
+        }
+        let out = call.await;
+        self.stall(name).await;
+        let out = out?;
+        if self.strikes(position, Strike::After) {
+            return Err(injected("after"));
+        }
+        Ok(out)
+    }
+
+    /// Waits out the stall when `name` is the call to stall (the first after arming).
+    async fn stall(&self, name: &'static str) {
+        let by = {
+            let mut s = self.lock();
+            match s.stall {
+                Some((n, by)) if n == name && s.armed => {
+                    s.stall = None;
+                    Some(by)
+                }
+                _ => None,
+            }
+        };
+        if let Some(by) = by {
+            tokio::time::sleep(by).await;
+            self.lock().stalled = true;
+        }
+    }
+}
+
+fn aws(message: String) -> StoreError {
+    StoreError::Aws(message)
+}
+
+fn any<T>(_: &T) -> bool {
+    true
+}
+
+struct FaultyStore {
+    inner: Arc<dyn Store>,
+    faults: Faults,
+}
+
+#[async_trait::async_trait]
+impl Store for FaultyStore {
+    async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
+        self.faults.run("create_endpoint", self.inner.create_endpoint(endpoint), any, aws).await
+    }
+    async fn get_endpoint(&self, tenant_id: &str, id: &str) -> Result<Option<Endpoint>, StoreError> {
+        self.faults.run("get_endpoint", self.inner.get_endpoint(tenant_id, id), any, aws).await
+    }
+    async fn find_endpoint(&self, id: &str) -> Result<Option<Endpoint>, StoreError> {
+        self.faults.run("find_endpoint", self.inner.find_endpoint(id), any, aws).await
+    }
+    async fn tenant_endpoints(&self, tenant_id: &str) -> Result<Vec<Endpoint>, StoreError> {
+        self.faults.run("tenant_endpoints", self.inner.tenant_endpoints(tenant_id), any, aws).await
+    }
+    async fn count_failure(&self, tenant_id: &str, id: &str) -> Result<Option<u32>, StoreError> {
+        self.faults.run("count_failure", self.inner.count_failure(tenant_id, id), any, aws).await
+    }
+    async fn count_delivered(
+        &self,
+        endpoint_id: &str,
+        delivery_id: &str,
+        at: chrono::DateTime<chrono::Utc>,
+        expires_at: i64,
+    ) -> Result<(), StoreError> {
+        let call = self.inner.count_delivered(endpoint_id, delivery_id, at, expires_at);
+        self.faults.run("count_delivered", call, any, aws).await
+    }
+    async fn mark_delivered_counting(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError> {
+        let call = self.inner.mark_delivered_counting(tenant_id, id, now);
+        self.faults.run("mark_delivered_counting", call, any, aws).await
+    }
+    async fn delivered_count(
+        &self,
+        endpoint_id: &str,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<u64, StoreError> {
+        self.faults.run("delivered_count", self.inner.delivered_count(endpoint_id, since), any, aws).await
+    }
+    async fn reset_failures(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
+        self.faults.run("reset_failures", self.inner.reset_failures(tenant_id, id), any, aws).await
+    }
+    async fn commit(
+        &self,
+        endpoint: EndpointWrite<'_>,
+        delivery: Option<(&str, &Transition)>,
+    ) -> Result<Committed, StoreError> {
+        self.faults.run("commit", self.inner.commit(endpoint, delivery), any, aws).await
+    }
+    async fn delete_endpoint(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
+        self.faults.run("delete_endpoint", self.inner.delete_endpoint(tenant_id, id), any, aws).await
+    }
+    async fn list_endpoints(
+        &self,
+        tenant_id: &str,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<Endpoint>, StoreError> {
+        self.faults.run("list_endpoints", self.inner.list_endpoints(tenant_id, limit, cursor), any, aws).await
+    }
+    async fn insert_event(
+        &self,
+        event: &StoredEvent,
+        deliveries: &[(&Delivery, Option<i64>)],
+    ) -> Result<webhooks::store::Inserted, StoreError> {
+        self.faults.run("insert_event", self.inner.insert_event(event, deliveries), any, aws).await
+    }
+    async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError> {
+        self.faults.run("get_payload", self.inner.get_payload(tenant_id, event_id), any, aws).await
+    }
+    async fn get_delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError> {
+        self.faults.run("get_delivery", self.inner.get_delivery(id), any, aws).await
+    }
+    async fn apply(&self, id: &str, transition: &Transition, return_new: bool) -> Result<Applied, StoreError> {
+        self.faults.run("apply", self.inner.apply(id, transition, return_new), any, aws).await
+    }
+    async fn due(&self, shard: u32, until_ms: i64, limit: usize, after: Option<&Due>) -> Result<Vec<Due>, StoreError> {
+        self.faults.run("due", self.inner.due(shard, until_ms, limit, after), |v: &Vec<Due>| !v.is_empty(), aws).await
+    }
+    async fn put_job(&self, job: &Job) -> Result<(), StoreError> {
+        self.faults.run("put_job", self.inner.put_job(job), any, aws).await
+    }
+    async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError> {
+        self.faults.run("get_job", self.inner.get_job(id), any, aws).await
+    }
+    async fn claim_job(&self, id: &str, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError> {
+        self.faults.run("claim_job", self.inner.claim_job(id, expected_due_at, lease_due_at), any, aws).await
+    }
+    async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError> {
+        self.faults.run("event_deliveries", self.inner.event_deliveries(event_id), any, aws).await
+    }
+    async fn list_deliveries(&self, query: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError> {
+        self.faults.run("list_deliveries", self.inner.list_deliveries(query), any, aws).await
+    }
+    async fn count_deliveries(
+        &self,
+        endpoint_id: &str,
+        status: webhooks::model::DeliveryStatus,
+    ) -> Result<u64, StoreError> {
+        self.faults.run("count_deliveries", self.inner.count_deliveries(endpoint_id, status), any, aws).await
+    }
+    async fn begin_idempotent(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        record: &IdempotencyRecord,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        let call = self.inner.begin_idempotent(tenant_id, key, record, now);
+        self.faults.run("begin_idempotent", call, any, aws).await
+    }
+    async fn renew_idempotent(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        expected_lease_ms: i64,
+        lease_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let call = self.inner.renew_idempotent(tenant_id, key, expected_lease_ms, lease_ms);
+        self.faults.run("renew_idempotent", call, any, aws).await
+    }
+    async fn finish_idempotent(&self, tenant_id: &str, key: &str, answer: (u16, &str)) -> Result<(), StoreError> {
+        self.faults.run("finish_idempotent", self.inner.finish_idempotent(tenant_id, key, answer), any, aws).await
+    }
+    async fn release_idempotent(
+        &self,
+        tenant_id: &str,
+        key: &str,
+        forget: bool,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let call = self.inner.release_idempotent(tenant_id, key, forget, now_ms);
+        self.faults.run("release_idempotent", call, any, aws).await
+    }
+    async fn set_slow_until(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        until: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> Result<(), StoreError> {
+        self.faults.run("set_slow_until", self.inner.set_slow_until(tenant_id, id, until), any, aws).await
+    }
+    async fn take_rate_slot(&self, endpoint_id: &str, second: i64) -> Result<u64, StoreError> {
+        self.faults.run("take_rate_slot", self.inner.take_rate_slot(endpoint_id, second), any, aws).await
+    }
+    async fn set_effective_rate(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        expected_ms: Option<i64>,
+        rate: f64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let call = self.inner.set_effective_rate(tenant_id, id, expected_ms, rate, now_ms);
+        self.faults.run("set_effective_rate", call, any, aws).await
+    }
+}
+
+struct FaultyQueue {
+    inner: Arc<dyn webhooks::queue::Queue>,
+    faults: Faults,
+}
+
+#[async_trait::async_trait]
+impl webhooks::queue::Queue for FaultyQueue {
+    async fn send(&self, messages: &[webhooks::lifecycle::Enqueue]) -> Result<(), webhooks::queue::QueueError> {
+        if messages.is_empty() {
+            // No request goes out (the sweeper sends its tick's messages, often none).
+            return self.inner.send(messages).await;
+        }
+        self.faults.run("queue_send", self.inner.send(messages), any, webhooks::queue::QueueError).await
+    }
+}
+
+/// The owner notification: SNS Publish, when the notifier is [`webhooks::notify::SnsNotifier`].
+struct FaultyNotifier {
+    inner: Arc<dyn webhooks::notify::Notifier>,
+    faults: Faults,
+}
+
+#[async_trait::async_trait]
+impl webhooks::notify::Notifier for FaultyNotifier {
+    async fn endpoint_disabled(&self, endpoint: &Endpoint, disabled: &Disabled) -> Result<(), String> {
+        self.faults.run("publish", self.inner.endpoint_disabled(endpoint, disabled), any, |e| e).await
+    }
+}
