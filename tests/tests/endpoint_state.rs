@@ -370,7 +370,9 @@ impl Driven {
     async fn pending(&self) -> Vec<String> {
         let store = &self.stack.app.store;
         let mut out = Vec::new();
-        for item in store.due(0, i64::MAX, 100, None).await.unwrap() {
+        let mut items = store.due(0, i64::MAX, 100, None).await.unwrap();
+        items.extend(store.due(webhooks::store::keys::JOB_SHARD, i64::MAX, 100, None).await.unwrap());
+        for item in items {
             out.push(match item {
                 Due::Delivery(d) => format!("delivery {} {}", d.id, d.status.as_str()),
                 Due::Job { id, .. } => match store.get_job(&id).await.unwrap() {
@@ -780,6 +782,7 @@ async fn retries_stop_once_a_patch_drops_the_event_type_from_the_filter() {
     assert_eq!(rx.count(), 2, "{d:#}");
     let last = d["attempts"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(last["error"], "unsubscribed", "{d:#}");
+    assert_eq!(d["reason"], "unsubscribed", "{d:#}");
     assert!(last.get("status_code").is_none(), "not sent, so no status: {d:#}");
     // Not the receiver's failure: the circuit breaker's count did not move for it.
     assert_eq!(get_endpoint(&stack, ep["id"].as_str().unwrap()).await["consecutive_failures"], 2);
@@ -932,5 +935,36 @@ async fn an_endpoints_stats_read_none_of_its_delivered_history() {
     assert_eq!(stats.counts["delivered"], 40, "an endpoint from before the counters: {stats:?}");
     let (status, body) = stack.call(Method::GET, &format!("/v1/endpoints/{ep_id}/stats"), None).await;
     assert_eq!((status, &body["counts"]["delivered"]), (200, &json!(40)), "{body}");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_probe_passes_over_held_deliveries_the_filter_no_longer_takes() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(503)).await;
+    let extra = json!({"event_types": ["order.*", "invoice.*"], "retry_policy": {"schedule_seconds": [1], "max_attempts": 5},
+        "circuit_breaker_threshold": 1, "auto_resume": true, "auto_resume_after_seconds": 30});
+    let ep = endpoint(&stack, &rx.url, extra).await;
+    let ep_id = ep["id"].as_str().unwrap().to_string();
+    let order = first_delivery(&stack.event("acme", "order.paid", json!({"n": 1})).await);
+    stack.wait_status(&order, "held", WITHIN).await;
+    let invoice = first_delivery(&stack.event("acme", "invoice.paid", json!({"n": 2})).await);
+    stack.wait_status(&invoice, "held", WITHIN).await;
+    // The filter drops the oldest held delivery's type; the receiver is back; a short cool-down.
+    let patch = json!({"event_types": ["invoice.*"], "auto_resume_after_seconds": 1});
+    let (status, body) = stack.call(Method::PATCH, &format!("/v1/endpoints/{ep_id}"), Some(patch)).await;
+    assert_eq!(status, 200, "{body}");
+    rx.set_default(Reply::Status(200));
+    let hits = rx.count();
+    stack.wait_status(&invoice, "delivered", WITHIN).await;
+    let o = stack.wait_status(&order, "exhausted", WITHIN).await;
+    assert_eq!(o["reason"], "unsubscribed", "{o:#}");
+    assert_eq!(rx.count(), hits + 1, "only the invoice was sent after the PATCH");
+    assert_eq!(
+        rx.hits().last().unwrap().header("webhook-id"),
+        stack.delivery(&invoice).await["event_id"].as_str().unwrap()
+    );
+    eventually("the endpoint resumed", WITHIN, || async { get_endpoint(&stack, &ep_id).await["enabled"] == true })
+        .await;
     stack.stop().await;
 }

@@ -259,7 +259,11 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
     let plain = match verdict {
         // Nothing left to send, ever: a dead letter, even as a probe (held, it would be
         // picked as the probe again and again).
-        _ if expired => lifecycle::complete(cfg, now, &delivery, attempt.clone(), Next::Exhausted),
+        _ if expired => {
+            let (t, e) = lifecycle::complete(cfg, now, &delivery, attempt.clone(), Next::Exhausted);
+            let reason = if ours == Some(UNSUBSCRIBED) { Field::Set(UNSUBSCRIBED.to_string()) } else { t.reason };
+            (Transition { reason, ..t }, e)
+        }
         Verdict::Success => lifecycle::complete(cfg, now, &delivery, attempt.clone(), Next::Delivered),
         Verdict::Retry if !probe => {
             let scaled = |s: u64| ((s as f64) * cfg.wait_scale).ceil().max(1.0) as u64;
