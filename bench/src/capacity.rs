@@ -392,7 +392,7 @@ pub fn gsi_breakdown(body: &mut String, scenarios: &[Scenario]) -> Option<f64> {
     let floor = total - saved * crate::cost::DDB_WRU;
     let _ = writeln!(
         body,
-        "\nWith all three: {} GSI units fewer, ${} per million instead of ${}. Still over $8: the first try would keep writing 5 base-table units (payload item, delivery item, claim, record) and 6 GSI units (the due entry's put and delete, the `by_endpoint` entry's put and re-key, the `by_event` entry's put). Reaching $8 (at most about 7.7 write units with these prices) takes an index off the first-try path: e.g. `by_event` replaced by the event item listing its deliveries (1 unit), and `by_endpoint` entries written only for deliveries that are not delivered on their first try, with the delivered history listed another way (3 units).\n",
+        "\nWith all three: {} GSI units fewer, ${} per million instead of ${}. Still over $8: the first try would keep writing 6 base-table units (payload item 2, delivery item, claim, record, the endpoint's delivered counter) and 6 GSI units (the due entry's put and delete, the `by_endpoint` entry's put and re-key, the `by_event` entry's put). Reaching $8 (at most about 7.7 write units with these prices) takes an index off the first-try path: e.g. `by_event` replaced by the event item listing its deliveries (1 unit), and `by_endpoint` entries written only for deliveries that are not delivered on their first try, with the delivered history listed another way (3 units).\n",
         f(saved, 0),
         f(floor, 2),
         f(total, 2)
