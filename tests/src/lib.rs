@@ -381,29 +381,34 @@ impl webhooks::notify::Notifier for RecordingNotifier {
     }
 }
 
-/// Counts the DynamoDB Query requests a client makes (an SDK interceptor).
-#[derive(Debug, Default, Clone)]
-pub struct QueryCounter(pub Arc<std::sync::atomic::AtomicUsize>);
-
-impl QueryCounter {
-    /// Queries so far.
-    pub fn count(&self) -> usize {
-        self.0.load(std::sync::atomic::Ordering::SeqCst)
-    }
+/// Counts the DynamoDB Query requests a client makes and the index or table entries they
+/// read (`ScannedCount`): an SDK interceptor, added with
+/// `aws_sdk_dynamodb::config::Builder::interceptor`.
+#[derive(Clone, Default, Debug)]
+pub struct QueryReads {
+    /// Query requests answered.
+    pub queries: Arc<std::sync::atomic::AtomicUsize>,
+    /// Entries they read, summed.
+    pub scanned: Arc<std::sync::atomic::AtomicUsize>,
 }
 
-impl aws_sdk_dynamodb::config::Intercept for QueryCounter {
+impl aws_sdk_dynamodb::config::Intercept for QueryReads {
     fn name(&self) -> &'static str {
-        "QueryCounter"
+        "QueryReads"
     }
 
-    fn read_before_execution(
+    fn read_after_execution(
         &self,
-        context: &aws_sdk_dynamodb::config::interceptors::BeforeSerializationInterceptorContextRef<'_>,
+        context: &aws_sdk_dynamodb::config::interceptors::FinalizerInterceptorContextRef<'_>,
+        _rc: &aws_sdk_dynamodb::config::RuntimeComponents,
         _cfg: &mut aws_sdk_dynamodb::config::ConfigBag,
     ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
-        if context.input().downcast_ref::<aws_sdk_dynamodb::operation::query::QueryInput>().is_some() {
-            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        use std::sync::atomic::Ordering;
+        if let Some(Ok(out)) = context.output_or_error()
+            && let Some(q) = out.downcast_ref::<aws_sdk_dynamodb::operation::query::QueryOutput>()
+        {
+            self.queries.fetch_add(1, Ordering::SeqCst);
+            self.scanned.fetch_add(usize::try_from(q.scanned_count()).unwrap_or(0), Ordering::SeqCst);
         }
         Ok(())
     }

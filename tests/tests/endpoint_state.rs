@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use reqwest::Method;
 use serde_json::{Value, json};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use webhooks::App;
@@ -17,7 +17,7 @@ use webhooks::service::{admin, deliver, sweep};
 use webhooks::store::{Applied, Due, StoreError};
 use webhooks_local::Options;
 use webhooks_tests::faults::Faults;
-use webhooks_tests::{BoxFuture, Hook, Receiver, RecordingNotifier, Reply, Serialized, Stack, eventually};
+use webhooks_tests::{BoxFuture, Hook, QueryReads, Receiver, RecordingNotifier, Reply, Serialized, Stack, eventually};
 
 const WITHIN: Duration = Duration::from_secs(30);
 
@@ -604,34 +604,6 @@ async fn the_attempt_history_on_an_item_stays_bounded_however_many_attempts() {
     assert!(attempts.iter().all(|a| a["response_body"].as_str().unwrap().len() <= 1024));
     assert!(d.to_string().len() < 64 * 1024, "{} bytes", d.to_string().len());
     stack.stop().await;
-}
-
-/// Counts Query requests and the index entries they read (`ScannedCount`).
-#[derive(Clone, Default, Debug)]
-struct QueryReads {
-    queries: Arc<AtomicUsize>,
-    scanned: Arc<AtomicUsize>,
-}
-
-impl aws_sdk_dynamodb::config::Intercept for QueryReads {
-    fn name(&self) -> &'static str {
-        "QueryReads"
-    }
-
-    fn read_after_execution(
-        &self,
-        context: &aws_sdk_dynamodb::config::interceptors::FinalizerInterceptorContextRef<'_>,
-        _rc: &aws_sdk_dynamodb::config::RuntimeComponents,
-        _cfg: &mut aws_sdk_dynamodb::config::ConfigBag,
-    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
-        if let Some(Ok(out)) = context.output_or_error()
-            && let Some(q) = out.downcast_ref::<aws_sdk_dynamodb::operation::query::QueryOutput>()
-        {
-            self.queries.fetch_add(1, Ordering::SeqCst);
-            self.scanned.fetch_add(usize::try_from(q.scanned_count()).unwrap_or(0), Ordering::SeqCst);
-        }
-        Ok(())
-    }
 }
 
 /// Checks a delivery's history is bounded as lifecycle promises: the newest

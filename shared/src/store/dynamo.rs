@@ -679,6 +679,19 @@ impl Update {
     }
 }
 
+/// Sends an endpoint UpdateItem ([`DynamoStore::endpoint_update`]) asking for the updated
+/// values and returns `attr` as written; `None` when the endpoint is gone.
+async fn updated_attribute(
+    update: aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder,
+    attr: &str,
+) -> Result<Option<AttributeValue>, StoreError> {
+    match update.return_values(ReturnValue::UpdatedNew).send().await {
+        Ok(out) => Ok(out.attributes.and_then(|mut a| a.remove(attr))),
+        Err(e) if e.as_service_error().is_some_and(|se| se.is_conditional_check_failed_exception()) => Ok(None),
+        Err(e) => Err(aws(e)),
+    }
+}
+
 fn time(t: &chrono::DateTime<chrono::Utc>) -> AttributeValue {
     s(t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
 }
@@ -741,23 +754,11 @@ impl Store for DynamoStore {
     }
 
     async fn count_failure(&self, tenant_id: &str, id: &str) -> Result<Option<u32>, StoreError> {
-        let result = self
+        let update = self
             .endpoint_update(tenant_id, id)
             .update_expression("ADD consecutive_failures :one")
-            .expression_attribute_values(":one", n(1))
-            .return_values(ReturnValue::UpdatedNew)
-            .send()
-            .await;
-        match result {
-            Ok(out) => Ok(out
-                .attributes
-                .as_ref()
-                .and_then(|a| a.get("consecutive_failures"))
-                .and_then(|v| v.as_n().ok())
-                .and_then(|v| v.parse().ok())),
-            Err(e) if e.as_service_error().is_some_and(|se| se.is_conditional_check_failed_exception()) => Ok(None),
-            Err(e) => Err(aws(e)),
-        }
+            .expression_attribute_values(":one", n(1));
+        Ok(updated_attribute(update, "consecutive_failures").await?.and_then(|v| v.as_n().ok()?.parse().ok()))
     }
 
     async fn count_delivered(
@@ -787,24 +788,14 @@ impl Store for DynamoStore {
         id: &str,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError> {
-        let result = self
+        let update = self
             .endpoint_update(tenant_id, id)
             .update_expression("SET delivered_counted_from = if_not_exists(delivered_counted_from, :now)")
-            .expression_attribute_values(":now", time(&now))
-            .return_values(ReturnValue::UpdatedNew)
-            .send()
-            .await;
-        match result {
-            Ok(out) => Ok(out
-                .attributes
-                .as_ref()
-                .and_then(|a| a.get("delivered_counted_from"))
-                .and_then(|v| v.as_s().ok())
-                .and_then(|v| chrono::DateTime::parse_from_rfc3339(v).ok())
-                .map(|t| t.with_timezone(&chrono::Utc))),
-            Err(e) if e.as_service_error().is_some_and(|se| se.is_conditional_check_failed_exception()) => Ok(None),
-            Err(e) => Err(aws(e)),
-        }
+            .expression_attribute_values(":now", time(&now));
+        Ok(updated_attribute(update, "delivered_counted_from").await?.and_then(|v| {
+            let at = chrono::DateTime::parse_from_rfc3339(v.as_s().ok()?).ok()?;
+            Some(at.with_timezone(&chrono::Utc))
+        }))
     }
 
     async fn delivered_count(
