@@ -204,7 +204,8 @@ pub fn section(body: &mut String, scenarios: &[Scenario], due_shards: u32) -> (u
     let _ = writeln!(body, "|---|---|---|---|---|---|---|---|---|---|");
     let mut over = 0;
     let mut worst: Vec<String> = Vec::new();
-    let mut settings: Vec<String> = Vec::new();
+    // The settings that get there, in the order of the rows; one can serve several keys.
+    let mut settings: Vec<(&str, u32)> = Vec::new();
     for r in &rows {
         let ok = r.share() <= HEADROOM;
         let ok_with = r.share_with_setting() <= HEADROOM;
@@ -216,16 +217,9 @@ pub fn section(body: &mut String, scenarios: &[Scenario], due_shards: u32) -> (u
             (true, _) => "- (not needed)".to_string(),
             (false, Some(name)) => {
                 // One setting can serve several keys: the largest count they need.
-                let prefix = format!("`{name}=");
-                match settings.iter().position(|s| s.starts_with(&prefix)) {
-                    Some(i) => {
-                        let had =
-                            settings[i].trim_start_matches(&prefix).trim_end_matches('`').parse::<u32>().unwrap_or(0);
-                        if r.needed() > had {
-                            settings[i] = format!("`{name}={}`", r.needed());
-                        }
-                    }
-                    None => settings.push(format!("`{name}={}`", r.needed())),
+                match settings.iter_mut().find(|(n, _)| *n == name) {
+                    Some((_, needed)) => *needed = (*needed).max(r.needed()),
+                    None => settings.push((name, r.needed())),
                 }
                 format!("`{name}={}`", r.needed())
             }
@@ -322,6 +316,7 @@ pub fn section(body: &mut String, scenarios: &[Scenario], due_shards: u32) -> (u
         );
     }
     body.push('\n');
+    let settings: Vec<String> = settings.iter().map(|(name, n)| format!("`{name}={n}`")).collect();
     let line = if over == 0 {
         format!("every key within 50% at {} deliveries/s with {}", f(RATE, 0), settings.join(", "))
     } else {

@@ -34,7 +34,7 @@ use crate::model::DeliveryStatus;
 use crate::service::{admin, ingest};
 use crate::store::{DeliveryQuery, IdempotencyRecord};
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, Path, RawQuery, State};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, Path, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
@@ -168,6 +168,29 @@ fn no_params(query: Option<&str>) -> Result<(), ServiceError> {
     }
 }
 
+/// A route's query parameters, read into `T` by [`parse_query`] (an extractor: a refused
+/// query answers before the handler runs).
+struct Params<T>(T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Params<T> {
+    type Rejection = ServiceError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ServiceError> {
+        parse_query(parts.uri.query()).map(Self)
+    }
+}
+
+/// The extractor of a route that takes no query parameters: [`no_params`].
+struct NoParams;
+
+impl<S: Send + Sync> FromRequestParts<S> for NoParams {
+    type Rejection = ServiceError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ServiceError> {
+        no_params(parts.uri.query()).map(|()| Self)
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EventBody {
@@ -244,11 +267,10 @@ pub fn event_request(body: &[u8]) -> Result<ingest::NewEvent, ServiceError> {
 
 async fn post_event(
     State(app): State<App>,
-    RawQuery(query): RawQuery,
+    _: NoParams,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServiceError> {
-    no_params(query.as_deref())?;
     let mut event = event_request(&body_bytes(body)?)?;
     let key = match headers.get(IDEMPOTENCY_KEY) {
         None => None,
@@ -377,10 +399,9 @@ fn parse_object(
 
 async fn post_endpoint(
     State(app): State<App>,
-    RawQuery(query): RawQuery,
+    _: NoParams,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServiceError> {
-    no_params(query.as_deref())?;
     let created = admin::create_endpoint(&app, &parse_object(body)?).await?;
     Ok((StatusCode::CREATED, Json(created)).into_response())
 }
@@ -388,19 +409,17 @@ async fn post_endpoint(
 async fn patch_endpoint(
     State(app): State<App>,
     PathParam(id): PathParam,
-    RawQuery(query): RawQuery,
+    _: NoParams,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServiceError> {
-    no_params(query.as_deref())?;
     Ok(Json(admin::update_endpoint(&app, &id, &parse_object(body)?).await?).into_response())
 }
 
 async fn enable_endpoint(
     State(app): State<App>,
     PathParam(id): PathParam,
-    RawQuery(query): RawQuery,
+    _: NoParams,
 ) -> Result<Response, ServiceError> {
-    no_params(query.as_deref())?;
     let (endpoint, job) = admin::enable_endpoint(&app, &id).await?;
     let mut body = serde_json::to_value(endpoint).map_err(|e| ServiceError::Internal(e.to_string()))?;
     body["release_job"] = serde_json::to_value(job).map_err(|e| ServiceError::Internal(e.to_string()))?;
@@ -410,9 +429,8 @@ async fn enable_endpoint(
 async fn disable_endpoint(
     State(app): State<App>,
     PathParam(id): PathParam,
-    RawQuery(query): RawQuery,
+    _: NoParams,
 ) -> Result<Response, ServiceError> {
-    no_params(query.as_deref())?;
     Ok(Json(admin::disable_endpoint(&app, &id).await?).into_response())
 }
 
@@ -425,8 +443,10 @@ struct EndpointListParams {
     cursor: Option<String>,
 }
 
-async fn list_endpoints(State(app): State<App>, RawQuery(query): RawQuery) -> Result<Response, ServiceError> {
-    let p: EndpointListParams = parse_query(query.as_deref())?;
+async fn list_endpoints(
+    State(app): State<App>,
+    Params(p): Params<EndpointListParams>,
+) -> Result<Response, ServiceError> {
     let tenant = p.tenant_id.unwrap_or_default();
     crate::validate::client_id("tenant_id", &tenant)?;
     let limit = check_limit(p.limit)?;
@@ -444,9 +464,8 @@ struct DeleteParams {
 async fn delete_endpoint(
     State(app): State<App>,
     PathParam(id): PathParam,
-    RawQuery(query): RawQuery,
+    Params(p): Params<DeleteParams>,
 ) -> Result<Response, ServiceError> {
-    let p: DeleteParams = parse_query(query.as_deref())?;
     let done = admin::delete_endpoint(&app, &id, p.force.unwrap_or(false)).await?;
     Ok(Json(serde_json::json!({
         "id": id,
@@ -460,9 +479,8 @@ async fn delete_endpoint(
 async fn endpoint_stats(
     State(app): State<App>,
     PathParam(id): PathParam,
-    RawQuery(query): RawQuery,
+    _: NoParams,
 ) -> Result<Response, ServiceError> {
-    no_params(query.as_deref())?;
     Ok(Json(admin::endpoint_stats(&app, &id).await?).into_response())
 }
 
@@ -475,10 +493,9 @@ struct RotateBody {
 async fn rotate_secret(
     State(app): State<App>,
     PathParam(id): PathParam,
-    RawQuery(query): RawQuery,
+    _: NoParams,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServiceError> {
-    no_params(query.as_deref())?;
     let b: RotateBody = match &body {
         Ok(bytes) if bytes.is_empty() => RotateBody { secret: None },
         _ => parse_body(body)?,
@@ -496,10 +513,9 @@ struct RecoverBody {
 async fn recover(
     State(app): State<App>,
     PathParam(id): PathParam,
-    RawQuery(query): RawQuery,
+    _: NoParams,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServiceError> {
-    no_params(query.as_deref())?;
     let b: RecoverBody = parse_body(body)?;
     let since = time_param("since", b.since)?.ok_or_else(|| ServiceError::Validation("since: is required".into()))?;
     let job = admin::recover(&app, &id, since, time_param("until", b.until)?).await?;
@@ -516,9 +532,8 @@ struct EventParams {
 async fn get_event(
     State(app): State<App>,
     PathParam(id): PathParam,
-    RawQuery(query): RawQuery,
+    Params(p): Params<EventParams>,
 ) -> Result<Response, ServiceError> {
-    let p: EventParams = parse_query(query.as_deref())?;
     let tenant = p.tenant_id.filter(|t| !t.is_empty());
     if let Some(t) = &tenant {
         crate::validate::client_id("tenant_id", t)?;
@@ -534,30 +549,15 @@ fn check_limit(limit: Option<usize>) -> Result<usize, ServiceError> {
     Ok(limit)
 }
 
-async fn get_job(
-    State(app): State<App>,
-    PathParam(id): PathParam,
-    RawQuery(query): RawQuery,
-) -> Result<Response, ServiceError> {
-    no_params(query.as_deref())?;
+async fn get_job(State(app): State<App>, PathParam(id): PathParam, _: NoParams) -> Result<Response, ServiceError> {
     Ok(Json(admin::get_job(&app, &id).await?).into_response())
 }
 
-async fn get_endpoint(
-    State(app): State<App>,
-    PathParam(id): PathParam,
-    RawQuery(query): RawQuery,
-) -> Result<Response, ServiceError> {
-    no_params(query.as_deref())?;
+async fn get_endpoint(State(app): State<App>, PathParam(id): PathParam, _: NoParams) -> Result<Response, ServiceError> {
     Ok(Json(admin::get_endpoint(&app, &id).await?).into_response())
 }
 
-async fn get_delivery(
-    State(app): State<App>,
-    PathParam(id): PathParam,
-    RawQuery(query): RawQuery,
-) -> Result<Response, ServiceError> {
-    no_params(query.as_deref())?;
+async fn get_delivery(State(app): State<App>, PathParam(id): PathParam, _: NoParams) -> Result<Response, ServiceError> {
     Ok(Json(admin::get_delivery(&app, &id).await?).into_response())
 }
 
@@ -582,8 +582,7 @@ fn time_param(name: &str, value: Option<String>) -> Result<Option<chrono::DateTi
     }
 }
 
-async fn list_deliveries(State(app): State<App>, RawQuery(query): RawQuery) -> Result<Response, ServiceError> {
-    let p: ListParams = parse_query(query.as_deref())?;
+async fn list_deliveries(State(app): State<App>, Params(p): Params<ListParams>) -> Result<Response, ServiceError> {
     let status = match p.status.as_deref().filter(|s| !s.is_empty()) {
         None => None,
         Some(s) => Some(DeliveryStatus::parse(s).ok_or_else(|| {
@@ -621,12 +620,7 @@ async fn list_deliveries(State(app): State<App>, RawQuery(query): RawQuery) -> R
     Ok(Json(admin::list_deliveries(&app, query).await?).into_response())
 }
 
-async fn replay(
-    State(app): State<App>,
-    PathParam(id): PathParam,
-    RawQuery(query): RawQuery,
-) -> Result<Response, ServiceError> {
-    no_params(query.as_deref())?;
+async fn replay(State(app): State<App>, PathParam(id): PathParam, _: NoParams) -> Result<Response, ServiceError> {
     let d = admin::replay(&app, &id).await?;
     Ok((StatusCode::ACCEPTED, Json(d)).into_response())
 }
@@ -642,11 +636,10 @@ struct PortalSessionBody {
 async fn portal_session(
     State(app): State<App>,
     PathParam(tenant_id): PathParam,
-    RawQuery(query): RawQuery,
+    _: NoParams,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServiceError> {
-    no_params(query.as_deref())?;
     let b: PortalSessionBody = match &body {
         Ok(bytes) if bytes.is_empty() => PortalSessionBody { ttl_seconds: None },
         _ => parse_body(body)?,

@@ -124,6 +124,9 @@ pub const REASON_MANUAL: &str = "manual";
 pub const REASON_GONE: &str = "gone";
 /// `disabled.reason` of an endpoint the circuit breaker paused.
 pub const REASON_CIRCUIT_BREAKER: &str = "circuit_breaker";
+/// A delivery's end (reason, and its attempt's error) when the endpoint's event-type filter
+/// no longer takes its type (changed after the event was accepted): not sent, a dead letter.
+pub const REASON_UNSUBSCRIBED: &str = "unsubscribed";
 
 /// Why an endpoint stopped receiving attempts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use webhooks::clock::Clock;
 use webhooks::lifecycle::{DueItem, Field, Transition};
 use webhooks::model::{Delivery, DeliveryStatus, Endpoint, Job, StoredEvent};
-use webhooks::store::keys::{JOB_SHARD, due_shard, endpoint_bucket, endpoint_sk, time_sk};
+use webhooks::store::keys::{JOB_SHARD, due_shard, endpoint_bucket, endpoint_sk, stats_day_sk, time_sk};
 use webhooks::store::{
     Applied, Committed, DeliveryQuery, DeliverySummary, Due, EndpointWrite, IdempotencyRecord, Inserted, Page, Store,
     StoreError,
@@ -92,7 +92,7 @@ pub struct Tables {
     idempotency: BTreeMap<(String, String), IdempotencyRecord>,
     /// Rate counters by (endpoint id, unix second).
     rate_windows: BTreeMap<(String, i64), u64>,
-    /// Delivered counters by (endpoint id, UTC day `YYYY-MM-DD`).
+    /// Delivered counters by (endpoint id, day key [`stats_day_sk`]).
     delivered_days: BTreeMap<(String, String), u64>,
     /// Per item key, its versions as the GSIs will see them: (visible from, ms; item or gone).
     gsi: BTreeMap<String, Vec<(i64, Option<Indexed>)>>,
@@ -445,7 +445,7 @@ impl Store for MemStore {
         _expires_at: i64,
     ) -> Result<(), StoreError> {
         self.call("store.count_delivered", |_, t| {
-            *t.delivered_days.entry((endpoint_id.to_string(), at.format("%Y-%m-%d").to_string())).or_default() += 1;
+            *t.delivered_days.entry((endpoint_id.to_string(), stats_day_sk(at))).or_default() += 1;
             Ok(())
         })
         .await
@@ -470,7 +470,7 @@ impl Store for MemStore {
         endpoint_id: &str,
         since: chrono::DateTime<chrono::Utc>,
     ) -> Result<u64, StoreError> {
-        let from = since.format("%Y-%m-%d").to_string();
+        let from = stats_day_sk(since);
         self.call("store.delivered_count", |_, t| {
             Ok(t.delivered_days.iter().filter(|((ep, day), _)| ep == endpoint_id && *day >= from).map(|(_, n)| n).sum())
         })

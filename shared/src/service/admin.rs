@@ -362,15 +362,7 @@ pub async fn delete_endpoint(app: &App, id: &str, force: bool) -> Result<Deleted
     let ep = find_endpoint(app, id).await?;
     if !force {
         // Counted up to a cap, so a large backlog cannot hold the answer past API Gateway's 30 s.
-        let mut unfinished = 0;
-        for status in UNFINISHED {
-            let query =
-                DeliveryQuery { endpoint_id: Some(ep.id.clone()), status: Some(status), ..DeliveryQuery::default() };
-            unfinished += collect_deliveries(app.store.as_ref(), query, DELETE_COUNTS_UP_TO - unfinished).await?.len();
-            if unfinished >= DELETE_COUNTS_UP_TO {
-                break;
-            }
-        }
+        let unfinished = unfinished_deliveries(app, &ep.id, DELETE_COUNTS_UP_TO).await?.len();
         if unfinished > 0 {
             let how_many = if unfinished >= DELETE_COUNTS_UP_TO {
                 format!("{DELETE_COUNTS_UP_TO} or more")
@@ -382,16 +374,7 @@ pub async fn delete_endpoint(app: &App, id: &str, force: bool) -> Result<Deleted
             )));
         }
     }
-    let mut unfinished = Vec::new();
-    for status in UNFINISHED {
-        let left = DELETE_ENDS_INLINE.saturating_sub(unfinished.len());
-        if left == 0 {
-            break;
-        }
-        let query =
-            DeliveryQuery { endpoint_id: Some(ep.id.clone()), status: Some(status), ..DeliveryQuery::default() };
-        unfinished.extend(collect_deliveries(app.store.as_ref(), query, left).await?);
-    }
+    let unfinished = unfinished_deliveries(app, &ep.id, DELETE_ENDS_INLINE).await?;
     let now = app.clock.now();
     let settle = now + chrono::Duration::seconds(health::INDEX_SETTLE_SECONDS);
     let job_id = health::start_job(app, &ep, JobKind::EndDeleted, settle, None, None).await?.id;
@@ -406,6 +389,25 @@ pub async fn delete_endpoint(app: &App, id: &str, force: bool) -> Result<Deleted
     app.store.delete_endpoint(&ep.tenant_id, &ep.id).await?;
     tracing::info!(endpoint_id = id, ended = unfinished.len(), job_id = %job_id, "endpoint deleted");
     Ok(Deleted { deliveries_ended: unfinished.len(), job_id })
+}
+
+/// Up to `max` of an endpoint's unfinished deliveries ([`UNFINISHED`], status by status, in
+/// the listing's order): pages of their `by_endpoint` ranges only, never its history.
+async fn unfinished_deliveries(app: &App, endpoint_id: &str, max: usize) -> Result<Vec<DeliverySummary>, StoreError> {
+    let mut out = Vec::new();
+    for status in UNFINISHED {
+        let left = max.saturating_sub(out.len());
+        if left == 0 {
+            break;
+        }
+        let query = DeliveryQuery {
+            endpoint_id: Some(endpoint_id.to_string()),
+            status: Some(status),
+            ..DeliveryQuery::default()
+        };
+        out.extend(collect_deliveries(app.store.as_ref(), query, left).await?);
+    }
+    Ok(out)
 }
 
 /// Ends one delivery of a deleted endpoint as `exhausted` (reason `endpoint_deleted`), from

@@ -19,6 +19,7 @@ use crate::lifecycle::{self, AttemptMessage, Field, Next, Transition};
 use crate::metrics;
 use crate::model::{
     Attempt, Delivery, DeliveryStatus, Disabled, Endpoint, EndpointState, REASON_CIRCUIT_BREAKER, REASON_GONE,
+    REASON_UNSUBSCRIBED,
 };
 use crate::policy::{Outcome, Verdict};
 use crate::queue;
@@ -192,7 +193,7 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
         (None, _) => not_sent("endpoint_deleted"),
         // The endpoint's event-type filter as it is now: a PATCH that dropped the type stops
         // the retries of deliveries accepted before it.
-        (Some(ep), _) if !ep.subscribes_to(&delivery.event_type) => not_sent(UNSUBSCRIBED),
+        (Some(ep), _) if !ep.subscribes_to(&delivery.event_type) => not_sent(REASON_UNSUBSCRIBED),
         (Some(_), None) => not_sent(PAYLOAD_EXPIRED),
         (Some(ep), Some(payload)) => {
             match ep.signing_secrets(started).into_iter().map(signing::secret_key).collect::<Result<Vec<_>, _>>() {
@@ -203,7 +204,8 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
     };
     // Not sent for a reason of ours, not the receiver's: final, and not counted against the
     // endpoint's health (the circuit breaker counts the receiver's failures).
-    let ours = result.detail.as_deref().filter(|d| matches!(*d, INVALID_SECRET | PAYLOAD_EXPIRED | UNSUBSCRIBED));
+    let ours =
+        result.detail.as_deref().filter(|d| matches!(*d, INVALID_SECRET | PAYLOAD_EXPIRED | REASON_UNSUBSCRIBED));
     let failures = delivery.attempt_count.saturating_sub(delivery.attempts_base);
     let verdict = match &endpoint {
         Some(ep) if ours.is_none() => ep.retry_policy.classify(result.outcome),
@@ -235,7 +237,7 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
     };
     // Nothing this endpoint will ever be sent for this delivery (its payload is gone, or the
     // endpoint no longer subscribes to its type).
-    let expired = matches!(ours, Some(PAYLOAD_EXPIRED | UNSUBSCRIBED));
+    let expired = matches!(ours, Some(PAYLOAD_EXPIRED | REASON_UNSUBSCRIBED));
     // The endpoint's side: failures in a row (a counter, best effort: the attempt was made, so
     // nothing may stop its record), and whether this attempt moves the endpoint (a disable
     // code, the circuit breaker, the probe's outcome).
@@ -261,7 +263,8 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
         // picked as the probe again and again).
         _ if expired => {
             let (t, e) = lifecycle::complete(cfg, now, &delivery, attempt.clone(), Next::Exhausted);
-            let reason = if ours == Some(UNSUBSCRIBED) { Field::Set(UNSUBSCRIBED.to_string()) } else { t.reason };
+            let reason =
+                if ours == Some(REASON_UNSUBSCRIBED) { Field::Set(REASON_UNSUBSCRIBED.to_string()) } else { t.reason };
             (Transition { reason, ..t }, e)
         }
         Verdict::Success => lifecycle::complete(cfg, now, &delivery, attempt.clone(), Next::Delivered),
@@ -563,6 +566,3 @@ async fn send(
 const INVALID_SECRET: &str = "invalid_secret";
 /// The attempt error when the event's payload item is gone (past `WEBHOOKS_EVENT_RETENTION_DAYS`).
 const PAYLOAD_EXPIRED: &str = "payload_expired";
-/// The attempt error when the endpoint's event-type filter no longer takes the delivery's
-/// event type (changed after the event was accepted): not sent, a dead letter.
-const UNSUBSCRIBED: &str = "unsubscribed";

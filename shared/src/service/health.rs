@@ -20,7 +20,9 @@ use crate::App;
 use crate::endpoint_lifecycle::{self, Change};
 use crate::error::ServiceError;
 use crate::lifecycle::{self, Enqueue};
-use crate::model::{DeliveryStatus, Disabled, Endpoint, EndpointState, Job, JobKind, REASON_MANUAL};
+use crate::model::{
+    DeliveryStatus, Disabled, Endpoint, EndpointState, Job, JobKind, REASON_MANUAL, REASON_UNSUBSCRIBED,
+};
 use crate::store::{Applied, Committed, DeliveryQuery, EndpointWrite};
 use chrono::{DateTime, Duration, Utc};
 
@@ -328,7 +330,7 @@ async fn probe_step(app: &App, ep: &Endpoint, job: &mut Job, out: &mut Vec<Enque
     // (deliver would end them `unsubscribed`): end them here rather than probe with them.
     let mut ended = 0;
     for d in page.data.iter().take_while(|d| !ep.subscribes_to(&d.event_type)) {
-        let t = lifecycle::abandon(&app.config, now, d.status, d.attempt_count, d.created_at, UNSUBSCRIBED);
+        let t = lifecycle::abandon(&app.config, now, d.status, d.attempt_count, d.created_at, REASON_UNSUBSCRIBED);
         if let Applied::Done(_) = app.store.apply(&d.id, &t, false).await? {
             ended += 1;
         }
@@ -363,9 +365,6 @@ async fn probe_step(app: &App, ep: &Endpoint, job: &mut Job, out: &mut Vec<Enque
 /// How many of a paused endpoint's oldest held deliveries a probe step reads to find one its
 /// filter still takes (ending the others as `unsubscribed`).
 const PROBE_PAGE: usize = 100;
-
-/// The reason a held delivery of a type its endpoint no longer subscribes to ends with.
-const UNSUBSCRIBED: &str = "unsubscribed";
 
 /// Holds one page (up to `limit`, oldest first) of a disabled endpoint's scheduled
 /// deliveries, each in a write conditional on the endpoint's version as read (an enable in

@@ -808,10 +808,9 @@ impl Store for DynamoStore {
                 .client
                 .query()
                 .table_name(&self.table)
-                .key_condition_expression("pk = :p AND sk BETWEEN :from AND :to")
+                .key_condition_expression("pk = :p AND sk >= :from")
                 .expression_attribute_values(":p", s(partition))
                 .expression_attribute_values(":from", s(stats_day_sk(since)))
-                .expression_attribute_values(":to", s("DAY#9999"))
                 .projection_expression("delivered");
             /// A day's counter item as read.
             #[derive(serde::Deserialize)]
