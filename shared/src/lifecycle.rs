@@ -20,7 +20,14 @@
 //!   re-driven then);
 //! - `scheduled`, wait longer than SQS's delay limit: `next_attempt_at - sqs_max_delay` (the
 //!   sweeper then sends it with the exact remaining delay);
-//! - `sending`: `lease_until` (a lost worker is noticed then);
+//! - `sending`: the time it had when claimed (the claim does not move the entry: a re-key is a
+//!   delete and a put in the index, two write units, on every attempt). That time is the
+//!   redrive time of the message the claim came from, normally long after the lease
+//!   (`redrive_after` 300 s, the lease about 35 s); a worker lost before it is still noticed
+//!   by SQS first (the message comes back after its visibility timeout and the claim's
+//!   successor finds the lease over). When the sweeper finds a `sending` item whose lease is
+//!   not over yet (a message that waited in the queue past its redrive time), it moves the
+//!   entry to the lease's end and looks again then;
 //! - final and held states are not in the index.
 
 use crate::config::Config;
@@ -221,7 +228,8 @@ pub fn claim(cfg: &Config, now: DateTime<Utc>, msg: &AttemptMessage) -> Transiti
         forgive_attempt: false,
         next_attempt_at: Field::Remove,
         lease_until: Field::Set(lease_until),
-        due_at: Field::Set(ms(lease_until)),
+        // The entry stays where it is (see the module docs): no re-key on the hot path.
+        due_at: Field::Keep,
         attempts: Field::Keep,
         attempts_dropped: Field::Keep,
         expires_at: Field::Keep,
@@ -305,6 +313,11 @@ pub struct DueItem {
 /// to send once the change is written. `None` when the item needs nothing (not yet due, or
 /// in a state the index should not hold).
 ///
+/// A `sending` item whose lease (as `read` shows it) is not over yet gets a change with no
+/// message: its due time moves to the lease's end, and the sweeper looks again then (the
+/// claim keeps the due time it found, which can be earlier than its lease when the message
+/// waited in the queue past its redrive time).
+///
 /// An expired lease (`sending`) is recorded as a lost attempt on the item's history, trimmed
 /// as every record is ([`history`]), so a delivery whose worker keeps dying stays as bounded
 /// as any other: the sweeper reads the item first and passes it as `read` (strongly
@@ -317,7 +330,7 @@ pub fn sweep(
     now: DateTime<Utc>,
     item: &DueItem,
     read: Option<&Delivery>,
-) -> Option<(Transition, Enqueue)> {
+) -> Option<(Transition, Option<Enqueue>)> {
     if item.due_at > ms(now) {
         return None;
     }
@@ -346,11 +359,31 @@ pub fn sweep(
                 now,
             };
             let msg = AttemptMessage::new(item.id.clone(), item.attempt_count + 1);
-            Some((t, Enqueue { message: msg, delay_seconds: delay }))
+            Some((t, Some(Enqueue { message: msg, delay_seconds: delay })))
         }
         DeliveryStatus::Sending => {
             let claimed =
                 read.filter(|d| d.id == item.id && d.status == item.status && d.attempt_count == item.attempt_count)?;
+            if let Some(lease) = claimed.lease_until.filter(|l| *l > now) {
+                // The worker may still be sending: look again when its lease is over.
+                let t = Transition {
+                    guard,
+                    status: DeliveryStatus::Sending,
+                    attempt_count: None,
+                    attempts_base: Field::Keep,
+                    forgive_attempt: false,
+                    next_attempt_at: Field::Keep,
+                    lease_until: Field::Keep,
+                    due_at: Field::Set(ms(lease)),
+                    attempts: Field::Keep,
+                    attempts_dropped: Field::Keep,
+                    expires_at: Field::Keep,
+                    reason: Field::Keep,
+                    created_at: None,
+                    now,
+                };
+                return Some((t, None));
+            }
             // The worker holding the lease is gone. Its attempt may or may not have reached
             // the receiver, so that attempt number is spent; it is recorded as lost and not
             // counted against the retry policy (the failure was ours, not the receiver's).
@@ -383,7 +416,7 @@ pub fn sweep(
                 now,
             };
             let msg = AttemptMessage::new(item.id.clone(), item.attempt_count + 1);
-            Some((t, Enqueue { message: msg, delay_seconds: 0 }))
+            Some((t, Some(Enqueue { message: msg, delay_seconds: 0 })))
         }
         DeliveryStatus::Delivered | DeliveryStatus::Exhausted | DeliveryStatus::Held => None,
     }
@@ -572,6 +605,7 @@ mod tests {
             lease_until: None,
         };
         let (t, e) = sweep(&cfg(), now, &item, None).unwrap();
+        let e = e.unwrap();
         assert_eq!(e.delay_seconds, 700);
         assert_eq!(t.guard.due_at, Some(item.due_at));
         assert_eq!(t.due_at, Field::Set(ms(next) + 300_000));
@@ -597,12 +631,45 @@ mod tests {
         let moved_on = Delivery { status: DeliveryStatus::Scheduled, ..read.clone() };
         assert!(sweep(&cfg(), now, &item, Some(&moved_on)).is_none(), "no longer the claim the index showed");
         let (t, e) = sweep(&cfg(), now, &item, Some(&read)).unwrap();
+        let e = e.unwrap();
         assert_eq!(e.message.attempt, 4);
         assert_eq!(e.delay_seconds, 0);
         assert!(t.forgive_attempt);
         let Field::Set(history) = t.attempts else { panic!("no history written: {t:?}") };
         let kept: Vec<_> = history.iter().map(|a| (a.attempt, a.error.as_deref())).collect();
         assert_eq!(kept, [(1, None), (2, None), (3, Some("lease_expired"))]);
+    }
+
+    #[test]
+    fn a_claim_keeps_its_due_time_and_a_lease_not_over_is_looked_at_again_at_its_end() {
+        let now = Utc::now();
+        let t = claim(&cfg(), now, &AttemptMessage::new("dlv_1", 1));
+        assert_eq!(t.due_at, Field::Keep, "the claim re-keys no index entry");
+        let lease = t.lease_until.clone();
+        let Field::Set(lease) = lease else { panic!("no lease: {t:?}") };
+        // The message waited in the queue past its redrive time: the entry came due while
+        // the worker still holds its lease.
+        let item = DueItem {
+            id: "dlv_1".into(),
+            status: DeliveryStatus::Sending,
+            attempt_count: 1,
+            due_at: ms(now) - 1,
+            next_attempt_at: None,
+            lease_until: Some(lease),
+        };
+        let mut read = claimed(now);
+        read.lease_until = Some(lease);
+        let (t, e) = sweep(&cfg(), now, &item, Some(&read)).unwrap();
+        assert!(e.is_none(), "nothing is sent while the lease runs");
+        assert_eq!(t.status, DeliveryStatus::Sending);
+        assert_eq!(t.due_at, Field::Set(ms(lease)));
+        assert_eq!(t.guard.due_at, Some(item.due_at));
+        assert_eq!(t.attempts, Field::Keep, "no attempt is recorded lost");
+        // At the lease's end it is recovered as lost.
+        let later = lease + Duration::milliseconds(1);
+        let item = DueItem { due_at: ms(lease), ..item };
+        let (_, e) = sweep(&cfg(), later, &item, Some(&read)).unwrap();
+        assert_eq!(e.map(|e| e.message.attempt), Some(2));
     }
 
     #[test]
@@ -652,7 +719,7 @@ mod tests {
                 lease_until: Some(now),
             };
             let (t, e) = sweep(&cfg, now, &item, Some(&d)).unwrap();
-            assert_eq!(e.message.attempt, n + 1);
+            assert_eq!(e.unwrap().message.attempt, n + 1);
             stored(&mut d, &t);
         }
         assert_eq!(d.status, DeliveryStatus::Scheduled);

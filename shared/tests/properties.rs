@@ -344,6 +344,7 @@ proptest! {
         next_offset in prop::option::of(-100_000_000i64..100_000_000),
         attempt_count in 0u32..100,
         sending in any::<bool>(),
+        lease_offset in -100_000i64..100_000,
         sqs_max in 1u32..=900,
         redrive in 1u32..3600,
     ) {
@@ -363,10 +364,22 @@ proptest! {
         let (mut read, _, _) = lifecycle::new_delivery(&cfg, now, "dlv_1".into(), "evt_1", "t", "acme", "ep_1", false);
         read.status = item.status;
         read.attempt_count = attempt_count;
+        read.lease_until = sending.then(|| at(now_ms + lease_offset));
         match lifecycle::sweep(&cfg, now, &item, Some(&read)) {
             None => prop_assert!(item.due_at > now_ms, "a due item was left alone: {:?}", item),
-            Some((t, e)) => {
+            Some((t, None)) => {
+                // Only a lease not over yet is left without a message: looked at again at
+                // its end, with nothing sent and nothing recorded.
                 prop_assert!(item.due_at <= now_ms);
+                prop_assert!(sending && lease_offset > 0, "a due item got no message: {:?}", item);
+                prop_assert_eq!(t.due_at, Field::Set(now_ms + lease_offset));
+                prop_assert_eq!(t.status, DeliveryStatus::Sending);
+                prop_assert_eq!(t.attempts, Field::Keep);
+                prop_assert_eq!(t.guard.due_at, Some(item.due_at));
+            }
+            Some((t, Some(e))) => {
+                prop_assert!(item.due_at <= now_ms);
+                prop_assert!(!(sending && lease_offset > 0), "a live lease was re-driven: {:?}", item);
                 prop_assert_eq!(t.guard.due_at, Some(item.due_at));
                 prop_assert_eq!(t.guard.attempt_count, attempt_count);
                 prop_assert!(e.delay_seconds <= sqs_max);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Shows that the simulation catches the endpoint-state bugs: applies each mutant patch to the
+# Shows that the simulation catches the endpoint-state and lease bugs: applies each mutant patch to the
 # services (one at a time, reverted after), runs seeds until the first failure and prints it.
 # Usage: bash sim/mutants/run.sh [seeds]   (needs a clean shared/ tree)
 set -euo pipefail

@@ -55,6 +55,7 @@ fn add(total: &mut Report, r: &Report) {
     total.dead_letters += r.dead_letters;
     total.virtual_seconds += r.virtual_seconds;
     total.sweep_overshoots += r.sweep_overshoots;
+    total.leases_pending += r.leases_pending;
 }
 
 /// Runs seeds `first..first + count` (see [`run`]) on this thread; the failures, in seed

@@ -57,7 +57,7 @@ fn main() -> std::process::ExitCode {
     let elapsed = started.elapsed().as_secs_f64();
     if count > 1 || failures.is_empty() {
         println!(
-            "{count} seeds in {elapsed:.1} s: {} deliveries ({} delivered, {} exhausted), {} POSTs, {} repeated (bound: {} unrecorded), {} crashes, {} faults, {} sweeper ticks, {} dead letters, {} steps",
+            "{count} seeds in {elapsed:.1} s: {} deliveries ({} delivered, {} exhausted), {} POSTs, {} repeated (bound: {} unrecorded), {} crashes, {} faults, {} sweeper ticks ({} leases found running), {} dead letters, {} steps",
             total.deliveries,
             total.delivered,
             total.exhausted,
@@ -67,6 +67,7 @@ fn main() -> std::process::ExitCode {
             total.crashes,
             total.faults,
             total.ticks,
+            total.leases_pending,
             total.dead_letters,
             total.steps,
         );

@@ -372,6 +372,11 @@ impl MemStore {
             return Ok(false);
         }
         let mut row = t.deliveries.get(id).cloned().ok_or_else(|| aws("apply"))?;
+        // Only the lease's holder moves a claim on before the lease is over (the sweeper's
+        // recovery of a lost worker waits for its end: the claim keeps an earlier due time).
+        if tr.forgive_attempt && row.d.lease_until.is_some_and(|l| l.timestamp_millis() > self.now_ms()) {
+            self.shared.violation(format!("{id}: lease of attempt {} taken before it was over", row.d.attempt_count));
+        }
         apply_to(&mut row, id, tr);
         self.check_size("delivery", size_of(&row.d))?;
         self.shared.recorded(&row.d, tr);

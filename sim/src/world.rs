@@ -246,6 +246,9 @@ pub struct Report {
     /// Sweeper ticks that read more than `sweep_batch` items (a failure; it was known finding 2
     /// until `read_due` kept to its batch).
     pub sweep_overshoots: u32,
+    /// Claims the sweeper found due before their lease was over (their entry moved to the
+    /// lease's end, nothing sent).
+    pub leases_pending: usize,
 }
 
 /// An invariant that broke, with the run's last steps.
@@ -401,6 +404,11 @@ impl World {
         config.sweep_batch = rng.random_range(2..=30);
         config.release_per_tick = rng.random_range(1..=5);
         config.wait_scale = if rng.random_bool(0.5) { 1.0 } else { 0.05 };
+        // A short redrive time makes the sweeper find claims whose lease is not over yet (the
+        // claim keeps the due time it found) and messages still waiting in the queue.
+        if rng.random_bool(0.3) {
+            config.redrive_after_seconds = rng.random_range(1..=20);
+        }
         let max_lag_ms = if rng.random_bool(0.3) { 0 } else { rng.random_range(1..=2000) };
         let store = Arc::new(MemStore::new(
             gate.clone(),
@@ -849,6 +857,7 @@ impl World {
     fn task_done(&mut self, t: &Task) {
         let Some(r) = t.sweep.as_ref().and_then(|s| s.borrow().clone()) else { return };
         let cfg = &self.app.config;
+        self.report.leases_pending += r.leases_pending;
         // Never past the batch (a round used to ask every open shard for at least one item and
         // overshoot by up to `due_shards - 1`: seed 388, fixed in `read_due`).
         // Due deliveries and job steps each have the batch as their cap (jobs are read from

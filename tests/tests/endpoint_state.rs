@@ -648,13 +648,16 @@ async fn a_delivery_whose_worker_keeps_dying_keeps_a_bounded_history() {
     let rx = Receiver::start(Reply::Status(200)).await;
     endpoint(&d.stack, &rx.url, json!({})).await;
     let id = first_delivery(&d.stack.event("acme", "order.paid", json!({"n": 1})).await);
-    let (app, lease) = (&d.stack.app, d.stack.app.config.lease().as_secs() as i64);
+    let app = &d.stack.app;
+    // The claim keeps the due time it found (the message's redrive time), which is past the
+    // lease here: one tick then finds the lease over.
+    let (lease, redrive) = (app.config.lease().as_secs() as i64, i64::from(app.config.redrive_after_seconds));
     for n in 1..=30 {
-        // A worker claims attempt n and dies before it records anything; past the lease, one
-        // sweeper tick records the attempt lost and re-drives the delivery.
+        // A worker claims attempt n and dies before it records anything; past the lease and
+        // the redrive time, one sweeper tick records the attempt lost and re-drives it.
         let claim = lifecycle::claim(&app.config, app.clock.now(), &AttemptMessage::new(id.clone(), n));
         assert!(matches!(app.store.apply(&id, &claim, false).await.unwrap(), Applied::Done(_)), "claim {n}");
-        d.advance(lease + 1);
+        d.advance(lease.max(redrive) + 1);
         assert_eq!(sweep::sweep(app).await.unwrap().recovered_leases, 1, "sweep after claim {n}");
     }
     let dl = d.stack.delivery(&id).await;
@@ -720,7 +723,9 @@ async fn no_post_starts_when_the_claims_lease_has_less_left_than_the_request_tim
     // its message and its POST.)
     let faults = Faults::stalling("apply", Duration::from_millis(8000));
     let f = faults.clone();
-    let stack = Stack::start_wrapped(|_| {}, Options::default(), move |app| f.wrap(app)).await;
+    // A redrive time shorter than the lease: the sweeper finds the claim due while its lease
+    // runs, waits for the lease's end, then re-drives.
+    let stack = Stack::start_wrapped(|c| c.redrive_after_seconds = 1, Options::default(), move |app| f.wrap(app)).await;
     let rx = Receiver::start(Reply::Status(200)).await;
     endpoint(&stack, &rx.url, json!({})).await;
     faults.arm();

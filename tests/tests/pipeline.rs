@@ -213,6 +213,9 @@ async fn a_worker_that_dies_after_its_claim_is_recovered_when_the_lease_expires(
         |c| {
             c.request_timeout = Duration::from_millis(1000);
             c.lease_margin = Duration::from_millis(1000);
+            // Due (the message's redrive time) before the 2 s lease is over: the sweeper
+            // must wait for the lease's end.
+            c.redrive_after_seconds = 1;
         },
         no_pollers(),
     )
@@ -226,11 +229,15 @@ async fn a_worker_that_dies_after_its_claim_is_recovered_when_the_lease_expires(
     assert!(matches!(stack.app.store.apply(&id, &claim, false).await.unwrap(), Applied::Done(_)));
     let d = stack.delivery(&id).await;
     assert_eq!(d["status"], "sending");
+    let lease_until: chrono::DateTime<chrono::Utc> = serde_json::from_value(d["lease_until"].clone()).unwrap();
 
-    // The sweeper finds the expired lease and re-drives; deliver makes attempt 2.
+    // The sweeper finds the expired lease (not before) and re-drives; deliver makes attempt 2.
     let recovered = std::sync::atomic::AtomicUsize::new(0);
     eventually("the sweeper to recover the lease", WAIT, || async {
         let r = sweep::sweep(&stack.app).await.unwrap();
+        if r.recovered_leases > 0 {
+            assert!(chrono::Utc::now() >= lease_until, "a lease recovered before its end ({lease_until})");
+        }
         recovered.fetch_add(r.recovered_leases, std::sync::atomic::Ordering::SeqCst);
         recovered.load(std::sync::atomic::Ordering::SeqCst) > 0
     })

@@ -27,6 +27,9 @@ pub struct SweepReport {
     pub recovered_leases: usize,
     /// Items another tick or worker changed first.
     pub lost: usize,
+    /// `sending` items that came due before their lease was over: their due time moved to
+    /// the lease's end (no message).
+    pub leases_pending: usize,
     /// Job steps run (hold, notify, release after re-enable, recover, half-open probe, end
     /// deleted).
     pub jobs_run: usize,
@@ -130,7 +133,7 @@ pub async fn sweep(app: &App) -> Result<SweepReport, ServiceError> {
                 return Ok(None);
             };
             let recovered = t.forgive_attempt;
-            match app.store.apply(&enqueue.message.delivery_id, &t, false).await? {
+            match app.store.apply(&item.id, &t, false).await? {
                 Applied::Done(_) => Ok(Some((enqueue, recovered))),
                 Applied::Lost => Ok(None),
             }
@@ -142,10 +145,11 @@ pub async fn sweep(app: &App) -> Result<SweepReport, ServiceError> {
     let mut first_error: Option<StoreError> = None;
     for r in applied {
         match r {
-            Ok(Some((e, recovered))) => {
+            Ok(Some((Some(e), recovered))) => {
                 report.recovered_leases += usize::from(recovered);
                 to_send.push(e);
             }
+            Ok(Some((None, _))) => report.leases_pending += 1,
             Ok(None) => report.lost += 1,
             Err(e) => {
                 first_error.get_or_insert(e);
