@@ -333,7 +333,9 @@ pub struct Delivery {
     pub event_type: String,
     /// The tenant of the event and endpoint.
     pub tenant_id: String,
-    /// The endpoint it goes to.
+    /// The endpoint it goes to. Stored as `endpoint` (items written before 2026-12-01:
+    /// `endpoint_id`; see `store::keys::DELIVERY_ENDPOINT`).
+    #[serde(alias = "endpoint")]
     pub endpoint_id: String,
     /// Where it is in its life.
     pub status: DeliveryStatus,

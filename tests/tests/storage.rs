@@ -301,3 +301,192 @@ async fn a_listing_goes_on_across_a_raised_index_split_and_refuses_tampered_curs
     }
     stack.stop().await;
 }
+
+/// The delivery item of `id`, read raw.
+async fn delivery_item(stack: &Stack, id: &str) -> HashMap<String, AttributeValue> {
+    ddb()
+        .await
+        .get_item()
+        .table_name(&stack.app.config.table)
+        .key(PK, AttributeValue::S(webhooks::store::keys::delivery_pk(id)))
+        .key(SK, AttributeValue::S(webhooks::store::keys::DELIVERY_SK.into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item
+        .expect("the delivery item")
+}
+
+/// The `by_event` entries of `event_id`: (sort key of the item, its `endpoint_id`).
+async fn by_event_entries(stack: &Stack, event_id: &str) -> Vec<(String, String)> {
+    let out = ddb()
+        .await
+        .query()
+        .table_name(&stack.app.config.table)
+        .index_name(webhooks::store::keys::EVENT_INDEX)
+        .key_condition_expression("event_id = :e")
+        .expression_attribute_values(":e", AttributeValue::S(event_id.into()))
+        .send()
+        .await
+        .unwrap();
+    let text = |i: &HashMap<String, AttributeValue>, k: &str| {
+        i.get(k).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default()
+    };
+    let mut entries: Vec<_> = out.items().iter().map(|i| (text(i, SK), text(i, "endpoint_id"))).collect();
+    entries.sort();
+    entries
+}
+
+/// (delivery id, endpoint id) of each delivery in a JSON list, sorted.
+fn pairs(list: &serde_json::Value) -> Vec<(String, String)> {
+    let mut out: Vec<_> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["id"].as_str().unwrap().to_string(), d["endpoint_id"].as_str().unwrap().to_string()))
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_event_has_one_by_event_entry_and_its_deliveries_none() {
+    use webhooks::store::keys::{DELIVERY_ENDPOINT, EVENT_ENDPOINTS, EVENT_ENTRY};
+    let stack = Stack::start(|_| {}).await;
+    let ok = Receiver::start(Reply::Status(200)).await;
+    let failing = Receiver::start(Reply::Status(500)).await;
+    let ep_ok = stack.endpoint("acme", &ok.url, serde_json::Value::Null).await["id"].as_str().unwrap().to_string();
+    let ep_dead = stack.endpoint("acme", &failing.url, json!({"schedule_seconds": [1], "max_attempts": 1})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let body = json!({"tenant_id": "acme", "event_type": "order.paid", "id": "evt-ix", "payload": {"n": 1}});
+    let (status, accepted) = stack.call(Method::POST, "/v1/events", Some(body.clone())).await;
+    assert_eq!(status, 202, "{accepted}");
+    let expected = pairs(&accepted["deliveries"]);
+    assert_eq!(expected.len(), 2);
+
+    // The stored shape: the endpoint id in `endpoint`, not in `by_event`'s key; the event
+    // item lists the endpoints and is the event's one entry there.
+    for (id, ep) in &expected {
+        let item = delivery_item(&stack, id).await;
+        assert!(!item.contains_key("endpoint_id"), "{id}: {:?}", item.keys());
+        assert_eq!(item.get(DELIVERY_ENDPOINT).and_then(|v| v.as_s().ok()), Some(ep));
+    }
+    let event = event_item(&stack, "acme", "evt-ix").await;
+    let mut listed = event.get(EVENT_ENDPOINTS).and_then(|v| v.as_ss().ok()).cloned().unwrap_or_default();
+    listed.sort();
+    let mut both = vec![ep_ok.clone(), ep_dead.clone()];
+    both.sort();
+    assert_eq!(listed, both);
+    assert_eq!(by_event_entries(&stack, "evt-ix").await, vec![(EVENT_ITEM_SK.to_string(), EVENT_ENTRY.to_string())]);
+
+    // The event's deliveries, with and without the tenant, and after they moved on.
+    let dead = expected.iter().find(|(_, ep)| *ep == ep_dead).unwrap().0.clone();
+    let delivered = expected.iter().find(|(_, ep)| *ep == ep_ok).unwrap().0.clone();
+    stack.wait_status(&dead, "exhausted", WAIT).await;
+    stack.wait_status(&delivered, "delivered", WAIT).await;
+    for path in ["/v1/events/evt-ix?tenant_id=acme", "/v1/events/evt-ix"] {
+        let (status, view) = stack.call(Method::GET, path, None).await;
+        assert_eq!(status, 200, "{view}");
+        assert_eq!(pairs(&view["deliveries"]), expected, "{path}: {view:#}");
+        let statuses: Vec<_> = view["deliveries"].as_array().unwrap().iter().map(|d| d["status"].clone()).collect();
+        assert!(statuses.contains(&json!("exhausted")) && statuses.contains(&json!("delivered")), "{view:#}");
+    }
+    // Claims and records wrote no entry: still the event's one.
+    assert_eq!(by_event_entries(&stack, "evt-ix").await.len(), 1);
+
+    // Listings from indexes that do not project the endpoint still name it.
+    let (_, dead_letters) = stack.call(Method::GET, "/v1/deliveries?status=exhausted", None).await;
+    let row = dead_letters["data"].as_array().unwrap().iter().find(|d| d["id"] == dead.as_str()).cloned();
+    assert_eq!(row.map(|d| d["endpoint_id"].clone()), Some(json!(ep_dead)), "{dead_letters:#}");
+    let (_, of_endpoint) = stack.call(Method::GET, &format!("/v1/deliveries?endpoint_id={ep_ok}"), None).await;
+    assert_eq!(pairs(&of_endpoint["data"]), vec![(delivered.clone(), ep_ok.clone())]);
+
+    // A repeat of the id after an endpoint was added writes its delivery; the event lists it.
+    let third = Receiver::start(Reply::Status(200)).await;
+    let ep_new = stack.endpoint("acme", &third.url, serde_json::Value::Null).await["id"].as_str().unwrap().to_string();
+    let (status, again) = stack.call(Method::POST, "/v1/events", Some(body)).await;
+    assert_eq!(status, 202, "{again}");
+    let all = pairs(&again["deliveries"]);
+    assert_eq!(all.len(), 3, "{again}");
+    assert!(all.iter().any(|(_, ep)| *ep == ep_new));
+    let (_, view) = stack.call(Method::GET, "/v1/events/evt-ix?tenant_id=acme", None).await;
+    assert_eq!(pairs(&view["deliveries"]), all, "{view:#}");
+    assert_eq!(by_event_entries(&stack, "evt-ix").await.len(), 1);
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_delivery_written_before_the_by_event_change_is_delivered_and_found() {
+    use webhooks::store::keys::{DELIVERY_ENDPOINT, DELIVERY_SK, EVENT_ENDPOINTS, EVENT_ENTRY, delivery_pk};
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    // Attempt 1 fails; attempt 2, 3 s later, comes after the items were put back to the old
+    // shape.
+    rx.script([Reply::Status(500)]);
+    let ep = stack.endpoint("acme", &rx.url, json!({"schedule_seconds": [3], "max_attempts": 3})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let body = json!({"tenant_id": "acme", "event_type": "order.paid", "id": "evt-up", "payload": {"n": 1}});
+    let (status, accepted) = stack.call(Method::POST, "/v1/events", Some(body.clone())).await;
+    assert_eq!(status, 202, "{accepted}");
+    let id = accepted["deliveries"][0]["id"].as_str().unwrap().to_string();
+    stack.wait_delivery(&id, WAIT, |d| d["attempt_count"] == 1 && d["status"] == "scheduled").await;
+
+    // The items as today's main wrote them: the delivery's endpoint in `endpoint_id` (so in
+    // `by_event`), an event item with neither an entry there nor a list of endpoints.
+    let table = stack.app.config.table.clone();
+    ddb()
+        .await
+        .update_item()
+        .table_name(&table)
+        .key(PK, AttributeValue::S(delivery_pk(&id)))
+        .key(SK, AttributeValue::S(DELIVERY_SK.into()))
+        .update_expression("SET endpoint_id = :ep REMOVE #endpoint")
+        .expression_attribute_names("#endpoint", DELIVERY_ENDPOINT)
+        .expression_attribute_values(":ep", AttributeValue::S(ep.clone()))
+        .send()
+        .await
+        .unwrap();
+    ddb()
+        .await
+        .update_item()
+        .table_name(&table)
+        .key(PK, AttributeValue::S(event_pk("acme", "evt-up")))
+        .key(SK, AttributeValue::S(EVENT_ITEM_SK.into()))
+        .update_expression("REMOVE endpoint_id, #endpoints")
+        .expression_attribute_names("#endpoints", EVENT_ENDPOINTS)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(by_event_entries(&stack, "evt-up").await, vec![(DELIVERY_SK.to_string(), ep.clone())]);
+
+    // Attempt 2 is claimed and recorded on the old item; the event, the delivery and the
+    // endpoint's listing show it with its endpoint.
+    let d = stack.wait_status(&id, "delivered", WAIT).await;
+    assert_eq!((d["attempt_count"].clone(), d["endpoint_id"].clone()), (json!(2), json!(ep)));
+    let (status, view) = stack.call(Method::GET, "/v1/events/evt-up", None).await;
+    assert_eq!(status, 200, "{view}");
+    assert_eq!(pairs(&view["deliveries"]), vec![(id.clone(), ep.clone())]);
+    assert_eq!(view["deliveries"][0]["status"], "delivered");
+    let (_, of_endpoint) = stack.call(Method::GET, &format!("/v1/deliveries?endpoint_id={ep}"), None).await;
+    assert_eq!(pairs(&of_endpoint["data"]), vec![(id.clone(), ep.clone())]);
+
+    // A repeat of the old event after an endpoint was added: the new delivery is listed beside
+    // the old one, once each (the event item gets its entry and its list on the repeat).
+    let other = Receiver::start(Reply::Status(200)).await;
+    let ep2 = stack.endpoint("acme", &other.url, serde_json::Value::Null).await["id"].as_str().unwrap().to_string();
+    let (status, again) = stack.call(Method::POST, "/v1/events", Some(body)).await;
+    assert_eq!(status, 202, "{again}");
+    let all = pairs(&again["deliveries"]);
+    assert_eq!(all.len(), 2);
+    assert!(all.contains(&(id.clone(), ep.clone())) && all.iter().any(|(_, e)| *e == ep2), "{again}");
+    let (_, view) = stack.call(Method::GET, "/v1/events/evt-up?tenant_id=acme", None).await;
+    assert_eq!(pairs(&view["deliveries"]), all, "{view:#}");
+    let entries = by_event_entries(&stack, "evt-up").await;
+    assert!(entries.contains(&(EVENT_ITEM_SK.to_string(), EVENT_ENTRY.to_string())), "{entries:?}");
+    stack.stop().await;
+}

@@ -66,13 +66,18 @@ impl DynamoStore {
     }
 
     /// An event as its item: the payload zstd-compressed in `payload_z` (binary), see
-    /// [`super::payload`].
-    fn event_item(event: &StoredEvent) -> Result<Item, StoreError> {
+    /// [`super::payload`]; the endpoints of its deliveries in `endpoint_ids` (a string set,
+    /// [`EVENT_ENDPOINTS`]); and `endpoint_id` = [`EVENT_ENTRY`], which puts the item in
+    /// `by_event` (the event's one entry there).
+    fn event_item(event: &StoredEvent, endpoint_ids: &[&str]) -> Result<Item, StoreError> {
         let mut item = to_item(event)?;
         item.remove(payload::PAYLOAD_TEXT);
         item.insert(payload::PAYLOAD_Z.into(), AttributeValue::B(payload::compress(&event.payload)?.into()));
         item.insert(PK.into(), s(event_pk(&event.tenant_id, &event.event_id)));
         item.insert(SK.into(), s(EVENT_ITEM_SK));
+        item.insert(EVENT_SK.into(), s(EVENT_ENTRY));
+        let ids: std::collections::BTreeSet<String> = endpoint_ids.iter().map(|e| (*e).to_string()).collect();
+        item.insert(EVENT_ENDPOINTS.into(), AttributeValue::Ss(ids.into_iter().collect()));
         Ok(item)
     }
 
@@ -105,13 +110,19 @@ impl DynamoStore {
         items: impl Iterator<Item = &Item>,
     ) -> Result<std::collections::HashSet<String>, StoreError> {
         let keys: Vec<Item> = items.map(key_of).collect();
-        let mut found = std::collections::HashSet::new();
+        Ok(self.batch_get(&keys, Some("pk, sk")).await?.iter().map(key_text).collect())
+    }
+
+    /// The items of `keys` that exist (strongly consistent BatchGetItems, 100 keys a call,
+    /// with `projection` when given), in no particular order.
+    async fn batch_get(&self, keys: &[Item], projection: Option<&str>) -> Result<Vec<Item>, StoreError> {
+        let mut found = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(100) {
             let mut pending = Some(
                 aws_sdk_dynamodb::types::KeysAndAttributes::builder()
                     .set_keys(Some(chunk.to_vec()))
                     .consistent_read(true)
-                    .projection_expression("pk, sk")
+                    .set_projection_expression(projection.map(String::from))
                     .build()
                     .map_err(aws)?,
             );
@@ -119,9 +130,7 @@ impl DynamoStore {
             for _ in 0..5 {
                 let Some(request) = pending.take() else { break };
                 let out = self.client.batch_get_item().request_items(&self.table, request).send().await.map_err(aws)?;
-                for item in out.responses.and_then(|mut r| r.remove(&self.table)).unwrap_or_default() {
-                    found.insert(key_text(&item));
-                }
+                found.extend(out.responses.and_then(|mut r| r.remove(&self.table)).unwrap_or_default());
                 pending = out.unprocessed_keys.and_then(|mut u| u.remove(&self.table)).filter(|k| !k.keys.is_empty());
             }
             if pending.is_some() {
@@ -131,18 +140,57 @@ impl DynamoStore {
         Ok(found)
     }
 
+    /// Deliveries by id (see [`Self::batch_get`]), as summaries; ids without an item are left
+    /// out.
+    async fn delivery_summaries(&self, ids: &[String]) -> Result<Vec<DeliverySummary>, StoreError> {
+        let keys: Vec<Item> = ids
+            .iter()
+            .map(|id| Item::from([(PK.to_string(), s(delivery_pk(id))), (SK.to_string(), s(DELIVERY_SK))]))
+            .collect();
+        self.batch_get(&keys, None).await?.into_iter().map(from_item).collect()
+    }
+
+    /// Gives summaries from an index that does not project the delivery's endpoint (items
+    /// written since 2026-12-01 keep it in [`DELIVERY_ENDPOINT`]) their endpoint id: `endpoint`
+    /// when the listing was of one endpoint, otherwise read from the items.
+    async fn fill_endpoints(&self, data: &mut [DeliverySummary], endpoint: Option<&str>) -> Result<(), StoreError> {
+        let missing: Vec<String> = data.iter().filter(|d| d.endpoint_id.is_empty()).map(|d| d.id.clone()).collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let found: HashMap<String, String> = match endpoint {
+            Some(ep) => missing.into_iter().map(|id| (id, ep.to_string())).collect(),
+            None => self.delivery_summaries(&missing).await?.into_iter().map(|d| (d.id, d.endpoint_id)).collect(),
+        };
+        for d in data.iter_mut().filter(|d| d.endpoint_id.is_empty()) {
+            if let Some(ep) = found.get(&d.id) {
+                d.endpoint_id.clone_from(ep);
+            }
+        }
+        Ok(())
+    }
+
     /// Marks the event item `promised` (UpdateItem, conditional on it existing): from then on
     /// no ingest's take-back deletes the event or any of its deliveries. False when the event
     /// item is gone (another ingest of the id took it back).
+    ///
+    /// The same write adds this call's endpoints to the item's `endpoint_ids` (a repeat of the
+    /// id can find an endpoint created since, and write its delivery), and gives an event item
+    /// written before it had a `by_event` entry its entry.
     async fn promise(&self, event_item: &Item) -> Result<bool, StoreError> {
+        let endpoints = event_item.get(EVENT_ENDPOINTS).cloned().unwrap_or_else(|| AttributeValue::Ss(Vec::new()));
         let result = self
             .client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(key_of(event_item)))
-            .update_expression("SET promised = :t")
+            .update_expression("SET promised = :t, #entry = if_not_exists(#entry, :entry) ADD #endpoints :endpoints")
             .condition_expression("attribute_exists(pk)")
+            .expression_attribute_names("#entry", EVENT_SK)
+            .expression_attribute_names("#endpoints", EVENT_ENDPOINTS)
             .expression_attribute_values(":t", AttributeValue::Bool(true))
+            .expression_attribute_values(":entry", s(EVENT_ENTRY))
+            .expression_attribute_values(":endpoints", endpoints)
             .send()
             .await;
         conditional(result)
@@ -305,6 +353,10 @@ impl DynamoStore {
     /// `by_status` when exhausted or held.
     fn delivery_item(&self, delivery: &Delivery, due_at: Option<i64>) -> Result<Item, StoreError> {
         let mut item = to_item(delivery)?;
+        // Not under `endpoint_id`: that would put the delivery in `by_event` (see keys).
+        if let Some(endpoint) = item.remove(EVENT_SK) {
+            item.insert(DELIVERY_ENDPOINT.into(), endpoint);
+        }
         item.insert(PK.into(), s(delivery_pk(&delivery.id)));
         item.insert(SK.into(), s(DELIVERY_SK));
         if let Some(due_at) = due_at {
@@ -466,13 +518,97 @@ impl DynamoStore {
         &self,
         query: aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
     ) -> Result<Vec<T>, StoreError> {
+        self.query_items(query).await?.into_iter().map(from_item).collect()
+    }
+
+    /// One page of deliveries from the index the query names (`by_endpoint`, or `by_status`
+    /// without an endpoint), as the index projects them (see [`Self::fill_endpoints`]).
+    async fn index_page(&self, q: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError> {
+        let limit = q.limit.clamp(1, 100);
+        match (&q.endpoint_id, q.status) {
+            (Some(ep), Some(status)) if self.endpoint_shards <= 1 => {
+                let start = q.cursor.as_deref().map(decode_cursor).transpose()?;
+                let (data, next) = self.bucket_page(ep, endpoint_bucket(status), Some(status), q, limit, start).await?;
+                Ok(Page { data, next_cursor: next.map(encode_cursor).transpose()? })
+            }
+            (Some(ep), status) => {
+                let buckets: Vec<&str> = match status {
+                    Some(st) => vec![endpoint_bucket(st)],
+                    None => ENDPOINT_BUCKETS.to_vec(),
+                };
+                let mut sources = Vec::new();
+                for bucket in buckets {
+                    for (k, partition) in partitions(ep, self.endpoint_shards).into_iter().enumerate() {
+                        // Cursor names: the bucket for the unsplit partition (as before
+                        // sharding), `{bucket}#{k - 1}` for a shard.
+                        let name = if k == 0 { bucket.to_string() } else { format!("{bucket}#{}", k - 1) };
+                        sources.push(Source { name, partition, bucket, shard: k > 0 });
+                    }
+                }
+                let order = |d: &DeliverySummary| time_sk(d.created_at, &d.id);
+                let key = |partition: &str, d: &DeliverySummary| {
+                    Item::from([
+                        (PK.to_string(), s(delivery_pk(&d.id))),
+                        (SK.to_string(), s(DELIVERY_SK)),
+                        (EP_PK.to_string(), s(partition)),
+                        (EP_SK.to_string(), s(endpoint_sk(d.status, d.created_at, &d.id))),
+                    ])
+                };
+                self.merged_page(&sources, q, limit, &order, &key, |src, start| {
+                    self.bucket_page(&src.partition, src.bucket, status, q, limit, start)
+                })
+                .await
+            }
+            (None, Some(st)) => {
+                let sources: Vec<Source> = partitions(st.as_str(), self.status_shards)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(k, partition)| Source { name: partition.clone(), partition, bucket: "", shard: k > 0 })
+                    .collect();
+                let status_page = |src: &Source, start: Option<Item>| {
+                    let req = self
+                        .client
+                        .query()
+                        .table_name(&self.table)
+                        .scan_index_forward(q.oldest_first)
+                        .index_name(STATUS_INDEX)
+                        .key_condition_expression("status_key = :k")
+                        .expression_attribute_values(":k", s(&src.partition));
+                    self.fill_page(req, limit, start)
+                };
+                if sources.len() == 1 {
+                    let start = q.cursor.as_deref().map(decode_cursor).transpose()?;
+                    if start.as_ref().is_some_and(|k| !start_key_fits(&sources[0], k)) {
+                        return Err(StoreError::InvalidCursor);
+                    }
+                    let (data, next) = status_page(&sources[0], start).await?;
+                    return Ok(Page { data, next_cursor: next.map(encode_cursor).transpose()? });
+                }
+                let order = |d: &DeliverySummary| time_sk(d.updated_at, &d.id);
+                let key = |partition: &str, d: &DeliverySummary| {
+                    Item::from([
+                        (PK.to_string(), s(delivery_pk(&d.id))),
+                        (SK.to_string(), s(DELIVERY_SK)),
+                        (STATUS_KEY.to_string(), s(partition)),
+                        (STATUS_SK.to_string(), s(time_sk(d.updated_at, &d.id))),
+                    ])
+                };
+                self.merged_page(&sources, q, limit, &order, &key, status_page).await
+            }
+            (None, None) => Err(StoreError::Unsupported("list deliveries by endpoint_id or by status".into())),
+        }
+    }
+
+    /// Every item a Query finds, page after page.
+    async fn query_items(
+        &self,
+        query: aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
+    ) -> Result<Vec<Item>, StoreError> {
         let mut out = Vec::new();
         let mut start: Option<Item> = None;
         loop {
             let page = query.clone().set_exclusive_start_key(start.take()).send().await.map_err(aws)?;
-            for item in page.items.unwrap_or_default() {
-                out.push(from_item(item)?);
-            }
+            out.extend(page.items.unwrap_or_default());
             match page.last_evaluated_key {
                 Some(k) if !k.is_empty() => start = Some(k),
                 _ => return Ok(out),
@@ -884,7 +1020,26 @@ impl Store for DynamoStore {
             .index_name(EVENT_INDEX)
             .key_condition_expression("event_id = :e")
             .expression_attribute_values(":e", s(event_id));
-        self.query_all(query).await
+        let entries = self.query_items(query).await?;
+        // Event items (one per tenant that used the id) list their endpoints; deliveries
+        // written before 2026-12-01 are entries of their own.
+        let (events, older): (Vec<Item>, Vec<Item>) = entries
+            .into_iter()
+            .partition(|e| e.get(SK).and_then(|v| v.as_s().ok()).is_some_and(|sk| sk == EVENT_ITEM_SK));
+        let mut out: Vec<DeliverySummary> = older.into_iter().map(from_item).collect::<Result<_, _>>()?;
+        let listed = self.batch_get(&events.iter().map(key_of).collect::<Vec<_>>(), Some(EVENT_ENDPOINTS)).await?;
+        let mut ids: Vec<String> = listed
+            .iter()
+            .filter_map(|item| item.get(EVENT_ENDPOINTS).and_then(|v| v.as_ss().ok()))
+            .flatten()
+            .map(|endpoint| crate::model::delivery_id(event_id, endpoint))
+            .filter(|id| !out.iter().any(|d| &d.id == id))
+            .collect();
+        ids.sort();
+        ids.dedup();
+        out.extend(self.delivery_summaries(&ids).await?);
+        out.sort_by(|a, b| (&a.endpoint_id, &a.id).cmp(&(&b.endpoint_id, &b.id)));
+        Ok(out)
     }
 
     async fn put_job(&self, job: &Job) -> Result<(), StoreError> {
@@ -926,7 +1081,8 @@ impl Store for DynamoStore {
         // tell them apart).
         let token = s(format!("{:032x}", rand::random::<u128>()));
         let mut items = Vec::with_capacity(deliveries.len() + 1);
-        items.push(Self::event_item(event)?);
+        let endpoint_ids: Vec<&str> = deliveries.iter().map(|(d, _)| d.endpoint_id.as_str()).collect();
+        items.push(Self::event_item(event, &endpoint_ids)?);
         for (d, due_at) in deliveries {
             items.push(self.delivery_item(d, *due_at)?);
         }
@@ -1191,79 +1347,9 @@ impl Store for DynamoStore {
     }
 
     async fn list_deliveries(&self, q: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError> {
-        let limit = q.limit.clamp(1, 100);
-        match (&q.endpoint_id, q.status) {
-            (Some(ep), Some(status)) if self.endpoint_shards <= 1 => {
-                let start = q.cursor.as_deref().map(decode_cursor).transpose()?;
-                let (data, next) = self.bucket_page(ep, endpoint_bucket(status), Some(status), q, limit, start).await?;
-                Ok(Page { data, next_cursor: next.map(encode_cursor).transpose()? })
-            }
-            (Some(ep), status) => {
-                let buckets: Vec<&str> = match status {
-                    Some(st) => vec![endpoint_bucket(st)],
-                    None => ENDPOINT_BUCKETS.to_vec(),
-                };
-                let mut sources = Vec::new();
-                for bucket in buckets {
-                    for (k, partition) in partitions(ep, self.endpoint_shards).into_iter().enumerate() {
-                        // Cursor names: the bucket for the unsplit partition (as before
-                        // sharding), `{bucket}#{k - 1}` for a shard.
-                        let name = if k == 0 { bucket.to_string() } else { format!("{bucket}#{}", k - 1) };
-                        sources.push(Source { name, partition, bucket, shard: k > 0 });
-                    }
-                }
-                let order = |d: &DeliverySummary| time_sk(d.created_at, &d.id);
-                let key = |partition: &str, d: &DeliverySummary| {
-                    Item::from([
-                        (PK.to_string(), s(delivery_pk(&d.id))),
-                        (SK.to_string(), s(DELIVERY_SK)),
-                        (EP_PK.to_string(), s(partition)),
-                        (EP_SK.to_string(), s(endpoint_sk(d.status, d.created_at, &d.id))),
-                    ])
-                };
-                self.merged_page(&sources, q, limit, &order, &key, |src, start| {
-                    self.bucket_page(&src.partition, src.bucket, status, q, limit, start)
-                })
-                .await
-            }
-            (None, Some(st)) => {
-                let sources: Vec<Source> = partitions(st.as_str(), self.status_shards)
-                    .into_iter()
-                    .enumerate()
-                    .map(|(k, partition)| Source { name: partition.clone(), partition, bucket: "", shard: k > 0 })
-                    .collect();
-                let status_page = |src: &Source, start: Option<Item>| {
-                    let req = self
-                        .client
-                        .query()
-                        .table_name(&self.table)
-                        .scan_index_forward(q.oldest_first)
-                        .index_name(STATUS_INDEX)
-                        .key_condition_expression("status_key = :k")
-                        .expression_attribute_values(":k", s(&src.partition));
-                    self.fill_page(req, limit, start)
-                };
-                if sources.len() == 1 {
-                    let start = q.cursor.as_deref().map(decode_cursor).transpose()?;
-                    if start.as_ref().is_some_and(|k| !start_key_fits(&sources[0], k)) {
-                        return Err(StoreError::InvalidCursor);
-                    }
-                    let (data, next) = status_page(&sources[0], start).await?;
-                    return Ok(Page { data, next_cursor: next.map(encode_cursor).transpose()? });
-                }
-                let order = |d: &DeliverySummary| time_sk(d.updated_at, &d.id);
-                let key = |partition: &str, d: &DeliverySummary| {
-                    Item::from([
-                        (PK.to_string(), s(delivery_pk(&d.id))),
-                        (SK.to_string(), s(DELIVERY_SK)),
-                        (STATUS_KEY.to_string(), s(partition)),
-                        (STATUS_SK.to_string(), s(time_sk(d.updated_at, &d.id))),
-                    ])
-                };
-                self.merged_page(&sources, q, limit, &order, &key, status_page).await
-            }
-            (None, None) => Err(StoreError::Unsupported("list deliveries by endpoint_id or by status".into())),
-        }
+        let mut page = self.index_page(q).await?;
+        self.fill_endpoints(&mut page.data, q.endpoint_id.as_deref()).await?;
+        Ok(page)
     }
 
     async fn begin_idempotent(

@@ -24,13 +24,24 @@ pub const STATUS_INDEX: &str = "by_status";
 pub const STATUS_KEY: &str = "status_key";
 /// By-status GSI sort key attribute.
 pub const STATUS_SK: &str = "status_sk";
-/// The by-event GSI's name: partition key `event_id`, sort key `endpoint_id` (attributes
-/// every delivery has anyway, so the index costs no extra write request).
+/// The by-event GSI's name: partition key `event_id`, sort key `endpoint_id`. Holds one entry
+/// per event, its event item's (`endpoint_id` = [`EVENT_ENTRY`]), written once at ingest and
+/// never changed, so the index costs one GSI write unit per event. Delivery items written
+/// before 2026-12-01 are in it too (their endpoint id was in `endpoint_id`; every claim and
+/// record rewrote their entry); newer ones keep it in [`DELIVERY_ENDPOINT`] and are not.
 pub const EVENT_INDEX: &str = "by_event";
 /// By-event GSI partition key attribute.
 pub const EVENT_PK: &str = "event_id";
 /// By-event GSI sort key attribute.
 pub const EVENT_SK: &str = "endpoint_id";
+/// `endpoint_id` of an event item: puts it in `by_event` (its sort key there).
+pub const EVENT_ENTRY: &str = "~event";
+/// The event item's string set of the endpoint ids it has deliveries for (each delivery's id is
+/// [`crate::model::delivery_id`] of the event id and one of them).
+pub const EVENT_ENDPOINTS: &str = "endpoint_ids";
+/// The delivery item's attribute holding its endpoint id (not `endpoint_id`, which would put
+/// the delivery in `by_event`).
+pub const DELIVERY_ENDPOINT: &str = "endpoint";
 
 /// `IDEMPOTENCY#{tenant}#{key}` (tenant as [`scoped`] writes it): a stored answer to an
 /// `Idempotency-Key`.

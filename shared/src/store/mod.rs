@@ -6,8 +6,8 @@
 //! |---|---|---|---|
 //! | endpoint | `TENANT#{tenant_id}` | `ENDPOINT#{endpoint_id}` | - |
 //! | endpoint pointer | `ENDPOINT#{endpoint_id}` | `ENDPOINT` | - |
-//! | event (payload) | `EVENT#{len(tenant_id)}:{tenant_id}#{event_id}` | `EVENT` | - (payload zstd-compressed in `payload_z`, [`payload`]) |
-//! | delivery | `DELIVERY#{delivery_id}` | `DELIVERY` | `due`, `by_endpoint`, `by_status`, `by_event` |
+//! | event (payload) | `EVENT#{len(tenant_id)}:{tenant_id}#{event_id}` | `EVENT` | `by_event` (payload zstd-compressed in `payload_z`, [`payload`]; its endpoints in `endpoint_ids`) |
+//! | delivery | `DELIVERY#{delivery_id}` | `DELIVERY` | `due`, `by_endpoint`, `by_status` (and `by_event` for items written before 2026-12-01) |
 //! | job | `JOB#{job_id}` | `JOB` | `due` (while running, in `DUE#jobs`) |
 //! | delivered counter | `STATS#{endpoint_id}` (`#{k}` when split) | `DAY#{YYYY-MM-DD}` | - (an ADD per delivered delivery; TTL) |
 //!
@@ -27,6 +27,14 @@
 //! - `by_status`: `status_key` = `exhausted` or `held` (only those states; the dead-letter
 //!   list; `{status}#{k}` with `WEBHOOKS_STATUS_INDEX_SHARDS` > 1), `status_sk` =
 //!   `{updated_at}#{id}`.
+//! - `by_event`: `event_id`, `endpoint_id`: one entry per event, the event item's
+//!   (`endpoint_id` = [`keys::EVENT_ENTRY`]); an event's deliveries are read by their ids
+//!   (deterministic from the event id and the endpoint ids the event item lists). A delivery
+//!   keeps its endpoint id in `endpoint` ([`keys::DELIVERY_ENDPOINT`]), so claims and records
+//!   rewrite no `by_event` entry; its index entries (`by_endpoint`, `by_status`) do not
+//!   project it, and listings fill it in (from the query's endpoint, or by reading the items).
+//!   Deliveries written before 2026-12-01 hold `endpoint_id` and are still found through
+//!   their own `by_event` entries.
 
 pub mod dynamo;
 pub mod keys;
@@ -76,7 +84,10 @@ pub struct DeliverySummary {
     pub event_type: String,
     /// Tenant.
     pub tenant_id: String,
-    /// Endpoint.
+    /// Endpoint. Index entries of deliveries written since 2026-12-01 do not carry it
+    /// (the item keeps it in `endpoint`, [`keys::DELIVERY_ENDPOINT`]); the store fills it in
+    /// before a summary leaves it.
+    #[serde(default, alias = "endpoint")]
     pub endpoint_id: String,
     /// Status.
     pub status: DeliveryStatus,
