@@ -154,8 +154,8 @@ async fn fill(
         };
         set("pk", AttributeValue::S(keys::delivery_pk(&id)));
         set("id", AttributeValue::S(id.clone()));
-        set(keys::DUE_PK, AttributeValue::S(keys::due_pk(keys::due_shard(&id, shards))));
-        set(keys::DUE_AT, AttributeValue::N(due_at.to_string()));
+        set(keys::DUE_KEYS_PK, AttributeValue::S(keys::due_pk(keys::due_shard(&id, shards))));
+        set(keys::DUE_KEYS_AT, AttributeValue::N(due_at.to_string()));
         set("status", AttributeValue::S("scheduled".into()));
         set("attempt_count", AttributeValue::N("1".into()));
         set("next_attempt_at", AttributeValue::S(next_s.clone()));

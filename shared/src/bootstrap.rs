@@ -71,7 +71,17 @@ fn gsi(name: &str, pk: &str, sk: &str, include: &[&str]) -> Result<GlobalSeconda
         .map_err(e)
 }
 
-/// Creates the table (on-demand, the four GSIs, TTL on `expires_at`) unless it exists.
+fn keys_only(name: &str, pk: &str, sk: &str) -> Result<GlobalSecondaryIndex, BootstrapError> {
+    GlobalSecondaryIndex::builder()
+        .index_name(name)
+        .key_schema(key(pk, KeyType::Hash)?)
+        .key_schema(key(sk, KeyType::Range)?)
+        .projection(Projection::builder().projection_type(ProjectionType::KeysOnly).build())
+        .build()
+        .map_err(e)
+}
+
+/// Creates the table (on-demand, the five GSIs, TTL on `expires_at`) unless it exists.
 ///
 /// # Errors
 /// [`BootstrapError`] when a call fails for any reason but "already exists".
@@ -87,6 +97,8 @@ pub async fn create_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Res
         .attribute_definitions(attr(SK, S)?)
         .attribute_definitions(attr(DUE_PK, S)?)
         .attribute_definitions(attr(DUE_AT, N)?)
+        .attribute_definitions(attr(DUE_KEYS_PK, S)?)
+        .attribute_definitions(attr(DUE_KEYS_AT, N)?)
         .attribute_definitions(attr(EP_PK, S)?)
         .attribute_definitions(attr(EP_SK, S)?)
         .attribute_definitions(attr(STATUS_KEY, S)?)
@@ -94,6 +106,7 @@ pub async fn create_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Res
         .attribute_definitions(attr(EVENT_PK, S)?)
         .attribute_definitions(attr(EVENT_SK, S)?)
         .global_secondary_indexes(gsi(DUE_INDEX, DUE_PK, DUE_AT, &DUE_ATTRIBUTES)?)
+        .global_secondary_indexes(keys_only(DUE_KEYS_INDEX, DUE_KEYS_PK, DUE_KEYS_AT)?)
         .global_secondary_indexes(gsi(ENDPOINT_INDEX, EP_PK, EP_SK, &SUMMARY_ATTRIBUTES)?)
         .global_secondary_indexes(gsi(STATUS_INDEX, STATUS_KEY, STATUS_SK, &SUMMARY_ATTRIBUTES)?)
         .global_secondary_indexes(gsi(EVENT_INDEX, EVENT_PK, EVENT_SK, &EVENT_ATTRIBUTES)?)

@@ -490,3 +490,62 @@ async fn a_delivery_written_before_the_by_event_change_is_delivered_and_found() 
     assert!(entries.contains(&(EVENT_ITEM_SK.to_string(), EVENT_ENTRY.to_string())), "{entries:?}");
     stack.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_delivery_in_the_due_index_of_before_is_swept_and_moves_to_due_keys() {
+    use webhooks::store::keys::{DELIVERY_SK, DUE_AT, DUE_KEYS_AT, DUE_KEYS_PK, DUE_PK, delivery_pk};
+    let stack = Stack::start_with(
+        |c| c.redrive_after_seconds = 1,
+        webhooks_local::Options { pollers: 0, sweeper: false, ..webhooks_local::Options::default() },
+    )
+    .await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    stack.endpoint("acme", &rx.url, serde_json::Value::Null).await;
+    let accepted = stack.event("acme", "order.paid", json!({"n": 1})).await;
+    let id = accepted["deliveries"][0]["id"].as_str().unwrap().to_string();
+    let item = delivery_item(&stack, &id).await;
+    assert!(item.contains_key(DUE_KEYS_AT) && !item.contains_key(DUE_AT), "new deliveries are in due_keys");
+
+    // The item as today's main wrote it: in `due` (with its projection), not in `due_keys`.
+    let (shard, at) = (item[DUE_KEYS_PK].clone(), item[DUE_KEYS_AT].clone());
+    ddb()
+        .await
+        .update_item()
+        .table_name(&stack.app.config.table)
+        .key(PK, AttributeValue::S(delivery_pk(&id)))
+        .key(SK, AttributeValue::S(DELIVERY_SK.into()))
+        .update_expression("SET due_pk = :p, due_at = :a REMOVE dk_pk, dk_at")
+        .expression_attribute_values(":p", shard)
+        .expression_attribute_values(":a", at)
+        .send()
+        .await
+        .unwrap();
+    // Its message waits (no poller): past the redrive time the sweeper finds it in `due`,
+    // re-drives it, and its new due time is in `due_keys`.
+    let mut swept = 0;
+    for _ in 0..100 {
+        swept += webhooks::service::sweep::sweep(&stack.app).await.unwrap().enqueued;
+        if swept > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(swept, 1, "the sweeper re-drove the delivery from the old index");
+    let item = delivery_item(&stack, &id).await;
+    assert!(item.contains_key(DUE_KEYS_AT) && !item.contains_key(DUE_AT) && !item.contains_key(DUE_PK), "{item:?}");
+    // Both messages (the original and the re-drive): one POST, the second claim turned away.
+    let mut handled = 0;
+    for _ in 0..20 {
+        handled += webhooks_local::poll_once(&stack.app, &stack.sqs, 1).await.unwrap();
+        if handled >= 2 {
+            break;
+        }
+    }
+    assert_eq!(handled, 2, "the original message and the re-drive");
+    let d = stack.wait_status(&id, "delivered", WAIT).await;
+    assert_eq!(d["attempt_count"], 1);
+    assert_eq!(rx.count(), 1);
+    let item = delivery_item(&stack, &id).await;
+    assert!(!item.contains_key(DUE_KEYS_AT) && !item.contains_key(DUE_AT), "delivered: out of both: {item:?}");
+    stack.stop().await;
+}

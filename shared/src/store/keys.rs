@@ -6,12 +6,21 @@ use sha2::{Digest, Sha256};
 pub const PK: &str = "pk";
 /// Sort key attribute.
 pub const SK: &str = "sk";
-/// The due GSI's name.
+/// The due GSI's name (jobs, and deliveries written before 2026-12-01; projects what a
+/// [`crate::lifecycle::DueItem`] holds).
 pub const DUE_INDEX: &str = "due";
 /// Due GSI partition key attribute.
 pub const DUE_PK: &str = "due_pk";
 /// Due GSI sort key attribute (number, milliseconds since the epoch).
 pub const DUE_AT: &str = "due_at";
+/// The deliveries' due GSI: the same keys as [`DUE_INDEX`] under [`DUE_KEYS_PK`] and
+/// [`DUE_KEYS_AT`], projecting keys only, so a change of a delivery's state that keeps its
+/// due time (the claim) rewrites no entry; the sweeper reads the items it finds.
+pub const DUE_KEYS_INDEX: &str = "due_keys";
+/// `due_keys` partition key attribute (`DUE#{shard}`, as [`DUE_PK`]).
+pub const DUE_KEYS_PK: &str = "dk_pk";
+/// `due_keys` sort key attribute (number, milliseconds since the epoch, as [`DUE_AT`]).
+pub const DUE_KEYS_AT: &str = "dk_at";
 /// The by-endpoint GSI's name.
 pub const ENDPOINT_INDEX: &str = "by_endpoint";
 /// By-endpoint GSI partition key attribute.
