@@ -621,7 +621,12 @@ fn section_cost(
             "dollars per million delivered events, first try, 1 endpoint (second event), median / 95th percentile GitHub payload (both measured)".into(),
             format!("${} / ${}", f(m, 2), f(p, 2)),
             "<= $8 / <= $12".into(),
-            yes(m <= 8.0 && p <= 12.0).into(),
+            match (m <= 8.0, p <= 12.0) {
+                (true, true) => "met / met".into(),
+                (false, true) => "**missed** / met".into(),
+                (true, false) => "met / **missed**".into(),
+                (false, false) => "**missed** / **missed**".into(),
+            },
         ]);
     }
     let _ = writeln!(

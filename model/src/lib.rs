@@ -37,7 +37,7 @@ pub enum Status {
     Absent,
     /// Waiting for its next attempt (in the due index).
     Scheduled,
-    /// Claimed by a worker, under a lease (in the due index at the lease's end).
+    /// Claimed by a worker, under a lease (in the due index at the due time the claim kept).
     Sending,
     /// Final: a 2xx was recorded.
     Delivered,
@@ -643,7 +643,8 @@ impl Protocol {
         item.status = Status::Sending;
         item.attempt_count = n;
         let base = item.attempts_base;
-        Self::set_due(s, d, true);
+        // The claim keeps the due time it found (`due_at: Field::Keep`): no write of `due_at`.
+        // A sweeper's read of the scheduled item still fails its guard on the status.
         if s.ghost.posted[d as usize] & (1u16 << n.min(15)) != 0 || Self::claim_alive(s, d, n) {
             s.ghost.double_claim = true;
         }

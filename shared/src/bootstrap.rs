@@ -115,7 +115,7 @@ pub async fn create_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Res
     match result {
         Ok(_) => {}
         Err(err) if err.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => {
-            return Ok(());
+            return add_due_keys(client, table).await;
         }
         Err(err) => return Err(e(err)),
     }
@@ -125,6 +125,37 @@ pub async fn create_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Res
         .time_to_live_specification(
             TimeToLiveSpecification::builder().attribute_name(TTL).enabled(true).build().map_err(e)?,
         )
+        .send()
+        .await
+        .map_err(e)?;
+    Ok(())
+}
+
+/// Adds the `due_keys` index to a table created before it (a local table kept across
+/// releases), as the SAM template's update does on AWS.
+async fn add_due_keys(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<(), BootstrapError> {
+    use aws_sdk_dynamodb::types::{CreateGlobalSecondaryIndexAction, GlobalSecondaryIndexUpdate};
+    let described = client.describe_table().table_name(table).send().await.map_err(e)?;
+    let has = described
+        .table()
+        .map(|t| t.global_secondary_indexes().iter().any(|g| g.index_name() == Some(DUE_KEYS_INDEX)))
+        .unwrap_or(true);
+    if has {
+        return Ok(());
+    }
+    let create = CreateGlobalSecondaryIndexAction::builder()
+        .index_name(DUE_KEYS_INDEX)
+        .key_schema(key(DUE_KEYS_PK, KeyType::Hash)?)
+        .key_schema(key(DUE_KEYS_AT, KeyType::Range)?)
+        .projection(Projection::builder().projection_type(ProjectionType::KeysOnly).build())
+        .build()
+        .map_err(e)?;
+    client
+        .update_table()
+        .table_name(table)
+        .attribute_definitions(attr(DUE_KEYS_PK, ScalarAttributeType::S)?)
+        .attribute_definitions(attr(DUE_KEYS_AT, ScalarAttributeType::N)?)
+        .global_secondary_index_updates(GlobalSecondaryIndexUpdate::builder().create(create).build())
         .send()
         .await
         .map_err(e)?;

@@ -22,12 +22,13 @@
 //!   sweeper then sends it with the exact remaining delay);
 //! - `sending`: the time it had when claimed (the claim does not move the entry: a re-key is a
 //!   delete and a put in the index, two write units, on every attempt). That time is the
-//!   redrive time of the message the claim came from, normally long after the lease
-//!   (`redrive_after` 300 s, the lease about 35 s); a worker lost before it is still noticed
-//!   by SQS first (the message comes back after its visibility timeout and the claim's
-//!   successor finds the lease over). When the sweeper finds a `sending` item whose lease is
-//!   not over yet (a message that waited in the queue past its redrive time), it moves the
-//!   entry to the lease's end and looks again then;
+//!   redrive time of the message the claim came from, normally after the lease's end
+//!   (`redrive_after` 300 s from the send, the lease about 35 s from the claim), so a worker
+//!   lost mid-attempt is found then, not at its lease's end (its message, redelivered after
+//!   the visibility timeout, finds the delivery `sending` and loses the claim's guard). When
+//!   the sweeper finds a `sending` item whose lease is not over yet (a message that waited
+//!   in the queue past its redrive time), it moves the entry to the lease's end and looks
+//!   again then;
 //! - final and held states are not in the index.
 
 use crate::config::Config;

@@ -549,3 +549,111 @@ async fn a_delivery_in_the_due_index_of_before_is_swept_and_moves_to_due_keys() 
     assert!(!item.contains_key(DUE_KEYS_AT) && !item.contains_key(DUE_AT), "delivered: out of both: {item:?}");
     stack.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_due_read_merges_both_due_indexes_in_due_order_page_by_page() {
+    use webhooks::model::StoredEvent;
+    use webhooks::store::keys::{DELIVERY_SK, delivery_pk};
+    use webhooks::store::{Due, DynamoStore, Store as _};
+    let stack = Stack::start(|_| {}).await;
+    let table = stack.app.config.table.clone();
+    let store = DynamoStore::new(ddb().await, &table, 1);
+    let t0 = chrono::Utc::now() - chrono::Duration::minutes(5);
+    let mut due = Vec::new();
+    for i in 0..11i64 {
+        let at = t0 + chrono::Duration::milliseconds(i * 10);
+        let event = StoredEvent {
+            tenant_id: "acme".into(),
+            event_id: format!("evt-due-{i:02}"),
+            event_type: "order.paid".into(),
+            payload: "{}".into(),
+            created_at: at,
+            expires_at: at.timestamp() + 86_400,
+        };
+        let (d, _, _) = webhooks::lifecycle::new_delivery(
+            &stack.app.config,
+            at,
+            format!("dlv-due-{i:02}"),
+            &event.event_id,
+            "order.paid",
+            "acme",
+            "ep-due",
+            false,
+        );
+        // The last two are not due yet.
+        let due_at = if i >= 9 {
+            (chrono::Utc::now() + chrono::Duration::hours(1)).timestamp_millis()
+        } else {
+            at.timestamp_millis()
+        };
+        store.insert_event(&event, &[(&d, Some(due_at))]).await.unwrap();
+        if i % 2 == 1 {
+            // As the release before wrote it: in `due`.
+            let item = delivery_item(&stack, &d.id).await;
+            ddb()
+                .await
+                .update_item()
+                .table_name(&table)
+                .key(PK, AttributeValue::S(delivery_pk(&d.id)))
+                .key(SK, AttributeValue::S(DELIVERY_SK.into()))
+                .update_expression("SET due_pk = :p, due_at = :a REMOVE dk_pk, dk_at")
+                .expression_attribute_values(":p", item["dk_pk"].clone())
+                .expression_attribute_values(":a", item["dk_at"].clone())
+                .send()
+                .await
+                .unwrap();
+        }
+        if i < 9 {
+            due.push(d.id);
+        }
+    }
+    // Two at a time, each page after the last item of the one before.
+    let until = chrono::Utc::now().timestamp_millis();
+    let (mut read, mut after) = (Vec::new(), None::<Due>);
+    for _ in 0..20 {
+        let page = store.due(0, until, 2, after.as_ref()).await.unwrap();
+        assert!(page.len() <= 2, "{page:?}");
+        let Some(last) = page.last().cloned() else { break };
+        read.extend(page.into_iter().map(|d| match d {
+            Due::Delivery(d) => d.id,
+            Due::Job { id, .. } => id,
+        }));
+        after = Some(last);
+    }
+    assert_eq!(read, due, "every due delivery once, in due order, from both indexes");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_repeat_that_fails_leaves_no_delivery_its_event_does_not_list() {
+    use webhooks_tests::{FailNth, Fault, call_at, faulty_api_with};
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    stack.endpoint("acme", &rx.url, serde_json::Value::Null).await;
+    let body = json!({"tenant_id": "acme", "event_type": "order.paid", "id": "evt-rep", "payload": {"n": 1}});
+    for _ in 0..2 {
+        // The second is a repeat: it marks the event promised (no take-back from then on).
+        let (status, answer) = stack.call(Method::POST, "/v1/events", Some(body.clone())).await;
+        assert_eq!(status, 202, "{answer}");
+    }
+    // An endpoint added since; a repeat whose every UpdateItem fails: an error, and whatever
+    // it wrote is listed by its event.
+    let other = Receiver::start(Reply::Status(200)).await;
+    let ep2 = stack.endpoint("acme", &other.url, serde_json::Value::Null).await["id"].as_str().unwrap().to_string();
+    let faulty = faulty_api_with(&stack, FailNth::new("UpdateItem", 0, Fault::BeforeSend)).await;
+    let http = reqwest::Client::new();
+    let (status, answer) = call_at(&http, &faulty, Method::POST, "/v1/events", Some(body.clone())).await;
+    assert!(status >= 500, "{status} {answer}");
+    let new_id = webhooks::model::delivery_id("evt-rep", &ep2);
+    let (found, _) = stack.call(Method::GET, &format!("/v1/deliveries/{new_id}"), None).await;
+    let (_, view) = stack.call(Method::GET, "/v1/events/evt-rep?tenant_id=acme", None).await;
+    let listed: Vec<_> = pairs(&view["deliveries"]).into_iter().map(|(id, _)| id).collect();
+    assert_eq!(found == 200, listed.contains(&new_id), "delivery {new_id}: {found}; the event lists {listed:?}");
+    // The repeat again, without faults: both endpoints, both listed.
+    let (status, answer) = stack.call(Method::POST, "/v1/events", Some(body)).await;
+    assert_eq!(status, 202, "{answer}");
+    let (_, view) = stack.call(Method::GET, "/v1/events/evt-rep?tenant_id=acme", None).await;
+    assert_eq!(pairs(&view["deliveries"]), pairs(&answer["deliveries"]));
+    assert_eq!(view["deliveries"].as_array().unwrap().len(), 2);
+    stack.stop().await;
+}

@@ -110,19 +110,28 @@ impl DynamoStore {
         items: impl Iterator<Item = &Item>,
     ) -> Result<std::collections::HashSet<String>, StoreError> {
         let keys: Vec<Item> = items.map(key_of).collect();
-        Ok(self.batch_get(&keys, Some("pk, sk")).await?.iter().map(key_text).collect())
+        Ok(self.batch_get(&keys, Some(("pk, sk", &[]))).await?.iter().map(key_text).collect())
     }
 
     /// The items of `keys` that exist (strongly consistent BatchGetItems, 100 keys a call,
-    /// with `projection` when given), in no particular order.
-    async fn batch_get(&self, keys: &[Item], projection: Option<&str>) -> Result<Vec<Item>, StoreError> {
+    /// with `projection` when given: an expression and its attribute names), in no
+    /// particular order.
+    async fn batch_get(
+        &self,
+        keys: &[Item],
+        projection: Option<(&str, &[(&str, &str)])>,
+    ) -> Result<Vec<Item>, StoreError> {
         let mut found = Vec::with_capacity(keys.len());
+        let names: Option<HashMap<String, String>> = projection
+            .map(|(_, names)| names.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect())
+            .filter(|n: &HashMap<String, String>| !n.is_empty());
         for chunk in keys.chunks(100) {
             let mut pending = Some(
                 aws_sdk_dynamodb::types::KeysAndAttributes::builder()
                     .set_keys(Some(chunk.to_vec()))
                     .consistent_read(true)
-                    .set_projection_expression(projection.map(String::from))
+                    .set_projection_expression(projection.map(|(p, _)| p.to_string()))
+                    .set_expression_attribute_names(names.clone())
                     .build()
                     .map_err(aws)?,
             );
@@ -173,22 +182,38 @@ impl DynamoStore {
     /// Marks the event item `promised` (UpdateItem, conditional on it existing): from then on
     /// no ingest's take-back deletes the event or any of its deliveries. False when the event
     /// item is gone (another ingest of the id took it back).
-    ///
-    /// The same write adds this call's endpoints to the item's `endpoint_ids` (a repeat of the
-    /// id can find an endpoint created since, and write its delivery), and gives an event item
-    /// written before it had a `by_event` entry its entry.
     async fn promise(&self, event_item: &Item) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key_of(event_item)))
+            .update_expression("SET promised = :t")
+            .condition_expression("attribute_exists(pk)")
+            .expression_attribute_values(":t", AttributeValue::Bool(true))
+            .send()
+            .await;
+        conditional(result)
+    }
+
+    /// Adds this call's endpoints to an event item another call (or an earlier release)
+    /// wrote: its `endpoint_ids` (a repeat of the id can find an endpoint created since, and
+    /// write its delivery), and its `by_event` entry when it has none (an item from before
+    /// the entry). Made before this call writes any delivery, so no delivery exists that its
+    /// event does not list (a listed endpoint without a delivery is left out of the event's
+    /// view). UpdateItem, conditional on the item existing: false when it is gone (taken back
+    /// by the ingest that wrote it).
+    async fn list_endpoints(&self, event_item: &Item) -> Result<bool, StoreError> {
         let endpoints = event_item.get(EVENT_ENDPOINTS).cloned().unwrap_or_else(|| AttributeValue::Ss(Vec::new()));
         let result = self
             .client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(key_of(event_item)))
-            .update_expression("SET promised = :t, #entry = if_not_exists(#entry, :entry) ADD #endpoints :endpoints")
+            .update_expression("SET #entry = if_not_exists(#entry, :entry) ADD #endpoints :endpoints")
             .condition_expression("attribute_exists(pk)")
             .expression_attribute_names("#entry", EVENT_SK)
             .expression_attribute_names("#endpoints", EVENT_ENDPOINTS)
-            .expression_attribute_values(":t", AttributeValue::Bool(true))
             .expression_attribute_values(":entry", s(EVENT_ENTRY))
             .expression_attribute_values(":endpoints", endpoints)
             .send()
@@ -665,7 +690,11 @@ impl DynamoStore {
                 // Keys only: the items themselves, read strongly consistent (one that moved
                 // on since, to a later due time or out of the index, is left out).
                 let keys: Vec<Item> = keys_only.drain(..).map(|k: Item| key_of(&k)).collect();
-                for mut item in self.batch_get(&keys, None).await? {
+                let projection = (
+                    "id, #status, attempt_count, next_attempt_at, lease_until, #at",
+                    &[("#status", "status"), ("#at", DUE_KEYS_AT)][..],
+                );
+                for mut item in self.batch_get(&keys, Some(projection)).await? {
                     let Some(at) = item.remove(DUE_KEYS_AT) else { continue };
                     item.insert(DUE_AT.into(), at);
                     let due: DueItem = from_item(item)?;
@@ -1119,7 +1148,9 @@ impl Store for DynamoStore {
             .into_iter()
             .partition(|e| e.get(SK).and_then(|v| v.as_s().ok()).is_some_and(|sk| sk == EVENT_ITEM_SK));
         let mut out: Vec<DeliverySummary> = older.into_iter().map(from_item).collect::<Result<_, _>>()?;
-        let listed = self.batch_get(&events.iter().map(key_of).collect::<Vec<_>>(), Some(EVENT_ENDPOINTS)).await?;
+        let listed = self
+            .batch_get(&events.iter().map(key_of).collect::<Vec<_>>(), Some(("#e", &[("#e", EVENT_ENDPOINTS)])))
+            .await?;
         let mut ids: Vec<String> = listed
             .iter()
             .filter_map(|item| item.get(EVENT_ENDPOINTS).and_then(|v| v.as_ss().ok()))
@@ -1198,9 +1229,20 @@ impl Store for DynamoStore {
             // From the second round on, deliveries of this call's may exist: a failure takes
             // them back too.
             let tried: &[Item] = if round == 0 { &[] } else { &items };
-            match self.put_new(event_item.clone()).await {
-                Ok(c) => event_new |= c,
+            let written = match self.put_new(event_item.clone()).await {
+                Ok(c) => c,
                 Err(e) => return Err(self.take_back(&event_item, tried, fence, e).await),
+            };
+            event_new |= written;
+            if !written {
+                match self.list_endpoints(&event_item).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::info!(event_id = %event.event_id, round, "event item taken back by another ingest; writing it again");
+                        continue;
+                    }
+                    Err(e) => return Err(self.take_back(&event_item, tried, fence, e).await),
+                }
             }
             let (flags, failed) = self.put_all(&items).await;
             for (c, f) in created.iter_mut().zip(flags) {

@@ -7,7 +7,7 @@
 //! | endpoint | `TENANT#{tenant_id}` | `ENDPOINT#{endpoint_id}` | - |
 //! | endpoint pointer | `ENDPOINT#{endpoint_id}` | `ENDPOINT` | - |
 //! | event (payload) | `EVENT#{len(tenant_id)}:{tenant_id}#{event_id}` | `EVENT` | `by_event` (payload zstd-compressed in `payload_z`, [`payload`]; its endpoints in `endpoint_ids`) |
-//! | delivery | `DELIVERY#{delivery_id}` | `DELIVERY` | `due`, `by_endpoint`, `by_status` (and `by_event` for items written before 2026-12-01) |
+//! | delivery | `DELIVERY#{delivery_id}` | `DELIVERY` | `due_keys`, `by_endpoint`, `by_status` (items written before 2026-12-01: `due` instead of `due_keys`, and `by_event`) |
 //! | job | `JOB#{job_id}` | `JOB` | `due` (while running, in `DUE#jobs`) |
 //! | delivered counter | `STATS#{endpoint_id}` (`#{k}` when split) | `DAY#{YYYY-MM-DD}` | - (an ADD per delivered delivery; TTL) |
 //!
@@ -16,8 +16,13 @@
 //! lets the admin API find an endpoint by id alone; it never changes after creation.
 //!
 //! GSIs (all sparse):
-//! - `due`: `due_pk` = `DUE#{shard}` (hash of the id, [`keys::due_shard`]), `due_at` (number,
-//!   milliseconds). Holds only in-flight deliveries; see [`crate::lifecycle`].
+//! - `due_keys`: `dk_pk` = `DUE#{shard}` (hash of the id, [`keys::due_shard`]), `dk_at` (number,
+//!   milliseconds), keys only. Holds only in-flight deliveries; see [`crate::lifecycle`]. The
+//!   sweeper reads the items it finds (BatchGetItem). A transition that sets a due time
+//!   writes it here.
+//! - `due`: `due_pk`, `due_at`, the same keys with [`crate::lifecycle::DueItem`]'s attributes
+//!   projected: jobs (in `DUE#jobs`), and deliveries written before 2026-12-01 until their next
+//!   due time moves them to `due_keys`. The sweeper reads both and merges them in due order.
 //! - `by_endpoint`: `ep_pk` = endpoint id (or `{endpoint id}#{k}` with
 //!   `WEBHOOKS_ENDPOINT_INDEX_SHARDS` > 1, [`keys::endpoint_partition`]; listings and counts
 //!   read the unsplit partition and every shard), `ep_sk` = `{bucket}#{created_at}#{id}`, where the
