@@ -737,10 +737,10 @@ fn section_cost(
     let ticks_a_month = 60.0 * 24.0 * 365.0 / 12.0;
     let _ = writeln!(
         body,
-        "Fixed costs that do not grow with events (not in the table): the sweeper runs every minute whether or not anything is due (one Lambda invocation and at least one Query per due-index shard, {} by default, and one of the jobs' due partition: about {} invocations and {} queries a month, each query at least 0.5 read units); the event source mapping long-polls the queue while it is idle. Neither was measured here.\n",
+        "Fixed costs that do not grow with events (not in the table): the sweeper runs every minute whether or not anything is due (one Lambda invocation and at least two Queries per due shard, {} by default, one of `due_keys` and one of `due`, which holds deliveries written before `due_keys`, and one of the jobs' due partition: about {} invocations and {} queries a month, each query at least 0.5 read units); the event source mapping long-polls the queue while it is idle. Neither was measured here.\n",
         cfg.due_shards,
         thousands(ticks_a_month),
-        thousands(ticks_a_month * f64::from(cfg.due_shards + 1)),
+        thousands(ticks_a_month * f64::from(2 * cfg.due_shards + 1)),
     );
 }
 

@@ -614,17 +614,22 @@ mod tests {
         assert!(sweep(&cfg(), now, &not_yet, None).is_none());
     }
 
+    /// A `sending` delivery as the due index shows it, due a millisecond before `now`.
+    fn sending_due(now: DateTime<Utc>, attempt_count: u32, lease_until: DateTime<Utc>) -> DueItem {
+        DueItem {
+            id: "dlv_1".into(),
+            status: DeliveryStatus::Sending,
+            attempt_count,
+            due_at: ms(now) - 1,
+            next_attempt_at: None,
+            lease_until: Some(lease_until),
+        }
+    }
+
     #[test]
     fn expired_lease_is_recorded_lost_and_redriven_now() {
         let now = Utc::now();
-        let item = DueItem {
-            id: "dlv_1".into(),
-            status: DeliveryStatus::Sending,
-            attempt_count: 3,
-            due_at: ms(now) - 1,
-            next_attempt_at: None,
-            lease_until: Some(now),
-        };
+        let item = sending_due(now, 3, now);
         let mut read = claimed(now);
         read.attempt_count = 3;
         read.attempts = vec![attempt(now), Attempt { attempt: 2, ..attempt(now) }];
@@ -650,14 +655,7 @@ mod tests {
         let Field::Set(lease) = lease else { panic!("no lease: {t:?}") };
         // The message waited in the queue past its redrive time: the entry came due while
         // the worker still holds its lease.
-        let item = DueItem {
-            id: "dlv_1".into(),
-            status: DeliveryStatus::Sending,
-            attempt_count: 1,
-            due_at: ms(now) - 1,
-            next_attempt_at: None,
-            lease_until: Some(lease),
-        };
+        let item = sending_due(now, 1, lease);
         let mut read = claimed(now);
         read.lease_until = Some(lease);
         let (t, e) = sweep(&cfg(), now, &item, Some(&read)).unwrap();
