@@ -127,6 +127,9 @@ def check_template_against_code(template, root):
     }
     if "EVENT_INDEX" in consts:
         want[consts["EVENT_INDEX"]] = ([consts["EVENT_PK"], consts["EVENT_SK"]], array("EVENT_ATTRIBUTES"))
+    if "DUE_KEYS_INDEX" in consts:
+        # Keys only: no non-key attributes.
+        want[consts["DUE_KEYS_INDEX"]] = ([consts["DUE_KEYS_PK"], consts["DUE_KEYS_AT"]], [])
     got = {
         g["IndexName"]: ([k["AttributeName"] for k in g["KeySchema"]],
                          sorted(g["Projection"].get("NonKeyAttributes", [])))
@@ -136,6 +139,11 @@ def check_template_against_code(template, root):
           f"template {got} != code {want}")
     types = {a["AttributeName"]: a["AttributeType"] for a in table["AttributeDefinitions"]}
     check("template: due_at is a number", types.get(consts["DUE_AT"]) == "N")
+    if "DUE_KEYS_AT" in consts:
+        keys_only = [g for g in table["GlobalSecondaryIndexes"] if g["IndexName"] == consts["DUE_KEYS_INDEX"]]
+        check("template: dk_at is a number and due_keys projects keys only",
+              types.get(consts["DUE_KEYS_AT"]) == "N"
+              and all(g["Projection"]["ProjectionType"] == "KEYS_ONLY" for g in keys_only) and keys_only)
 
     config = open(os.path.join(root, "shared/src/config.rs")).read()
     known = set(re.findall(r'"(WEBHOOKS_[A-Z0-9_]+)"', config))

@@ -555,7 +555,12 @@ async fn the_due_read_merges_both_due_indexes_in_due_order_page_by_page() {
     use webhooks::model::StoredEvent;
     use webhooks::store::keys::{DELIVERY_SK, delivery_pk};
     use webhooks::store::{Due, DynamoStore, Store as _};
-    let stack = Stack::start(|_| {}).await;
+    // No sweeper of the stack's own: it would re-drive what this test reads.
+    let stack = Stack::start_with(
+        |_| {},
+        webhooks_local::Options { pollers: 0, sweeper: false, ..webhooks_local::Options::default() },
+    )
+    .await;
     let table = stack.app.config.table.clone();
     let store = DynamoStore::new(ddb().await, &table, 1);
     let t0 = chrono::Utc::now() - chrono::Duration::minutes(5);
@@ -655,5 +660,70 @@ async fn a_repeat_that_fails_leaves_no_delivery_its_event_does_not_list() {
     let (_, view) = stack.call(Method::GET, "/v1/events/evt-rep?tenant_id=acme", None).await;
     assert_eq!(pairs(&view["deliveries"]), pairs(&answer["deliveries"]));
     assert_eq!(view["deliveries"].as_array().unwrap().len(), 2);
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_claim_in_the_due_index_of_before_is_recovered_at_its_lease_end() {
+    use webhooks::lifecycle::{self, AttemptMessage, Field};
+    use webhooks::store::Applied;
+    use webhooks::store::keys::{DELIVERY_SK, DUE_AT, DUE_KEYS_AT, delivery_pk};
+    let stack = Stack::start_with(
+        |c| {
+            c.request_timeout = Duration::from_millis(1000);
+            c.lease_margin = Duration::from_millis(1000);
+        },
+        webhooks_local::Options { pollers: 0, sweeper: false, ..webhooks_local::Options::default() },
+    )
+    .await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    stack.endpoint("acme", &rx.url, serde_json::Value::Null).await;
+    let accepted = stack.event("acme", "order.paid", json!({"n": 1})).await;
+    let id = accepted["deliveries"][0]["id"].as_str().unwrap().to_string();
+    // A worker of the previous release claims attempt 1 (its claim moved the entry to the
+    // lease's end, in `due`) and dies.
+    let claim = lifecycle::claim(&stack.app.config, chrono::Utc::now(), &AttemptMessage::new(id.clone(), 1));
+    assert!(matches!(stack.app.store.apply(&id, &claim, false).await.unwrap(), Applied::Done(_)));
+    let Field::Set(lease_until) = claim.lease_until else { panic!("a claim without a lease") };
+    let item = delivery_item(&stack, &id).await;
+    ddb()
+        .await
+        .update_item()
+        .table_name(&stack.app.config.table)
+        .key(PK, AttributeValue::S(delivery_pk(&id)))
+        .key(SK, AttributeValue::S(DELIVERY_SK.into()))
+        .update_expression("SET due_pk = :p, due_at = :a REMOVE dk_pk, dk_at")
+        .expression_attribute_values(":p", item["dk_pk"].clone())
+        .expression_attribute_values(":a", AttributeValue::N(lease_until.timestamp_millis().to_string()))
+        .send()
+        .await
+        .unwrap();
+    let mut recovered = 0;
+    for _ in 0..100 {
+        let r = webhooks::service::sweep::sweep(&stack.app).await.unwrap();
+        if r.recovered_leases > 0 {
+            assert!(chrono::Utc::now() >= lease_until, "recovered before its lease's end");
+        }
+        recovered += r.recovered_leases;
+        if recovered > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(recovered, 1);
+    let item = delivery_item(&stack, &id).await;
+    assert!(item.contains_key(DUE_KEYS_AT) && !item.contains_key(DUE_AT), "moved to due_keys: {item:?}");
+    let mut handled = 0;
+    for _ in 0..20 {
+        handled += webhooks_local::poll_once(&stack.app, &stack.sqs, 1).await.unwrap();
+        if rx.count() > 0 {
+            break;
+        }
+    }
+    assert!(handled >= 1);
+    let d = stack.wait_status(&id, "delivered", WAIT).await;
+    assert_eq!(d["attempts"][0]["error"], "lease_expired");
+    assert_eq!(d["attempt_count"], 2);
+    assert_eq!(rx.count(), 1);
     stack.stop().await;
 }
