@@ -217,26 +217,14 @@ pub fn new_delivery(
 /// Claim a scheduled delivery for attempt `msg.attempt`, leasing it until `now + lease`.
 pub fn claim(cfg: &Config, now: DateTime<Utc>, msg: &AttemptMessage) -> Transition {
     let lease_until = now + Duration::from_std(cfg.lease()).unwrap_or(Duration::seconds(15));
+    let guard =
+        Guard { status: vec![DeliveryStatus::Scheduled], attempt_count: msg.attempt.saturating_sub(1), due_at: None };
+    // The due entry stays where it is (see the module docs): no re-key on the hot path.
     Transition {
-        guard: Guard {
-            status: vec![DeliveryStatus::Scheduled],
-            attempt_count: msg.attempt.saturating_sub(1),
-            due_at: None,
-        },
-        status: DeliveryStatus::Sending,
         attempt_count: Some(msg.attempt),
-        attempts_base: Field::Keep,
-        forgive_attempt: false,
         next_attempt_at: Field::Remove,
         lease_until: Field::Set(lease_until),
-        // The entry stays where it is (see the module docs): no re-key on the hot path.
-        due_at: Field::Keep,
-        attempts: Field::Keep,
-        attempts_dropped: Field::Keep,
-        expires_at: Field::Keep,
-        reason: Field::Keep,
-        created_at: None,
-        now,
+        ..kept(guard, DeliveryStatus::Sending, now)
     }
 }
 
@@ -249,6 +237,9 @@ pub enum Next {
     RetryIn(u64),
     /// Final failure or attempts used up: the dead letter.
     Exhausted,
+    /// Not sent for a reason of ours, not the receiver's (`unsubscribed`, `endpoint_deleted`):
+    /// the dead letter, with that `reason`.
+    Ended(&'static str),
 }
 
 fn finished(claimed: &Delivery) -> Guard {
@@ -275,6 +266,15 @@ pub fn complete(
         Next::Delivered => (Transition { expires_at: days(cfg.delivered_retention_days), ..base }, None),
         Next::Exhausted => (
             Transition { status: DeliveryStatus::Exhausted, expires_at: days(cfg.exhausted_retention_days), ..base },
+            None,
+        ),
+        Next::Ended(reason) => (
+            Transition {
+                status: DeliveryStatus::Exhausted,
+                expires_at: days(cfg.exhausted_retention_days),
+                reason: Field::Set(reason.to_string()),
+                ..base
+            },
             None,
         ),
         Next::RetryIn(seconds) => {
@@ -344,20 +344,8 @@ pub fn sweep(
             let next = item.next_attempt_at.unwrap_or(now);
             let delay = u32::try_from(seconds_until(now, next)).unwrap_or(0).min(cfg.sqs_max_delay_seconds);
             let t = Transition {
-                guard,
-                status: DeliveryStatus::Scheduled,
-                attempt_count: None,
-                attempts_base: Field::Keep,
-                forgive_attempt: false,
-                next_attempt_at: Field::Keep,
-                lease_until: Field::Keep,
                 due_at: Field::Set(ms(next).max(ms(now)) + i64::from(cfg.redrive_after_seconds) * 1000),
-                attempts: Field::Keep,
-                attempts_dropped: Field::Keep,
-                expires_at: Field::Keep,
-                reason: Field::Keep,
-                created_at: None,
-                now,
+                ..kept(guard, DeliveryStatus::Scheduled, now)
             };
             let msg = AttemptMessage::new(item.id.clone(), item.attempt_count + 1);
             Some((t, Some(Enqueue { message: msg, delay_seconds: delay })))
@@ -367,22 +355,7 @@ pub fn sweep(
                 read.filter(|d| d.id == item.id && d.status == item.status && d.attempt_count == item.attempt_count)?;
             if let Some(lease) = claimed.lease_until.filter(|l| *l > now) {
                 // The worker may still be sending: look again when its lease is over.
-                let t = Transition {
-                    guard,
-                    status: DeliveryStatus::Sending,
-                    attempt_count: None,
-                    attempts_base: Field::Keep,
-                    forgive_attempt: false,
-                    next_attempt_at: Field::Keep,
-                    lease_until: Field::Keep,
-                    due_at: Field::Set(ms(lease)),
-                    attempts: Field::Keep,
-                    attempts_dropped: Field::Keep,
-                    expires_at: Field::Keep,
-                    reason: Field::Keep,
-                    created_at: None,
-                    now,
-                };
+                let t = Transition { due_at: Field::Set(ms(lease)), ..kept(guard, DeliveryStatus::Sending, now) };
                 return Some((t, None));
             }
             // The worker holding the lease is gone. Its attempt may or may not have reached
@@ -401,20 +374,13 @@ pub fn sweep(
             };
             let (attempts, attempts_dropped) = record(claimed, lost);
             let t = Transition {
-                guard,
-                status: DeliveryStatus::Scheduled,
-                attempt_count: None,
-                attempts_base: Field::Keep,
                 forgive_attempt: true,
                 next_attempt_at: Field::Set(now),
                 lease_until: Field::Remove,
                 due_at: Field::Set(redrive_due),
                 attempts,
                 attempts_dropped,
-                expires_at: Field::Keep,
-                reason: Field::Keep,
-                created_at: None,
-                now,
+                ..kept(guard, DeliveryStatus::Scheduled, now)
             };
             let msg = AttemptMessage::new(item.id.clone(), item.attempt_count + 1);
             Some((t, Some(Enqueue { message: msg, delay_seconds: 0 })))
@@ -441,20 +407,14 @@ pub fn release(
     let at = at.max(now);
     let (due, enqueue) = wait_for(cfg, now, at, id, attempt_count + 1);
     let t = Transition {
-        guard: Guard { status: vec![status], attempt_count, due_at: None },
-        status: DeliveryStatus::Scheduled,
-        attempt_count: None,
         attempts_base: Field::Set(attempt_count),
-        forgive_attempt: false,
         next_attempt_at: Field::Set(at),
         lease_until: Field::Remove,
         due_at: Field::Set(due),
-        attempts: Field::Keep,
-        attempts_dropped: Field::Keep,
         expires_at: Field::Remove,
         reason: Field::Remove,
         created_at: Some(created_at),
-        now,
+        ..kept(Guard { status: vec![status], attempt_count, due_at: None }, DeliveryStatus::Scheduled, now)
     };
     Some((t, enqueue))
 }
@@ -465,24 +425,35 @@ pub fn replay(cfg: &Config, now: DateTime<Utc>, d: &Delivery) -> Option<(Transit
     e.map(|e| (t, e))
 }
 
-/// A move to `status` that takes the delivery out of the due index (no next attempt, no
-/// lease); every other field is kept.
-fn settled(guard: Guard, status: DeliveryStatus, now: DateTime<Utc>) -> Transition {
+/// A move to `status` that changes nothing else (but `updated_at`): the base every other
+/// transition states its changes on.
+fn kept(guard: Guard, status: DeliveryStatus, now: DateTime<Utc>) -> Transition {
     Transition {
         guard,
         status,
         attempt_count: None,
         attempts_base: Field::Keep,
         forgive_attempt: false,
-        next_attempt_at: Field::Remove,
-        lease_until: Field::Remove,
-        due_at: Field::Remove,
+        next_attempt_at: Field::Keep,
+        lease_until: Field::Keep,
+        due_at: Field::Keep,
         attempts: Field::Keep,
         attempts_dropped: Field::Keep,
         expires_at: Field::Keep,
         reason: Field::Keep,
         created_at: None,
         now,
+    }
+}
+
+/// A move to `status` that takes the delivery out of the due index (no next attempt, no
+/// lease); every other field is kept.
+fn settled(guard: Guard, status: DeliveryStatus, now: DateTime<Utc>) -> Transition {
+    Transition {
+        next_attempt_at: Field::Remove,
+        lease_until: Field::Remove,
+        due_at: Field::Remove,
+        ..kept(guard, status, now)
     }
 }
 

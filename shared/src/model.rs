@@ -127,6 +127,9 @@ pub const REASON_CIRCUIT_BREAKER: &str = "circuit_breaker";
 /// A delivery's end (reason, and its attempt's error) when the endpoint's event-type filter
 /// no longer takes its type (changed after the event was accepted): not sent, a dead letter.
 pub const REASON_UNSUBSCRIBED: &str = "unsubscribed";
+/// A delivery's end (reason, and its attempt's error) when its endpoint was deleted: not
+/// sent, a dead letter.
+pub const REASON_ENDPOINT_DELETED: &str = "endpoint_deleted";
 
 /// Why an endpoint stopped receiving attempts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

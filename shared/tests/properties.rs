@@ -330,7 +330,9 @@ proptest! {
                 }
             }
             Next::Delivered => prop_assert_eq!((t.status, enqueue.is_none()), (DeliveryStatus::Delivered, true)),
-            Next::Exhausted => prop_assert_eq!((t.status, enqueue.is_none()), (DeliveryStatus::Exhausted, true)),
+            Next::Exhausted | Next::Ended(_) => {
+                prop_assert_eq!((t.status, enqueue.is_none()), (DeliveryStatus::Exhausted, true))
+            }
         }
     }
 

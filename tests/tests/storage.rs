@@ -318,6 +318,30 @@ async fn delivery_item(stack: &Stack, id: &str) -> HashMap<String, AttributeValu
         .expect("the delivery item")
 }
 
+/// Moves delivery `id` from `due_keys` to `due`, as the release before wrote it, at `due_at`
+/// (milliseconds; `None`: the due time it has).
+async fn into_old_due(stack: &Stack, id: &str, due_at: Option<i64>) {
+    let item = delivery_item(stack, id).await;
+    let at = due_at.map_or_else(|| item["dk_at"].clone(), |ms| AttributeValue::N(ms.to_string()));
+    ddb()
+        .await
+        .update_item()
+        .table_name(&stack.app.config.table)
+        .key(PK, AttributeValue::S(webhooks::store::keys::delivery_pk(id)))
+        .key(SK, AttributeValue::S(webhooks::store::keys::DELIVERY_SK.into()))
+        .update_expression("SET due_pk = :p, due_at = :a REMOVE dk_pk, dk_at")
+        .expression_attribute_values(":p", item["dk_pk"].clone())
+        .expression_attribute_values(":a", at)
+        .send()
+        .await
+        .unwrap();
+}
+
+/// Creates an endpoint of tenant `acme` at `url` with the default policy; its id.
+async fn new_endpoint(stack: &Stack, url: &str) -> String {
+    stack.endpoint("acme", url, serde_json::Value::Null).await["id"].as_str().unwrap().to_string()
+}
+
 /// The `by_event` entries of `event_id`: (sort key of the item, its `endpoint_id`).
 async fn by_event_entries(stack: &Stack, event_id: &str) -> Vec<(String, String)> {
     let out = ddb()
@@ -356,7 +380,7 @@ async fn an_event_has_one_by_event_entry_and_its_deliveries_none() {
     let stack = Stack::start(|_| {}).await;
     let ok = Receiver::start(Reply::Status(200)).await;
     let failing = Receiver::start(Reply::Status(500)).await;
-    let ep_ok = stack.endpoint("acme", &ok.url, serde_json::Value::Null).await["id"].as_str().unwrap().to_string();
+    let ep_ok = new_endpoint(&stack, &ok.url).await;
     let ep_dead = stack.endpoint("acme", &failing.url, json!({"schedule_seconds": [1], "max_attempts": 1})).await["id"]
         .as_str()
         .unwrap()
@@ -406,7 +430,7 @@ async fn an_event_has_one_by_event_entry_and_its_deliveries_none() {
 
     // A repeat of the id after an endpoint was added writes its delivery; the event lists it.
     let third = Receiver::start(Reply::Status(200)).await;
-    let ep_new = stack.endpoint("acme", &third.url, serde_json::Value::Null).await["id"].as_str().unwrap().to_string();
+    let ep_new = new_endpoint(&stack, &third.url).await;
     let (status, again) = stack.call(Method::POST, "/v1/events", Some(body)).await;
     assert_eq!(status, 202, "{again}");
     let all = pairs(&again["deliveries"]);
@@ -478,7 +502,7 @@ async fn a_delivery_written_before_the_by_event_change_is_delivered_and_found() 
     // A repeat of the old event after an endpoint was added: the new delivery is listed beside
     // the old one, once each (the event item gets its entry and its list on the repeat).
     let other = Receiver::start(Reply::Status(200)).await;
-    let ep2 = stack.endpoint("acme", &other.url, serde_json::Value::Null).await["id"].as_str().unwrap().to_string();
+    let ep2 = new_endpoint(&stack, &other.url).await;
     let (status, again) = stack.call(Method::POST, "/v1/events", Some(body)).await;
     assert_eq!(status, 202, "{again}");
     let all = pairs(&again["deliveries"]);
@@ -493,7 +517,7 @@ async fn a_delivery_written_before_the_by_event_change_is_delivered_and_found() 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_delivery_in_the_due_index_of_before_is_swept_and_moves_to_due_keys() {
-    use webhooks::store::keys::{DELIVERY_SK, DUE_AT, DUE_KEYS_AT, DUE_KEYS_PK, DUE_PK, delivery_pk};
+    use webhooks::store::keys::{DUE_AT, DUE_KEYS_AT, DUE_PK};
     let stack = Stack::start_with(
         |c| c.redrive_after_seconds = 1,
         webhooks_local::Options { pollers: 0, sweeper: false, ..webhooks_local::Options::default() },
@@ -507,19 +531,7 @@ async fn a_delivery_in_the_due_index_of_before_is_swept_and_moves_to_due_keys() 
     assert!(item.contains_key(DUE_KEYS_AT) && !item.contains_key(DUE_AT), "new deliveries are in due_keys");
 
     // The item as today's main wrote it: in `due` (with its projection), not in `due_keys`.
-    let (shard, at) = (item[DUE_KEYS_PK].clone(), item[DUE_KEYS_AT].clone());
-    ddb()
-        .await
-        .update_item()
-        .table_name(&stack.app.config.table)
-        .key(PK, AttributeValue::S(delivery_pk(&id)))
-        .key(SK, AttributeValue::S(DELIVERY_SK.into()))
-        .update_expression("SET due_pk = :p, due_at = :a REMOVE dk_pk, dk_at")
-        .expression_attribute_values(":p", shard)
-        .expression_attribute_values(":a", at)
-        .send()
-        .await
-        .unwrap();
+    into_old_due(&stack, &id, None).await;
     // Its message waits (no poller): past the redrive time the sweeper finds it in `due`,
     // re-drives it, and its new due time is in `due_keys`.
     let mut swept = 0;
@@ -553,7 +565,6 @@ async fn a_delivery_in_the_due_index_of_before_is_swept_and_moves_to_due_keys() 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_due_read_merges_both_due_indexes_in_due_order_page_by_page() {
     use webhooks::model::StoredEvent;
-    use webhooks::store::keys::{DELIVERY_SK, delivery_pk};
     use webhooks::store::{Due, DynamoStore, Store as _};
     // No sweeper of the stack's own: it would re-drive what this test reads.
     let stack = Stack::start_with(
@@ -594,19 +605,7 @@ async fn the_due_read_merges_both_due_indexes_in_due_order_page_by_page() {
         store.insert_event(&event, &[(&d, Some(due_at))]).await.unwrap();
         if i % 2 == 1 {
             // As the release before wrote it: in `due`.
-            let item = delivery_item(&stack, &d.id).await;
-            ddb()
-                .await
-                .update_item()
-                .table_name(&table)
-                .key(PK, AttributeValue::S(delivery_pk(&d.id)))
-                .key(SK, AttributeValue::S(DELIVERY_SK.into()))
-                .update_expression("SET due_pk = :p, due_at = :a REMOVE dk_pk, dk_at")
-                .expression_attribute_values(":p", item["dk_pk"].clone())
-                .expression_attribute_values(":a", item["dk_at"].clone())
-                .send()
-                .await
-                .unwrap();
+            into_old_due(&stack, &d.id, None).await;
         }
         if i < 9 {
             due.push(d.id);
@@ -644,7 +643,7 @@ async fn a_repeat_that_fails_leaves_no_delivery_its_event_does_not_list() {
     // An endpoint added since; a repeat whose every UpdateItem fails: an error, and whatever
     // it wrote is listed by its event.
     let other = Receiver::start(Reply::Status(200)).await;
-    let ep2 = stack.endpoint("acme", &other.url, serde_json::Value::Null).await["id"].as_str().unwrap().to_string();
+    let ep2 = new_endpoint(&stack, &other.url).await;
     let faulty = faulty_api_with(&stack, FailNth::new("UpdateItem", 0, Fault::BeforeSend)).await;
     let http = reqwest::Client::new();
     let (status, answer) = call_at(&http, &faulty, Method::POST, "/v1/events", Some(body.clone())).await;
@@ -667,7 +666,7 @@ async fn a_repeat_that_fails_leaves_no_delivery_its_event_does_not_list() {
 async fn a_lost_claim_in_the_due_index_of_before_is_recovered_at_its_lease_end() {
     use webhooks::lifecycle::{self, AttemptMessage, Field};
     use webhooks::store::Applied;
-    use webhooks::store::keys::{DELIVERY_SK, DUE_AT, DUE_KEYS_AT, delivery_pk};
+    use webhooks::store::keys::{DUE_AT, DUE_KEYS_AT};
     let stack = Stack::start_with(
         |c| {
             c.request_timeout = Duration::from_millis(1000);
@@ -685,19 +684,7 @@ async fn a_lost_claim_in_the_due_index_of_before_is_recovered_at_its_lease_end()
     let claim = lifecycle::claim(&stack.app.config, chrono::Utc::now(), &AttemptMessage::new(id.clone(), 1));
     assert!(matches!(stack.app.store.apply(&id, &claim, false).await.unwrap(), Applied::Done(_)));
     let Field::Set(lease_until) = claim.lease_until else { panic!("a claim without a lease") };
-    let item = delivery_item(&stack, &id).await;
-    ddb()
-        .await
-        .update_item()
-        .table_name(&stack.app.config.table)
-        .key(PK, AttributeValue::S(delivery_pk(&id)))
-        .key(SK, AttributeValue::S(DELIVERY_SK.into()))
-        .update_expression("SET due_pk = :p, due_at = :a REMOVE dk_pk, dk_at")
-        .expression_attribute_values(":p", item["dk_pk"].clone())
-        .expression_attribute_values(":a", AttributeValue::N(lease_until.timestamp_millis().to_string()))
-        .send()
-        .await
-        .unwrap();
+    into_old_due(&stack, &id, Some(lease_until.timestamp_millis())).await;
     let mut recovered = 0;
     for _ in 0..100 {
         let r = webhooks::service::sweep::sweep(&stack.app).await.unwrap();

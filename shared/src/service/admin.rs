@@ -5,7 +5,10 @@ use crate::destination;
 use crate::endpoint_lifecycle;
 use crate::error::ServiceError;
 use crate::lifecycle;
-use crate::model::{Attempt, Delivery, DeliveryStatus, Disabled, Endpoint, EndpointState, Job, JobKind, REASON_MANUAL};
+use crate::model::{
+    Attempt, Delivery, DeliveryStatus, Disabled, Endpoint, EndpointState, Job, JobKind, REASON_ENDPOINT_DELETED,
+    REASON_MANUAL,
+};
 use crate::policy::RetryPolicy;
 use crate::service::health;
 use crate::signing;
@@ -424,12 +427,19 @@ pub async fn end_as_deleted(
     created_at: DateTime<Utc>,
 ) -> Result<(), ServiceError> {
     let now = app.clock.now();
-    let t = lifecycle::abandon(&app.config, now, status, attempt_count, created_at, "endpoint_deleted");
+    let t = lifecycle::abandon(&app.config, now, status, attempt_count, created_at, REASON_ENDPOINT_DELETED);
     if let Applied::Lost = app.store.apply(id, &t, false).await?
         && let Some(cur) = app.store.get_delivery(id).await?
         && UNFINISHED.contains(&cur.status)
     {
-        let t = lifecycle::abandon(&app.config, now, cur.status, cur.attempt_count, cur.created_at, "endpoint_deleted");
+        let t = lifecycle::abandon(
+            &app.config,
+            now,
+            cur.status,
+            cur.attempt_count,
+            cur.created_at,
+            REASON_ENDPOINT_DELETED,
+        );
         app.store.apply(id, &t, false).await?;
     }
     Ok(())

@@ -15,11 +15,11 @@ use crate::App;
 use crate::endpoint_lifecycle;
 use crate::error::ServiceError;
 use crate::lane::{self, Lane};
-use crate::lifecycle::{self, AttemptMessage, Field, Next, Transition};
+use crate::lifecycle::{self, AttemptMessage, Next, Transition};
 use crate::metrics;
 use crate::model::{
-    Attempt, Delivery, DeliveryStatus, Disabled, Endpoint, EndpointState, REASON_CIRCUIT_BREAKER, REASON_GONE,
-    REASON_UNSUBSCRIBED,
+    Attempt, Delivery, DeliveryStatus, Disabled, Endpoint, EndpointState, REASON_CIRCUIT_BREAKER,
+    REASON_ENDPOINT_DELETED, REASON_GONE, REASON_UNSUBSCRIBED,
 };
 use crate::policy::{Outcome, Verdict};
 use crate::queue;
@@ -190,7 +190,7 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
     let probe = endpoint.as_ref().is_some_and(|ep| ep.state() == EndpointState::Probing(&delivery.id));
     let started = slot_at.unwrap_or_else(|| app.clock.now());
     let result = match (&endpoint, &payload) {
-        (None, _) => not_sent("endpoint_deleted"),
+        (None, _) => not_sent(REASON_ENDPOINT_DELETED),
         // The endpoint's event-type filter as it is now: a PATCH that dropped the type stops
         // the retries of deliveries accepted before it.
         (Some(ep), _) if !ep.subscribes_to(&delivery.event_type) => not_sent(REASON_UNSUBSCRIBED),
@@ -225,7 +225,7 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
             _ => None,
         },
         error: match &endpoint {
-            None => Some("endpoint_deleted".into()),
+            None => Some(REASON_ENDPOINT_DELETED.into()),
             Some(_) if ours.is_some() => ours.map(String::from),
             Some(_) => error_class(result.outcome).map(String::from),
         },
@@ -262,10 +262,9 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
         // Nothing left to send, ever: a dead letter, even as a probe (held, it would be
         // picked as the probe again and again).
         _ if expired => {
-            let (t, e) = lifecycle::complete(cfg, now, &delivery, attempt.clone(), Next::Exhausted);
-            let reason =
-                if ours == Some(REASON_UNSUBSCRIBED) { Field::Set(REASON_UNSUBSCRIBED.to_string()) } else { t.reason };
-            (Transition { reason, ..t }, e)
+            let next =
+                if ours == Some(REASON_UNSUBSCRIBED) { Next::Ended(REASON_UNSUBSCRIBED) } else { Next::Exhausted };
+            lifecycle::complete(cfg, now, &delivery, attempt.clone(), next)
         }
         Verdict::Success => lifecycle::complete(cfg, now, &delivery, attempt.clone(), Next::Delivered),
         Verdict::Retry if !probe => {
@@ -442,14 +441,8 @@ async fn record_with_health(
                     // what the policy would hold (a disable code, a probe's failure) ends as
                     // a dead letter with reason `endpoint_deleted` instead.
                     let gone = if plain.0.status == DeliveryStatus::Held {
-                        let (t, e) = lifecycle::complete(
-                            &app.config,
-                            app.clock.now(),
-                            delivery,
-                            attempt.clone(),
-                            Next::Exhausted,
-                        );
-                        (Transition { reason: Field::Set("endpoint_deleted".into()), ..t }, e)
+                        let next = Next::Ended(REASON_ENDPOINT_DELETED);
+                        lifecycle::complete(&app.config, app.clock.now(), delivery, attempt.clone(), next)
                     } else {
                         plain
                     };
