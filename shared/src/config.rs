@@ -50,6 +50,19 @@ pub struct Config {
     /// (`WEBHOOKS_STATUS_INDEX_SHARDS`, default 1), as `endpoint_index_shards` (20 at 10,000
     /// dead letters a second). Never lower it.
     pub status_index_shards: u32,
+    /// How many copies of each endpoint item every endpoint write keeps in step
+    /// (`WEBHOOKS_ENDPOINT_COPIES`, default 1: the endpoint item alone; at most
+    /// [`MAX_ENDPOINT_COPIES`]). Copy 0 is the item itself; copies 1 and up sit in partitions
+    /// of their own and are written in the same TransactWriteItems as it. Raise it in a deploy
+    /// of its own, before `WEBHOOKS_ENDPOINT_READ_COPIES`; never lower it.
+    pub endpoint_copies: u32,
+    /// Over how many of those copies the per-event and per-attempt reads of a tenant's
+    /// endpoints are spread, and its failures-in-a-row counter split
+    /// (`WEBHOOKS_ENDPOINT_READ_COPIES`, default 1, at most `WEBHOOKS_ENDPOINT_COPIES`).
+    /// bench/report.md's capacity model derives it (20 at 10,000 deliveries a second for one
+    /// hot tenant). Raise it only once a deploy with `WEBHOOKS_ENDPOINT_COPIES` at least as
+    /// high has finished (no writer that skips a copy may still run); never lower it.
+    pub endpoint_read_copies: u32,
     /// How long one sweeper tick may work (`WEBHOOKS_SWEEP_BUDGET_SECONDS`, seconds, default
     /// 40, under the sweeper function's 60 s timeout): due deliveries first, then job steps
     /// while time is left; what is left runs on the next tick.
@@ -117,6 +130,11 @@ pub struct Config {
 /// without IAM auth), anything else or unset for the admin API.
 pub const SERVE_VAR: &str = "WEBHOOKS_SERVE";
 
+/// Most copies of an endpoint item (`WEBHOOKS_ENDPOINT_COPIES`): an endpoint change writes
+/// them in one TransactWriteItems with its delivery and jobs, and DynamoDB takes at most 100
+/// items in one.
+pub const MAX_ENDPOINT_COPIES: u32 = 50;
+
 /// The smallest `WEBHOOKS_LEASE_MARGIN_MS`: 1000 milliseconds, room for the AWS calls between
 /// a claim and its POST and for the record after it.
 pub const MIN_LEASE_MARGIN_MS: u64 = 1_000;
@@ -151,6 +169,8 @@ impl Config {
             due_shards: 8,
             endpoint_index_shards: 1,
             status_index_shards: 1,
+            endpoint_copies: 1,
+            endpoint_read_copies: 1,
             sweep_budget: Duration::from_secs(40),
             eventbridge_tenant_field: "tenant_id".to_string(),
             delivered_retention_days: 30,
@@ -224,6 +244,20 @@ impl Config {
             if !(1..=1000).contains(&v) {
                 return Err(ConfigError { name, problem: "must be from 1 to 1000".into() });
             }
+        }
+        c.endpoint_copies = parse(&get, "WEBHOOKS_ENDPOINT_COPIES", 1)?;
+        if !(1..=MAX_ENDPOINT_COPIES).contains(&c.endpoint_copies) {
+            return Err(ConfigError {
+                name: "WEBHOOKS_ENDPOINT_COPIES",
+                problem: format!("must be from 1 to {MAX_ENDPOINT_COPIES}"),
+            });
+        }
+        c.endpoint_read_copies = parse(&get, "WEBHOOKS_ENDPOINT_READ_COPIES", 1)?;
+        if !(1..=c.endpoint_copies).contains(&c.endpoint_read_copies) {
+            return Err(ConfigError {
+                name: "WEBHOOKS_ENDPOINT_READ_COPIES",
+                problem: "must be from 1 to WEBHOOKS_ENDPOINT_COPIES (copies are written before they are read)".into(),
+            });
         }
         c.sweep_budget = Duration::from_secs(parse(&get, "WEBHOOKS_SWEEP_BUDGET_SECONDS", 40)?);
         if let Some(field) = get("WEBHOOKS_EVENTBRIDGE_TENANT_FIELD").filter(|v| !v.is_empty()) {

@@ -425,14 +425,26 @@ impl Store for MemStore {
         .await
     }
 
-    async fn tenant_endpoints(&self, tenant_id: &str) -> Result<Vec<Endpoint>, StoreError> {
+    /// One endpoint item (no copies): the same as [`Store::get_endpoint`].
+    async fn read_endpoint(&self, tenant_id: &str, id: &str, _key: &str) -> Result<Option<Endpoint>, StoreError> {
+        self.call("store.read_endpoint", |_, t| Ok(t.endpoints.get(&(tenant_id.to_string(), id.to_string())).cloned()))
+            .await
+    }
+
+    async fn tenant_endpoints(&self, tenant_id: &str, _key: &str) -> Result<Vec<Endpoint>, StoreError> {
         self.call("store.tenant_endpoints", |_, t| {
             Ok(t.endpoints.iter().filter(|((tn, _), _)| tn == tenant_id).map(|(_, e)| e.clone()).collect())
         })
         .await
     }
 
-    async fn count_failure(&self, tenant_id: &str, id: &str) -> Result<Option<u32>, StoreError> {
+    async fn count_failure(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        _key: &str,
+        _threshold: u32,
+    ) -> Result<Option<u32>, StoreError> {
         self.call("store.count_failure", |_, t| {
             Ok(t.endpoints.get_mut(&(tenant_id.to_string(), id.to_string())).map(|e| {
                 e.consecutive_failures += 1;
@@ -482,7 +494,7 @@ impl Store for MemStore {
         .await
     }
 
-    async fn reset_failures(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
+    async fn reset_failures(&self, tenant_id: &str, id: &str, _key: &str) -> Result<(), StoreError> {
         self.call("store.reset_failures", |_, t| {
             if let Some(e) = t.endpoints.get_mut(&(tenant_id.to_string(), id.to_string())) {
                 e.consecutive_failures = 0;

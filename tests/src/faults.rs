@@ -34,8 +34,9 @@ pub enum Strike {
 }
 
 /// The calls that change nothing: failing one after it was made is the same as before.
-const READS: [&str; 11] = [
+const READS: [&str; 12] = [
     "get_endpoint",
+    "read_endpoint",
     "find_endpoint",
     "tenant_endpoints",
     "list_endpoints",
@@ -239,11 +240,20 @@ impl Store for FaultyStore {
     async fn find_endpoint(&self, id: &str) -> Result<Option<Endpoint>, StoreError> {
         self.faults.run("find_endpoint", self.inner.find_endpoint(id), any, aws).await
     }
-    async fn tenant_endpoints(&self, tenant_id: &str) -> Result<Vec<Endpoint>, StoreError> {
-        self.faults.run("tenant_endpoints", self.inner.tenant_endpoints(tenant_id), any, aws).await
+    async fn read_endpoint(&self, tenant_id: &str, id: &str, key: &str) -> Result<Option<Endpoint>, StoreError> {
+        self.faults.run("read_endpoint", self.inner.read_endpoint(tenant_id, id, key), any, aws).await
     }
-    async fn count_failure(&self, tenant_id: &str, id: &str) -> Result<Option<u32>, StoreError> {
-        self.faults.run("count_failure", self.inner.count_failure(tenant_id, id), any, aws).await
+    async fn tenant_endpoints(&self, tenant_id: &str, key: &str) -> Result<Vec<Endpoint>, StoreError> {
+        self.faults.run("tenant_endpoints", self.inner.tenant_endpoints(tenant_id, key), any, aws).await
+    }
+    async fn count_failure(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        key: &str,
+        threshold: u32,
+    ) -> Result<Option<u32>, StoreError> {
+        self.faults.run("count_failure", self.inner.count_failure(tenant_id, id, key, threshold), any, aws).await
     }
     async fn count_delivered(
         &self,
@@ -271,8 +281,8 @@ impl Store for FaultyStore {
     ) -> Result<u64, StoreError> {
         self.faults.run("delivered_count", self.inner.delivered_count(endpoint_id, since), any, aws).await
     }
-    async fn reset_failures(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
-        self.faults.run("reset_failures", self.inner.reset_failures(tenant_id, id), any, aws).await
+    async fn reset_failures(&self, tenant_id: &str, id: &str, key: &str) -> Result<(), StoreError> {
+        self.faults.run("reset_failures", self.inner.reset_failures(tenant_id, id, key), any, aws).await
     }
     async fn commit(
         &self,

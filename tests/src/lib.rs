@@ -56,7 +56,9 @@ pub struct Stack {
 /// default: room for a loaded emulator between a claim and its POST), the
 /// sweeper every second, loopback receivers allowed, the `by_endpoint` and `by_status`
 /// indexes split in 2 (so every suite reads listings merged over shards; production's
-/// default is 1).
+/// default is 1), and 3 copies of every endpoint item, all read (so every suite's events and
+/// attempts read endpoint copies, fill them, and count failures split; production's default
+/// is 1).
 pub fn test_config(table: &str, queue_url: &str) -> Config {
     let mut c = Config::new(table, queue_url);
     c.request_timeout = Duration::from_millis(2000);
@@ -67,6 +69,8 @@ pub fn test_config(table: &str, queue_url: &str) -> Config {
     c.due_shards = 2;
     c.endpoint_index_shards = 2;
     c.status_index_shards = 2;
+    c.endpoint_copies = 3;
+    c.endpoint_read_copies = 3;
     c.sweep_budget = Duration::from_secs(5);
     c
 }
@@ -625,14 +629,24 @@ impl Store for Serialized {
         self.before("find_endpoint").await?;
         self.inner.find_endpoint(id).await
     }
-    async fn tenant_endpoints(&self, tenant_id: &str) -> Result<Vec<Endpoint>, StoreError> {
-        self.before("tenant_endpoints").await?;
-        self.inner.tenant_endpoints(tenant_id).await
+    async fn read_endpoint(&self, tenant_id: &str, id: &str, key: &str) -> Result<Option<Endpoint>, StoreError> {
+        self.before("read_endpoint").await?;
+        self.inner.read_endpoint(tenant_id, id, key).await
     }
-    async fn count_failure(&self, tenant_id: &str, id: &str) -> Result<Option<u32>, StoreError> {
+    async fn tenant_endpoints(&self, tenant_id: &str, key: &str) -> Result<Vec<Endpoint>, StoreError> {
+        self.before("tenant_endpoints").await?;
+        self.inner.tenant_endpoints(tenant_id, key).await
+    }
+    async fn count_failure(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        key: &str,
+        threshold: u32,
+    ) -> Result<Option<u32>, StoreError> {
         self.before("count_failure").await?;
         let _one = self.one().await;
-        self.inner.count_failure(tenant_id, id).await
+        self.inner.count_failure(tenant_id, id, key, threshold).await
     }
     async fn count_delivered(
         &self,
@@ -661,10 +675,10 @@ impl Store for Serialized {
         self.before("delivered_count").await?;
         self.inner.delivered_count(endpoint_id, since).await
     }
-    async fn reset_failures(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
+    async fn reset_failures(&self, tenant_id: &str, id: &str, key: &str) -> Result<(), StoreError> {
         self.before("reset_failures").await?;
         let _one = self.one().await;
-        self.inner.reset_failures(tenant_id, id).await
+        self.inner.reset_failures(tenant_id, id, key).await
     }
     async fn commit(
         &self,

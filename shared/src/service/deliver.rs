@@ -243,7 +243,7 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
     // code, the circuit breaker, the probe's outcome).
     let failed = matches!(verdict, Verdict::Retry | Verdict::Final) && !probe && ours.is_none();
     let failures_in_a_row = match (&endpoint, failed) {
-        (Some(ep), true) => match app.store.count_failure(&ep.tenant_id, &ep.id).await {
+        (Some(ep), true) => match app.store.count_failure(&ep.tenant_id, &ep.id, &delivery.id, ep.circuit_breaker_threshold).await {
             Ok(n) => n.unwrap_or(0),
             Err(e) => {
                 tracing::warn!(endpoint_id = %ep.id, error = %e, "failure not counted; the breaker counts the next one");
@@ -330,7 +330,7 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
     if let Some(ep) =
         endpoint.as_ref().filter(|ep| verdict == Verdict::Success && !probe && ep.consecutive_failures > 0)
     {
-        app.store.reset_failures(&ep.tenant_id, &ep.id).await?;
+        app.store.reset_failures(&ep.tenant_id, &ep.id, &delivery.id).await?;
     }
     Ok(Handled::Attempted(status, Box::new(attempt)))
 }
@@ -471,7 +471,7 @@ enum Current {
 
 async fn current_endpoint(app: &App, delivery: &Delivery) -> Result<Current, ServiceError> {
     for _ in 0..ENDPOINT_TRIES {
-        let ep = match app.store.get_endpoint(&delivery.tenant_id, &delivery.endpoint_id).await? {
+        let ep = match app.store.read_endpoint(&delivery.tenant_id, &delivery.endpoint_id, &delivery.id).await? {
             Some(ep) if !ep.accepts(&delivery.id) => ep,
             other => return Ok(Current::Accepts(other.map(Box::new))),
         };

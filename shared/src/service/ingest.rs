@@ -113,7 +113,7 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
     check(&event)?;
     let now = app.clock.now();
     let event_id = event.id.clone().unwrap_or_else(|| format!("evt_{}", app.random.ulid(now)));
-    let endpoints = app.store.tenant_endpoints(&event.tenant_id).await?;
+    let endpoints = app.store.tenant_endpoints(&event.tenant_id, &event_id).await?;
     let targets: Vec<_> = endpoints.into_iter().filter(|ep| ep.subscribes_to(&event.event_type)).collect();
     if event.sync && targets.len() != 1 {
         return Err(ServiceError::Validation(format!(

@@ -18,7 +18,9 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use futures::StreamExt;
 use std::collections::HashMap;
 
+mod copies;
 mod lanes;
+pub use copies::FILL_PER_CALL;
 pub use lanes::{RATE_WINDOW_TTL_SECONDS, rate_pk, rate_sk};
 
 /// A DynamoDB item or key: attribute name to value.
@@ -32,12 +34,22 @@ pub struct DynamoStore {
     due_shards: u32,
     endpoint_shards: u32,
     status_shards: u32,
+    copies: u32,
+    read_copies: u32,
 }
 
 impl DynamoStore {
     /// A store on `table`, with the due index split into `due_shards` partitions.
     pub fn new(client: Client, table: impl Into<String>, due_shards: u32) -> Self {
-        Self { client, table: table.into(), due_shards: due_shards.max(1), endpoint_shards: 1, status_shards: 1 }
+        Self {
+            client,
+            table: table.into(),
+            due_shards: due_shards.max(1),
+            endpoint_shards: 1,
+            status_shards: 1,
+            copies: 1,
+            read_copies: 1,
+        }
     }
 
     /// The same store with the `by_endpoint` index's partitions split `endpoint` ways and
@@ -48,6 +60,17 @@ impl DynamoStore {
     pub fn with_index_shards(mut self, endpoint: u32, status: u32) -> Self {
         self.endpoint_shards = endpoint.max(1);
         self.status_shards = status.max(1);
+        self
+    }
+
+    /// The same store keeping `copies` copies of every endpoint item (1: the item alone) and
+    /// spreading attempts' and events' reads over the first `read_copies` of them (clamped to
+    /// 1..=`copies`); see [`copies`] (`WEBHOOKS_ENDPOINT_COPIES`,
+    /// `WEBHOOKS_ENDPOINT_READ_COPIES`).
+    #[must_use]
+    pub fn with_endpoint_copies(mut self, copies: u32, read_copies: u32) -> Self {
+        self.copies = copies.max(1);
+        self.read_copies = read_copies.clamp(1, self.copies);
         self
     }
 
@@ -469,10 +492,11 @@ impl DynamoStore {
         Ok((u.expression(), cond.join(" AND "), u.values))
     }
 
-    /// An endpoint [`Change`] as a transaction item: an UpdateItem that sets every attribute
-    /// of the new endpoint (the failures counter only when the change resets it) and removes
-    /// the optional ones it lacks, on the condition that the stored version is the one read.
-    fn endpoint_change(&self, change: &Change) -> Result<TransactWriteItem, StoreError> {
+    /// An endpoint [`Change`] as transaction items: an UpdateItem of the endpoint item that
+    /// sets every attribute of the new endpoint (the failures counter only when the change
+    /// resets it) and removes the optional ones it lacks, on the condition that the stored
+    /// version is the one read; then the same update of each of its copies (see [`copies`]).
+    fn endpoint_change(&self, change: &Change) -> Result<(TransactWriteItem, Vec<TransactWriteItem>), StoreError> {
         let mut item = to_item(&change.endpoint)?;
         if !change.reset_failures {
             item.remove("consecutive_failures");
@@ -498,17 +522,19 @@ impl DynamoStore {
         if !remove.is_empty() {
             expression.push_str(&format!(" REMOVE {}", remove.join(", ")));
         }
+        let (tenant_id, id) = (&change.endpoint.tenant_id, &change.endpoint.id);
+        let copies = self.copy_updates(tenant_id, id, &expression, &names, &values)?;
         let update = aws_sdk_dynamodb::types::Update::builder()
             .table_name(&self.table)
-            .key(PK, s(tenant_pk(&change.endpoint.tenant_id)))
-            .key(SK, s(endpoint_key(&change.endpoint.id)))
+            .key(PK, s(tenant_pk(tenant_id)))
+            .key(SK, s(endpoint_key(id)))
             .update_expression(expression)
             .condition_expression(condition)
             .set_expression_attribute_names(Some(names))
             .set_expression_attribute_values(Some(values))
             .build()
             .map_err(aws)?;
-        Ok(TransactWriteItem::builder().update(update).build())
+        Ok((TransactWriteItem::builder().update(update).build(), copies))
     }
 
     /// A job as an item, in the due index at `run_at` while it is running.
@@ -972,8 +998,12 @@ impl Store for DynamoStore {
                 .map(|p| TransactWriteItem::builder().put(p).build())
                 .map_err(aws)
         };
-        let result =
-            self.client.transact_write_items().transact_items(put(item)?).transact_items(put(pointer)?).send().await;
+        // The copies (see [`copies`]) go in unconditionally: the endpoint item's condition
+        // decides, and an id is never reused.
+        let copies = self.copy_puts(&item, &endpoint.tenant_id)?;
+        let mut items = vec![put(item)?, put(pointer)?];
+        items.extend(copies);
+        let result = self.client.transact_write_items().set_transact_items(Some(items)).send().await;
         match result {
             Ok(_) => Ok(()),
             Err(e) if cancelled_by_condition(&e) => Err(StoreError::AlreadyExists),
@@ -990,6 +1020,10 @@ impl Store for DynamoStore {
         self.get(tenant_pk(tenant_id), &endpoint_key(id)).await
     }
 
+    async fn read_endpoint(&self, tenant_id: &str, id: &str, key: &str) -> Result<Option<Endpoint>, StoreError> {
+        self.read_copy(tenant_id, id, key).await
+    }
+
     async fn find_endpoint(&self, id: &str) -> Result<Option<Endpoint>, StoreError> {
         let out = self
             .client
@@ -1003,19 +1037,26 @@ impl Store for DynamoStore {
         let Some(tenant) = out.item.as_ref().and_then(|i| i.get("tenant_id")).and_then(|v| v.as_s().ok()) else {
             return Ok(None);
         };
-        self.get_endpoint(tenant, id).await
+        let Some(mut ep) = self.get_endpoint(tenant, id).await? else { return Ok(None) };
+        if self.read_copies > 1 {
+            // The counter is split over the read copies (see [`copies`]): shown summed.
+            ep.consecutive_failures = self.failures_summed(tenant, id).await?;
+        }
+        Ok(Some(ep))
     }
 
-    async fn tenant_endpoints(&self, tenant_id: &str) -> Result<Vec<Endpoint>, StoreError> {
-        self.query_all(self.endpoints_query(tenant_id).consistent_read(true)).await
+    async fn tenant_endpoints(&self, tenant_id: &str, key: &str) -> Result<Vec<Endpoint>, StoreError> {
+        self.tenant_copies(tenant_id, key).await
     }
 
-    async fn count_failure(&self, tenant_id: &str, id: &str) -> Result<Option<u32>, StoreError> {
-        let update = self
-            .endpoint_update(tenant_id, id)
-            .update_expression("ADD consecutive_failures :one")
-            .expression_attribute_values(":one", n(1));
-        Ok(updated_attribute(update, "consecutive_failures").await?.and_then(|v| v.as_n().ok()?.parse().ok()))
+    async fn count_failure(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        key: &str,
+        threshold: u32,
+    ) -> Result<Option<u32>, StoreError> {
+        self.count_copy_failure(tenant_id, id, key, threshold).await
     }
 
     async fn count_delivered(
@@ -1082,14 +1123,8 @@ impl Store for DynamoStore {
         counts.into_iter().sum()
     }
 
-    async fn reset_failures(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
-        let result = self
-            .endpoint_update(tenant_id, id)
-            .update_expression("SET consecutive_failures = :zero")
-            .expression_attribute_values(":zero", n(0))
-            .send()
-            .await;
-        conditional(result).map(|_| ())
+    async fn reset_failures(&self, tenant_id: &str, id: &str, key: &str) -> Result<(), StoreError> {
+        self.reset_copy_failures(tenant_id, id, key).await
     }
 
     async fn delete_endpoint(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
@@ -1102,10 +1137,12 @@ impl Store for DynamoStore {
                 .map(|d| TransactWriteItem::builder().delete(d).build())
                 .map_err(aws)
         };
+        let mut items =
+            vec![delete(tenant_pk(tenant_id), endpoint_key(id))?, delete(endpoint_key(id), ENDPOINT_POINTER_SK.to_string())?];
+        items.extend(self.copy_deletes(tenant_id, id)?);
         self.client
             .transact_write_items()
-            .transact_items(delete(tenant_pk(tenant_id), endpoint_key(id))?)
-            .transact_items(delete(endpoint_key(id), ENDPOINT_POINTER_SK.to_string())?)
+            .set_transact_items(Some(items))
             .send()
             .await
             .map_err(aws)?;
@@ -1363,8 +1400,15 @@ impl Store for DynamoStore {
         endpoint: EndpointWrite<'_>,
         delivery: Option<(&str, &Transition)>,
     ) -> Result<Committed, StoreError> {
+        // The endpoint item first and the delivery second (the cancellation reasons are read
+        // by position), then the jobs and the endpoint's copies.
+        let mut copies = Vec::new();
         let mut items = vec![match endpoint {
-            EndpointWrite::Change(change) => self.endpoint_change(change)?,
+            EndpointWrite::Change(change) => {
+                let (item, copy_items) = self.endpoint_change(change)?;
+                copies = copy_items;
+                item
+            }
             EndpointWrite::Unchanged { tenant_id, id, version } => {
                 let (condition, names, values) = version_guard(version);
                 let check = ConditionCheck::builder()
@@ -1404,6 +1448,7 @@ impl Store for DynamoStore {
                 items.push(TransactWriteItem::builder().put(put).build());
             }
         }
+        items.extend(copies);
         use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
         // A transaction that collided with another on one of its items (TransactionConflict)
         // is tried again after a short pause; a failed condition is an answer, not an error.

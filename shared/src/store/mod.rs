@@ -6,6 +6,7 @@
 //! |---|---|---|---|
 //! | endpoint | `TENANT#{tenant_id}` | `ENDPOINT#{endpoint_id}` | - |
 //! | endpoint pointer | `ENDPOINT#{endpoint_id}` | `ENDPOINT` | - |
+//! | endpoint copy (`WEBHOOKS_ENDPOINT_COPIES` > 1) | `COPY#{j}#TENANT#{tenant_id}` | `ENDPOINT#{endpoint_id}`, and the partition's marker `COPIES` | - (see `dynamo`'s `copies` module) |
 //! | event (payload) | `EVENT#{len(tenant_id)}:{tenant_id}#{event_id}` | `EVENT` | `by_event` (payload zstd-compressed in `payload_z`, [`payload`]; its endpoints in `endpoint_ids`) |
 //! | delivery | `DELIVERY#{delivery_id}` | `DELIVERY` | `due_keys`, `by_endpoint`, `by_status` (items written before 2026-12-01: `due` instead of `due_keys`, and `by_event`) |
 //! | job | `JOB#{job_id}` | `JOB` | `due` (while running, in `DUE#jobs`) |
@@ -237,13 +238,25 @@ pub trait Store: Send + Sync {
     async fn get_endpoint(&self, tenant_id: &str, id: &str) -> Result<Option<Endpoint>, StoreError>;
     /// An endpoint by id alone (reads its pointer first).
     async fn find_endpoint(&self, id: &str) -> Result<Option<Endpoint>, StoreError>;
-    /// Every endpoint of a tenant: one strongly consistent Query (paged past 1 MB).
-    async fn tenant_endpoints(&self, tenant_id: &str) -> Result<Vec<Endpoint>, StoreError>;
-    /// Adds one to the endpoint's failures in a row and returns the new count (None: gone).
-    /// A counter, not state: no version check, no version bump.
-    async fn count_failure(&self, tenant_id: &str, id: &str) -> Result<Option<u32>, StoreError>;
-    /// Zeroes the endpoint's failures in a row (a counter; see [`Store::count_failure`]).
-    async fn reset_failures(&self, tenant_id: &str, id: &str) -> Result<(), StoreError>;
+    /// The endpoint as an attempt reads it right before its POST (strongly consistent): the
+    /// same as [`Store::get_endpoint`], from the copy of the endpoint item that `key` (the
+    /// delivery id) picks when the store keeps copies ([`dynamo`]'s endpoint copies), so one
+    /// hot endpoint's reads spread over several partitions.
+    async fn read_endpoint(&self, tenant_id: &str, id: &str, key: &str) -> Result<Option<Endpoint>, StoreError>;
+    /// Every endpoint of a tenant: one strongly consistent Query (paged past 1 MB), of the
+    /// copy that `key` (the event id) picks when the store keeps copies.
+    async fn tenant_endpoints(&self, tenant_id: &str, key: &str) -> Result<Vec<Endpoint>, StoreError>;
+    /// Adds one to the endpoint's failures in a row, on the copy an attempt keyed by `key`
+    /// read when the counter is split over copies, and returns the count the circuit breaker
+    /// compares with `threshold` (None: gone): the new count with one copy; with several,
+    /// this copy's count, or the sum over the copies once this copy's count reaches
+    /// `threshold`'s share (see [`dynamo`]'s endpoint copies). A counter, not state: no
+    /// version check, no version bump.
+    async fn count_failure(&self, tenant_id: &str, id: &str, key: &str, threshold: u32)
+    -> Result<Option<u32>, StoreError>;
+    /// Zeroes the endpoint's failures in a row, on the copy an attempt keyed by `key` read (a
+    /// counter; see [`Store::count_failure`]).
+    async fn reset_failures(&self, tenant_id: &str, id: &str, key: &str) -> Result<(), StoreError>;
     /// Writes, in one TransactWriteItems, an endpoint transition (or only a check that the
     /// endpoint is still at a version) with its jobs and, when given, a guarded delivery
     /// transition: all of it or nothing. The one way an endpoint's configuration or state is

@@ -33,15 +33,25 @@ impl DynamoStore {
         id: &str,
         until: Option<DateTime<Utc>>,
     ) -> Result<(), StoreError> {
-        let update = self.endpoint_update(tenant_id, id);
-        let update = match until {
-            Some(t) => update.update_expression("SET slow_until = :t").expression_attribute_values(
-                ":t",
-                AttributeValue::S(t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)),
+        let (expression, values) = match until {
+            Some(t) => (
+                "SET slow_until = :t",
+                super::Item::from([(
+                    ":t".to_string(),
+                    AttributeValue::S(t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)),
+                )]),
             ),
-            None => update.update_expression("REMOVE slow_until"),
+            None => ("REMOVE slow_until", super::Item::new()),
         };
-        conditional(update.send().await).map(|_| ())
+        let update = self
+            .endpoint_update(tenant_id, id)
+            .update_expression(expression)
+            .set_expression_attribute_values((!values.is_empty()).then(|| values.clone()));
+        if conditional(update.send().await)? {
+            // Readers of every copy act on the marker (see [`super::copies`]).
+            self.mirror_marker(tenant_id, id, expression, &values, None).await;
+        }
+        Ok(())
     }
 
     pub(super) async fn add_rate_slot(&self, endpoint_id: &str, second: i64) -> Result<u64, StoreError> {
@@ -87,6 +97,15 @@ impl DynamoStore {
                 .expression_attribute_values(":old", n(old)),
             None => update.condition_expression("attribute_exists(pk) AND attribute_not_exists(rate_changed_at_ms)"),
         };
-        conditional(update.send().await)
+        let moved = conditional(update.send().await)?;
+        if moved {
+            // Readers of every copy act on the rate (see [`super::copies`]); a copy only ever
+            // moves to a later change than it holds.
+            let values = super::Item::from([(":r".to_string(), n(rate)), (":now".to_string(), n(now_ms))]);
+            let expression = "SET effective_rate_per_second = :r, rate_changed_at_ms = :now";
+            let later = "attribute_not_exists(rate_changed_at_ms) OR rate_changed_at_ms < :now";
+            self.mirror_marker(tenant_id, id, expression, &values, Some(later)).await;
+        }
+        Ok(moved)
     }
 }

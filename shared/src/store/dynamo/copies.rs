@@ -1,0 +1,382 @@
+//! Endpoint copies: one hot tenant's endpoint reads and one hot endpoint's failures-in-a-row
+//! counter spread over several partitions (issue #14's capacity model: a single key value
+//! takes at most 3,000 read units and 1,000 write units a second, and at 10,000 deliveries a
+//! second one tenant's endpoint item takes 20,000 reads and, while it fails, 10,000 writes).
+//!
+//! | item | `pk` | `sk` | attributes |
+//! |---|---|---|---|
+//! | endpoint copy `j` (1 and up) | `COPY#{j}#TENANT#{tenant_id}` | `ENDPOINT#{endpoint_id}` | the endpoint item's, `copy_checked` |
+//! | copy marker | `COPY#{j}#TENANT#{tenant_id}` | `COPIES` | - (partition `j` holds a checked copy of every endpoint) |
+//!
+//! With `WEBHOOKS_ENDPOINT_COPIES` = W, every endpoint write keeps copies 1 to W-1 in step
+//! with the endpoint item (copy 0): creation and deletion write them in the same
+//! TransactWriteItems, and an endpoint [`crate::endpoint_lifecycle::Change`] updates them in
+//! the transaction that holds its version guard. Transactions are serializable, so once a
+//! change has answered, a strongly consistent read of any copy sees it: the rule that no
+//! attempt starts after a disable, PATCH or rotation answered holds on every copy.
+//!
+//! With `WEBHOOKS_ENDPOINT_READ_COPIES` = R, ingest reads copy [`endpoint_copy`] of the event
+//! id and deliver copy [`endpoint_copy`] of the delivery id, so one tenant's reads spread over
+//! R partitions. A reader trusts a copy only when nothing can have changed the endpoint item
+//! without it: a copy marked `copy_checked` (written by a writer that reads copies, which by
+//! the rollout rule below runs only once no writer skips them, or by the fill after checking
+//! the copy against the endpoint item's version), and for a tenant's Query a partition with
+//! its marker (every endpoint has a copy there). Otherwise it reads the endpoint item, and
+//! ingest fills the partition (best effort, at most [`FILL_PER_CALL`] endpoints a call): for
+//! each endpoint, a 2-item transaction that checks the endpoint item is still at the
+//! version read and puts the checked copy; a copy whose endpoint is gone is deleted on the
+//! check that it is still gone; then the marker.
+//!
+//! Rollout (README upgrade notes): raise `WEBHOOKS_ENDPOINT_COPIES` in one deploy; raise
+//! `WEBHOOKS_ENDPOINT_READ_COPIES` (at most the copies) in a later one, when no function of the
+//! first deploy's predecessor can still be running. Never lower either: a writer that
+//! skips a copy leaves it stale, and only a checked copy is read.
+//!
+//! The failures-in-a-row counter is split the same way: an attempt counts a failure on the
+//! copy it read, and a success zeroes that copy's count only. The breaker opens when the
+//! counts summed over the R copies reach the threshold; the sum is read (one BatchGetItem)
+//! only when the copy's own count reaches the threshold's share (threshold / R, rounded up),
+//! so it opens at the first failure after the sum reaches the threshold that lands on a copy
+//! holding its share: exactly at the threshold with one copy (the default), at most R-1
+//! failures later with more. "In a row" then means "since the last success of the same
+//! copy". The slow-lane marker and the adaptive rate, which readers of every copy act on, are
+//! written to the endpoint item and then to each copy (best effort: a copy that missed one
+//! is moved by the next); `delivered_counted_from` is read from the endpoint item only.
+
+use super::{DynamoStore, Item, StoreError, aws, from_item, n, s, version_guard};
+use crate::model::Endpoint;
+use crate::store::keys::{
+    COPIES_MARKER_SK, COPY_CHECKED, PK, SK, endpoint_copy, endpoint_copy_pk, endpoint_key, tenant_pk,
+};
+use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Delete, Put, ReturnValue, TransactWriteItem, Update};
+use futures::StreamExt;
+use std::collections::HashMap;
+
+/// Most endpoints one ingest call copies into a partition that is not filled yet (2-item
+/// transactions, one after another; the next calls go on where it stopped).
+pub const FILL_PER_CALL: usize = 25;
+
+impl DynamoStore {
+    /// Copies 1 to `WEBHOOKS_ENDPOINT_COPIES` - 1 (copy 0 is the endpoint item).
+    pub(super) fn copy_numbers(&self) -> std::ops::Range<u32> {
+        1..self.copies
+    }
+
+    /// Whether a writer marks copy `j` checked: it reads copy `j`, so (rollout rule) no
+    /// writer that skips it can still run.
+    fn checks(&self, j: u32) -> bool {
+        j < self.read_copies
+    }
+
+    /// The endpoint item `item` (with its `pk` and `sk`) as copy `j`.
+    pub(super) fn as_copy(&self, item: &Item, tenant_id: &str, j: u32) -> Item {
+        let mut copy = item.clone();
+        copy.insert(PK.into(), s(endpoint_copy_pk(tenant_id, j)));
+        copy.insert(COPY_CHECKED.into(), AttributeValue::Bool(self.checks(j)));
+        copy
+    }
+
+    /// Puts (transaction items, no condition) of copies 1.. of a new endpoint's `item`.
+    pub(super) fn copy_puts(&self, item: &Item, tenant_id: &str) -> Result<Vec<TransactWriteItem>, StoreError> {
+        self.copy_numbers()
+            .map(|j| {
+                let put = Put::builder().table_name(&self.table).set_item(Some(self.as_copy(item, tenant_id, j)));
+                Ok(TransactWriteItem::builder().put(put.build().map_err(aws)?).build())
+            })
+            .collect()
+    }
+
+    /// Deletes (transaction items) of an endpoint's copies 1...
+    pub(super) fn copy_deletes(&self, tenant_id: &str, id: &str) -> Result<Vec<TransactWriteItem>, StoreError> {
+        self.copy_numbers()
+            .map(|j| {
+                let delete = Delete::builder()
+                    .table_name(&self.table)
+                    .key(PK, s(endpoint_copy_pk(tenant_id, j)))
+                    .key(SK, s(endpoint_key(id)));
+                Ok(TransactWriteItem::builder().delete(delete.build().map_err(aws)?).build())
+            })
+            .collect()
+    }
+
+    /// Updates (transaction items, no condition: the endpoint item's update in the same
+    /// transaction holds the version guard) of an endpoint's copies 1.., each applying
+    /// `expression` with `names` and `values` and marking itself checked when [`Self::checks`].
+    /// A copy that does not exist yet is created by it with every attribute the change sets.
+    pub(super) fn copy_updates(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        expression: &str,
+        names: &HashMap<String, String>,
+        values: &Item,
+    ) -> Result<Vec<TransactWriteItem>, StoreError> {
+        let (set, rest) = match expression.strip_prefix("SET ") {
+            Some(rest) => ("SET #copy_checked = :copy_checked, ", rest),
+            None => ("SET #copy_checked = :copy_checked ", expression),
+        };
+        let expression = format!("{set}{rest}");
+        self.copy_numbers()
+            .map(|j| {
+                let mut names = names.clone();
+                names.insert("#copy_checked".into(), COPY_CHECKED.into());
+                let mut values = values.clone();
+                values.insert(":copy_checked".into(), AttributeValue::Bool(self.checks(j)));
+                // The version guard's name and value belong to the endpoint item's condition.
+                names.retain(|k, _| k != "#g_version");
+                values.retain(|k, _| k != ":g_version");
+                let update = Update::builder()
+                    .table_name(&self.table)
+                    .key(PK, s(endpoint_copy_pk(tenant_id, j)))
+                    .key(SK, s(endpoint_key(id)))
+                    .update_expression(&expression)
+                    .set_expression_attribute_names(Some(names))
+                    .set_expression_attribute_values(Some(values))
+                    .build()
+                    .map_err(aws)?;
+                Ok(TransactWriteItem::builder().update(update).build())
+            })
+            .collect()
+    }
+
+    /// The endpoint as an attempt keyed by `key` reads it: a strongly consistent GetItem of
+    /// copy [`endpoint_copy`]`(key)`, or of the endpoint item when that is copy 0 or the copy
+    /// is missing or not checked.
+    pub(super) async fn read_copy(&self, tenant_id: &str, id: &str, key: &str) -> Result<Option<Endpoint>, StoreError> {
+        let j = endpoint_copy(key, self.read_copies);
+        if j > 0 {
+            let out = self
+                .client
+                .get_item()
+                .table_name(&self.table)
+                .key(PK, s(endpoint_copy_pk(tenant_id, j)))
+                .key(SK, s(endpoint_key(id)))
+                .consistent_read(true)
+                .send()
+                .await
+                .map_err(aws)?;
+            if let Some(item) = out.item.filter(is_checked) {
+                return from_item(item).map(Some);
+            }
+        }
+        self.get(tenant_pk(tenant_id), &endpoint_key(id)).await
+    }
+
+    /// A tenant's endpoints as an event keyed by `key` reads them: one strongly consistent
+    /// Query of copy partition [`endpoint_copy`]`(key)` when it has its marker and every copy
+    /// in it is checked; else the Query of the endpoint items, after which the partition is
+    /// filled (best effort, see the module docs).
+    pub(super) async fn tenant_copies(&self, tenant_id: &str, key: &str) -> Result<Vec<Endpoint>, StoreError> {
+        let j = endpoint_copy(key, self.read_copies);
+        if j == 0 {
+            return self.query_all(self.endpoints_query(tenant_id).consistent_read(true)).await;
+        }
+        let partition = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :pk")
+            .expression_attribute_values(":pk", s(endpoint_copy_pk(tenant_id, j)))
+            .consistent_read(true);
+        let items = self.query_items(partition).await?;
+        let sk = |i: &Item| i.get(SK).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+        let marked = items.iter().any(|i| sk(i) == COPIES_MARKER_SK);
+        let copies: Vec<Item> = items.into_iter().filter(|i| sk(i) != COPIES_MARKER_SK).collect();
+        if marked && copies.iter().all(is_checked) {
+            return copies.into_iter().map(from_item).collect();
+        }
+        let originals = self.query_items(self.endpoints_query(tenant_id).consistent_read(true)).await?;
+        if let Err(e) = self.fill_copies(tenant_id, j, &originals, &copies).await {
+            tracing::warn!(tenant_id, copy = j, error = %e, "endpoint copies not filled; read the endpoint items");
+        }
+        originals.into_iter().map(from_item).collect()
+    }
+
+    /// Brings copy partition `j` of a tenant in step with its endpoint items as read
+    /// (`originals`, `copies`), at most [`FILL_PER_CALL`] endpoints, and marks it once every
+    /// endpoint has a checked copy of its version and no copy is left of one that is gone.
+    async fn fill_copies(&self, tenant_id: &str, j: u32, originals: &[Item], copies: &[Item]) -> Result<(), StoreError> {
+        let sk = |i: &Item| i.get(SK).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+        let version = |i: &Item| i.get("version").and_then(|v| v.as_n().ok()).and_then(|v| v.parse::<u64>().ok());
+        let by_sk: HashMap<String, &Item> = copies.iter().map(|c| (sk(c), c)).collect();
+        let mut work = Vec::new();
+        for original in originals {
+            let in_step = by_sk.get(&sk(original)).is_some_and(|c| is_checked(c) && version(c) == version(original));
+            if !in_step {
+                let (condition, names, values) = version_guard(version(original).unwrap_or(0));
+                let check = ConditionCheck::builder()
+                    .table_name(&self.table)
+                    .key(PK, s(tenant_pk(tenant_id)))
+                    .key(SK, s(sk(original)))
+                    .condition_expression(condition)
+                    .set_expression_attribute_names(Some(names))
+                    .set_expression_attribute_values(Some(values))
+                    .build()
+                    .map_err(aws)?;
+                let mut copy = self.as_copy(original, tenant_id, j);
+                copy.insert(COPY_CHECKED.into(), AttributeValue::Bool(true));
+                copy.insert("consecutive_failures".into(), n(0));
+                let put = Put::builder().table_name(&self.table).set_item(Some(copy)).build().map_err(aws)?;
+                work.push([
+                    TransactWriteItem::builder().condition_check(check).build(),
+                    TransactWriteItem::builder().put(put).build(),
+                ]);
+            }
+        }
+        let originals_sk: std::collections::HashSet<String> = originals.iter().map(sk).collect();
+        for copy in copies.iter().filter(|c| !originals_sk.contains(&sk(c))) {
+            let check = ConditionCheck::builder()
+                .table_name(&self.table)
+                .key(PK, s(tenant_pk(tenant_id)))
+                .key(SK, s(sk(copy)))
+                .condition_expression("attribute_not_exists(pk)")
+                .build()
+                .map_err(aws)?;
+            let delete = Delete::builder()
+                .table_name(&self.table)
+                .key(PK, s(endpoint_copy_pk(tenant_id, j)))
+                .key(SK, s(sk(copy)))
+                .build()
+                .map_err(aws)?;
+            work.push([
+                TransactWriteItem::builder().condition_check(check).build(),
+                TransactWriteItem::builder().delete(delete).build(),
+            ]);
+        }
+        // A tenant without endpoints gets no marker: its reads stay on the endpoint items
+        // (two small Queries) rather than every unknown tenant id costing a write.
+        let whole = work.len() <= FILL_PER_CALL && !originals.is_empty();
+        for pair in work.into_iter().take(FILL_PER_CALL) {
+            self.client.transact_write_items().set_transact_items(Some(pair.to_vec())).send().await.map_err(aws)?;
+        }
+        if whole {
+            self.client
+                .put_item()
+                .table_name(&self.table)
+                .item(PK, s(endpoint_copy_pk(tenant_id, j)))
+                .item(SK, s(COPIES_MARKER_SK))
+                .send()
+                .await
+                .map_err(aws)?;
+        }
+        Ok(())
+    }
+
+    /// See [`crate::store::Store::count_failure`]: ADD 1 on the copy the attempt read (the
+    /// endpoint item when that copy is missing), and the sum over the read copies once this
+    /// copy's count reaches `threshold`'s share.
+    pub(super) async fn count_copy_failure(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        key: &str,
+        threshold: u32,
+    ) -> Result<Option<u32>, StoreError> {
+        let own = match self.copy_failures_add(tenant_id, id, endpoint_copy(key, self.read_copies)).await? {
+            Some(own) => own,
+            None => return Ok(None),
+        };
+        if self.read_copies <= 1 || threshold == 0 || own < threshold.div_ceil(self.read_copies) {
+            return Ok(Some(own));
+        }
+        Ok(Some(self.failures_summed(tenant_id, id).await?.max(own)))
+    }
+
+    /// ADD 1 to copy `j`'s counter (the endpoint item's when `j` is 0 or the copy is missing);
+    /// `None` when the endpoint is gone.
+    async fn copy_failures_add(&self, tenant_id: &str, id: &str, j: u32) -> Result<Option<u32>, StoreError> {
+        for pk in copy_then_original(tenant_id, j) {
+            let update = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .key(PK, s(pk))
+                .key(SK, s(endpoint_key(id)))
+                .condition_expression("attribute_exists(pk)")
+                .update_expression("ADD consecutive_failures :one")
+                .expression_attribute_values(":one", n(1));
+            if let Some(v) = super::updated_attribute(update, "consecutive_failures").await? {
+                return Ok(v.as_n().ok().and_then(|v| v.parse().ok()));
+            }
+        }
+        Ok(None)
+    }
+
+    /// See [`crate::store::Store::reset_failures`]: zeroes the counter of the copy an attempt
+    /// keyed by `key` read (the endpoint item's when that copy is missing).
+    pub(super) async fn reset_copy_failures(&self, tenant_id: &str, id: &str, key: &str) -> Result<(), StoreError> {
+        for pk in copy_then_original(tenant_id, endpoint_copy(key, self.read_copies)) {
+            let result = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .key(PK, s(pk))
+                .key(SK, s(endpoint_key(id)))
+                .condition_expression("attribute_exists(pk)")
+                .update_expression("SET consecutive_failures = :zero")
+                .expression_attribute_values(":zero", n(0))
+                .send()
+                .await;
+            if super::conditional(result)? {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// The failures-in-a-row counts of an endpoint's read copies summed (one strongly
+    /// consistent BatchGetItem of `WEBHOOKS_ENDPOINT_READ_COPIES` items; copies missing count 0).
+    pub(super) async fn failures_summed(&self, tenant_id: &str, id: &str) -> Result<u32, StoreError> {
+        let keys: Vec<Item> = (0..self.read_copies)
+            .map(|j| {
+                Item::from([(PK.to_string(), s(endpoint_copy_pk(tenant_id, j))), (SK.to_string(), s(endpoint_key(id)))])
+            })
+            .collect();
+        let found = self.batch_get(&keys, Some(("consecutive_failures", &[]))).await?;
+        Ok(found
+            .iter()
+            .filter_map(|i| i.get("consecutive_failures").and_then(|v| v.as_n().ok()).and_then(|v| v.parse::<u32>().ok()))
+            .fold(0u32, u32::saturating_add))
+    }
+
+    /// Applies an unversioned marker's UpdateItem (`expression`, `values`; the condition that
+    /// the copy exists, and `extra` when given) to copies 1.. of an endpoint, in flight
+    /// together; best effort: a copy whose write fails keeps the old marker until the next
+    /// write, and one that is missing is left alone.
+    pub(super) async fn mirror_marker(&self, tenant_id: &str, id: &str, expression: &str, values: &Item, extra: Option<&str>) {
+        let condition = match extra {
+            Some(c) => format!("attribute_exists(pk) AND ({c})"),
+            None => "attribute_exists(pk)".to_string(),
+        };
+        let writes = self.copy_numbers().map(|j| {
+            let update = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .key(PK, s(endpoint_copy_pk(tenant_id, j)))
+                .key(SK, s(endpoint_key(id)))
+                .update_expression(expression)
+                .condition_expression(&condition)
+                .set_expression_attribute_values((!values.is_empty()).then(|| values.clone()))
+                .return_values(ReturnValue::None);
+            async move { (j, super::conditional(update.send().await)) }
+        });
+        let results: Vec<_> = futures::stream::iter(writes).buffer_unordered(16).collect().await;
+        for (j, result) in results {
+            if let Err(e) = result {
+                tracing::warn!(endpoint_id = id, copy = j, error = %e, "endpoint copy's marker not written; the next write moves it");
+            }
+        }
+    }
+}
+
+/// Whether an endpoint copy is marked checked.
+fn is_checked(item: &Item) -> bool {
+    matches!(item.get(COPY_CHECKED), Some(AttributeValue::Bool(true)))
+}
+
+/// The partition keys to try for an endpoint's copy `j`: the copy's, then the endpoint
+/// item's (just the endpoint item's for copy 0).
+fn copy_then_original(tenant_id: &str, j: u32) -> Vec<String> {
+    if j == 0 { vec![tenant_pk(tenant_id)] } else { vec![endpoint_copy_pk(tenant_id, j), tenant_pk(tenant_id)] }
+}
