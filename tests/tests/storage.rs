@@ -721,3 +721,217 @@ async fn a_lost_claim_in_the_due_index_of_before_is_recovered_at_its_lease_end()
     assert_eq!(rx.count(), 1);
     stack.stop().await;
 }
+
+// ---------------------------------------------------------------- endpoint copies (issue #14)
+
+/// A key (an event or delivery id) that reads copy `copy` of 3.
+fn key_reading(copy: u32) -> String {
+    (0..).map(|i| format!("key-{i}")).find(|k| webhooks::store::keys::endpoint_copy(k, 3) == copy).unwrap()
+}
+
+/// Endpoint `id`'s copy `copy` of tenant `tenant` as stored (`None`: no such item).
+async fn copy_item(stack: &Stack, tenant: &str, id: &str, copy: u32) -> Option<HashMap<String, AttributeValue>> {
+    use webhooks::store::keys::{endpoint_copy_pk, endpoint_key};
+    ddb()
+        .await
+        .get_item()
+        .table_name(&stack.app.config.table)
+        .key(PK, AttributeValue::S(endpoint_copy_pk(tenant, copy)))
+        .key(SK, AttributeValue::S(endpoint_key(id)))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item
+}
+
+/// Sets attribute `attr` of endpoint `id`'s copy `copy` to the string `value` behind the
+/// store's back (a stale copy, or a mark to tell which item a read came from).
+async fn set_on_copy(stack: &Stack, tenant: &str, id: &str, copy: u32, attr: &str, value: AttributeValue) {
+    use webhooks::store::keys::{endpoint_copy_pk, endpoint_key};
+    ddb()
+        .await
+        .update_item()
+        .table_name(&stack.app.config.table)
+        .key(PK, AttributeValue::S(endpoint_copy_pk(tenant, copy)))
+        .key(SK, AttributeValue::S(endpoint_key(id)))
+        .update_expression("SET #a = :v")
+        .expression_attribute_names("#a", attr)
+        .expression_attribute_values(":v", value)
+        .send()
+        .await
+        .unwrap();
+}
+
+fn text(item: &HashMap<String, AttributeValue>, attr: &str) -> String {
+    match item.get(attr) {
+        Some(AttributeValue::S(s)) => s.clone(),
+        Some(AttributeValue::N(n)) => n.clone(),
+        Some(AttributeValue::Bool(b)) => b.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_endpoint_write_keeps_its_copies_in_step_and_every_copy_reads_it_at_once() {
+    let stack = Stack::start_with(
+        |_| {},
+        webhooks_local::Options { pollers: 0, sweeper: false, ..webhooks_local::Options::default() },
+    )
+    .await;
+    assert_eq!((stack.app.config.endpoint_copies, stack.app.config.endpoint_read_copies), (3, 3));
+    let id = new_endpoint(&stack, "https://one.example/hook").await;
+    for copy in [1, 2] {
+        let item = copy_item(&stack, "acme", &id, copy).await.expect("a copy at creation");
+        assert_eq!(text(&item, "url"), "https://one.example/hook", "copy {copy}");
+        assert_eq!(text(&item, "copy_checked"), "true", "copy {copy}: written by a writer that reads copies");
+    }
+    // Each change answered is what every copy reads next: a PATCH, a disable, a rotation.
+    let store = &stack.app.store;
+    let (status, _) = stack
+        .call(Method::PATCH, &format!("/v1/endpoints/{id}"), Some(json!({"url": "https://two.example/hook"})))
+        .await;
+    assert_eq!(status, 200);
+    for copy in 0..3 {
+        let ep = store.read_endpoint("acme", &id, &key_reading(copy)).await.unwrap().unwrap();
+        assert_eq!((ep.url.as_str(), ep.version), ("https://two.example/hook", 2), "copy {copy} after the PATCH");
+    }
+    let (status, _) = stack.call(Method::POST, &format!("/v1/endpoints/{id}/disable"), None).await;
+    assert_eq!(status, 200);
+    for copy in 0..3 {
+        let ep = store.read_endpoint("acme", &id, &key_reading(copy)).await.unwrap().unwrap();
+        assert!(!ep.enabled, "copy {copy} after the disable");
+        let tenant = store.tenant_endpoints("acme", &key_reading(copy)).await.unwrap();
+        assert!(tenant.len() == 1 && !tenant[0].enabled, "the tenant's copy {copy} after the disable");
+    }
+    let (status, rotated) = stack.call(Method::POST, &format!("/v1/endpoints/{id}/rotate-secret"), None).await;
+    assert_eq!(status, 200, "{rotated}");
+    let secret = store.get_endpoint("acme", &id).await.unwrap().unwrap().secret;
+    for copy in 0..3 {
+        let ep = store.read_endpoint("acme", &id, &key_reading(copy)).await.unwrap().unwrap();
+        assert_eq!(ep.secret, secret, "copy {copy} after the rotation");
+        assert!(ep.previous_secret.is_some(), "copy {copy} keeps the old secret for the window");
+    }
+    let (status, deleted) = stack.call(Method::DELETE, &format!("/v1/endpoints/{id}"), None).await;
+    assert_eq!(status, 200, "{deleted}");
+    for copy in 1..3 {
+        assert!(copy_item(&stack, "acme", &id, copy).await.is_none(), "copy {copy} deleted with the endpoint");
+        assert!(store.read_endpoint("acme", &id, &key_reading(copy)).await.unwrap().is_none());
+    }
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn copies_from_before_reads_are_checked_filled_and_only_then_read() {
+    use webhooks::store::keys::{COPIES_MARKER_SK, endpoint_copy_pk, endpoint_key};
+    use webhooks::store::{DynamoStore, Store};
+    let stack = Stack::start_with(
+        |c| c.endpoint_read_copies = 1,
+        webhooks_local::Options { pollers: 0, sweeper: false, ..webhooks_local::Options::default() },
+    )
+    .await;
+    let table = stack.app.config.table.clone();
+    // Written with copies kept but not read (the first of the two deploys): not checked.
+    let id = new_endpoint(&stack, "https://kept.example/hook").await;
+    let item = copy_item(&stack, "acme", &id, 1).await.expect("a copy is written");
+    assert_eq!(text(&item, "copy_checked"), "false");
+    // An endpoint created before copies were kept has none; one copy went stale behind the
+    // store's back (as a writer that skips copies would leave it); a copy is left of an
+    // endpoint that is gone.
+    let before = DynamoStore::new(ddb().await, &table, 2);
+    let old = webhooks::model::Endpoint::new(
+        "ep_old",
+        "acme",
+        "https://old.example/hook",
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        chrono::Utc::now(),
+    );
+    before.create_endpoint(&old).await.unwrap();
+    set_on_copy(&stack, "acme", &id, 1, "url", AttributeValue::S("https://stale.example/hook".into())).await;
+    let mut orphan = copy_item(&stack, "acme", &id, 2).await.unwrap();
+    orphan.insert(SK.into(), AttributeValue::S(endpoint_key("ep_gone")));
+    orphan.insert("id".into(), AttributeValue::S("ep_gone".into()));
+    orphan.insert("copy_checked".into(), AttributeValue::Bool(true));
+    orphan.insert(PK.into(), AttributeValue::S(endpoint_copy_pk("acme", 1)));
+    ddb().await.put_item().table_name(&table).set_item(Some(orphan)).send().await.unwrap();
+
+    // The second deploy: reads spread over the 3 copies.
+    let reads = DynamoStore::new(ddb().await, &table, 2).with_endpoint_copies(3, 3);
+    let key = key_reading(1);
+    // An unchecked (stale) copy is not read: the endpoint item is.
+    let ep = reads.read_endpoint("acme", &id, &key).await.unwrap().unwrap();
+    assert_eq!(ep.url, "https://kept.example/hook", "an unchecked copy is never read");
+    assert!(reads.read_endpoint("acme", "ep_old", &key).await.unwrap().is_some(), "a missing copy reads the item");
+    // The tenant's first read of copy 1 reads the endpoint items and fills the partition.
+    let mut urls: Vec<String> =
+        reads.tenant_endpoints("acme", &key).await.unwrap().into_iter().map(|e| e.url).collect();
+    urls.sort();
+    assert_eq!(urls, ["https://kept.example/hook", "https://old.example/hook"]);
+    let filled = copy_item(&stack, "acme", &id, 1).await.unwrap();
+    assert_eq!(
+        (text(&filled, "url"), text(&filled, "copy_checked")),
+        ("https://kept.example/hook".to_string(), "true".to_string()),
+        "the stale copy is put again from the endpoint item, checked"
+    );
+    assert!(copy_item(&stack, "acme", "ep_old", 1).await.is_some(), "the missing copy is filled");
+    assert!(copy_item(&stack, "acme", "ep_gone", 1).await.is_none(), "the copy of an endpoint that is gone is deleted");
+    let marker = ddb()
+        .await
+        .get_item()
+        .table_name(&table)
+        .key(PK, AttributeValue::S(endpoint_copy_pk("acme", 1)))
+        .key(SK, AttributeValue::S(COPIES_MARKER_SK.into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item;
+    assert!(marker.is_some(), "the partition is marked filled");
+    // From now on copy 1 is what is read: a mark put on it behind the store's back shows.
+    set_on_copy(&stack, "acme", &id, 1, "url", AttributeValue::S("https://read-from-copy.example/hook".into())).await;
+    let urls: Vec<String> = reads.tenant_endpoints("acme", &key).await.unwrap().into_iter().map(|e| e.url).collect();
+    assert!(urls.contains(&"https://read-from-copy.example/hook".to_string()), "{urls:?}");
+    let ep = reads.read_endpoint("acme", &id, &key).await.unwrap().unwrap();
+    assert_eq!(ep.url, "https://read-from-copy.example/hook");
+    // A tenant without endpoints gets no marker (no write for an unknown tenant id).
+    assert!(reads.tenant_endpoints("nobody", &key).await.unwrap().is_empty());
+    let out = ddb()
+        .await
+        .query()
+        .table_name(&table)
+        .key_condition_expression("pk = :p")
+        .expression_attribute_values(":p", AttributeValue::S(endpoint_copy_pk("nobody", 1)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.count, 0);
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_failures_counter_is_split_over_the_copies_and_summed_at_a_copys_share() {
+    let stack = Stack::start_with(
+        |_| {},
+        webhooks_local::Options { pollers: 0, sweeper: false, ..webhooks_local::Options::default() },
+    )
+    .await;
+    let store = &stack.app.store;
+    let id = new_endpoint(&stack, "https://fails.example/hook").await;
+    let (k0, k1, k2) = (key_reading(0), key_reading(1), key_reading(2));
+    // Threshold 4 over 3 copies: a copy's share is 2. Below it, each copy says its own count.
+    for k in [&k0, &k1, &k2] {
+        assert_eq!(store.count_failure("acme", &id, k, 4).await.unwrap(), Some(1));
+    }
+    // Copy 0 reaches its share: the sum is read (2 + 1 + 1), and the breaker would open.
+    assert_eq!(store.count_failure("acme", &id, &k0, 4).await.unwrap(), Some(4));
+    assert_eq!(store.find_endpoint(&id).await.unwrap().unwrap().consecutive_failures, 4, "shown summed");
+    // A success zeroes the copy it read only.
+    store.reset_failures("acme", &id, &k1).await.unwrap();
+    assert_eq!(store.find_endpoint(&id).await.unwrap().unwrap().consecutive_failures, 3);
+    assert_eq!(text(&copy_item(&stack, "acme", &id, 1).await.unwrap(), "consecutive_failures"), "0");
+    assert_eq!(text(&copy_item(&stack, "acme", &id, 2).await.unwrap(), "consecutive_failures"), "1");
+    // Gone: nothing counted, nothing created.
+    assert_eq!(store.count_failure("acme", "ep_missing", &k1, 4).await.unwrap(), None);
+    assert!(copy_item(&stack, "acme", "ep_missing", 1).await.is_none());
+    stack.stop().await;
+}

@@ -243,13 +243,15 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
     // code, the circuit breaker, the probe's outcome).
     let failed = matches!(verdict, Verdict::Retry | Verdict::Final) && !probe && ours.is_none();
     let failures_in_a_row = match (&endpoint, failed) {
-        (Some(ep), true) => match app.store.count_failure(&ep.tenant_id, &ep.id, &delivery.id, ep.circuit_breaker_threshold).await {
-            Ok(n) => n.unwrap_or(0),
-            Err(e) => {
-                tracing::warn!(endpoint_id = %ep.id, error = %e, "failure not counted; the breaker counts the next one");
-                0
+        (Some(ep), true) => {
+            match app.store.count_failure(&ep.tenant_id, &ep.id, &delivery.id, ep.circuit_breaker_threshold).await {
+                Ok(n) => n.unwrap_or(0),
+                Err(e) => {
+                    tracing::warn!(endpoint_id = %ep.id, error = %e, "failure not counted; the breaker counts the next one");
+                    0
+                }
             }
-        },
+        }
         _ => 0,
     };
     let now = app.clock.now();

@@ -1137,15 +1137,12 @@ impl Store for DynamoStore {
                 .map(|d| TransactWriteItem::builder().delete(d).build())
                 .map_err(aws)
         };
-        let mut items =
-            vec![delete(tenant_pk(tenant_id), endpoint_key(id))?, delete(endpoint_key(id), ENDPOINT_POINTER_SK.to_string())?];
+        let mut items = vec![
+            delete(tenant_pk(tenant_id), endpoint_key(id))?,
+            delete(endpoint_key(id), ENDPOINT_POINTER_SK.to_string())?,
+        ];
         items.extend(self.copy_deletes(tenant_id, id)?);
-        self.client
-            .transact_write_items()
-            .set_transact_items(Some(items))
-            .send()
-            .await
-            .map_err(aws)?;
+        self.client.transact_write_items().set_transact_items(Some(items)).send().await.map_err(aws)?;
         Ok(())
     }
 

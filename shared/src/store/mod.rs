@@ -252,8 +252,13 @@ pub trait Store: Send + Sync {
     /// this copy's count, or the sum over the copies once this copy's count reaches
     /// `threshold`'s share (see [`dynamo`]'s endpoint copies). A counter, not state: no
     /// version check, no version bump.
-    async fn count_failure(&self, tenant_id: &str, id: &str, key: &str, threshold: u32)
-    -> Result<Option<u32>, StoreError>;
+    async fn count_failure(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        key: &str,
+        threshold: u32,
+    ) -> Result<Option<u32>, StoreError>;
     /// Zeroes the endpoint's failures in a row, on the copy an attempt keyed by `key` read (a
     /// counter; see [`Store::count_failure`]).
     async fn reset_failures(&self, tenant_id: &str, id: &str, key: &str) -> Result<(), StoreError>;

@@ -195,7 +195,13 @@ impl DynamoStore {
     /// Brings copy partition `j` of a tenant in step with its endpoint items as read
     /// (`originals`, `copies`), at most [`FILL_PER_CALL`] endpoints, and marks it once every
     /// endpoint has a checked copy of its version and no copy is left of one that is gone.
-    async fn fill_copies(&self, tenant_id: &str, j: u32, originals: &[Item], copies: &[Item]) -> Result<(), StoreError> {
+    async fn fill_copies(
+        &self,
+        tenant_id: &str,
+        j: u32,
+        originals: &[Item],
+        copies: &[Item],
+    ) -> Result<(), StoreError> {
         let sk = |i: &Item| i.get(SK).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
         let version = |i: &Item| i.get("version").and_then(|v| v.as_n().ok()).and_then(|v| v.parse::<u64>().ok());
         let by_sk: HashMap<String, &Item> = copies.iter().map(|c| (sk(c), c)).collect();
@@ -335,7 +341,9 @@ impl DynamoStore {
         let found = self.batch_get(&keys, Some(("consecutive_failures", &[]))).await?;
         Ok(found
             .iter()
-            .filter_map(|i| i.get("consecutive_failures").and_then(|v| v.as_n().ok()).and_then(|v| v.parse::<u32>().ok()))
+            .filter_map(|i| {
+                i.get("consecutive_failures").and_then(|v| v.as_n().ok()).and_then(|v| v.parse::<u32>().ok())
+            })
             .fold(0u32, u32::saturating_add))
     }
 
@@ -343,7 +351,14 @@ impl DynamoStore {
     /// the copy exists, and `extra` when given) to copies 1.. of an endpoint, in flight
     /// together; best effort: a copy whose write fails keeps the old marker until the next
     /// write, and one that is missing is left alone.
-    pub(super) async fn mirror_marker(&self, tenant_id: &str, id: &str, expression: &str, values: &Item, extra: Option<&str>) {
+    pub(super) async fn mirror_marker(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        expression: &str,
+        values: &Item,
+        extra: Option<&str>,
+    ) {
         let condition = match extra {
             Some(c) => format!("attribute_exists(pk) AND ({c})"),
             None => "attribute_exists(pk)".to_string(),
