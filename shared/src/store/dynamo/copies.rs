@@ -53,7 +53,7 @@ use futures::StreamExt;
 use std::collections::HashMap;
 
 /// Most endpoints one ingest call copies into a partition that is not filled yet (2-item
-/// transactions, one after another; the next calls go on where it stopped).
+/// transactions, 8 in flight; the next calls go on where it stopped).
 pub const FILL_PER_CALL: usize = 25;
 
 impl DynamoStore {
@@ -252,9 +252,11 @@ impl DynamoStore {
         // A tenant without endpoints gets no marker: its reads stay on the endpoint items
         // (two small Queries) rather than every unknown tenant id costing a write.
         let whole = work.len() <= FILL_PER_CALL && !originals.is_empty();
-        for pair in work.into_iter().take(FILL_PER_CALL) {
-            self.client.transact_write_items().set_transact_items(Some(pair.to_vec())).send().await.map_err(aws)?;
-        }
+        let writes = work.into_iter().take(FILL_PER_CALL).map(|pair| async move {
+            self.client.transact_write_items().set_transact_items(Some(pair.to_vec())).send().await.map_err(aws)
+        });
+        let written: Vec<_> = futures::stream::iter(writes).buffer_unordered(8).collect().await;
+        written.into_iter().collect::<Result<Vec<_>, _>>()?;
         if whole {
             self.client
                 .put_item()
