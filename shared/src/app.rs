@@ -100,7 +100,8 @@ impl App {
     ) -> Result<Self, SetupError> {
         let store = DynamoStore::new(dynamodb, &config.table, config.due_shards)
             .with_index_shards(config.endpoint_index_shards, config.status_index_shards)
-            .with_endpoint_copies(config.endpoint_copies, config.endpoint_read_copies);
+            .with_endpoint_copies(config.endpoint_copies, config.endpoint_read_copies)
+            .with_copies_settle(config.endpoint_copies_settle);
         let slow: Option<Arc<dyn Queue>> =
             config.slow_queue_url.as_ref().map(|url| Arc::new(SqsQueue::new(sqs.clone(), url)) as Arc<dyn Queue>);
         let queue = SqsQueue::new(sqs, &config.queue_url);

@@ -54,15 +54,21 @@ pub struct Config {
     /// (`WEBHOOKS_ENDPOINT_COPIES`, default 1: the endpoint item alone; at most
     /// [`MAX_ENDPOINT_COPIES`]). Copy 0 is the item itself; copies 1 and up sit in partitions
     /// of their own and are written in the same TransactWriteItems as it. Raise it in a deploy
-    /// of its own, before `WEBHOOKS_ENDPOINT_READ_COPIES`; never lower it.
+    /// together with `WEBHOOKS_ENDPOINT_READ_COPIES` or before it; never lower it.
     pub endpoint_copies: u32,
     /// Over how many of those copies the per-event and per-attempt reads of a tenant's
     /// endpoints are spread, and its failures-in-a-row counter split
     /// (`WEBHOOKS_ENDPOINT_READ_COPIES`, default 1, at most `WEBHOOKS_ENDPOINT_COPIES`).
     /// bench/report.md's capacity model derives it (20 at 10,000 deliveries a second for one
-    /// hot tenant). Raise it only once a deploy with `WEBHOOKS_ENDPOINT_COPIES` at least as
-    /// high has finished (no writer that skips a copy may still run); never lower it.
+    /// hot tenant). Copies are read only once every function has registered at least this
+    /// many for `WEBHOOKS_ENDPOINT_COPIES_SETTLE_SECONDS`; never lower it.
     pub endpoint_read_copies: u32,
+    /// How long every function must have kept `WEBHOOKS_ENDPOINT_COPIES` before readers trust
+    /// copies (`WEBHOOKS_ENDPOINT_COPIES_SETTLE_SECONDS`, seconds, default 960: Lambda's
+    /// longest invocation, 900 s, plus a minute), so a process of the deploy before, which
+    /// skips the copies, cannot still be changing endpoints. Each function records when it
+    /// started keeping them on the registry item (see the store's endpoint copies).
+    pub endpoint_copies_settle: Duration,
     /// How long one sweeper tick may work (`WEBHOOKS_SWEEP_BUDGET_SECONDS`, seconds, default
     /// 40, under the sweeper function's 60 s timeout): due deliveries first, then job steps
     /// while time is left; what is left runs on the next tick.
@@ -171,6 +177,7 @@ impl Config {
             status_index_shards: 1,
             endpoint_copies: 1,
             endpoint_read_copies: 1,
+            endpoint_copies_settle: Duration::from_secs(960),
             sweep_budget: Duration::from_secs(40),
             eventbridge_tenant_field: "tenant_id".to_string(),
             delivered_retention_days: 30,
@@ -259,6 +266,7 @@ impl Config {
                 problem: "must be from 1 to WEBHOOKS_ENDPOINT_COPIES (copies are written before they are read)".into(),
             });
         }
+        c.endpoint_copies_settle = Duration::from_secs(parse(&get, "WEBHOOKS_ENDPOINT_COPIES_SETTLE_SECONDS", 960)?);
         c.sweep_budget = Duration::from_secs(parse(&get, "WEBHOOKS_SWEEP_BUDGET_SECONDS", 40)?);
         if let Some(field) = get("WEBHOOKS_EVENTBRIDGE_TENANT_FIELD").filter(|v| !v.is_empty()) {
             c.eventbridge_tenant_field = field;
@@ -342,6 +350,26 @@ mod tests {
         assert_eq!(c.request_timeout, Duration::from_secs(10));
         assert_eq!(c.sqs_max_delay_seconds, 3);
         assert!(!c.allow_private_destinations);
+    }
+
+    #[test]
+    fn endpoint_copies_are_read_only_as_far_as_they_are_written() {
+        let with = |pairs: &[(&str, &str)]| {
+            let mut all = vec![("WEBHOOKS_TABLE", "t"), ("WEBHOOKS_QUEUE_URL", "q")];
+            all.extend_from_slice(pairs);
+            Config::from_lookup(lookup(&all))
+        };
+        let c = with(&[]).unwrap();
+        assert_eq!((c.endpoint_copies, c.endpoint_read_copies), (1, 1));
+        let c = with(&[("WEBHOOKS_ENDPOINT_COPIES", "20"), ("WEBHOOKS_ENDPOINT_READ_COPIES", "20")]).unwrap();
+        assert_eq!((c.endpoint_copies, c.endpoint_read_copies), (20, 20));
+        let e = with(&[("WEBHOOKS_ENDPOINT_COPIES", "4"), ("WEBHOOKS_ENDPOINT_READ_COPIES", "5")]).unwrap_err();
+        assert_eq!(e.name, "WEBHOOKS_ENDPOINT_READ_COPIES");
+        let e = with(&[("WEBHOOKS_ENDPOINT_READ_COPIES", "2")]).unwrap_err();
+        assert_eq!(e.name, "WEBHOOKS_ENDPOINT_READ_COPIES", "reads of copies that are not written");
+        for bad in ["0", "51"] {
+            assert_eq!(with(&[("WEBHOOKS_ENDPOINT_COPIES", bad)]).unwrap_err().name, "WEBHOOKS_ENDPOINT_COPIES");
+        }
     }
 
     #[test]

@@ -34,8 +34,8 @@ use webhooks::lifecycle::{DueItem, Field, Transition};
 use webhooks::model::{Delivery, DeliveryStatus, Endpoint, Job, StoredEvent};
 use webhooks::store::keys::{JOB_SHARD, due_shard, endpoint_bucket, endpoint_sk, stats_day_sk, time_sk};
 use webhooks::store::{
-    Applied, Committed, DeliveryQuery, DeliverySummary, Due, EndpointWrite, IdempotencyRecord, Inserted, Page, Store,
-    StoreError,
+    Applied, Committed, DeliveryQuery, DeliverySummary, Due, EndpointWrite, FailureCount, IdempotencyRecord, Inserted,
+    Page, Store, StoreError,
 };
 
 /// DynamoDB's largest item, bytes (400 KB).
@@ -443,12 +443,12 @@ impl Store for MemStore {
         tenant_id: &str,
         id: &str,
         _key: &str,
-        _threshold: u32,
-    ) -> Result<Option<u32>, StoreError> {
+        threshold: u32,
+    ) -> Result<Option<FailureCount>, StoreError> {
         self.call("store.count_failure", |_, t| {
             Ok(t.endpoints.get_mut(&(tenant_id.to_string(), id.to_string())).map(|e| {
                 e.consecutive_failures += 1;
-                e.consecutive_failures
+                FailureCount::single(e.consecutive_failures, threshold)
             }))
         })
         .await

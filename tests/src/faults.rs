@@ -231,6 +231,9 @@ struct FaultyStore {
 
 #[async_trait::async_trait]
 impl Store for FaultyStore {
+    async fn register_writer(&self, writers: &[webhooks::store::Writer]) {
+        self.inner.register_writer(writers).await
+    }
     async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
         self.faults.run("create_endpoint", self.inner.create_endpoint(endpoint), any, aws).await
     }
@@ -252,7 +255,7 @@ impl Store for FaultyStore {
         id: &str,
         key: &str,
         threshold: u32,
-    ) -> Result<Option<u32>, StoreError> {
+    ) -> Result<Option<webhooks::store::FailureCount>, StoreError> {
         self.faults.run("count_failure", self.inner.count_failure(tenant_id, id, key, threshold), any, aws).await
     }
     async fn count_delivered(

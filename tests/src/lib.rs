@@ -56,9 +56,9 @@ pub struct Stack {
 /// default: room for a loaded emulator between a claim and its POST), the
 /// sweeper every second, loopback receivers allowed, the `by_endpoint` and `by_status`
 /// indexes split in 2 (so every suite reads listings merged over shards; production's
-/// default is 1), and 3 copies of every endpoint item, all read (so every suite's events and
-/// attempts read endpoint copies, fill them, and count failures split; production's default
-/// is 1).
+/// default is 1), and 3 copies of every endpoint item, all read as soon as the stack has
+/// registered them (so every suite's events and attempts read endpoint copies, fill them,
+/// and count failures split; production's default is 1, and it waits 960 s).
 pub fn test_config(table: &str, queue_url: &str) -> Config {
     let mut c = Config::new(table, queue_url);
     c.request_timeout = Duration::from_millis(2000);
@@ -71,6 +71,7 @@ pub fn test_config(table: &str, queue_url: &str) -> Config {
     c.status_index_shards = 2;
     c.endpoint_copies = 3;
     c.endpoint_read_copies = 3;
+    c.endpoint_copies_settle = Duration::ZERO;
     c.sweep_budget = Duration::from_secs(5);
     c
 }
@@ -617,6 +618,9 @@ impl Serialized {
 
 #[async_trait::async_trait]
 impl Store for Serialized {
+    async fn register_writer(&self, writers: &[webhooks::store::Writer]) {
+        self.inner.register_writer(writers).await
+    }
     async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
         self.before("create_endpoint").await?;
         self.inner.create_endpoint(endpoint).await
@@ -643,7 +647,7 @@ impl Store for Serialized {
         id: &str,
         key: &str,
         threshold: u32,
-    ) -> Result<Option<u32>, StoreError> {
+    ) -> Result<Option<webhooks::store::FailureCount>, StoreError> {
         self.before("count_failure").await?;
         let _one = self.one().await;
         self.inner.count_failure(tenant_id, id, key, threshold).await

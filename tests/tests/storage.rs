@@ -763,6 +763,23 @@ async fn set_on_copy(stack: &Stack, tenant: &str, id: &str, copy: u32, attr: &st
         .unwrap();
 }
 
+/// Whether tenant `tenant`'s copy partition `copy` has its `COPIES` marker.
+async fn copy_marker(stack: &Stack, tenant: &str, copy: u32) -> bool {
+    use webhooks::store::keys::{COPIES_MARKER_SK, endpoint_copy_pk};
+    ddb()
+        .await
+        .get_item()
+        .table_name(&stack.app.config.table)
+        .key(PK, AttributeValue::S(endpoint_copy_pk(tenant, copy)))
+        .key(SK, AttributeValue::S(COPIES_MARKER_SK.into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item
+        .is_some()
+}
+
 fn text(item: &HashMap<String, AttributeValue>, attr: &str) -> String {
     match item.get(attr) {
         Some(AttributeValue::S(s)) => s.clone(),
@@ -788,6 +805,14 @@ async fn every_endpoint_write_keeps_its_copies_in_step_and_every_copy_reads_it_a
     }
     // Each change answered is what every copy reads next: a PATCH, a disable, a rotation.
     let store = &stack.app.store;
+    // The tenant's first read of each copy fills and marks its partition; from then on the
+    // tenant's Query reads the copy.
+    for copy in 0..3 {
+        assert_eq!(store.tenant_endpoints("acme", &key_reading(copy)).await.unwrap().len(), 1);
+    }
+    for copy in [1, 2] {
+        assert!(copy_marker(&stack, "acme", copy).await, "partition {copy} marked");
+    }
     let (status, _) = stack
         .call(Method::PATCH, &format!("/v1/endpoints/{id}"), Some(json!({"url": "https://two.example/hook"})))
         .await;
@@ -803,6 +828,11 @@ async fn every_endpoint_write_keeps_its_copies_in_step_and_every_copy_reads_it_a
         assert!(!ep.enabled, "copy {copy} after the disable");
         let tenant = store.tenant_endpoints("acme", &key_reading(copy)).await.unwrap();
         assert!(tenant.len() == 1 && !tenant[0].enabled, "the tenant's copy {copy} after the disable");
+    }
+    for copy in [1, 2] {
+        let item = copy_item(&stack, "acme", &id, copy).await.unwrap();
+        assert_eq!(text(&item, "copy_checked"), "true", "copy {copy} still checked: read, not passed over");
+        assert_eq!(text(&item, "enabled"), "false", "copy {copy} as stored");
     }
     let (status, rotated) = stack.call(Method::POST, &format!("/v1/endpoints/{id}/rotate-secret"), None).await;
     assert_eq!(status, 200, "{rotated}");
@@ -823,7 +853,7 @@ async fn every_endpoint_write_keeps_its_copies_in_step_and_every_copy_reads_it_a
 
 #[tokio::test(flavor = "multi_thread")]
 async fn copies_from_before_reads_are_checked_filled_and_only_then_read() {
-    use webhooks::store::keys::{COPIES_MARKER_SK, endpoint_copy_pk, endpoint_key};
+    use webhooks::store::keys::{endpoint_copy_pk, endpoint_key};
     use webhooks::store::{DynamoStore, Store};
     let stack = Stack::start_with(
         |c| c.endpoint_read_copies = 1,
@@ -847,6 +877,13 @@ async fn copies_from_before_reads_are_checked_filled_and_only_then_read() {
         chrono::Utc::now(),
     );
     before.create_endpoint(&old).await.unwrap();
+    // A change of it through a store that keeps copies creates them, but not checked: they
+    // lack what only the endpoint item holds (the slow-lane marker, the adaptive rate).
+    let (status, patched) =
+        stack.call(Method::PATCH, "/v1/endpoints/ep_old", Some(json!({"event_types": ["order.paid"]}))).await;
+    assert_eq!(status, 200, "{patched}");
+    let upserted = copy_item(&stack, "acme", "ep_old", 2).await.expect("the change wrote copy 2");
+    assert_eq!((text(&upserted, "copy_checked"), text(&upserted, "version")), ("false".into(), "2".into()));
     set_on_copy(&stack, "acme", &id, 1, "url", AttributeValue::S("https://stale.example/hook".into())).await;
     let mut orphan = copy_item(&stack, "acme", &id, 2).await.unwrap();
     orphan.insert(SK.into(), AttributeValue::S(endpoint_key("ep_gone")));
@@ -856,7 +893,7 @@ async fn copies_from_before_reads_are_checked_filled_and_only_then_read() {
     ddb().await.put_item().table_name(&table).set_item(Some(orphan)).send().await.unwrap();
 
     // The second deploy: reads spread over the 3 copies.
-    let reads = DynamoStore::new(ddb().await, &table, 2).with_endpoint_copies(3, 3);
+    let reads = DynamoStore::new(ddb().await, &table, 2).with_endpoint_copies(3, 3).with_copies_settle(Duration::ZERO);
     let key = key_reading(1);
     // An unchecked (stale) copy is not read: the endpoint item is.
     let ep = reads.read_endpoint("acme", &id, &key).await.unwrap().unwrap();
@@ -875,24 +912,34 @@ async fn copies_from_before_reads_are_checked_filled_and_only_then_read() {
     );
     assert!(copy_item(&stack, "acme", "ep_old", 1).await.is_some(), "the missing copy is filled");
     assert!(copy_item(&stack, "acme", "ep_gone", 1).await.is_none(), "the copy of an endpoint that is gone is deleted");
-    let marker = ddb()
-        .await
-        .get_item()
-        .table_name(&table)
-        .key(PK, AttributeValue::S(endpoint_copy_pk("acme", 1)))
-        .key(SK, AttributeValue::S(COPIES_MARKER_SK.into()))
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap()
-        .item;
-    assert!(marker.is_some(), "the partition is marked filled");
+    assert!(copy_marker(&stack, "acme", 1).await, "the partition is marked filled");
     // From now on copy 1 is what is read: a mark put on it behind the store's back shows.
     set_on_copy(&stack, "acme", &id, 1, "url", AttributeValue::S("https://read-from-copy.example/hook".into())).await;
     let urls: Vec<String> = reads.tenant_endpoints("acme", &key).await.unwrap().into_iter().map(|e| e.url).collect();
     assert!(urls.contains(&"https://read-from-copy.example/hook".to_string()), "{urls:?}");
     let ep = reads.read_endpoint("acme", &id, &key).await.unwrap().unwrap();
     assert_eq!(ep.url, "https://read-from-copy.example/hook");
+    // Copies are read only once every function has kept them for the settle time: a store
+    // waiting an hour reads the endpoint items (the stack registered a moment ago).
+    let waiting = DynamoStore::new(ddb().await, &table, 2).with_endpoint_copies(3, 3);
+    assert_eq!(waiting.read_endpoint("acme", &id, &key).await.unwrap().unwrap().url, "https://kept.example/hook");
+    let urls: Vec<String> = waiting.tenant_endpoints("acme", &key).await.unwrap().into_iter().map(|e| e.url).collect();
+    assert!(urls.contains(&"https://kept.example/hook".to_string()), "{urls:?}");
+    // Nor while one function has not registered them (a process of before may be running).
+    ddb()
+        .await
+        .update_item()
+        .table_name(&table)
+        .key(PK, AttributeValue::S(webhooks::store::dynamo::REGISTRY_PK.into()))
+        .key(SK, AttributeValue::S(webhooks::store::dynamo::REGISTRY_SK.into()))
+        .update_expression("REMOVE w_portal")
+        .send()
+        .await
+        .unwrap();
+    let unregistered =
+        DynamoStore::new(ddb().await, &table, 2).with_endpoint_copies(3, 3).with_copies_settle(Duration::ZERO);
+    let ep = unregistered.read_endpoint("acme", &id, &key).await.unwrap().unwrap();
+    assert_eq!(ep.url, "https://kept.example/hook", "the portal's functions have not registered");
     // A tenant without endpoints gets no marker (no write for an unknown tenant id).
     assert!(reads.tenant_endpoints("nobody", &key).await.unwrap().is_empty());
     let out = ddb()
@@ -918,18 +965,37 @@ async fn the_failures_counter_is_split_over_the_copies_and_summed_at_a_copys_sha
     let store = &stack.app.store;
     let id = new_endpoint(&stack, "https://fails.example/hook").await;
     let (k0, k1, k2) = (key_reading(0), key_reading(1), key_reading(2));
-    // Threshold 4 over 3 copies: a copy's share is 2. Below it, each copy says its own count.
+    // Threshold 4 over 3 copies: a copy's share is 2. Below it, each copy counts alone.
+    let count = |k: String| {
+        let store = store.clone();
+        let id = id.clone();
+        async move { store.count_failure("acme", &id, &k, 4).await.unwrap().unwrap() }
+    };
     for k in [&k0, &k1, &k2] {
-        assert_eq!(store.count_failure("acme", &id, k, 4).await.unwrap(), Some(1));
+        let n = count(k.clone()).await;
+        assert_eq!((n.in_a_row, n.opens_breaker), (1, false));
     }
-    // Copy 0 reaches its share: the sum is read (2 + 1 + 1), and the breaker would open.
-    assert_eq!(store.count_failure("acme", &id, &k0, 4).await.unwrap(), Some(4));
+    // Copy 0 reaches its share: the sum is read (2 + 1 + 1 = 4) and the breaker opens.
+    let n = count(k0.clone()).await;
+    assert_eq!((n.in_a_row, n.opens_breaker), (2, true));
     assert_eq!(store.find_endpoint(&id).await.unwrap().unwrap().consecutive_failures, 4, "shown summed");
-    // A success zeroes the copy it read only.
+    // A success zeroes the copy it read only: 2 + 0 + 1 is under the threshold again.
     store.reset_failures("acme", &id, &k1).await.unwrap();
     assert_eq!(store.find_endpoint(&id).await.unwrap().unwrap().consecutive_failures, 3);
     assert_eq!(text(&copy_item(&stack, "acme", &id, 1).await.unwrap(), "consecutive_failures"), "0");
     assert_eq!(text(&copy_item(&stack, "acme", &id, 2).await.unwrap(), "consecutive_failures"), "1");
+    let n = count(k1.clone()).await;
+    assert_eq!((n.in_a_row, n.opens_breaker), (1, false), "copy 1 starts again, under its share");
+    // One delivery retrying alone reads one copy: it opens the breaker at the threshold.
+    let lone = new_endpoint(&stack, "https://lone.example/hook").await;
+    let opened: Vec<bool> = {
+        let mut v = Vec::new();
+        for _ in 0..4 {
+            v.push(store.count_failure("acme", &lone, &k2, 4).await.unwrap().unwrap().opens_breaker);
+        }
+        v
+    };
+    assert_eq!(opened, [false, false, false, true]);
     // Gone: nothing counted, nothing created.
     assert_eq!(store.count_failure("acme", "ep_missing", &k1, 4).await.unwrap(), None);
     assert!(copy_item(&stack, "acme", "ep_missing", 1).await.is_none());

@@ -9,9 +9,9 @@ use webhooks::{App, Config, api};
 async fn main() -> Result<(), Error> {
     webhooks::init_tracing();
     let app = App::from_aws(Config::from_env()?).await?;
-    let router = match std::env::var(webhooks::config::SERVE_VAR).as_deref() {
-        Ok("portal") => webhooks::ui::portal::standalone(app),
-        _ => api::admin_router(app),
-    };
+    let portal = std::env::var(webhooks::config::SERVE_VAR).as_deref() == Ok("portal");
+    let writer = if portal { webhooks::store::Writer::Portal } else { webhooks::store::Writer::Admin };
+    app.store.register_writer(&[writer]).await;
+    let router = if portal { webhooks::ui::portal::standalone(app) } else { api::admin_router(app) };
     lambda_http::run(router).await
 }

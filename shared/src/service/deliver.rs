@@ -27,7 +27,7 @@ use crate::rate_limit;
 use crate::sender::{SendResult, Sender};
 use crate::service::health;
 use crate::signing;
-use crate::store::{Applied, Committed, EndpointWrite};
+use crate::store::{Applied, Committed, EndpointWrite, FailureCount};
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use bytes::Bytes;
 
@@ -242,20 +242,22 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
     // nothing may stop its record), and whether this attempt moves the endpoint (a disable
     // code, the circuit breaker, the probe's outcome).
     let failed = matches!(verdict, Verdict::Retry | Verdict::Final) && !probe && ours.is_none();
-    let failures_in_a_row = match (&endpoint, failed) {
+    let failures = match (&endpoint, failed) {
         (Some(ep), true) => {
             match app.store.count_failure(&ep.tenant_id, &ep.id, &delivery.id, ep.circuit_breaker_threshold).await {
-                Ok(n) => n.unwrap_or(0),
+                Ok(n) => n.unwrap_or_default(),
                 Err(e) => {
                     tracing::warn!(endpoint_id = %ep.id, error = %e, "failure not counted; the breaker counts the next one");
-                    0
+                    FailureCount::default()
                 }
             }
         }
-        _ => 0,
+        _ => FailureCount::default(),
     };
+    let failures_in_a_row = failures.in_a_row;
     let now = app.clock.now();
-    let effect = Effect { verdict, probe, expired, failures_in_a_row, status_code: attempt.status_code };
+    let effect =
+        Effect { verdict, probe, expired, opens_breaker: failures.opens_breaker, status_code: attempt.status_code };
     // What the retry policy alone makes of the attempt, and the delivery held with it (built
     // only when used: it copies the attempt history): which one is written depends on the
     // endpoint as it is when the record is written.
@@ -342,13 +344,14 @@ struct Effect {
     verdict: Verdict,
     probe: bool,
     expired: bool,
-    failures_in_a_row: u32,
+    /// The failure counted opens the circuit breaker (see [`crate::store::Store::count_failure`]).
+    opens_breaker: bool,
     status_code: Option<u16>,
 }
 
 impl Effect {
     fn opens_breaker(&self, ep: &Endpoint) -> bool {
-        ep.circuit_breaker_threshold > 0 && self.failures_in_a_row >= ep.circuit_breaker_threshold
+        ep.circuit_breaker_threshold > 0 && self.opens_breaker
     }
 
     /// The endpoint transition this outcome asks for, decided on `ep` as it is now.

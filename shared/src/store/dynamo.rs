@@ -20,7 +20,7 @@ use std::collections::HashMap;
 
 mod copies;
 mod lanes;
-pub use copies::FILL_PER_CALL;
+pub use copies::{FILL_PER_CALL, REGISTRY_PK, REGISTRY_SK};
 pub use lanes::{RATE_WINDOW_TTL_SECONDS, rate_pk, rate_sk};
 
 /// A DynamoDB item or key: attribute name to value.
@@ -36,6 +36,8 @@ pub struct DynamoStore {
     status_shards: u32,
     copies: u32,
     read_copies: u32,
+    copies_settle: std::time::Duration,
+    readable: std::sync::Arc<std::sync::Mutex<Option<(std::time::Instant, u32)>>>,
 }
 
 impl DynamoStore {
@@ -49,6 +51,8 @@ impl DynamoStore {
             status_shards: 1,
             copies: 1,
             read_copies: 1,
+            copies_settle: std::time::Duration::from_secs(copies::DEFAULT_SETTLE_SECONDS),
+            readable: std::sync::Arc::default(),
         }
     }
 
@@ -71,6 +75,14 @@ impl DynamoStore {
     pub fn with_endpoint_copies(mut self, copies: u32, read_copies: u32) -> Self {
         self.copies = copies.max(1);
         self.read_copies = read_copies.clamp(1, self.copies);
+        self
+    }
+
+    /// The same store trusting endpoint copies only once every function has registered them
+    /// for `settle` (`WEBHOOKS_ENDPOINT_COPIES_SETTLE_SECONDS`; see [`copies`]).
+    #[must_use]
+    pub fn with_copies_settle(mut self, settle: std::time::Duration) -> Self {
+        self.copies_settle = settle;
         self
     }
 
@@ -981,6 +993,10 @@ fn time(t: &chrono::DateTime<chrono::Utc>) -> AttributeValue {
 
 #[async_trait]
 impl Store for DynamoStore {
+    async fn register_writer(&self, writers: &[super::Writer]) {
+        self.register_copies(writers).await;
+    }
+
     async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
         let mut item = to_item(endpoint)?;
         item.insert(PK.into(), s(tenant_pk(&endpoint.tenant_id)));
@@ -1000,7 +1016,7 @@ impl Store for DynamoStore {
         };
         // The copies (see [`copies`]) go in unconditionally: the endpoint item's condition
         // decides, and an id is never reused.
-        let copies = self.copy_puts(&item, &endpoint.tenant_id)?;
+        let copies = self.copy_puts(&item, &endpoint.tenant_id).await?;
         let mut items = vec![put(item)?, put(pointer)?];
         items.extend(copies);
         let result = self.client.transact_write_items().set_transact_items(Some(items)).send().await;
@@ -1038,7 +1054,7 @@ impl Store for DynamoStore {
             return Ok(None);
         };
         let Some(mut ep) = self.get_endpoint(tenant, id).await? else { return Ok(None) };
-        if self.read_copies > 1 {
+        if self.readable_copies().await > 1 {
             // The counter is split over the read copies (see [`copies`]): shown summed.
             ep.consecutive_failures = self.failures_summed(tenant, id).await?;
         }
@@ -1055,7 +1071,7 @@ impl Store for DynamoStore {
         id: &str,
         key: &str,
         threshold: u32,
-    ) -> Result<Option<u32>, StoreError> {
+    ) -> Result<Option<super::FailureCount>, StoreError> {
         self.count_copy_failure(tenant_id, id, key, threshold).await
     }
 

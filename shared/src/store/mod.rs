@@ -217,6 +217,56 @@ pub enum Committed {
     DeliveryLost,
 }
 
+/// A function that writes endpoints (each registers the endpoint copies it keeps, see
+/// [`Store::register_writer`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writer {
+    /// The ingest function (the copy fill).
+    Ingest,
+    /// The deliver function (a disable code, the breaker, the probe's outcome).
+    Deliver,
+    /// The sweeper (probe and release jobs).
+    Sweeper,
+    /// The admin API.
+    Admin,
+    /// The tenant portal.
+    Portal,
+}
+
+impl Writer {
+    /// Every function; the local runtime plays them all.
+    pub const ALL: [Writer; 5] = [Writer::Ingest, Writer::Deliver, Writer::Sweeper, Writer::Admin, Writer::Portal];
+
+    /// Its name in the registration item.
+    pub fn name(self) -> &'static str {
+        match self {
+            Writer::Ingest => "ingest",
+            Writer::Deliver => "deliver",
+            Writer::Sweeper => "sweeper",
+            Writer::Admin => "admin",
+            Writer::Portal => "portal",
+        }
+    }
+}
+
+/// What [`Store::count_failure`] came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FailureCount {
+    /// Failed attempts in a row, this one included (of the attempts that read the same copy
+    /// of the endpoint, when it has copies).
+    pub in_a_row: u32,
+    /// Whether the circuit breaker opens on this failure.
+    pub opens_breaker: bool,
+}
+
+impl FailureCount {
+    /// The count of one counter (no copies): `n` in a row, the breaker opening at `threshold`
+    /// (0: never).
+    pub fn single(n: u32, threshold: u32) -> Self {
+        Self { in_a_row: n, opens_breaker: threshold > 0 && n >= threshold }
+    }
+}
+
 /// Whether a guarded transition applied.
 #[derive(Debug, Clone)]
 pub enum Applied {
@@ -246,22 +296,30 @@ pub trait Store: Send + Sync {
     /// Every endpoint of a tenant: one strongly consistent Query (paged past 1 MB), of the
     /// copy that `key` (the event id) picks when the store keeps copies.
     async fn tenant_endpoints(&self, tenant_id: &str, key: &str) -> Result<Vec<Endpoint>, StoreError>;
-    /// Adds one to the endpoint's failures in a row, on the copy an attempt keyed by `key`
-    /// read when the counter is split over copies, and returns the count the circuit breaker
-    /// compares with `threshold` (None: gone): the new count with one copy; with several,
-    /// this copy's count, or the sum over the copies once this copy's count reaches
-    /// `threshold`'s share (see [`dynamo`]'s endpoint copies). A counter, not state: no
-    /// version check, no version bump.
+    /// Adds one to the endpoint's failures in a row (on the copy an attempt keyed by `key`
+    /// read, when the counter is split over copies) and says whether the circuit breaker at
+    /// `threshold` (0: never) opens (None: gone). With one copy: the new count, opening at
+    /// `threshold`. With R copies: this copy's count, and the breaker opens when the counts
+    /// summed over the copies reach `threshold` (read once this copy holds its share; see
+    /// [`dynamo`]'s endpoint copies). A counter, not state: no version check, no version bump.
     async fn count_failure(
         &self,
         tenant_id: &str,
         id: &str,
         key: &str,
         threshold: u32,
-    ) -> Result<Option<u32>, StoreError>;
+    ) -> Result<Option<FailureCount>, StoreError>;
     /// Zeroes the endpoint's failures in a row, on the copy an attempt keyed by `key` read (a
     /// counter; see [`Store::count_failure`]).
     async fn reset_failures(&self, tenant_id: &str, id: &str, key: &str) -> Result<(), StoreError>;
+    /// Records, when it starts, that a process of each of `writers` keeps the store's number
+    /// of endpoint copies (with copies; see [`dynamo`]'s endpoint copies: readers trust copies
+    /// only once every function has kept them for longer than any process of before could
+    /// still run). Best effort: a failure is logged, and copies stay unread until it is
+    /// recorded. Nothing to do for a store without copies.
+    async fn register_writer(&self, writers: &[Writer]) {
+        let _ = writers;
+    }
     /// Writes, in one TransactWriteItems, an endpoint transition (or only a check that the
     /// endpoint is still at a version) with its jobs and, when given, a guarded delivery
     /// transition: all of it or nothing. The one way an endpoint's configuration or state is

@@ -7,6 +7,8 @@
 //! |---|---|---|---|
 //! | endpoint copy `j` (1 and up) | `COPY#{j}#TENANT#{tenant_id}` | `ENDPOINT#{endpoint_id}` | the endpoint item's, `copy_checked` |
 //! | copy marker | `COPY#{j}#TENANT#{tenant_id}` | `COPIES` | - (partition `j` holds a checked copy of every endpoint) |
+//! | fill lease | `COPY#{j}#TENANT#{tenant_id}` | `COPIES#fill` | `lease_until` (unix milliseconds: one filler at a time) |
+//! | registry | `CONFIG#endpoint_copies` | `CONFIG` | `w_{function}`, `since_{function}` (copies each function keeps, since when) |
 //!
 //! With `WEBHOOKS_ENDPOINT_COPIES` = W, every endpoint write keeps copies 1 to W-1 in step
 //! with the endpoint item (copy 0): creation and deletion write them in the same
@@ -17,40 +19,69 @@
 //!
 //! With `WEBHOOKS_ENDPOINT_READ_COPIES` = R, ingest reads copy [`endpoint_copy`] of the event
 //! id and deliver copy [`endpoint_copy`] of the delivery id, so one tenant's reads spread over
-//! R partitions. A reader trusts a copy only when nothing can have changed the endpoint item
-//! without it: a copy marked `copy_checked` (written by a writer that reads copies, which by
-//! the rollout rule below runs only once no writer skips them, or by the fill after checking
-//! the copy against the endpoint item's version), and for a tenant's Query a partition with
-//! its marker (every endpoint has a copy there). Otherwise it reads the endpoint item, and
-//! ingest fills the partition (best effort, at most [`FILL_PER_CALL`] endpoints a call): for
-//! each endpoint, a 2-item transaction that checks the endpoint item is still at the
-//! version read and puts the checked copy; a copy whose endpoint is gone is deleted on the
-//! check that it is still gone; then the marker.
+//! R partitions, once copies are readable ([`DynamoStore::readable_copies`]): every function
+//! registers at its start the copies it keeps on the registry item (`CONFIG#endpoint_copies`:
+//! `w_{function}` and `since_{function}`, unix milliseconds), and readers spread over R only
+//! when every function has kept at least R for `WEBHOOKS_ENDPOINT_COPIES_SETTLE_SECONDS`
+//! (960: Lambda's longest invocation and a minute), so no process of a deploy before, which
+//! skips the copies, can still be changing endpoints; until then they read the endpoint item
+//! alone. Even then a reader trusts only a copy marked `copy_checked` (written by a creation
+//! once copies are readable, or by the fill after checking it against the endpoint item's
+//! version; a change keeps the mark as it is, and a copy a change creates is not marked) and,
+//! for a tenant's Query, a partition with its marker (every endpoint has a copy there).
+//! Otherwise it reads the endpoint item, and ingest fills the partition (best effort, at most
+//! [`FILL_PER_CALL`] endpoints a call): for each endpoint, a 2-item transaction that checks
+//! the endpoint item is still at the version read and puts the checked copy; a copy whose
+//! endpoint is gone is deleted on the check that it is still gone; then the marker.
 //!
-//! Rollout (README upgrade notes): raise `WEBHOOKS_ENDPOINT_COPIES` in one deploy; raise
-//! `WEBHOOKS_ENDPOINT_READ_COPIES` (at most the copies) in a later one, when no function of the
-//! first deploy's predecessor can still be running. Never lower either: a writer that
-//! skips a copy leaves it stale, and only a checked copy is read.
+//! Never lower either setting: a process that keeps fewer copies registers and stops the
+//! reads within a minute, but in that minute a reader could trust a copy it no longer writes.
+//! Rolling back to a release without copies and forward again needs the `COPY#` items and the
+//! registry item deleted first.
 //!
 //! The failures-in-a-row counter is split the same way: an attempt counts a failure on the
 //! copy it read, and a success zeroes that copy's count only. The breaker opens when the
-//! counts summed over the R copies reach the threshold; the sum is read (one BatchGetItem)
-//! only when the copy's own count reaches the threshold's share (threshold / R, rounded up),
-//! so it opens at the first failure after the sum reaches the threshold that lands on a copy
-//! holding its share: exactly at the threshold with one copy (the default), at most R-1
-//! failures later with more. "In a row" then means "since the last success of the same
-//! copy". The slow-lane marker and the adaptive rate, which readers of every copy act on, are
-//! written to the endpoint item and then to each copy (best effort: a copy that missed one
-//! is moved by the next); `delivered_counted_from` is read from the endpoint item only.
+//! counts summed over the R copies reach the threshold T; the sum is read (one BatchGetItem,
+//! a read unit on each copy) only once the copy's own count reaches its share (T / R, rounded
+//! up), so it opens at the first failure after the sum reaches T that lands on a copy holding
+//! its share: exactly at T with one copy (the default); with R, an endpoint that is down is
+//! paused after about T failures, one delivery retrying alone included (its attempts read one
+//! copy). "In a row" then means "since the last success of the same copy": at high volume an
+//! endpoint failing more than about T / (T + R) of its attempts (83% at T = 100, R = 20) is
+//! paused, where with one copy a run of T is needed. The run of timeouts the adaptive rate
+//! backs off after is per copy too. The endpoint shows the copies' counts summed. The
+//! slow-lane marker and the adaptive rate, which readers of every copy act on, are written to
+//! the endpoint item and then to each copy (best effort: a copy that missed one is moved by
+//! the next); `delivered_counted_from` is read from the endpoint item only.
 
 use super::{DynamoStore, Item, StoreError, aws, from_item, n, s, version_guard};
 use crate::model::Endpoint;
 use crate::store::keys::{
     COPIES_MARKER_SK, COPY_CHECKED, PK, SK, endpoint_copy, endpoint_copy_pk, endpoint_key, tenant_pk,
 };
+use crate::store::{FailureCount, Writer};
 use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Delete, Put, ReturnValue, TransactWriteItem, Update};
 use futures::StreamExt;
 use std::collections::HashMap;
+
+/// The registry item's partition key: which copies each function keeps, and since when.
+pub const REGISTRY_PK: &str = "CONFIG#endpoint_copies";
+/// The registry item's sort key.
+pub const REGISTRY_SK: &str = "CONFIG";
+
+/// The default of `WEBHOOKS_ENDPOINT_COPIES_SETTLE_SECONDS`: 960 seconds, Lambda's longest
+/// invocation (900 s) and this store's minute of caching the registry.
+pub const DEFAULT_SETTLE_SECONDS: u64 = 960;
+
+/// How long a process keeps what it read of the registry.
+const READABLE_CACHE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Sort key of a copy partition's fill lease item (`lease_until`, unix milliseconds).
+pub const FILL_LEASE_SK: &str = "COPIES#fill";
+
+/// How long one ingest call holds a partition's fill lease: 10,000 milliseconds (its
+/// transactions take a few round trips; a call that dies leaves it to the next after this).
+pub const FILL_LEASE_MS: i64 = 10_000;
 
 /// Most endpoints one ingest call copies into a partition that is not filled yet (2-item
 /// transactions, 8 in flight; the next calls go on where it stopped).
@@ -62,25 +93,104 @@ impl DynamoStore {
         1..self.copies
     }
 
-    /// Whether a writer marks copy `j` checked: it reads copy `j`, so (rollout rule) no
-    /// writer that skips it can still run.
-    fn checks(&self, j: u32) -> bool {
-        j < self.read_copies
+    /// Records that a process of each of `writers` keeps `WEBHOOKS_ENDPOINT_COPIES` copies:
+    /// `w_{writer}` = the count and `since_{writer}` = now (unix milliseconds) on the
+    /// registry item, unless it holds this count already (a process with another count, of a
+    /// deploy rolling over, starts the wait again). Only with copies; best effort.
+    pub(super) async fn register_copies(&self, writers: &[Writer]) {
+        if self.copies <= 1 {
+            return;
+        }
+        let now = chrono::Utc::now().timestamp_millis();
+        for w in writers {
+            let result = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .key(PK, s(REGISTRY_PK))
+                .key(SK, s(REGISTRY_SK))
+                .update_expression("SET #w = :w, #since = :now")
+                .condition_expression("attribute_not_exists(#w) OR #w <> :w")
+                .expression_attribute_names("#w", format!("w_{}", w.name()))
+                .expression_attribute_names("#since", format!("since_{}", w.name()))
+                .expression_attribute_values(":w", n(self.copies))
+                .expression_attribute_values(":now", n(now))
+                .send()
+                .await;
+            if let Err(e) = super::conditional(result) {
+                tracing::warn!(writer = w.name(), error = %e, "endpoint copies not registered; copies stay unread");
+            }
+        }
     }
 
-    /// The endpoint item `item` (with its `pk` and `sk`) as copy `j`.
-    pub(super) fn as_copy(&self, item: &Item, tenant_id: &str, j: u32) -> Item {
+    /// How many copies readers spread over now: `WEBHOOKS_ENDPOINT_READ_COPIES` once every
+    /// writer ([`Writer::ALL`]) has registered at least that many copies for
+    /// `WEBHOOKS_ENDPOINT_COPIES_SETTLE_SECONDS` (so no process that skips a copy can still
+    /// be running), else 1: the endpoint item alone. Read from the registry item (strongly
+    /// consistent) at most once a minute per process.
+    pub(super) async fn readable_copies(&self) -> u32 {
+        if self.read_copies <= 1 {
+            return 1;
+        }
+        if let Ok(cached) = self.readable.lock()
+            && let Some((at, n)) = *cached
+            && at.elapsed() < READABLE_CACHE
+        {
+            return n;
+        }
+        let read = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(PK, s(REGISTRY_PK))
+            .key(SK, s(REGISTRY_SK))
+            .consistent_read(true)
+            .send()
+            .await;
+        let readable = match read {
+            Ok(out) => {
+                let item = out.item.unwrap_or_default();
+                let number =
+                    |attr: String| item.get(&attr).and_then(|v| v.as_n().ok()).and_then(|v| v.parse::<i64>().ok());
+                let settle_ms = i64::try_from(self.copies_settle.as_millis()).unwrap_or(i64::MAX);
+                let now = chrono::Utc::now().timestamp_millis();
+                let settled = Writer::ALL.iter().all(|w| {
+                    let (count, since) = (number(format!("w_{}", w.name())), number(format!("since_{}", w.name())));
+                    matches!((count, since), (Some(c), Some(t)) if c >= i64::from(self.read_copies) && now >= t.saturating_add(settle_ms))
+                });
+                if settled { self.read_copies } else { 1 }
+            }
+            Err(e) => {
+                tracing::warn!(error = %aws(e), "endpoint copies registry not read; reading the endpoint items");
+                1
+            }
+        };
+        if let Ok(mut cached) = self.readable.lock() {
+            *cached = Some((std::time::Instant::now(), readable));
+        }
+        readable
+    }
+
+    /// The endpoint item `item` (with its `pk` and `sk`) as copy `j`, marked checked or not.
+    pub(super) fn as_copy(&self, item: &Item, tenant_id: &str, j: u32, checked: bool) -> Item {
         let mut copy = item.clone();
         copy.insert(PK.into(), s(endpoint_copy_pk(tenant_id, j)));
-        copy.insert(COPY_CHECKED.into(), AttributeValue::Bool(self.checks(j)));
+        copy.insert(COPY_CHECKED.into(), AttributeValue::Bool(checked));
         copy
     }
 
-    /// Puts (transaction items, no condition) of copies 1.. of a new endpoint's `item`.
-    pub(super) fn copy_puts(&self, item: &Item, tenant_id: &str) -> Result<Vec<TransactWriteItem>, StoreError> {
+    /// Puts (transaction items, no condition) of copies 1.. of a new endpoint's `item`, each
+    /// checked when copies are read that far ([`Self::readable_copies`]: no writer that skips
+    /// it can still run).
+    pub(super) async fn copy_puts(&self, item: &Item, tenant_id: &str) -> Result<Vec<TransactWriteItem>, StoreError> {
+        if self.copies <= 1 {
+            return Ok(Vec::new());
+        }
+        let readable = self.readable_copies().await;
         self.copy_numbers()
             .map(|j| {
-                let put = Put::builder().table_name(&self.table).set_item(Some(self.as_copy(item, tenant_id, j)));
+                let copy = self.as_copy(item, tenant_id, j, j < readable);
+                let put = Put::builder().table_name(&self.table).set_item(Some(copy));
                 Ok(TransactWriteItem::builder().put(put.build().map_err(aws)?).build())
             })
             .collect()
@@ -101,8 +211,8 @@ impl DynamoStore {
 
     /// Updates (transaction items, no condition: the endpoint item's update in the same
     /// transaction holds the version guard) of an endpoint's copies 1.., each applying
-    /// `expression` with `names` and `values` and marking itself checked when [`Self::checks`].
-    /// A copy that does not exist yet is created by it with every attribute the change sets.
+    /// `expression` with `names` and `values`. A copy that does not exist yet is created by it
+    /// with every attribute the change sets, not checked; one that exists keeps its mark.
     pub(super) fn copy_updates(
         &self,
         tenant_id: &str,
@@ -112,8 +222,8 @@ impl DynamoStore {
         values: &Item,
     ) -> Result<Vec<TransactWriteItem>, StoreError> {
         let (set, rest) = match expression.strip_prefix("SET ") {
-            Some(rest) => ("SET #copy_checked = :copy_checked, ", rest),
-            None => ("SET #copy_checked = :copy_checked ", expression),
+            Some(rest) => ("SET #copy_checked = if_not_exists(#copy_checked, :copy_checked), ", rest),
+            None => ("SET #copy_checked = if_not_exists(#copy_checked, :copy_checked) ", expression),
         };
         let expression = format!("{set}{rest}");
         self.copy_numbers()
@@ -121,7 +231,10 @@ impl DynamoStore {
                 let mut names = names.clone();
                 names.insert("#copy_checked".into(), COPY_CHECKED.into());
                 let mut values = values.clone();
-                values.insert(":copy_checked".into(), AttributeValue::Bool(self.checks(j)));
+                // A copy this update creates lacks the unversioned markers (slow lane,
+                // adaptive rate): unchecked, so the fill puts it whole; one that exists keeps
+                // its mark.
+                values.insert(":copy_checked".into(), AttributeValue::Bool(false));
                 // The version guard's name and value belong to the endpoint item's condition.
                 names.retain(|k, _| k != "#g_version");
                 values.retain(|k, _| k != ":g_version");
@@ -143,7 +256,7 @@ impl DynamoStore {
     /// copy [`endpoint_copy`]`(key)`, or of the endpoint item when that is copy 0 or the copy
     /// is missing or not checked.
     pub(super) async fn read_copy(&self, tenant_id: &str, id: &str, key: &str) -> Result<Option<Endpoint>, StoreError> {
-        let j = endpoint_copy(key, self.read_copies);
+        let j = endpoint_copy(key, self.readable_copies().await);
         if j > 0 {
             let out = self
                 .client
@@ -167,7 +280,7 @@ impl DynamoStore {
     /// in it is checked; else the Query of the endpoint items, after which the partition is
     /// filled (best effort, see the module docs).
     pub(super) async fn tenant_copies(&self, tenant_id: &str, key: &str) -> Result<Vec<Endpoint>, StoreError> {
-        let j = endpoint_copy(key, self.read_copies);
+        let j = endpoint_copy(key, self.readable_copies().await);
         if j == 0 {
             return self.query_all(self.endpoints_query(tenant_id).consistent_read(true)).await;
         }
@@ -181,15 +294,68 @@ impl DynamoStore {
         let items = self.query_items(partition).await?;
         let sk = |i: &Item| i.get(SK).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
         let marked = items.iter().any(|i| sk(i) == COPIES_MARKER_SK);
-        let copies: Vec<Item> = items.into_iter().filter(|i| sk(i) != COPIES_MARKER_SK).collect();
+        let copies: Vec<Item> = items.into_iter().filter(|i| sk(i).starts_with("ENDPOINT#")).collect();
         if marked && copies.iter().all(is_checked) {
             return copies.into_iter().map(from_item).collect();
         }
         let originals = self.query_items(self.endpoints_query(tenant_id).consistent_read(true)).await?;
-        if let Err(e) = self.fill_copies(tenant_id, j, &originals, &copies).await {
-            tracing::warn!(tenant_id, copy = j, error = %e, "endpoint copies not filled; read the endpoint items");
+        // One filler a partition at a time (a lease on its own item), so the events of a hot
+        // tenant do not all fill it at once; the others read the endpoint items meanwhile.
+        // A tenant without endpoints has nothing to fill (and an unknown tenant id costs no
+        // write).
+        if !originals.is_empty() {
+            match self.take_fill_lease(tenant_id, j).await {
+                Ok(Some(lease)) => {
+                    if let Err(e) = self.fill_copies(tenant_id, j, &originals, &copies).await {
+                        tracing::warn!(tenant_id, copy = j, error = %e, "endpoint copies not filled; read the endpoint items");
+                    }
+                    self.release_fill_lease(tenant_id, j, lease).await;
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(tenant_id, copy = j, error = %e, "endpoint copies' fill lease not taken"),
+            }
         }
         originals.into_iter().map(from_item).collect()
+    }
+
+    /// Takes the fill lease of a tenant's copy partition `j` for [`FILL_LEASE_MS`] (a
+    /// conditional PutItem of its `COPIES#fill` item): its end (unix milliseconds), `None`
+    /// while another call holds it.
+    async fn take_fill_lease(&self, tenant_id: &str, j: u32) -> Result<Option<i64>, StoreError> {
+        let now = chrono::Utc::now().timestamp_millis();
+        let until = now + FILL_LEASE_MS;
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item(PK, s(endpoint_copy_pk(tenant_id, j)))
+            .item(SK, s(FILL_LEASE_SK))
+            .item("lease_until", n(until))
+            .condition_expression("attribute_not_exists(pk) OR lease_until < :now")
+            .expression_attribute_values(":now", n(now))
+            .send()
+            .await;
+        Ok(super::conditional(result)?.then_some(until))
+    }
+
+    /// Ends the fill lease taken with end `lease`, unless another call took it since (best
+    /// effort: it ends by itself).
+    async fn release_fill_lease(&self, tenant_id: &str, j: u32, lease: i64) {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, s(endpoint_copy_pk(tenant_id, j)))
+            .key(SK, s(FILL_LEASE_SK))
+            .update_expression("SET lease_until = :zero")
+            .condition_expression("lease_until = :mine")
+            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_values(":mine", n(lease))
+            .send()
+            .await;
+        if let Err(e) = super::conditional(result) {
+            tracing::warn!(tenant_id, copy = j, error = %e, "endpoint copies' fill lease not ended; it runs out");
+        }
     }
 
     /// Brings copy partition `j` of a tenant in step with its endpoint items as read
@@ -219,8 +385,7 @@ impl DynamoStore {
                     .set_expression_attribute_values(Some(values))
                     .build()
                     .map_err(aws)?;
-                let mut copy = self.as_copy(original, tenant_id, j);
-                copy.insert(COPY_CHECKED.into(), AttributeValue::Bool(true));
+                let mut copy = self.as_copy(original, tenant_id, j, true);
                 copy.insert("consecutive_failures".into(), n(0));
                 let put = Put::builder().table_name(&self.table).set_item(Some(copy)).build().map_err(aws)?;
                 work.push([
@@ -249,9 +414,7 @@ impl DynamoStore {
                 TransactWriteItem::builder().delete(delete).build(),
             ]);
         }
-        // A tenant without endpoints gets no marker: its reads stay on the endpoint items
-        // (two small Queries) rather than every unknown tenant id costing a write.
-        let whole = work.len() <= FILL_PER_CALL && !originals.is_empty();
+        let whole = work.len() <= FILL_PER_CALL;
         let writes = work.into_iter().take(FILL_PER_CALL).map(|pair| async move {
             self.client.transact_write_items().set_transact_items(Some(pair.to_vec())).send().await.map_err(aws)
         });
@@ -271,23 +434,28 @@ impl DynamoStore {
     }
 
     /// See [`crate::store::Store::count_failure`]: ADD 1 on the copy the attempt read (the
-    /// endpoint item when that copy is missing), and the sum over the read copies once this
-    /// copy's count reaches `threshold`'s share.
+    /// endpoint item when that copy is missing). With one read copy the breaker opens at the
+    /// threshold; with R, once this copy's count reaches its share (threshold / R, rounded up)
+    /// the counts of the R copies are read (one BatchGetItem) and summed, and the breaker opens
+    /// when the sum reaches the threshold.
     pub(super) async fn count_copy_failure(
         &self,
         tenant_id: &str,
         id: &str,
         key: &str,
         threshold: u32,
-    ) -> Result<Option<u32>, StoreError> {
-        let own = match self.copy_failures_add(tenant_id, id, endpoint_copy(key, self.read_copies)).await? {
-            Some(own) => own,
-            None => return Ok(None),
-        };
-        if self.read_copies <= 1 || threshold == 0 || own < threshold.div_ceil(self.read_copies) {
-            return Ok(Some(own));
+    ) -> Result<Option<FailureCount>, StoreError> {
+        let readable = self.readable_copies().await;
+        let j = endpoint_copy(key, readable);
+        let Some(own) = self.copy_failures_add(tenant_id, id, j).await? else { return Ok(None) };
+        if readable <= 1 {
+            return Ok(Some(FailureCount::single(own, threshold)));
         }
-        Ok(Some(self.failures_summed(tenant_id, id).await?.max(own)))
+        if threshold == 0 || own < threshold.div_ceil(readable) {
+            return Ok(Some(FailureCount { in_a_row: own, opens_breaker: false }));
+        }
+        let sum = self.failures_summed(tenant_id, id).await?.max(own);
+        Ok(Some(FailureCount { in_a_row: own, opens_breaker: sum >= threshold }))
     }
 
     /// ADD 1 to copy `j`'s counter (the endpoint item's when `j` is 0 or the copy is missing);
@@ -313,7 +481,7 @@ impl DynamoStore {
     /// See [`crate::store::Store::reset_failures`]: zeroes the counter of the copy an attempt
     /// keyed by `key` read (the endpoint item's when that copy is missing).
     pub(super) async fn reset_copy_failures(&self, tenant_id: &str, id: &str, key: &str) -> Result<(), StoreError> {
-        for pk in copy_then_original(tenant_id, endpoint_copy(key, self.read_copies)) {
+        for pk in copy_then_original(tenant_id, endpoint_copy(key, self.readable_copies().await)) {
             let result = self
                 .client
                 .update_item()
@@ -335,7 +503,7 @@ impl DynamoStore {
     /// The failures-in-a-row counts of an endpoint's read copies summed (one strongly
     /// consistent BatchGetItem of `WEBHOOKS_ENDPOINT_READ_COPIES` items; copies missing count 0).
     pub(super) async fn failures_summed(&self, tenant_id: &str, id: &str) -> Result<u32, StoreError> {
-        let keys: Vec<Item> = (0..self.read_copies)
+        let keys: Vec<Item> = (0..self.readable_copies().await)
             .map(|j| {
                 Item::from([(PK.to_string(), s(endpoint_copy_pk(tenant_id, j))), (SK.to_string(), s(endpoint_key(id)))])
             })
