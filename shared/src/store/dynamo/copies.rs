@@ -341,15 +341,15 @@ impl DynamoStore {
     /// Ends the fill lease taken with end `lease`, unless another call took it since (best
     /// effort: it ends by itself).
     async fn release_fill_lease(&self, tenant_id: &str, j: u32, lease: i64) {
+        // A PutItem, as the take: the fill adds no UpdateItem to an ingest call.
         let result = self
             .client
-            .update_item()
+            .put_item()
             .table_name(&self.table)
-            .key(PK, s(endpoint_copy_pk(tenant_id, j)))
-            .key(SK, s(FILL_LEASE_SK))
-            .update_expression("SET lease_until = :zero")
+            .item(PK, s(endpoint_copy_pk(tenant_id, j)))
+            .item(SK, s(FILL_LEASE_SK))
+            .item("lease_until", n(0))
             .condition_expression("lease_until = :mine")
-            .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":mine", n(lease))
             .send()
             .await;
