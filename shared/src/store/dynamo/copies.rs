@@ -461,14 +461,9 @@ impl DynamoStore {
     /// ADD 1 to copy `j`'s counter (the endpoint item's when `j` is 0 or the copy is missing);
     /// `None` when the endpoint is gone.
     async fn copy_failures_add(&self, tenant_id: &str, id: &str, j: u32) -> Result<Option<u32>, StoreError> {
-        for pk in copy_then_original(tenant_id, j) {
+        for copy in copy_then_original(j) {
             let update = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .key(PK, s(pk))
-                .key(SK, s(endpoint_key(id)))
-                .condition_expression("attribute_exists(pk)")
+                .copy_update(tenant_id, id, copy)
                 .update_expression("ADD consecutive_failures :one")
                 .expression_attribute_values(":one", n(1));
             if let Some(v) = super::updated_attribute(update, "consecutive_failures").await? {
@@ -481,14 +476,9 @@ impl DynamoStore {
     /// See [`crate::store::Store::reset_failures`]: zeroes the counter of the copy an attempt
     /// keyed by `key` read (the endpoint item's when that copy is missing).
     pub(super) async fn reset_copy_failures(&self, tenant_id: &str, id: &str, key: &str) -> Result<(), StoreError> {
-        for pk in copy_then_original(tenant_id, endpoint_copy(key, self.readable_copies().await)) {
+        for copy in copy_then_original(endpoint_copy(key, self.readable_copies().await)) {
             let result = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .key(PK, s(pk))
-                .key(SK, s(endpoint_key(id)))
-                .condition_expression("attribute_exists(pk)")
+                .copy_update(tenant_id, id, copy)
                 .update_expression("SET consecutive_failures = :zero")
                 .expression_attribute_values(":zero", n(0))
                 .send()
@@ -535,11 +525,7 @@ impl DynamoStore {
         };
         let writes = self.copy_numbers().map(|j| {
             let update = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .key(PK, s(endpoint_copy_pk(tenant_id, j)))
-                .key(SK, s(endpoint_key(id)))
+                .copy_update(tenant_id, id, j)
                 .update_expression(expression)
                 .condition_expression(&condition)
                 .set_expression_attribute_values((!values.is_empty()).then(|| values.clone()))
@@ -555,13 +541,31 @@ impl DynamoStore {
     }
 }
 
+impl DynamoStore {
+    /// An UpdateItem of an endpoint's copy `copy` (0: the endpoint item) that exists (the
+    /// condition makes a missing one fail; a caller may set its own instead).
+    fn copy_update(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        copy: u32,
+    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, s(endpoint_copy_pk(tenant_id, copy)))
+            .key(SK, s(endpoint_key(id)))
+            .condition_expression("attribute_exists(pk)")
+    }
+}
+
 /// Whether an endpoint copy is marked checked.
 fn is_checked(item: &Item) -> bool {
     matches!(item.get(COPY_CHECKED), Some(AttributeValue::Bool(true)))
 }
 
-/// The partition keys to try for an endpoint's copy `j`: the copy's, then the endpoint
-/// item's (just the endpoint item's for copy 0).
-fn copy_then_original(tenant_id: &str, j: u32) -> Vec<String> {
-    if j == 0 { vec![tenant_pk(tenant_id)] } else { vec![endpoint_copy_pk(tenant_id, j), tenant_pk(tenant_id)] }
+/// The copies to try for an endpoint's copy `j`: it, then the endpoint item (copy 0; just
+/// that for copy 0).
+fn copy_then_original(j: u32) -> Vec<u32> {
+    if j == 0 { vec![0] } else { vec![j, 0] }
 }
