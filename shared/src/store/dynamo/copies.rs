@@ -107,8 +107,7 @@ impl DynamoStore {
                 .client
                 .update_item()
                 .table_name(&self.table)
-                .key(PK, s(REGISTRY_PK))
-                .key(SK, s(REGISTRY_SK))
+                .set_key(Some(registry_key()))
                 .update_expression("SET #w = :w, #since = :now")
                 .condition_expression("attribute_not_exists(#w) OR #w <> :w")
                 .expression_attribute_names("#w", format!("w_{}", w.name()))
@@ -142,8 +141,7 @@ impl DynamoStore {
             .client
             .get_item()
             .table_name(&self.table)
-            .key(PK, s(REGISTRY_PK))
-            .key(SK, s(REGISTRY_SK))
+            .set_key(Some(registry_key()))
             .consistent_read(true)
             .send()
             .await;
@@ -221,30 +219,27 @@ impl DynamoStore {
         names: &HashMap<String, String>,
         values: &Item,
     ) -> Result<Vec<TransactWriteItem>, StoreError> {
-        let (set, rest) = match expression.strip_prefix("SET ") {
-            Some(rest) => ("SET #copy_checked = if_not_exists(#copy_checked, :copy_checked), ", rest),
-            None => ("SET #copy_checked = if_not_exists(#copy_checked, :copy_checked) ", expression),
-        };
-        let expression = format!("{set}{rest}");
+        // The endpoint item's expression always starts with its SET. A copy this update creates
+        // lacks the unversioned markers (slow lane, adaptive rate): unchecked, so the fill puts
+        // it whole; one that exists keeps its mark.
+        let expression =
+            expression.replacen("SET ", "SET #copy_checked = if_not_exists(#copy_checked, :copy_checked), ", 1);
+        let mut names = names.clone();
+        names.insert("#copy_checked".into(), COPY_CHECKED.into());
+        let mut values = values.clone();
+        values.insert(":copy_checked".into(), AttributeValue::Bool(false));
+        // The version guard's name and value belong to the endpoint item's condition.
+        names.retain(|k, _| k != "#g_version");
+        values.retain(|k, _| k != ":g_version");
         self.copy_numbers()
             .map(|j| {
-                let mut names = names.clone();
-                names.insert("#copy_checked".into(), COPY_CHECKED.into());
-                let mut values = values.clone();
-                // A copy this update creates lacks the unversioned markers (slow lane,
-                // adaptive rate): unchecked, so the fill puts it whole; one that exists keeps
-                // its mark.
-                values.insert(":copy_checked".into(), AttributeValue::Bool(false));
-                // The version guard's name and value belong to the endpoint item's condition.
-                names.retain(|k, _| k != "#g_version");
-                values.retain(|k, _| k != ":g_version");
                 let update = Update::builder()
                     .table_name(&self.table)
                     .key(PK, s(endpoint_copy_pk(tenant_id, j)))
                     .key(SK, s(endpoint_key(id)))
                     .update_expression(&expression)
-                    .set_expression_attribute_names(Some(names))
-                    .set_expression_attribute_values(Some(values))
+                    .set_expression_attribute_names(Some(names.clone()))
+                    .set_expression_attribute_values(Some(values.clone()))
                     .build()
                     .map_err(aws)?;
                 Ok(TransactWriteItem::builder().update(update).build())
@@ -292,7 +287,6 @@ impl DynamoStore {
             .expression_attribute_values(":pk", s(endpoint_copy_pk(tenant_id, j)))
             .consistent_read(true);
         let items = self.query_items(partition).await?;
-        let sk = |i: &Item| i.get(SK).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
         let marked = items.iter().any(|i| sk(i) == COPIES_MARKER_SK);
         let copies: Vec<Item> = items.into_iter().filter(|i| sk(i).starts_with("ENDPOINT#")).collect();
         if marked && copies.iter().all(is_checked) {
@@ -368,7 +362,6 @@ impl DynamoStore {
         originals: &[Item],
         copies: &[Item],
     ) -> Result<(), StoreError> {
-        let sk = |i: &Item| i.get(SK).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
         let version = |i: &Item| i.get("version").and_then(|v| v.as_n().ok()).and_then(|v| v.parse::<u64>().ok());
         let by_sk: HashMap<String, &Item> = copies.iter().map(|c| (sk(c), c)).collect();
         let mut work = Vec::new();
@@ -557,6 +550,16 @@ impl DynamoStore {
             .key(SK, s(endpoint_key(id)))
             .condition_expression("attribute_exists(pk)")
     }
+}
+
+/// An item's sort key (empty when it has none).
+fn sk(item: &Item) -> String {
+    item.get(SK).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default()
+}
+
+/// The registry item's key.
+fn registry_key() -> Item {
+    Item::from([(PK.to_string(), s(REGISTRY_PK)), (SK.to_string(), s(REGISTRY_SK))])
 }
 
 /// Whether an endpoint copy is marked checked.
