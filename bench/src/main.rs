@@ -158,7 +158,7 @@ async fn run() -> Res<()> {
     if only.has("ratelimit") {
         let t = Instant::now();
         eprintln!("bench: 9. rate limit");
-        ratelimit::part(&sdk, quick, &median.2, &out, text, &mut body, &mut summary).await?;
+        ratelimit::part(quick, &median.2, &out, text, &mut body, &mut summary).await?;
         timer.add("9. rate limit (2 runs)", t);
     }
     if only.has("lambda") {

@@ -3,10 +3,17 @@
 //! endpoint with a static limit set too high (20 a second, as an owner who guessed), and with
 //! the same limit adaptive (AIMD), which finds the receiver's rate itself.
 //!
-//! Each run: a fresh table and queue, one endpoint with the retry policy below, the events
-//! ingested first (in process; the emulator's transactions are kept out of the clock), then
-//! the local runtime with the template's concurrency (20 pollers) drains them. The clock runs
-//! from the runtime's start to the 600th 200 at the receiver.
+//! Each run: a fresh in-memory store and queue (`crate::memory`, as section 8's runs at the
+//! template's concurrency), one endpoint with the retry policy below, the events ingested
+//! first, then the local runtime with the template's concurrency (20 pollers) drains them. The
+//! clock runs from the runtime's start to the 600th 200 at the receiver.
+//!
+//! Why not the emulator: at 20 pollers moto's one Python process saturates (a full `make
+//! bench` once stalled here with 1 of 600 delivered: each call waited behind the others' so
+//! long that deliver found its claim's lease too short to start the POST and gave it back,
+//! over and over). In memory the store keeps DynamoDB's conditional writes, so the limit's
+//! per-second counter is taken by the 20 pollers exactly as by 20 deliver invocations; the
+//! rate-limit suite (`tests/tests/rate_limit.rs`) checks the same on the emulator.
 
 use crate::noisy::Rx;
 use crate::stack::{self, Res, err};
@@ -65,11 +72,8 @@ pub struct RateRun {
 ///
 /// # Errors
 /// When the stack cannot start, a post fails, or the events do not drain within 15 minutes.
-pub async fn run(sdk: &aws_config::SdkConfig, variant: Variant, events: usize, payload: &str) -> Res<RateRun> {
-    let errors = crate::count::ServerErrors::default();
-    let (ddb, sqs) = stack::retrying_clients(sdk, &errors);
-    let (table, url) = stack::table_and_queue(&ddb, &sqs, "rate").await?;
-    let app = stack::app(stack::config(&table, &url), ddb, sqs.clone())?;
+pub async fn run(variant: Variant, events: usize, payload: &str) -> Res<RateRun> {
+    let (app, inbox) = crate::memory::app(stack::config("rate", "memory://local/000000000000/rate"))?;
     let rx = Rx::start(Duration::ZERO, Some(RECEIVER_LIMIT)).await?;
     let tenant = "rate";
     let mut body = json!({"tenant_id": tenant, "url": rx.url, "retry_policy": retry_policy()});
@@ -90,7 +94,7 @@ pub async fn run(sdk: &aws_config::SdkConfig, variant: Variant, events: usize, p
         sweeper: false,
     };
     let t0 = Instant::now();
-    let running = webhooks_local::start(app.clone(), sqs, options).await.map_err(|e| err(e.to_string()))?;
+    let running = webhooks_local::start_with(app.clone(), inbox, options).await.map_err(|e| err(e.to_string()))?;
     let deadline = t0 + Duration::from_secs(900);
     let mut rate_curve = Vec::new();
     let mut last_ok = (0, t0);
@@ -128,7 +132,6 @@ pub async fn run(sdk: &aws_config::SdkConfig, variant: Variant, events: usize, p
 /// # Errors
 /// When a run or the chart fails.
 pub async fn part(
-    sdk: &aws_config::SdkConfig,
     quick: bool,
     payload: &str,
     out: &std::path::Path,
@@ -141,7 +144,7 @@ pub async fn part(
     let mut runs = Vec::new();
     for v in [Variant::Static, Variant::Adaptive] {
         eprintln!("bench:    rate limit: {} ({events} events)", v.name());
-        runs.push(run(sdk, v, events, payload).await?);
+        runs.push(run(v, events, payload).await?);
     }
     let adaptive = runs.iter().find(|r| r.variant == Variant::Adaptive).cloned();
     let series: Vec<(String, Vec<(f64, f64)>)> = adaptive
@@ -159,7 +162,7 @@ pub async fn part(
     let _ = writeln!(body, "## 9. Per-endpoint rate limit (static and adaptive)\n");
     let _ = writeln!(
         body,
-        "How: `bench/src/ratelimit.rs`. A loopback receiver answers 429 without `Retry-After` to every request past {RECEIVER_LIMIT} in one wall-clock second (a fixed window), else 200. One endpoint, retry policy `{}` (a 429 is retried after 2, 4, 8, 16, then every 30 s). {events} events are ingested with the runtime stopped; then the local runtime ({} pollers, the template's concurrency) drains them; the clock runs from its start to the {events}th 200. Limited runs: `rate_limit_per_second` {CONFIGURED_LIMIT} (four times what the receiver takes: the owner guessed), with `rate_limit_adaptive` false (static) or true (AIMD: halved on a 429 without Retry-After, +1 per 2 s on a 2xx). Chart: `ratelimit.png` (the adaptive run's `effective_rate_per_second`, sampled every 500 ms).\n",
+        "How: `bench/src/ratelimit.rs`. A loopback receiver answers 429 without `Retry-After` to every request past {RECEIVER_LIMIT} in one wall-clock second (a fixed window), else 200. One endpoint, retry policy `{}` (a 429 is retried after 2, 4, 8, 16, then every 30 s). {events} events are ingested with the runtime stopped; then the local runtime ({} pollers, the template's concurrency) drains them, over the in-memory store and queue of section 8 (`bench/src/memory.rs`: DynamoDB's conditional writes, so the limit's per-second counter is shared by the pollers as by concurrent deliver invocations; on moto, one Python process, 20 pollers saturated it: a full run once stalled here as deliver's claims ran out of lease while their calls waited, and were given back over and over; the rate-limit suite checks the limit on the emulator); the clock runs from its start to the {events}th 200. Limited runs: `rate_limit_per_second` {CONFIGURED_LIMIT} (four times what the receiver takes: the owner guessed), with `rate_limit_adaptive` false (static) or true (AIMD: halved on a 429 without Retry-After, +1 per 2 s on a 2xx). Chart: `ratelimit.png` (the adaptive run's `effective_rate_per_second`, sampled every 500 ms).\n",
         retry_policy(),
         crate::noisy::POLLERS
     );

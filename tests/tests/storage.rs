@@ -978,10 +978,14 @@ async fn the_failures_counter_is_split_over_the_copies_and_summed_at_a_copys_sha
     // Copy 0 reaches its share: the sum is read (2 + 1 + 1 = 4) and the breaker opens.
     let n = count(k0.clone()).await;
     assert_eq!((n.in_a_row, n.opens_breaker), (2, true));
-    assert_eq!(store.find_endpoint(&id).await.unwrap().unwrap().consecutive_failures, 4, "shown summed");
+    let shown =
+        || async { webhooks::service::admin::get_endpoint(&stack.app, &id).await.unwrap().consecutive_failures };
+    assert_eq!(shown().await, 4, "the endpoint's view shows the copies summed");
+    // Finding the endpoint (to change it) reads no copy: the endpoint item's own count.
+    assert_eq!(store.find_endpoint(&id).await.unwrap().unwrap().consecutive_failures, 2);
     // A success zeroes the copy it read only: 2 + 0 + 1 is under the threshold again.
     store.reset_failures("acme", &id, &k1).await.unwrap();
-    assert_eq!(store.find_endpoint(&id).await.unwrap().unwrap().consecutive_failures, 3);
+    assert_eq!(shown().await, 3);
     assert_eq!(text(&copy_item(&stack, "acme", &id, 1).await.unwrap(), "consecutive_failures"), "0");
     assert_eq!(text(&copy_item(&stack, "acme", &id, 2).await.unwrap(), "consecutive_failures"), "1");
     let n = count(k1.clone()).await;
@@ -999,5 +1003,57 @@ async fn the_failures_counter_is_split_over_the_copies_and_summed_at_a_copys_sha
     // Gone: nothing counted, nothing created.
     assert_eq!(store.count_failure("acme", "ep_missing", &k1, 4).await.unwrap(), None);
     assert!(copy_item(&stack, "acme", "ep_missing", 1).await.is_none());
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_marker_written_while_a_copy_is_filled_is_not_overwritten_by_the_fill() {
+    use webhooks::store::keys::tenant_pk;
+    use webhooks::store::{DynamoStore, Store as _};
+    let stack = Stack::start_with(
+        |_| {},
+        webhooks_local::Options { pollers: 0, sweeper: false, ..webhooks_local::Options::default() },
+    )
+    .await;
+    let table = stack.app.config.table.clone();
+    let id = new_endpoint(&stack, "https://slow.example/hook").await;
+    let store = DynamoStore::new(ddb().await, &table, 2).with_endpoint_copies(3, 3).with_copies_settle(Duration::ZERO);
+    // The fill reads the endpoint items (copy 1 is missing, so it will put it) ...
+    ddb()
+        .await
+        .delete_item()
+        .table_name(&table)
+        .key(PK, AttributeValue::S(webhooks::store::keys::endpoint_copy_pk("acme", 1)))
+        .key(SK, AttributeValue::S(webhooks::store::keys::endpoint_key(&id)))
+        .send()
+        .await
+        .unwrap();
+    let originals = ddb()
+        .await
+        .query()
+        .table_name(&table)
+        .key_condition_expression("pk = :p")
+        .expression_attribute_values(":p", AttributeValue::S(tenant_pk("acme")))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .items
+        .unwrap_or_default();
+    // ... then the endpoint is marked slow (mirrored to the copies that exist: not copy 1) ...
+    let until = chrono::Utc::now() + chrono::Duration::minutes(10);
+    store.set_slow_until("acme", &id, Some(until)).await.unwrap();
+    // ... then the fill's transaction: it must not write the copy without the marker.
+    let filled = store.fill_copies_from("acme", 1, &originals, &[]).await;
+    assert!(filled.is_err(), "the endpoint item changed since the fill read it");
+    assert!(copy_item(&stack, "acme", &id, 1).await.is_none(), "no copy written from the read before the marker");
+    // The next read of copy 1 fills it from the endpoint item as it is now: marker included.
+    let ep = store.tenant_endpoints("acme", &key_reading(1)).await.unwrap();
+    assert!(ep[0].slow_until.is_some());
+    let copy = copy_item(&stack, "acme", &id, 1).await.expect("filled");
+    assert_eq!(text(&copy, "copy_checked"), "true");
+    assert!(copy.contains_key("slow_until"), "the fill copied the marker: {copy:?}");
+    let read = store.read_endpoint("acme", &id, &key_reading(1)).await.unwrap().unwrap();
+    assert!(read.slow_until.is_some(), "the copy's reader sees the endpoint slow");
     stack.stop().await;
 }

@@ -73,6 +73,17 @@ pub struct EndpointView {
 }
 
 impl EndpointView {
+    /// The view of `ep` as a single-endpoint answer shows it: as [`EndpointView::of`], with
+    /// its failures in a row read by [`crate::store::Store::failures_in_a_row`] (summed over
+    /// the endpoint's copies when the counter is split over them).
+    ///
+    /// # Errors
+    /// [`ServiceError::Unavailable`] when the read of the copies fails.
+    pub async fn shown(app: &App, mut ep: Endpoint, with_secret: bool) -> Result<Self, ServiceError> {
+        ep.consecutive_failures = app.store.failures_in_a_row(&ep).await?;
+        Ok(Self::of(ep, with_secret))
+    }
+
     /// The view of `ep`, with its secret when `with_secret`.
     pub fn of(ep: Endpoint, with_secret: bool) -> Self {
         let state = match ep.state() {
@@ -259,7 +270,7 @@ pub async fn find_endpoint(app: &App, id: &str) -> Result<Endpoint, ServiceError
 /// # Errors
 /// [`ServiceError::NotFound`].
 pub async fn get_endpoint(app: &App, id: &str) -> Result<EndpointView, ServiceError> {
-    Ok(EndpointView::of(find_endpoint(app, id).await?, false))
+    EndpointView::shown(app, find_endpoint(app, id).await?, false).await
 }
 
 /// Changes an endpoint's settings (PATCH: only the fields given), in a write conditional on
@@ -280,7 +291,7 @@ pub async fn update_endpoint(app: &App, id: &str, body: &Map<String, Value>) -> 
         endpoint_lifecycle::configure(ep, app.clock.now(), &app.random, |e| apply_settings(e, body, &[])).map(Some)
     })
     .await?;
-    Ok(EndpointView::of(ep, false))
+    EndpointView::shown(app, ep, false).await
 }
 
 /// Disables an endpoint by hand (reason `manual`): from enabled, paused or probing (an
@@ -293,7 +304,7 @@ pub async fn disable_endpoint(app: &App, id: &str) -> Result<EndpointView, Servi
     let ep = find_endpoint(app, id).await?;
     let disabled = Disabled { reason: REASON_MANUAL.into(), at: app.clock.now(), status_code: None, delivery_id: None };
     let (ep, _) = health::disable(app, &ep, disabled).await?;
-    Ok(EndpointView::of(ep, false))
+    EndpointView::shown(app, ep, false).await
 }
 
 /// Enables an endpoint; its held deliveries are released `release_per_tick` per sweeper
@@ -304,7 +315,7 @@ pub async fn disable_endpoint(app: &App, id: &str) -> Result<EndpointView, Servi
 pub async fn enable_endpoint(app: &App, id: &str) -> Result<(EndpointView, Job), ServiceError> {
     let ep = find_endpoint(app, id).await?;
     let (ep, job) = health::enable(app, &ep).await?;
-    Ok((EndpointView::of(ep, false), job))
+    Ok((EndpointView::shown(app, ep, false).await?, job))
 }
 
 /// A page of a tenant's endpoints (without secrets).
@@ -550,7 +561,7 @@ pub async fn rotate_secret(app: &App, id: &str, secret: Option<&str>) -> Result<
     })
     .await?;
     tracing::info!(endpoint_id = id, until = ?ep.previous_secret_expires_at, "secret rotated");
-    let mut view = EndpointView::of(ep, true);
+    let mut view = EndpointView::shown(app, ep, true).await?;
     view.previous_secret_expires_at = Some(until);
     Ok(view)
 }

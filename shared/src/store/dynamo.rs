@@ -1053,12 +1053,15 @@ impl Store for DynamoStore {
         let Some(tenant) = out.item.as_ref().and_then(|i| i.get("tenant_id")).and_then(|v| v.as_s().ok()) else {
             return Ok(None);
         };
-        let Some(mut ep) = self.get_endpoint(tenant, id).await? else { return Ok(None) };
+        self.get_endpoint(tenant, id).await
+    }
+
+    async fn failures_in_a_row(&self, endpoint: &Endpoint) -> Result<u32, StoreError> {
         if self.readable_copies().await > 1 {
             // The counter is split over the read copies (see [`copies`]): shown summed.
-            ep.consecutive_failures = self.failures_summed(tenant, id).await?;
+            return self.failures_summed(&endpoint.tenant_id, &endpoint.id).await;
         }
-        Ok(Some(ep))
+        Ok(endpoint.consecutive_failures)
     }
 
     async fn tenant_endpoints(&self, tenant_id: &str, key: &str) -> Result<Vec<Endpoint>, StoreError> {

@@ -312,6 +312,14 @@ pub trait Store: Send + Sync {
     /// Zeroes the endpoint's failures in a row, on the copy an attempt keyed by `key` read (a
     /// counter; see [`Store::count_failure`]).
     async fn reset_failures(&self, tenant_id: &str, id: &str, key: &str) -> Result<(), StoreError>;
+    /// The failures in a row an endpoint's view shows: `endpoint`'s own count (the endpoint
+    /// item's) when the counter is one item; summed over the read copies when it is split
+    /// (one strongly consistent BatchGetItem, a read unit per copy; see [`dynamo`]'s endpoint
+    /// copies). Only the single-endpoint views read it, so that finding an endpoint to change
+    /// it costs no read of the copies.
+    async fn failures_in_a_row(&self, endpoint: &Endpoint) -> Result<u32, StoreError> {
+        Ok(endpoint.consecutive_failures)
+    }
     /// Records, when it starts, that a process of each of `writers` keeps the store's number
     /// of endpoint copies (with copies; see [`dynamo`]'s endpoint copies: readers trust copies
     /// only once every function has kept them for longer than any process of before could

@@ -404,7 +404,8 @@ async fn endpoint_page(State(app): State<App>, Path(id): Path<String>, headers: 
         Err(r) => return *r,
     };
     let result = async {
-        let ep = owned_endpoint(&app, &s, &id).await?;
+        let mut ep = owned_endpoint(&app, &s, &id).await?;
+        ep.consecutive_failures = app.store.failures_in_a_row(&ep).await?;
         let q = DeliveryQuery { endpoint_id: Some(ep.id.clone()), limit: 50, ..DeliveryQuery::default() };
         let deliveries = admin::list_deliveries(&app, q).await?.data;
         Ok::<_, ServiceError>(endpoint_body(&s, &ep, &deliveries.iter().map(json_of).collect::<Vec<_>>()))

@@ -49,7 +49,8 @@
 //! copy). "In a row" then means "since the last success of the same copy": at high volume an
 //! endpoint failing more than about T / (T + R) of its attempts (83% at T = 100, R = 20) is
 //! paused, where with one copy a run of T is needed. The run of timeouts the adaptive rate
-//! backs off after is per copy too. The endpoint shows the copies' counts summed. The
+//! backs off after is per copy too. An endpoint's view shows the copies' counts summed
+//! (`Store::failures_in_a_row`, read by the single-endpoint answers only). The
 //! slow-lane marker and the adaptive rate, which readers of every copy act on, are written to
 //! the endpoint item and then to each copy (best effort: a copy that missed one is moved by
 //! the next); `delivered_counted_from` is read from the endpoint item only.
@@ -352,6 +353,23 @@ impl DynamoStore {
         }
     }
 
+    /// The fill of copy partition `j` from endpoint items and copies read earlier (the items
+    /// as a Query returned them): the seam the storage tests use to put a write between the
+    /// fill's read and its transactions. Not for use outside tests.
+    ///
+    /// # Errors
+    /// [`StoreError`] when a transaction fails (one whose check failed among them).
+    #[doc(hidden)]
+    pub async fn fill_copies_from(
+        &self,
+        tenant_id: &str,
+        j: u32,
+        originals: &[Item],
+        copies: &[Item],
+    ) -> Result<(), StoreError> {
+        self.fill_copies(tenant_id, j, originals, copies).await
+    }
+
     /// Brings copy partition `j` of a tenant in step with its endpoint items as read
     /// (`originals`, `copies`), at most [`FILL_PER_CALL`] endpoints, and marks it once every
     /// endpoint has a checked copy of its version and no copy is left of one that is gone.
@@ -368,7 +386,7 @@ impl DynamoStore {
         for original in originals {
             let in_step = by_sk.get(&sk(original)).is_some_and(|c| is_checked(c) && version(c) == version(original));
             if !in_step {
-                let (condition, names, values) = version_guard(version(original).unwrap_or(0));
+                let (condition, names, values) = fill_guard(original, version(original).unwrap_or(0));
                 let check = ConditionCheck::builder()
                     .table_name(&self.table)
                     .key(PK, s(tenant_pk(tenant_id)))
@@ -550,6 +568,31 @@ impl DynamoStore {
             .key(SK, s(endpoint_key(id)))
             .condition_expression("attribute_exists(pk)")
     }
+}
+
+/// The unversioned markers the copies mirror (see [`DynamoStore::mirror_marker`]): the
+/// slow-lane marker, and the adaptive rate's change time (written with every change of the
+/// rate).
+const MIRRORED: [&str; 2] = ["slow_until", "rate_changed_at_ms"];
+
+/// The fill's check of an endpoint item it copies: still at `version` (the version guard),
+/// and its mirrored markers still as `original` holds them, so a marker written (and mirrored)
+/// between the fill's read and its Put cancels the Put instead of being overwritten by the
+/// value read before it; the next event's fill copies the new one.
+fn fill_guard(original: &Item, version: u64) -> (String, HashMap<String, String>, Item) {
+    let (mut condition, mut names, mut values) = version_guard(version);
+    for (i, attr) in MIRRORED.iter().enumerate() {
+        let (name, value) = (format!("#g_m{i}"), format!(":g_m{i}"));
+        match original.get(*attr) {
+            Some(v) => {
+                condition.push_str(&format!(" AND {name} = {value}"));
+                values.insert(value, v.clone());
+            }
+            None => condition.push_str(&format!(" AND attribute_not_exists({name})")),
+        }
+        names.insert(name, (*attr).to_string());
+    }
+    (condition, names, values)
 }
 
 /// An item's sort key (empty when it has none).
