@@ -426,6 +426,11 @@ impl Store for MemStore {
     }
 
     /// One endpoint item (no copies): the same as [`Store::get_endpoint`].
+    async fn failures_in_a_row(&self, endpoint: &Endpoint) -> Result<u32, StoreError> {
+        // No copies here: the endpoint's own count.
+        Ok(endpoint.consecutive_failures)
+    }
+
     async fn read_endpoint(&self, tenant_id: &str, id: &str, _key: &str) -> Result<Option<Endpoint>, StoreError> {
         self.call("store.read_endpoint", |_, t| Ok(t.endpoints.get(&(tenant_id.to_string(), id.to_string())).cloned()))
             .await

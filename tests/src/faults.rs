@@ -34,8 +34,9 @@ pub enum Strike {
 }
 
 /// The calls that change nothing: failing one after it was made is the same as before.
-const READS: [&str; 12] = [
+const READS: [&str; 13] = [
     "get_endpoint",
+    "failures_in_a_row",
     "read_endpoint",
     "find_endpoint",
     "tenant_endpoints",
@@ -242,6 +243,9 @@ impl Store for FaultyStore {
     }
     async fn find_endpoint(&self, id: &str) -> Result<Option<Endpoint>, StoreError> {
         self.faults.run("find_endpoint", self.inner.find_endpoint(id), any, aws).await
+    }
+    async fn failures_in_a_row(&self, endpoint: &Endpoint) -> Result<u32, StoreError> {
+        self.faults.run("failures_in_a_row", self.inner.failures_in_a_row(endpoint), any, aws).await
     }
     async fn read_endpoint(&self, tenant_id: &str, id: &str, key: &str) -> Result<Option<Endpoint>, StoreError> {
         self.faults.run("read_endpoint", self.inner.read_endpoint(tenant_id, id, key), any, aws).await

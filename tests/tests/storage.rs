@@ -981,6 +981,8 @@ async fn the_failures_counter_is_split_over_the_copies_and_summed_at_a_copys_sha
     let shown =
         || async { webhooks::service::admin::get_endpoint(&stack.app, &id).await.unwrap().consecutive_failures };
     assert_eq!(shown().await, 4, "the endpoint's view shows the copies summed");
+    let stats = webhooks::service::admin::endpoint_stats(&stack.app, &id).await.unwrap();
+    assert_eq!(stats.consecutive_failures, 4, "and its stats");
     // Finding the endpoint (to change it) reads no copy: the endpoint item's own count.
     assert_eq!(store.find_endpoint(&id).await.unwrap().unwrap().consecutive_failures, 2);
     // A success zeroes the copy it read only: 2 + 0 + 1 is under the threshold again.
@@ -1045,7 +1047,8 @@ async fn a_marker_written_while_a_copy_is_filled_is_not_overwritten_by_the_fill(
     store.set_slow_until("acme", &id, Some(until)).await.unwrap();
     // ... then the fill's transaction: it must not write the copy without the marker.
     let filled = store.fill_copies_from("acme", 1, &originals, &[]).await;
-    assert!(filled.is_err(), "the endpoint item changed since the fill read it");
+    let refused = filled.expect_err("the endpoint item changed since the fill read it").to_string();
+    assert!(refused.contains("ConditionalCheckFailed"), "refused by its check, not malformed: {refused}");
     assert!(copy_item(&stack, "acme", &id, 1).await.is_none(), "no copy written from the read before the marker");
     // The next read of copy 1 fills it from the endpoint item as it is now: marker included.
     let ep = store.tenant_endpoints("acme", &key_reading(1)).await.unwrap();
@@ -1055,5 +1058,58 @@ async fn a_marker_written_while_a_copy_is_filled_is_not_overwritten_by_the_fill(
     assert!(copy.contains_key("slow_until"), "the fill copied the marker: {copy:?}");
     let read = store.read_endpoint("acme", &id, &key_reading(1)).await.unwrap().unwrap();
     assert!(read.slow_until.is_some(), "the copy's reader sees the endpoint slow");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_marker_mirror_older_than_the_copys_marker_is_refused() {
+    use webhooks::store::dynamo::SLOW_SEQ;
+    use webhooks::store::{DynamoStore, Store as _};
+    let stack = Stack::start_with(
+        |_| {},
+        webhooks_local::Options { pollers: 0, sweeper: false, ..webhooks_local::Options::default() },
+    )
+    .await;
+    let table = stack.app.config.table.clone();
+    let id = new_endpoint(&stack, "https://slow.example/hook").await;
+    let store = DynamoStore::new(ddb().await, &table, 2).with_endpoint_copies(3, 3).with_copies_settle(Duration::ZERO);
+    let until = chrono::Utc::now() + chrono::Duration::minutes(10);
+    store.set_slow_until("acme", &id, Some(until)).await.unwrap();
+    for copy in 1..3 {
+        let c = copy_item(&stack, "acme", &id, copy).await.unwrap();
+        assert!(c.contains_key("slow_until"), "copy {copy} marked slow: {c:?}");
+        assert_eq!(text(&c, SLOW_SEQ), "1");
+    }
+    // Copy 1 holds a later write's marker than the one about to be mirrored (as when two
+    // writers race and the later one's mirror lands first): the earlier mirror is refused.
+    set_on_copy(&stack, "acme", &id, 1, SLOW_SEQ, AttributeValue::N("99".into())).await;
+    store.set_slow_until("acme", &id, None).await.unwrap();
+    let item = store.get_endpoint("acme", &id).await.unwrap().unwrap();
+    assert!(item.slow_until.is_none(), "the endpoint item took the clear");
+    let one = copy_item(&stack, "acme", &id, 1).await.unwrap();
+    assert!(one.contains_key("slow_until"), "an older mirror does not replace a newer one: {one:?}");
+    let two = copy_item(&stack, "acme", &id, 2).await.unwrap();
+    assert!(!two.contains_key("slow_until"), "copy 2 took the clear: {two:?}");
+    assert_eq!(text(&two, SLOW_SEQ), "2");
+    let read = store.read_endpoint("acme", &id, &key_reading(2)).await.unwrap().unwrap();
+    assert!(read.slow_until.is_none(), "copy 2's reader sees the endpoint fast");
+    // The adaptive rate likewise, ordered by the endpoint item's `rate_seq`, not by the
+    // writers' clocks: a write stamped earlier than the one before it still reaches the copies.
+    use webhooks::store::dynamo::RATE_SEQ;
+    assert!(store.set_effective_rate("acme", &id, None, 8.0, 5_000).await.unwrap());
+    assert!(
+        store.set_effective_rate("acme", &id, Some(5_000), 4.0, 4_000).await.unwrap(),
+        "a writer whose clock is behind"
+    );
+    let one = copy_item(&stack, "acme", &id, 1).await.unwrap();
+    assert_eq!((text(&one, "effective_rate_per_second"), text(&one, RATE_SEQ)), ("4".into(), "2".into()));
+    set_on_copy(&stack, "acme", &id, 2, RATE_SEQ, AttributeValue::N("99".into())).await;
+    assert!(store.set_effective_rate("acme", &id, Some(4_000), 2.0, 6_000).await.unwrap());
+    assert_eq!(text(&copy_item(&stack, "acme", &id, 1).await.unwrap(), "effective_rate_per_second"), "2");
+    assert_eq!(
+        text(&copy_item(&stack, "acme", &id, 2).await.unwrap(), "effective_rate_per_second"),
+        "4",
+        "an older mirror does not replace a newer one"
+    );
     stack.stop().await;
 }

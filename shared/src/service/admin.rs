@@ -74,14 +74,11 @@ pub struct EndpointView {
 
 impl EndpointView {
     /// The view of `ep` as a single-endpoint answer shows it: as [`EndpointView::of`], with
-    /// its failures in a row read by [`crate::store::Store::failures_in_a_row`] (summed over
-    /// the endpoint's copies when the counter is split over them).
-    ///
-    /// # Errors
-    /// [`ServiceError::Unavailable`] when the read of the copies fails.
-    pub async fn shown(app: &App, mut ep: Endpoint, with_secret: bool) -> Result<Self, ServiceError> {
-        ep.consecutive_failures = app.store.failures_in_a_row(&ep).await?;
-        Ok(Self::of(ep, with_secret))
+    /// its failures in a row from [`failures_in_a_row`] (summed over the endpoint's copies
+    /// when the counter is split over them).
+    pub async fn shown(app: &App, mut ep: Endpoint, with_secret: bool) -> Self {
+        ep.consecutive_failures = failures_in_a_row(app, &ep).await;
+        Self::of(ep, with_secret)
     }
 
     /// The view of `ep`, with its secret when `with_secret`.
@@ -256,6 +253,20 @@ pub async fn create_endpoint(app: &App, body: &Map<String, Value>) -> Result<End
     Ok(EndpointView::of(endpoint, true))
 }
 
+/// The failures in a row to show for `ep` ([`crate::store::Store::failures_in_a_row`]: summed
+/// over its copies when the counter is split). Never an error: the answers that show it come
+/// after a write that has answered (a rotation's new secret, an enable's job), so a failed
+/// read of the copies shows the endpoint item's own count, logged, instead of failing them.
+pub async fn failures_in_a_row(app: &App, ep: &Endpoint) -> u32 {
+    match app.store.failures_in_a_row(ep).await {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!(endpoint_id = %ep.id, error = %e, "failures in a row not summed over the copies; showing the endpoint item's own");
+            ep.consecutive_failures
+        }
+    }
+}
+
 /// The endpoint `id`, or 404.
 ///
 /// # Errors
@@ -270,7 +281,7 @@ pub async fn find_endpoint(app: &App, id: &str) -> Result<Endpoint, ServiceError
 /// # Errors
 /// [`ServiceError::NotFound`].
 pub async fn get_endpoint(app: &App, id: &str) -> Result<EndpointView, ServiceError> {
-    EndpointView::shown(app, find_endpoint(app, id).await?, false).await
+    Ok(EndpointView::shown(app, find_endpoint(app, id).await?, false).await)
 }
 
 /// Changes an endpoint's settings (PATCH: only the fields given), in a write conditional on
@@ -291,7 +302,7 @@ pub async fn update_endpoint(app: &App, id: &str, body: &Map<String, Value>) -> 
         endpoint_lifecycle::configure(ep, app.clock.now(), &app.random, |e| apply_settings(e, body, &[])).map(Some)
     })
     .await?;
-    EndpointView::shown(app, ep, false).await
+    Ok(EndpointView::shown(app, ep, false).await)
 }
 
 /// Disables an endpoint by hand (reason `manual`): from enabled, paused or probing (an
@@ -304,7 +315,7 @@ pub async fn disable_endpoint(app: &App, id: &str) -> Result<EndpointView, Servi
     let ep = find_endpoint(app, id).await?;
     let disabled = Disabled { reason: REASON_MANUAL.into(), at: app.clock.now(), status_code: None, delivery_id: None };
     let (ep, _) = health::disable(app, &ep, disabled).await?;
-    EndpointView::shown(app, ep, false).await
+    Ok(EndpointView::shown(app, ep, false).await)
 }
 
 /// Enables an endpoint; its held deliveries are released `release_per_tick` per sweeper
@@ -315,7 +326,7 @@ pub async fn disable_endpoint(app: &App, id: &str) -> Result<EndpointView, Servi
 pub async fn enable_endpoint(app: &App, id: &str) -> Result<(EndpointView, Job), ServiceError> {
     let ep = find_endpoint(app, id).await?;
     let (ep, job) = health::enable(app, &ep).await?;
-    Ok((EndpointView::shown(app, ep, false).await?, job))
+    Ok((EndpointView::shown(app, ep, false).await, job))
 }
 
 /// A page of a tenant's endpoints (without secrets).
@@ -525,12 +536,13 @@ pub async fn endpoint_stats(app: &App, id: &str) -> Result<EndpointStats, Servic
             ..DeliveryQuery::default()
         })
         .await?;
+    let consecutive_failures = failures_in_a_row(app, &ep).await;
     Ok(EndpointStats {
         endpoint_id: ep.id,
         counted: counts.values().sum(),
         counts,
         last_success_at: newest.data.first().map(|d| d.updated_at),
-        consecutive_failures: ep.consecutive_failures,
+        consecutive_failures,
     })
 }
 
@@ -561,7 +573,7 @@ pub async fn rotate_secret(app: &App, id: &str, secret: Option<&str>) -> Result<
     })
     .await?;
     tracing::info!(endpoint_id = id, until = ?ep.previous_secret_expires_at, "secret rotated");
-    let mut view = EndpointView::shown(app, ep, true).await?;
+    let mut view = EndpointView::shown(app, ep, true).await;
     view.previous_secret_expires_at = Some(until);
     Ok(view)
 }

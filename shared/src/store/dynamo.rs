@@ -21,7 +21,7 @@ use std::collections::HashMap;
 mod copies;
 mod lanes;
 pub use copies::{FILL_PER_CALL, REGISTRY_PK, REGISTRY_SK};
-pub use lanes::{RATE_WINDOW_TTL_SECONDS, rate_pk, rate_sk};
+pub use lanes::{RATE_SEQ, RATE_WINDOW_TTL_SECONDS, SLOW_SEQ, rate_pk, rate_sk};
 
 /// A DynamoDB item or key: attribute name to value.
 pub type Item = HashMap<String, AttributeValue>;

@@ -317,9 +317,7 @@ pub trait Store: Send + Sync {
     /// (one strongly consistent BatchGetItem, a read unit per copy; see [`dynamo`]'s endpoint
     /// copies). Only the single-endpoint views read it, so that finding an endpoint to change
     /// it costs no read of the copies.
-    async fn failures_in_a_row(&self, endpoint: &Endpoint) -> Result<u32, StoreError> {
-        Ok(endpoint.consecutive_failures)
-    }
+    async fn failures_in_a_row(&self, endpoint: &Endpoint) -> Result<u32, StoreError>;
     /// Records, when it starts, that a process of each of `writers` keeps the store's number
     /// of endpoint copies (with copies; see [`dynamo`]'s endpoint copies: readers trust copies
     /// only once every function has kept them for longer than any process of before could

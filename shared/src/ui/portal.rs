@@ -405,7 +405,7 @@ async fn endpoint_page(State(app): State<App>, Path(id): Path<String>, headers: 
     };
     let result = async {
         let mut ep = owned_endpoint(&app, &s, &id).await?;
-        ep.consecutive_failures = app.store.failures_in_a_row(&ep).await?;
+        ep.consecutive_failures = admin::failures_in_a_row(&app, &ep).await;
         let q = DeliveryQuery { endpoint_id: Some(ep.id.clone()), limit: 50, ..DeliveryQuery::default() };
         let deliveries = admin::list_deliveries(&app, q).await?.data;
         Ok::<_, ServiceError>(endpoint_body(&s, &ep, &deliveries.iter().map(json_of).collect::<Vec<_>>()))

@@ -1,16 +1,25 @@
 //! The DynamoDB side of [`crate::lane`] and [`crate::rate_limit`]: the slow-lane marker and
 //! the adaptive rate on the endpoint item (plain UpdateItems beside the versioned
-//! configuration, see [`crate::model::UNVERSIONED_ENDPOINT_ATTRIBUTES`]), and the per-second
-//! rate counter items.
+//! configuration, see [`crate::model::UNVERSIONED_ENDPOINT_ATTRIBUTES`]; each also adds one to
+//! its sequence number, [`SLOW_SEQ`] or [`RATE_SEQ`], which orders its mirrors to the
+//! endpoint's copies), and the per-second rate counter items.
 //!
 //! | item | `pk` | `sk` | attributes |
 //! |---|---|---|---|
 //! | rate window | `RATE#{endpoint_id}` | `S#{unix second}` | `n` (attempt starts counted), `expires_at` (TTL: the second + [`RATE_WINDOW_TTL_SECONDS`]) |
 
-use super::{DynamoStore, StoreError, aws, conditional, n, s};
+use super::{DynamoStore, StoreError, aws, n, s};
 use crate::store::keys::{PK, SK, TTL};
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use chrono::{DateTime, Utc};
+
+/// The endpoint item's count of slow-lane marker writes (a number, added to by each), which
+/// orders the marker's mirrors to the copies (see [`DynamoStore::write_slow_until`]).
+pub const SLOW_SEQ: &str = "slow_seq";
+
+/// The endpoint item's count of adaptive rate writes (a number, added to by each), which
+/// orders the rate's mirrors to the copies (see [`DynamoStore::write_effective_rate`]).
+pub const RATE_SEQ: &str = "rate_seq";
 
 /// How long a rate window's counter item is kept after its second, seconds (DynamoDB TTL
 /// removes it; only the current second's item is ever read).
@@ -27,13 +36,18 @@ pub fn rate_sk(second: i64) -> String {
 }
 
 impl DynamoStore {
+    /// Sets (or, with `None`, removes) the endpoint item's slow-lane marker and adds one to
+    /// its [`SLOW_SEQ`], then mirrors both to the copies in that order: a copy takes a
+    /// mirror only when it holds an earlier sequence number, so two writers of the marker at
+    /// once (one deliver marking the endpoint slow while another clears it) leave every copy
+    /// with what the endpoint item was left with, whichever mirror lands last.
     pub(super) async fn write_slow_until(
         &self,
         tenant_id: &str,
         id: &str,
         until: Option<DateTime<Utc>>,
     ) -> Result<(), StoreError> {
-        let (expression, values) = match until {
+        let (marker, mut values) = match until {
             Some(t) => (
                 "SET slow_until = :t",
                 super::Item::from([(
@@ -43,14 +57,21 @@ impl DynamoStore {
             ),
             None => ("REMOVE slow_until", super::Item::new()),
         };
+        let mut item_values = values.clone();
+        item_values.insert(":one".into(), n(1));
         let update = self
             .endpoint_update(tenant_id, id)
-            .update_expression(expression)
-            .set_expression_attribute_values((!values.is_empty()).then(|| values.clone()));
-        if conditional(update.send().await)? {
-            // Readers of every copy act on the marker (see [`super::copies`]).
-            self.mirror_marker(tenant_id, id, expression, &values, None).await;
-        }
+            .update_expression(format!("{marker} ADD {SLOW_SEQ} :one"))
+            .set_expression_attribute_values(Some(item_values));
+        let Some(seq) = super::updated_attribute(update, SLOW_SEQ).await? else { return Ok(()) };
+        // Readers of every copy act on the marker (see [`super::copies`]).
+        values.insert(":seq".into(), seq);
+        let expression = match until {
+            Some(_) => format!("{marker}, {SLOW_SEQ} = :seq"),
+            None => format!("{marker} SET {SLOW_SEQ} = :seq"),
+        };
+        let later = format!("attribute_not_exists({SLOW_SEQ}) OR {SLOW_SEQ} < :seq");
+        self.mirror_marker(tenant_id, id, &expression, &values, Some(&later)).await;
         Ok(())
     }
 
@@ -88,23 +109,33 @@ impl DynamoStore {
     ) -> Result<bool, StoreError> {
         let update = self
             .endpoint_update(tenant_id, id)
-            .update_expression("SET effective_rate_per_second = :r, rate_changed_at_ms = :now")
+            .update_expression(format!(
+                "SET effective_rate_per_second = :r, rate_changed_at_ms = :now ADD {RATE_SEQ} :one"
+            ))
             .expression_attribute_values(":r", n(rate))
-            .expression_attribute_values(":now", n(now_ms));
+            .expression_attribute_values(":now", n(now_ms))
+            .expression_attribute_values(":one", n(1));
         let update = match expected_ms {
             Some(old) => update
                 .condition_expression("attribute_exists(pk) AND rate_changed_at_ms = :old")
                 .expression_attribute_values(":old", n(old)),
             None => update.condition_expression("attribute_exists(pk) AND attribute_not_exists(rate_changed_at_ms)"),
         };
-        let moved = conditional(update.send().await)?;
-        if moved {
+        let seq = super::updated_attribute(update, RATE_SEQ).await?;
+        let moved = seq.is_some();
+        if let Some(seq) = seq {
             // Readers of every copy act on the rate (see [`super::copies`]); a copy only ever
-            // moves to a later change than it holds.
-            let values = super::Item::from([(":r".to_string(), n(rate)), (":now".to_string(), n(now_ms))]);
-            let expression = "SET effective_rate_per_second = :r, rate_changed_at_ms = :now";
-            let later = "attribute_not_exists(rate_changed_at_ms) OR rate_changed_at_ms < :now";
-            self.mirror_marker(tenant_id, id, expression, &values, Some(later)).await;
+            // moves to a later change than it holds, in the endpoint item's order (its
+            // sequence number, not the writers' clocks).
+            let values = super::Item::from([
+                (":r".to_string(), n(rate)),
+                (":now".to_string(), n(now_ms)),
+                (":seq".to_string(), seq),
+            ]);
+            let expression =
+                format!("SET effective_rate_per_second = :r, rate_changed_at_ms = :now, {RATE_SEQ} = :seq");
+            let later = format!("attribute_not_exists({RATE_SEQ}) OR {RATE_SEQ} < :seq");
+            self.mirror_marker(tenant_id, id, &expression, &values, Some(&later)).await;
         }
         Ok(moved)
     }
