@@ -41,6 +41,23 @@ fn payload() -> String {
     format!("{{\"z\":1,  \"a\":\"caf\u{e9} \\u00e9 \\\"quoted\\\"\", \"items\": [{}]}}", items.join(","))
 }
 
+/// A stack with no pollers and no sweeper: nothing moves but what the test does (the stack's
+/// own sweeper would re-drive what a test writes overdue or reads).
+async fn still_stack(tweak: impl FnOnce(&mut webhooks::Config)) -> Stack {
+    Stack::start_with(
+        tweak,
+        webhooks_local::Options { pollers: 0, sweeper: false, ..webhooks_local::Options::default() },
+    )
+    .await
+}
+
+/// A store over `table` that keeps and reads 3 endpoint copies, trusted at once (settle 0).
+async fn three_copies(table: &str) -> webhooks::store::DynamoStore {
+    webhooks::store::DynamoStore::new(ddb().await, table, 2)
+        .with_endpoint_copies(3, 3)
+        .with_copies_settle(Duration::ZERO)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_payload_is_stored_compressed_and_posted_byte_for_byte() {
     let stack = Stack::start(|_| {}).await;
@@ -203,11 +220,7 @@ async fn listings_read_unsplit_and_sharded_index_partitions_alike() {
     // No pollers and no sweeper: the deliveries are written overdue for an endpoint that does
     // not exist, and the stack's own sweeper would re-drive them and end them as dead letters
     // (`endpoint_deleted`) while the test lists them.
-    let stack = Stack::start_with(
-        |_| {},
-        webhooks_local::Options { pollers: 0, sweeper: false, ..webhooks_local::Options::default() },
-    )
-    .await;
+    let stack = still_stack(|_| {}).await;
     let table = stack.app.config.table.clone();
     // Items written before the index shards were raised (unsplit), and after (3 shards each).
     let unsplit = DynamoStore::new(ddb().await, &table, 8);
@@ -525,11 +538,7 @@ async fn a_delivery_written_before_the_by_event_change_is_delivered_and_found() 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_delivery_in_the_due_index_of_before_is_swept_and_moves_to_due_keys() {
     use webhooks::store::keys::{DUE_AT, DUE_KEYS_AT, DUE_PK};
-    let stack = Stack::start_with(
-        |c| c.redrive_after_seconds = 1,
-        webhooks_local::Options { pollers: 0, sweeper: false, ..webhooks_local::Options::default() },
-    )
-    .await;
+    let stack = still_stack(|c| c.redrive_after_seconds = 1).await;
     let rx = Receiver::start(Reply::Status(200)).await;
     stack.endpoint("acme", &rx.url, serde_json::Value::Null).await;
     let accepted = stack.event("acme", "order.paid", json!({"n": 1})).await;
@@ -574,11 +583,7 @@ async fn the_due_read_merges_both_due_indexes_in_due_order_page_by_page() {
     use webhooks::model::StoredEvent;
     use webhooks::store::{Due, DynamoStore, Store as _};
     // No sweeper of the stack's own: it would re-drive what this test reads.
-    let stack = Stack::start_with(
-        |_| {},
-        webhooks_local::Options { pollers: 0, sweeper: false, ..webhooks_local::Options::default() },
-    )
-    .await;
+    let stack = still_stack(|_| {}).await;
     let table = stack.app.config.table.clone();
     let store = DynamoStore::new(ddb().await, &table, 1);
     let t0 = chrono::Utc::now() - chrono::Duration::minutes(5);
@@ -674,13 +679,10 @@ async fn a_lost_claim_in_the_due_index_of_before_is_recovered_at_its_lease_end()
     use webhooks::lifecycle::{self, AttemptMessage, Field};
     use webhooks::store::Applied;
     use webhooks::store::keys::{DUE_AT, DUE_KEYS_AT};
-    let stack = Stack::start_with(
-        |c| {
-            c.request_timeout = Duration::from_millis(1000);
-            c.lease_margin = Duration::from_millis(1000);
-        },
-        webhooks_local::Options { pollers: 0, sweeper: false, ..webhooks_local::Options::default() },
-    )
+    let stack = still_stack(|c| {
+        c.request_timeout = Duration::from_millis(1000);
+        c.lease_margin = Duration::from_millis(1000);
+    })
     .await;
     let rx = Receiver::start(Reply::Status(200)).await;
     stack.endpoint("acme", &rx.url, serde_json::Value::Null).await;
@@ -791,11 +793,7 @@ fn text(item: &HashMap<String, AttributeValue>, attr: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_endpoint_write_keeps_its_copies_in_step_and_every_copy_reads_it_at_once() {
-    let stack = Stack::start_with(
-        |_| {},
-        webhooks_local::Options { pollers: 0, sweeper: false, ..webhooks_local::Options::default() },
-    )
-    .await;
+    let stack = still_stack(|_| {}).await;
     assert_eq!((stack.app.config.endpoint_copies, stack.app.config.endpoint_read_copies), (3, 3));
     let id = new_endpoint(&stack, "https://one.example/hook").await;
     for copy in [1, 2] {
@@ -855,11 +853,7 @@ async fn every_endpoint_write_keeps_its_copies_in_step_and_every_copy_reads_it_a
 async fn copies_from_before_reads_are_checked_filled_and_only_then_read() {
     use webhooks::store::keys::{endpoint_copy_pk, endpoint_key};
     use webhooks::store::{DynamoStore, Store};
-    let stack = Stack::start_with(
-        |c| c.endpoint_read_copies = 1,
-        webhooks_local::Options { pollers: 0, sweeper: false, ..webhooks_local::Options::default() },
-    )
-    .await;
+    let stack = still_stack(|c| c.endpoint_read_copies = 1).await;
     let table = stack.app.config.table.clone();
     // Written with copies kept but not read (the first of the two deploys): not checked.
     let id = new_endpoint(&stack, "https://kept.example/hook").await;
@@ -893,7 +887,7 @@ async fn copies_from_before_reads_are_checked_filled_and_only_then_read() {
     ddb().await.put_item().table_name(&table).set_item(Some(orphan)).send().await.unwrap();
 
     // The second deploy: reads spread over the 3 copies.
-    let reads = DynamoStore::new(ddb().await, &table, 2).with_endpoint_copies(3, 3).with_copies_settle(Duration::ZERO);
+    let reads = three_copies(&table).await;
     let key = key_reading(1);
     // An unchecked (stale) copy is not read: the endpoint item is.
     let ep = reads.read_endpoint("acme", &id, &key).await.unwrap().unwrap();
@@ -936,8 +930,7 @@ async fn copies_from_before_reads_are_checked_filled_and_only_then_read() {
         .send()
         .await
         .unwrap();
-    let unregistered =
-        DynamoStore::new(ddb().await, &table, 2).with_endpoint_copies(3, 3).with_copies_settle(Duration::ZERO);
+    let unregistered = three_copies(&table).await;
     let ep = unregistered.read_endpoint("acme", &id, &key).await.unwrap().unwrap();
     assert_eq!(ep.url, "https://kept.example/hook", "the portal's functions have not registered");
     // A tenant without endpoints gets no marker (no write for an unknown tenant id).
@@ -957,11 +950,7 @@ async fn copies_from_before_reads_are_checked_filled_and_only_then_read() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_failures_counter_is_split_over_the_copies_and_summed_at_a_copys_share() {
-    let stack = Stack::start_with(
-        |_| {},
-        webhooks_local::Options { pollers: 0, sweeper: false, ..webhooks_local::Options::default() },
-    )
-    .await;
+    let stack = still_stack(|_| {}).await;
     let store = &stack.app.store;
     let id = new_endpoint(&stack, "https://fails.example/hook").await;
     let (k0, k1, k2) = (key_reading(0), key_reading(1), key_reading(2));
@@ -1010,16 +999,12 @@ async fn the_failures_counter_is_split_over_the_copies_and_summed_at_a_copys_sha
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_marker_written_while_a_copy_is_filled_is_not_overwritten_by_the_fill() {
+    use webhooks::store::Store as _;
     use webhooks::store::keys::tenant_pk;
-    use webhooks::store::{DynamoStore, Store as _};
-    let stack = Stack::start_with(
-        |_| {},
-        webhooks_local::Options { pollers: 0, sweeper: false, ..webhooks_local::Options::default() },
-    )
-    .await;
+    let stack = still_stack(|_| {}).await;
     let table = stack.app.config.table.clone();
     let id = new_endpoint(&stack, "https://slow.example/hook").await;
-    let store = DynamoStore::new(ddb().await, &table, 2).with_endpoint_copies(3, 3).with_copies_settle(Duration::ZERO);
+    let store = three_copies(&table).await;
     // The fill reads the endpoint items (copy 1 is missing, so it will put it) ...
     ddb()
         .await
@@ -1046,7 +1031,7 @@ async fn a_marker_written_while_a_copy_is_filled_is_not_overwritten_by_the_fill(
     let until = chrono::Utc::now() + chrono::Duration::minutes(10);
     store.set_slow_until("acme", &id, Some(until)).await.unwrap();
     // ... then the fill's transaction: it must not write the copy without the marker.
-    let filled = store.fill_copies_from("acme", 1, &originals, &[]).await;
+    let filled = store.fill_copies("acme", 1, &originals, &[]).await;
     let refused = filled.expect_err("the endpoint item changed since the fill read it").to_string();
     assert!(refused.contains("ConditionalCheckFailed"), "refused by its check, not malformed: {refused}");
     assert!(copy_item(&stack, "acme", &id, 1).await.is_none(), "no copy written from the read before the marker");
@@ -1063,16 +1048,12 @@ async fn a_marker_written_while_a_copy_is_filled_is_not_overwritten_by_the_fill(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_slow_marker_mirror_older_than_the_copys_marker_is_refused() {
+    use webhooks::store::Store as _;
     use webhooks::store::dynamo::SLOW_SEQ;
-    use webhooks::store::{DynamoStore, Store as _};
-    let stack = Stack::start_with(
-        |_| {},
-        webhooks_local::Options { pollers: 0, sweeper: false, ..webhooks_local::Options::default() },
-    )
-    .await;
+    let stack = still_stack(|_| {}).await;
     let table = stack.app.config.table.clone();
     let id = new_endpoint(&stack, "https://slow.example/hook").await;
-    let store = DynamoStore::new(ddb().await, &table, 2).with_endpoint_copies(3, 3).with_copies_settle(Duration::ZERO);
+    let store = three_copies(&table).await;
     let until = chrono::Utc::now() + chrono::Duration::minutes(10);
     store.set_slow_until("acme", &id, Some(until)).await.unwrap();
     for copy in 1..3 {

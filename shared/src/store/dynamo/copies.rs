@@ -357,27 +357,16 @@ impl DynamoStore {
         }
     }
 
-    /// The fill of copy partition `j` from endpoint items and copies read earlier (the items
-    /// as a Query returned them): the seam the storage tests use to put a write between the
-    /// fill's read and its transactions. Not for use outside tests.
+    /// Brings copy partition `j` of a tenant in step with its endpoint items as read
+    /// (`originals`, `copies`), at most [`FILL_PER_CALL`] endpoints, and marks it once every
+    /// endpoint has a checked copy of its version and no copy is left of one that is gone.
+    /// Public only as the seam the storage tests use to put a write between the fill's read
+    /// and its transactions; not for use outside tests.
     ///
     /// # Errors
     /// [`StoreError`] when a transaction fails (one whose check failed among them).
     #[doc(hidden)]
-    pub async fn fill_copies_from(
-        &self,
-        tenant_id: &str,
-        j: u32,
-        originals: &[Item],
-        copies: &[Item],
-    ) -> Result<(), StoreError> {
-        self.fill_copies(tenant_id, j, originals, copies).await
-    }
-
-    /// Brings copy partition `j` of a tenant in step with its endpoint items as read
-    /// (`originals`, `copies`), at most [`FILL_PER_CALL`] endpoints, and marks it once every
-    /// endpoint has a checked copy of its version and no copy is left of one that is gone.
-    async fn fill_copies(
+    pub async fn fill_copies(
         &self,
         tenant_id: &str,
         j: u32,
