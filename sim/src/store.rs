@@ -425,12 +425,12 @@ impl Store for MemStore {
         .await
     }
 
-    /// One endpoint item (no copies): the same as [`Store::get_endpoint`].
+    /// No copies here: the endpoint's own count.
     async fn failures_in_a_row(&self, endpoint: &Endpoint) -> Result<u32, StoreError> {
-        // No copies here: the endpoint's own count.
         Ok(endpoint.consecutive_failures)
     }
 
+    /// One endpoint item (no copies): the same as [`Store::get_endpoint`].
     async fn read_endpoint(&self, tenant_id: &str, id: &str, _key: &str) -> Result<Option<Endpoint>, StoreError> {
         self.call("store.read_endpoint", |_, t| Ok(t.endpoints.get(&(tenant_id.to_string(), id.to_string())).cloned()))
             .await

@@ -543,9 +543,7 @@ impl DynamoStore {
             }
         }
     }
-}
 
-impl DynamoStore {
     /// An UpdateItem of an endpoint's copy `copy` (0: the endpoint item) that exists (the
     /// condition makes a missing one fail; a caller may set its own instead).
     fn copy_update(

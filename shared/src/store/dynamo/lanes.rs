@@ -36,18 +36,17 @@ pub fn rate_sk(second: i64) -> String {
 }
 
 impl DynamoStore {
-    /// Sets (or, with `None`, removes) the endpoint item's slow-lane marker and adds one to
-    /// its [`SLOW_SEQ`], then mirrors both to the copies in that order: a copy takes a
-    /// mirror only when it holds an earlier sequence number, so two writers of the marker at
-    /// once (one deliver marking the endpoint slow while another clears it) leave every copy
-    /// with what the endpoint item was left with, whichever mirror lands last.
+    /// Sets (or, with `None`, removes) the endpoint item's slow-lane marker, ordered by
+    /// [`SLOW_SEQ`] (see [`DynamoStore::write_marker`]): two writers of the marker at once
+    /// (one deliver marking the endpoint slow while another clears it) leave every copy with
+    /// what the endpoint item was left with, whichever mirror lands last.
     pub(super) async fn write_slow_until(
         &self,
         tenant_id: &str,
         id: &str,
         until: Option<DateTime<Utc>>,
     ) -> Result<(), StoreError> {
-        let (marker, mut values) = match until {
+        let (marker, values) = match until {
             Some(t) => (
                 "SET slow_until = :t",
                 super::Item::from([(
@@ -57,22 +56,45 @@ impl DynamoStore {
             ),
             None => ("REMOVE slow_until", super::Item::new()),
         };
+        self.write_marker(tenant_id, id, marker, values, None, SLOW_SEQ).await?;
+        Ok(())
+    }
+
+    /// Applies `marker` (an update expression: a SET or a REMOVE clause, with `values`) to the
+    /// endpoint item on `condition` (with its values; `None`: that the item exists), adding
+    /// one to its sequence number `seq` ([`SLOW_SEQ`], [`RATE_SEQ`]); then mirrors `marker`
+    /// and the new number to the copies, each taking it only over an earlier number, so the
+    /// copies follow the endpoint item's order, not the writers' (readers of every copy act on
+    /// the marker, see [`super::copies`]). Whether the endpoint item took it.
+    async fn write_marker(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        marker: &str,
+        mut values: super::Item,
+        condition: Option<(&str, super::Item)>,
+        seq: &str,
+    ) -> Result<bool, StoreError> {
         let mut item_values = values.clone();
         item_values.insert(":one".into(), n(1));
-        let update = self
-            .endpoint_update(tenant_id, id)
-            .update_expression(format!("{marker} ADD {SLOW_SEQ} :one"))
-            .set_expression_attribute_values(Some(item_values));
-        let Some(seq) = super::updated_attribute(update, SLOW_SEQ).await? else { return Ok(()) };
-        // Readers of every copy act on the marker (see [`super::copies`]).
-        values.insert(":seq".into(), seq);
-        let expression = match until {
-            Some(_) => format!("{marker}, {SLOW_SEQ} = :seq"),
-            None => format!("{marker} SET {SLOW_SEQ} = :seq"),
+        let mut update = self.endpoint_update(tenant_id, id).update_expression(format!("{marker} ADD {seq} :one"));
+        if let Some((condition, extra)) = condition {
+            item_values.extend(extra);
+            update = update.condition_expression(condition);
+        }
+        let Some(number) =
+            super::updated_attribute(update.set_expression_attribute_values(Some(item_values)), seq).await?
+        else {
+            return Ok(false);
         };
-        let later = format!("attribute_not_exists({SLOW_SEQ}) OR {SLOW_SEQ} < :seq");
-        self.mirror_marker(tenant_id, id, &expression, &values, Some(&later)).await;
-        Ok(())
+        values.insert(":seq".into(), number);
+        let mirror = match marker.strip_prefix("SET ") {
+            Some(rest) => format!("SET {seq} = :seq, {rest}"),
+            None => format!("{marker} SET {seq} = :seq"),
+        };
+        let later = format!("attribute_not_exists({seq}) OR {seq} < :seq");
+        self.mirror_marker(tenant_id, id, &mirror, &values, Some(&later)).await;
+        Ok(true)
     }
 
     pub(super) async fn add_rate_slot(&self, endpoint_id: &str, second: i64) -> Result<u64, StoreError> {
@@ -107,36 +129,15 @@ impl DynamoStore {
         rate: f64,
         now_ms: i64,
     ) -> Result<bool, StoreError> {
-        let update = self
-            .endpoint_update(tenant_id, id)
-            .update_expression(format!(
-                "SET effective_rate_per_second = :r, rate_changed_at_ms = :now ADD {RATE_SEQ} :one"
-            ))
-            .expression_attribute_values(":r", n(rate))
-            .expression_attribute_values(":now", n(now_ms))
-            .expression_attribute_values(":one", n(1));
-        let update = match expected_ms {
-            Some(old) => update
-                .condition_expression("attribute_exists(pk) AND rate_changed_at_ms = :old")
-                .expression_attribute_values(":old", n(old)),
-            None => update.condition_expression("attribute_exists(pk) AND attribute_not_exists(rate_changed_at_ms)"),
+        let values = super::Item::from([(":r".to_string(), n(rate)), (":now".to_string(), n(now_ms))]);
+        let condition = match expected_ms {
+            Some(old) => (
+                "attribute_exists(pk) AND rate_changed_at_ms = :old",
+                super::Item::from([(":old".to_string(), n(old))]),
+            ),
+            None => ("attribute_exists(pk) AND attribute_not_exists(rate_changed_at_ms)", super::Item::new()),
         };
-        let seq = super::updated_attribute(update, RATE_SEQ).await?;
-        let moved = seq.is_some();
-        if let Some(seq) = seq {
-            // Readers of every copy act on the rate (see [`super::copies`]); a copy only ever
-            // moves to a later change than it holds, in the endpoint item's order (its
-            // sequence number, not the writers' clocks).
-            let values = super::Item::from([
-                (":r".to_string(), n(rate)),
-                (":now".to_string(), n(now_ms)),
-                (":seq".to_string(), seq),
-            ]);
-            let expression =
-                format!("SET effective_rate_per_second = :r, rate_changed_at_ms = :now, {RATE_SEQ} = :seq");
-            let later = format!("attribute_not_exists({RATE_SEQ}) OR {RATE_SEQ} < :seq");
-            self.mirror_marker(tenant_id, id, &expression, &values, Some(&later)).await;
-        }
-        Ok(moved)
+        let marker = "SET effective_rate_per_second = :r, rate_changed_at_ms = :now";
+        self.write_marker(tenant_id, id, marker, values, Some(condition), RATE_SEQ).await
     }
 }
