@@ -16,23 +16,31 @@
 //!   deliveries pay nothing, and it is a plain UpdateItem beside the versioned configuration
 //!   ([`crate::model::UNVERSIONED_ENDPOINT_ATTRIBUTES`]): no version bump, no conflict with
 //!   PATCH.
-//! - **Routing at the consumer.** Ingest, the sweeper's re-drives, replay, release and probe
-//!   jobs all send to the main queue, as before. Deliver reads the endpoint (strongly
-//!   consistent) before every POST anyway; on the main lane, a delivery of a slow endpoint is
-//!   given back without an attempt (the same guarded write as a claim whose lease is too
-//!   short: `scheduled` again, the attempt number not spent, in the due index) and its
-//!   message sent to the slow lane. That takes milliseconds, so the main lane's batch is not
-//!   held. A next attempt scheduled by deliver for a slow endpoint goes to the slow lane
-//!   directly. The slow lane's deliver attempts whatever comes (an endpoint that turned fast
-//!   meanwhile is attempted there once and its next attempts go back to the main lane).
+//! - **Routing at ingest.** Ingest reads the tenant's endpoints (strongly consistent) before
+//!   it writes the deliveries, `slow_until` included, so attempt 1 for an endpoint marked
+//!   slow is sent to the slow lane directly (`WEBHOOKS_SLOW_QUEUE_URL` is set on the ingest
+//!   function too): the main lane never sees it. An endpoint that turns slow after the read
+//!   has its attempt forwarded by the consumer, below.
+//! - **Routing at the consumer.** The sweeper's re-drives, replay, release and probe jobs (and
+//!   an ingest without `WEBHOOKS_SLOW_QUEUE_URL`, such as one from a release before) send to
+//!   the main queue. Deliver reads the endpoint (strongly consistent) before every POST
+//!   anyway; on the main lane, a delivery of a slow endpoint is given back without an attempt
+//!   (the same guarded write as a claim whose lease is too short: `scheduled` again, the
+//!   attempt number not spent, in the due index) and its message sent to the slow lane. That
+//!   takes milliseconds, so the main lane's batch is not held. A next attempt scheduled by
+//!   deliver for a slow endpoint goes to the slow lane directly. The slow lane's deliver
+//!   attempts whatever comes (an endpoint that turned fast meanwhile is attempted there once
+//!   and its next attempts go back to the main lane).
 //! - **Nothing lost when the lane changes mid-flight.** A forward is a give-back then a send:
 //!   if the send fails, the delivery is `scheduled` in the due index and the sweeper re-drives
 //!   it (to the main queue, which forwards it again). A duplicate of the forwarded message
 //!   loses its claim like any duplicate.
 //!
-//! Cost: per attempt of a slow endpoint that arrives on the main lane (its first attempt of a
-//! delivery, a re-drive), one extra claim write, one give-back write and one SendMessage;
-//! per lane change, one UpdateItem. Nothing for an endpoint that stays fast.
+//! Cost: nothing for an attempt that is sent to its lane (attempt 1 from ingest, a next
+//! attempt from deliver); per attempt of a slow endpoint that arrives on the main lane (a
+//! re-drive, a replay, an endpoint that turned slow after ingest read it), one extra claim
+//! write, one give-back write and one SendMessage; per lane change, one UpdateItem. Nothing
+//! for an endpoint that stays fast.
 
 use crate::App;
 use crate::error::ServiceError;

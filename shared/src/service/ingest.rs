@@ -18,6 +18,7 @@
 use crate::App;
 use crate::config::MAX_PAYLOAD_BYTES;
 use crate::error::ServiceError;
+use crate::lane;
 use crate::lifecycle::{self, Enqueue};
 use crate::model::{Attempt, DeliveryStatus, StoredEvent, delivery_id};
 use crate::service::deliver::{self, Handled, Mode};
@@ -153,26 +154,34 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
     let rows: Vec<_> = planned.iter().map(|(d, due_at, _)| (d, *due_at)).collect();
     let inserted = app.store.insert_event(&stored, &rows).await?;
     let mut deliveries = Vec::with_capacity(planned.len());
-    let mut to_send = Vec::new();
+    // Attempt 1 of each delivery this call created, by lane: an endpoint marked slow (its
+    // `slow_until`, as the endpoint read above has it) has it sent to the slow lane directly,
+    // so the main lane never claims it only to give it back (see [`crate::lane`]).
+    let (mut to_main, mut to_slow) = (Vec::new(), Vec::new());
     for (((delivery, _, enqueue), ep), created) in planned.into_iter().zip(&targets).zip(inserted.deliveries) {
         deliveries.push(DeliveryRef { id: delivery.id, endpoint_id: ep.id.clone() });
+        let Some(mut e) = enqueue.filter(|_| created) else { continue };
         // Attempt 1 carries the payload (unless the event id was seen before: then the first
         // payload stands, and deliver reads it), saving deliver a read.
-        to_send.extend(enqueue.filter(|_| created).map(|mut e| {
-            e.message.payload = inserted.event.then(|| stored.payload.clone());
-            e
-        }));
+        e.message.payload = inserted.event.then(|| stored.payload.clone());
+        if app.slow_queue.is_some() && lane::is_slow(ep, now) { to_slow.push(e) } else { to_main.push(e) }
     }
     if event.sync {
-        let outcome = sync_attempt(app, &deliveries, to_send.pop()).await?;
+        // The one inline attempt is made here, whatever the endpoint's lane.
+        let outcome = sync_attempt(app, &deliveries, to_main.pop().or_else(|| to_slow.pop())).await?;
         return Ok(Accepted { event_id, deliveries, outcome: Some(outcome) });
     }
-    if !to_send.is_empty()
-        && let Err(e) = app.queue.send(&to_send).await
-    {
-        // The deliveries are written and in the due index: the sweeper re-drives them.
-        tracing::warn!(event_id, error = %e, "enqueue failed after write; the sweeper will re-drive");
-    }
+    let id = event_id.as_str();
+    let send = |slow: bool, batch: Vec<Enqueue>| async move {
+        if batch.is_empty() {
+            return;
+        }
+        if let Err(e) = lane::queue_for(app, slow).send(&batch).await {
+            // The deliveries are written and in the due index: the sweeper re-drives them.
+            tracing::warn!(event_id = id, slow, error = %e, "enqueue failed after write; the sweeper will re-drive");
+        }
+    };
+    futures::future::join(send(false, to_main), send(true, to_slow)).await;
     tracing::info!(event_id, event_type = %event.event_type, deliveries = deliveries.len(), "event accepted");
     Ok(Accepted { event_id, deliveries, outcome: None })
 }
