@@ -991,6 +991,12 @@ async fn the_failures_counter_is_split_over_the_copies_and_summed_at_a_copys_sha
         v
     };
     assert_eq!(opened, [false, false, false, true]);
+    // A listing (the API's, the dashboard's and the portal's) shows each endpoint's copies
+    // summed too, each its own: `fails` 2 + 1 + 1, `lone` 1 + 0 + 4 (their items count 2 and 1).
+    store.count_failure("acme", &lone, &k0, 4).await.unwrap();
+    let listed = webhooks::service::admin::list_endpoints(&stack.app, "acme", 100, None).await.unwrap();
+    let listed_of = |id: &str| listed.data.iter().find(|e| e.id == id).map(|e| e.consecutive_failures);
+    assert_eq!((listed_of(&id), listed_of(&lone)), (Some(4), Some(5)), "{:?}", listed.data);
     // Gone: nothing counted, nothing created.
     assert_eq!(store.count_failure("acme", "ep_missing", &k1, 4).await.unwrap(), None);
     assert!(copy_item(&stack, "acme", "ep_missing", 1).await.is_none());

@@ -258,11 +258,33 @@ pub async fn create_endpoint(app: &App, body: &Map<String, Value>) -> Result<End
 /// after a write that has answered (a rotation's new secret, an enable's job), so a failed
 /// read of the copies shows the endpoint item's own count, logged, instead of failing them.
 pub async fn failures_in_a_row(app: &App, ep: &Endpoint) -> u32 {
-    match app.store.failures_in_a_row(ep).await {
-        Ok(n) => n,
+    match app.store.failures_in_a_row(std::slice::from_ref(ep)).await.map(|n| n.first().copied()) {
+        Ok(Some(n)) => n,
+        Ok(None) => ep.consecutive_failures,
         Err(e) => {
             tracing::warn!(endpoint_id = %ep.id, error = %e, "failures in a row not summed over the copies; showing the endpoint item's own");
             ep.consecutive_failures
+        }
+    }
+}
+
+/// Sets each of a listing's endpoints' failures in a row to what its view shows (summed over
+/// the copies when the counter is split: [`crate::store::Store::failures_in_a_row`]); when
+/// that read fails, the listing shows the endpoint items' own counts (logged), not an error.
+async fn show_failures_in_a_row(app: &App, endpoints: &mut [Endpoint]) {
+    match app.store.failures_in_a_row(endpoints).await {
+        Ok(counts) if counts.len() == endpoints.len() => {
+            for (ep, n) in endpoints.iter_mut().zip(counts) {
+                ep.consecutive_failures = n;
+            }
+        }
+        Ok(counts) => tracing::warn!(
+            endpoints = endpoints.len(),
+            counts = counts.len(),
+            "failures in a row not summed: one count per endpoint expected"
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, "failures in a row not summed over the copies; the listing shows the endpoint items' own")
         }
     }
 }
@@ -339,7 +361,8 @@ pub async fn list_endpoints(
     limit: usize,
     cursor: Option<&str>,
 ) -> Result<Page<EndpointView>, ServiceError> {
-    let page = app.store.list_endpoints(tenant_id, limit, cursor).await?;
+    let mut page = app.store.list_endpoints(tenant_id, limit, cursor).await?;
+    show_failures_in_a_row(app, &mut page.data).await;
     Ok(Page {
         data: page.data.into_iter().map(|e| EndpointView::of(e, false)).collect(),
         next_cursor: page.next_cursor,

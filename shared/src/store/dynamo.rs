@@ -1056,12 +1056,13 @@ impl Store for DynamoStore {
         self.get_endpoint(tenant, id).await
     }
 
-    async fn failures_in_a_row(&self, endpoint: &Endpoint) -> Result<u32, StoreError> {
-        if self.readable_copies().await > 1 {
-            // The counter is split over the read copies (see [`copies`]): shown summed.
-            return self.failures_summed(&endpoint.tenant_id, &endpoint.id).await;
+    async fn failures_in_a_row(&self, endpoints: &[Endpoint]) -> Result<Vec<u32>, StoreError> {
+        // The counter is split over the read copies (see [`copies`]): shown summed.
+        match endpoints {
+            _ if self.readable_copies().await <= 1 => Ok(endpoints.iter().map(|e| e.consecutive_failures).collect()),
+            [one] => Ok(vec![self.failures_summed(&one.tenant_id, &one.id).await?]),
+            page => self.failures_summed_page(page).await,
         }
-        Ok(endpoint.consecutive_failures)
     }
 
     async fn tenant_endpoints(&self, tenant_id: &str, key: &str) -> Result<Vec<Endpoint>, StoreError> {

@@ -50,7 +50,8 @@
 //! endpoint failing more than about T / (T + R) of its attempts (83% at T = 100, R = 20) is
 //! paused, where with one copy a run of T is needed. The run of timeouts the adaptive rate
 //! backs off after is per copy too. An endpoint's view shows the copies' counts summed
-//! (`Store::failures_in_a_row`, read by the single-endpoint answers only). The
+//! (`Store::failures_in_a_row`, read by the endpoint views: the single-endpoint answers,
+//! and a listing's page with one Query per copy). The
 //! slow-lane marker and the adaptive rate, which readers of every copy act on, are written to
 //! the endpoint item and then to each copy (best effort: a copy that missed one is moved by
 //! the next), in order: a copy takes a mirror only over an earlier one (the marker's by its
@@ -509,6 +510,57 @@ impl DynamoStore {
                 i.get("consecutive_failures").and_then(|v| v.as_n().ok()).and_then(|v| v.parse::<u32>().ok())
             })
             .fold(0u32, u32::saturating_add))
+    }
+
+    /// The failures-in-a-row counts of a page of one tenant's endpoints (`endpoints`, as a
+    /// listing read them from the endpoint items, copy 0; one of another tenant keeps its own
+    /// count), each summed with its counts on
+    /// read copies 1..: one strongly consistent Query per copy over the page's sort key range
+    /// (the copy partitions hold the same `ENDPOINT#{id}` keys), projecting the key and the
+    /// count, in flight together. A read unit per 4 KB of matched items, not one per item as a
+    /// BatchGetItem of every (endpoint, copy) would be. Returns the sums in `endpoints`' order;
+    /// an endpoint missing from a copy counts 0 there.
+    pub(super) async fn failures_summed_page(&self, endpoints: &[Endpoint]) -> Result<Vec<u32>, StoreError> {
+        let (Some(first), Some(last)) = (endpoints.iter().map(|e| &e.id).min(), endpoints.iter().map(|e| &e.id).max())
+        else {
+            return Ok(Vec::new());
+        };
+        let tenant_id = &endpoints[0].tenant_id;
+        let mut sums: HashMap<String, u32> = endpoints
+            .iter()
+            .filter(|e| &e.tenant_id == tenant_id)
+            .map(|e| (endpoint_key(&e.id), e.consecutive_failures))
+            .collect();
+        let queries = (1..self.readable_copies().await).map(|j| {
+            let query = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .key_condition_expression("pk = :pk AND sk BETWEEN :first AND :last")
+                .projection_expression("sk, consecutive_failures")
+                .expression_attribute_values(":pk", s(endpoint_copy_pk(tenant_id, j)))
+                .expression_attribute_values(":first", s(endpoint_key(first)))
+                .expression_attribute_values(":last", s(endpoint_key(last)));
+            self.query_items(query)
+        });
+        let pages: Vec<Result<Vec<Item>, StoreError>> =
+            futures::stream::iter(queries).buffer_unordered(16).collect().await;
+        for item in pages.into_iter().collect::<Result<Vec<_>, _>>()?.into_iter().flatten() {
+            let key = item.get(SK).and_then(|v| v.as_s().ok());
+            let count =
+                item.get("consecutive_failures").and_then(|v| v.as_n().ok()).and_then(|v| v.parse::<u32>().ok());
+            if let (Some(sum), Some(count)) = (key.and_then(|k| sums.get_mut(k)), count) {
+                *sum = sum.saturating_add(count);
+            }
+        }
+        Ok(endpoints
+            .iter()
+            .map(|e| match sums.get(&endpoint_key(&e.id)) {
+                Some(sum) if &e.tenant_id == tenant_id => *sum,
+                _ => e.consecutive_failures,
+            })
+            .collect())
     }
 
     /// Applies an unversioned marker's UpdateItem (`expression`, `values`; the condition that
