@@ -678,7 +678,7 @@ def main():
         "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "5"}),
     })["QueueUrl"]
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    # The slow lane's queue (shared/src/lane.rs): deliver's WEBHOOKS_SLOW_QUEUE_URL refers to it.
+    # The slow lane's queue (shared/src/lane.rs): ingest's and deliver's WEBHOOKS_SLOW_QUEUE_URL refer to it.
     slow_queue_url = sqs.create_queue(QueueName=f"webhooks-smoke-slow-{suffix}", Attributes={
         "VisibilityTimeout": str(template["Resources"]["SlowQueue"]["Properties"]["VisibilityTimeout"]),
     })["QueueUrl"]

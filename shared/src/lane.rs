@@ -37,7 +37,8 @@
 //!   loses its claim like any duplicate.
 //!
 //! Cost: nothing for an attempt that is sent to its lane (attempt 1 from ingest, a next
-//! attempt from deliver); per attempt of a slow endpoint that arrives on the main lane (a
+//! attempt from deliver), but for an event that fans out to endpoints in both lanes, which
+//! ingest sends in two SendMessageBatch calls (one per queue) instead of one; per attempt of a slow endpoint that arrives on the main lane (a
 //! re-drive, a replay, an endpoint that turned slow after ingest read it), one extra claim
 //! write, one give-back write and one SendMessage; per lane change, one UpdateItem. Nothing
 //! for an endpoint that stays fast.

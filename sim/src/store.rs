@@ -425,8 +425,13 @@ impl Store for MemStore {
         .await
     }
 
+    /// No copies here: the endpoint's own count.
+    async fn failures_in_a_row(&self, endpoint: &Endpoint) -> Result<u32, StoreError> {
+        Ok(endpoint.consecutive_failures)
+    }
+
     /// No copies here: each endpoint's own count.
-    async fn failures_in_a_row(&self, endpoints: &[Endpoint]) -> Result<Vec<u32>, StoreError> {
+    async fn listed_failures_in_a_row(&self, endpoints: &[Endpoint]) -> Result<Vec<u32>, StoreError> {
         Ok(endpoints.iter().map(|e| e.consecutive_failures).collect())
     }
 

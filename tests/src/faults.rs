@@ -34,9 +34,10 @@ pub enum Strike {
 }
 
 /// The calls that change nothing: failing one after it was made is the same as before.
-const READS: [&str; 13] = [
+const READS: [&str; 14] = [
     "get_endpoint",
     "failures_in_a_row",
+    "listed_failures_in_a_row",
     "read_endpoint",
     "find_endpoint",
     "tenant_endpoints",
@@ -244,8 +245,11 @@ impl Store for FaultyStore {
     async fn find_endpoint(&self, id: &str) -> Result<Option<Endpoint>, StoreError> {
         self.faults.run("find_endpoint", self.inner.find_endpoint(id), any, aws).await
     }
-    async fn failures_in_a_row(&self, endpoints: &[Endpoint]) -> Result<Vec<u32>, StoreError> {
-        self.faults.run("failures_in_a_row", self.inner.failures_in_a_row(endpoints), any, aws).await
+    async fn failures_in_a_row(&self, endpoint: &Endpoint) -> Result<u32, StoreError> {
+        self.faults.run("failures_in_a_row", self.inner.failures_in_a_row(endpoint), any, aws).await
+    }
+    async fn listed_failures_in_a_row(&self, endpoints: &[Endpoint]) -> Result<Vec<u32>, StoreError> {
+        self.faults.run("listed_failures_in_a_row", self.inner.listed_failures_in_a_row(endpoints), any, aws).await
     }
     async fn read_endpoint(&self, tenant_id: &str, id: &str, key: &str) -> Result<Option<Endpoint>, StoreError> {
         self.faults.run("read_endpoint", self.inner.read_endpoint(tenant_id, id, key), any, aws).await

@@ -633,9 +633,13 @@ impl Store for Serialized {
         self.before("find_endpoint").await?;
         self.inner.find_endpoint(id).await
     }
-    async fn failures_in_a_row(&self, endpoints: &[Endpoint]) -> Result<Vec<u32>, StoreError> {
+    async fn failures_in_a_row(&self, endpoint: &Endpoint) -> Result<u32, StoreError> {
         self.before("failures_in_a_row").await?;
-        self.inner.failures_in_a_row(endpoints).await
+        self.inner.failures_in_a_row(endpoint).await
+    }
+    async fn listed_failures_in_a_row(&self, endpoints: &[Endpoint]) -> Result<Vec<u32>, StoreError> {
+        self.before("listed_failures_in_a_row").await?;
+        self.inner.listed_failures_in_a_row(endpoints).await
     }
     async fn read_endpoint(&self, tenant_id: &str, id: &str, key: &str) -> Result<Option<Endpoint>, StoreError> {
         self.before("read_endpoint").await?;

@@ -458,6 +458,46 @@ fn every_granted_action_is_one_the_function_needs_and_every_need_is_granted() {
     assert!(problems.is_empty(), "IAM policies and the code disagree:\n  {}", problems.join("\n  "));
 }
 
+/// Every queue a function's environment names (`WEBHOOKS_QUEUE_URL`, `WEBHOOKS_SLOW_QUEUE_URL`:
+/// `!Ref X`, its own or the Globals'), its role may send to (`sqs:SendMessage` on
+/// `!GetAtt X.Arn`): the check above matches actions, not which queue they are granted on, and
+/// a function routes attempts to every queue it is given (ingest sends attempt 1 of a slow
+/// endpoint to the slow lane).
+#[test]
+fn every_queue_a_function_is_given_it_may_send_to() {
+    let template = template();
+    let globals = &template["Globals"]["Function"]["Environment"]["Variables"];
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for f in functions(&template) {
+        let own = &template["Resources"][f.logical_id.as_str()]["Properties"]["Environment"]["Variables"];
+        let mut sendable = BTreeSet::new();
+        let policies =
+            template["Resources"][f.role.as_str()]["Properties"]["Policies"].as_sequence().expect("Policies");
+        for policy in policies {
+            for st in policy["PolicyDocument"]["Statement"].as_sequence().expect("statements") {
+                if strings(&st["Action"]).iter().any(|a| a == "sqs:SendMessage") {
+                    match untag(&st["Resource"]) {
+                        Value::Sequence(seq) => sendable.extend(seq.iter().flat_map(strings)),
+                        other => sendable.extend(strings(other)),
+                    }
+                }
+            }
+        }
+        for var in ["WEBHOOKS_QUEUE_URL", "WEBHOOKS_SLOW_QUEUE_URL"] {
+            let value = if own.get(var).is_some() { &own[var] } else { &globals[var] };
+            let Some(queue) = untag(value).as_str() else { continue };
+            checked += 1;
+            if !sendable.contains(&format!("{queue}.Arn")) {
+                problems
+                    .push(format!("{}: {var} is {queue}, but its role may not sqs:SendMessage on it", f.logical_id));
+            }
+        }
+    }
+    assert!(checked >= 6, "the functions' queues were found ({checked})");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
 /// The analysis itself finds calls, through a trait and a transaction, and leaves tests out.
 #[test]
 fn the_call_analysis_follows_calls_and_transactions_and_skips_tests() {

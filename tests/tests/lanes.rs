@@ -5,8 +5,11 @@
 
 use reqwest::Method;
 use serde_json::{Value, json};
+use std::sync::Arc;
 use std::time::Duration;
 use webhooks::lane::Lane;
+use webhooks::lifecycle::Enqueue;
+use webhooks::queue::{Queue, QueueError};
 use webhooks::service::ingest::{self, NewEvent};
 use webhooks_local::Options;
 use webhooks_tests::{Receiver, Reply, Stack, eventually};
@@ -162,5 +165,80 @@ async fn a_slow_endpoint_that_turns_fast_leaves_the_slow_lane() {
     })
     .await;
     assert_eq!(rx.count(), 2);
+    stack.stop().await;
+}
+
+/// A slow lane that refuses every send (as SQS does when it is unreachable).
+struct Refusing;
+
+#[async_trait::async_trait]
+impl Queue for Refusing {
+    async fn send(&self, _: &[Enqueue]) -> Result<(), QueueError> {
+        Err(QueueError("the slow lane is unreachable (test)".into()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_attempt_whose_send_to_the_slow_lane_failed_at_ingest_is_re_driven_and_delivered() {
+    let options = Options { pollers: 1, slow_pollers: 1, sweeper: true, ..Options::default() };
+    let stack = Stack::start_with_slow_lane(
+        |c| {
+            c.slow_lane_threshold = Duration::from_millis(1000);
+            c.redrive_after_seconds = 1;
+        },
+        options,
+    )
+    .await;
+    let rx = Receiver::start(Reply::Hang(Duration::from_millis(1500))).await;
+    let ep = endpoint(&stack, &rx.url, &["slow.*"]).await;
+    let first = delivery_id(&stack.event("acme", "slow.a", json!({})).await);
+    stack.wait_status(&first, "delivered", Duration::from_secs(30)).await;
+    eventually("marked slow", Duration::from_secs(10), || async {
+        get_endpoint(&stack, &ep).await["slow_until"].is_string()
+    })
+    .await;
+    // An ingest whose send to the slow lane fails: the event is accepted all the same (its
+    // delivery is written, in the due index) ...
+    let mut refusing = stack.app.clone();
+    refusing.slow_queue = Some(Arc::new(Refusing));
+    let event = NewEvent {
+        tenant_id: "acme".into(),
+        event_type: "slow.b".into(),
+        payload: json!({"n": 2}).to_string(),
+        id: None,
+        sync: false,
+    };
+    let accepted = ingest::ingest(&refusing, event).await.expect("accepted, though the send failed");
+    let id = accepted.deliveries[0].id.clone();
+    assert_eq!(stack.delivery(&id).await["status"], "scheduled");
+    // ... and the sweeper re-drives it (to the main queue, whose deliver forwards it to the slow
+    // lane): delivered, attempted once.
+    let d = stack.wait_status(&id, "delivered", Duration::from_secs(30)).await;
+    assert_eq!(d["attempt_count"], 1, "{d:#}");
+    assert_eq!(rx.count(), 2);
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sync_event_to_an_endpoint_marked_slow_is_attempted_inline() {
+    let options = Options { pollers: 1, slow_pollers: 0, sweeper: false, ..Options::default() };
+    let stack = Stack::start_with_slow_lane(|c| c.slow_lane_threshold = Duration::from_millis(1000), options).await;
+    let rx = Receiver::start(Reply::Hang(Duration::from_millis(1500))).await;
+    let ep = endpoint(&stack, &rx.url, &["slow.*"]).await;
+    let first = delivery_id(&stack.event("acme", "slow.a", json!({})).await);
+    stack.wait_status(&first, "delivered", Duration::from_secs(30)).await;
+    eventually("marked slow", Duration::from_secs(10), || async {
+        get_endpoint(&stack, &ep).await["slow_until"].is_string()
+    })
+    .await;
+    // No slow-lane poller runs: an attempt sent to the slow lane would not be made. The sync
+    // event is attempted in the request, and its fast answer clears the mark.
+    rx.set_default(Reply::Status(200));
+    let body = json!({"tenant_id": "acme", "event_type": "slow.b", "payload": {"n": 2}, "mode": "sync"});
+    let (status, answer) = stack.call(Method::POST, "/v1/events", Some(body)).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["status"], "delivered", "{answer}");
+    assert_eq!(rx.count(), 2);
+    assert!(get_endpoint(&stack, &ep).await.get("slow_until").is_none(), "a fast attempt ends the mark");
     stack.stop().await;
 }

@@ -258,9 +258,8 @@ pub async fn create_endpoint(app: &App, body: &Map<String, Value>) -> Result<End
 /// after a write that has answered (a rotation's new secret, an enable's job), so a failed
 /// read of the copies shows the endpoint item's own count, logged, instead of failing them.
 pub async fn failures_in_a_row(app: &App, ep: &Endpoint) -> u32 {
-    match app.store.failures_in_a_row(std::slice::from_ref(ep)).await.map(|n| n.first().copied()) {
-        Ok(Some(n)) => n,
-        Ok(None) => ep.consecutive_failures,
+    match app.store.failures_in_a_row(ep).await {
+        Ok(n) => n,
         Err(e) => {
             tracing::warn!(endpoint_id = %ep.id, error = %e, "failures in a row not summed over the copies; showing the endpoint item's own");
             ep.consecutive_failures
@@ -269,10 +268,10 @@ pub async fn failures_in_a_row(app: &App, ep: &Endpoint) -> u32 {
 }
 
 /// Sets each of a listing's endpoints' failures in a row to what its view shows (summed over
-/// the copies when the counter is split: [`crate::store::Store::failures_in_a_row`]); when
+/// the copies when the counter is split: [`crate::store::Store::listed_failures_in_a_row`]); when
 /// that read fails, the listing shows the endpoint items' own counts (logged), not an error.
 async fn show_failures_in_a_row(app: &App, endpoints: &mut [Endpoint]) {
-    match app.store.failures_in_a_row(endpoints).await {
+    match app.store.listed_failures_in_a_row(endpoints).await {
         Ok(counts) if counts.len() == endpoints.len() => {
             for (ep, n) in endpoints.iter_mut().zip(counts) {
                 ep.consecutive_failures = n;

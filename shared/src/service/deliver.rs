@@ -179,8 +179,10 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
         delivery.lease_until.map(|l| l - app.clock.now()).and_then(|d| d.to_std().ok()).unwrap_or_default();
     if lease_left < cfg.request_timeout {
         // The AWS calls since the claim ate into the lease: a POST started now could outlast it
-        // and the sweeper would re-drive a second one. Give the claim back instead.
-        if !lane::give_back(app, &delivery, 0, payload.as_ref(), &*app.queue).await? {
+        // and the sweeper would re-drive a second one. Give the claim back instead, to the
+        // endpoint's lane (a slow endpoint's attempt stays in the slow lane).
+        let slow = endpoint.as_ref().is_some_and(|ep| lane::is_slow(ep, app.clock.now()));
+        if !lane::give_back(app, &delivery, 0, payload.as_ref(), lane::queue_for(app, slow)).await? {
             tracing::warn!(delivery_id = %delivery.id, "lease lost before the claim was given back");
             return Ok(Handled::Duplicate);
         }

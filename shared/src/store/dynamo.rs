@@ -1056,13 +1056,19 @@ impl Store for DynamoStore {
         self.get_endpoint(tenant, id).await
     }
 
-    async fn failures_in_a_row(&self, endpoints: &[Endpoint]) -> Result<Vec<u32>, StoreError> {
-        // The counter is split over the read copies (see [`copies`]): shown summed.
-        match endpoints {
-            _ if self.readable_copies().await <= 1 => Ok(endpoints.iter().map(|e| e.consecutive_failures).collect()),
-            [one] => Ok(vec![self.failures_summed(&one.tenant_id, &one.id).await?]),
-            page => self.failures_summed_page(page).await,
+    async fn failures_in_a_row(&self, endpoint: &Endpoint) -> Result<u32, StoreError> {
+        if self.readable_copies().await > 1 {
+            // The counter is split over the read copies (see [`copies`]): shown summed.
+            return self.failures_summed(&endpoint.tenant_id, &endpoint.id).await;
         }
+        Ok(endpoint.consecutive_failures)
+    }
+
+    async fn listed_failures_in_a_row(&self, endpoints: &[Endpoint]) -> Result<Vec<u32>, StoreError> {
+        if self.readable_copies().await > 1 {
+            return self.failures_summed_page(endpoints).await;
+        }
+        Ok(endpoints.iter().map(|e| e.consecutive_failures).collect())
     }
 
     async fn tenant_endpoints(&self, tenant_id: &str, key: &str) -> Result<Vec<Endpoint>, StoreError> {
@@ -1174,6 +1180,7 @@ impl Store for DynamoStore {
     ) -> Result<Page<Endpoint>, StoreError> {
         let page = self
             .endpoints_query(tenant_id)
+            .consistent_read(true)
             .limit(i32::try_from(limit.clamp(1, 100)).unwrap_or(100))
             .set_exclusive_start_key(cursor.map(|c| endpoint_start(tenant_id, c)).transpose()?)
             .send()

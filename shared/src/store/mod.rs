@@ -312,13 +312,18 @@ pub trait Store: Send + Sync {
     /// Zeroes the endpoint's failures in a row, on the copy an attempt keyed by `key` read (a
     /// counter; see [`Store::count_failure`]).
     async fn reset_failures(&self, tenant_id: &str, id: &str, key: &str) -> Result<(), StoreError>;
-    /// The failures in a row each of `endpoints` (one tenant's, as read) shows in its view, in
-    /// `endpoints`' order: each one's own count (the endpoint item's) when the counter is one
-    /// item; summed over the read copies when it is split (see [`dynamo`]'s endpoint copies):
-    /// for one endpoint, one strongly consistent BatchGetItem of its copies (a read unit per
-    /// copy); for a listing's page, one Query per copy over the page's key range. Only the
-    /// views read it, so that finding an endpoint to change it costs no read of the copies.
-    async fn failures_in_a_row(&self, endpoints: &[Endpoint]) -> Result<Vec<u32>, StoreError>;
+    /// The failures in a row an endpoint's view shows: `endpoint`'s own count (the endpoint
+    /// item's) when the counter is one item; summed over the read copies when it is split
+    /// (one strongly consistent BatchGetItem, a read unit per copy; see [`dynamo`]'s endpoint
+    /// copies). Only the views read it, so that finding an endpoint to change it costs no
+    /// read of the copies.
+    async fn failures_in_a_row(&self, endpoint: &Endpoint) -> Result<u32, StoreError>;
+    /// As [`Store::failures_in_a_row`], for a listing's page of one tenant's endpoints (as
+    /// read), in their order: summed over the read copies when the counter is split, with one
+    /// Query per read copy after the first over the page's key range. Apart from the
+    /// single-endpoint read so that the functions that show one endpoint (deliver's disable
+    /// answers with it) need no Query of the table.
+    async fn listed_failures_in_a_row(&self, endpoints: &[Endpoint]) -> Result<Vec<u32>, StoreError>;
     /// Records, when it starts, that a process of each of `writers` keeps the store's number
     /// of endpoint copies (with copies; see [`dynamo`]'s endpoint copies: readers trust copies
     /// only once every function has kept them for longer than any process of before could

@@ -50,8 +50,8 @@
 //! endpoint failing more than about T / (T + R) of its attempts (83% at T = 100, R = 20) is
 //! paused, where with one copy a run of T is needed. The run of timeouts the adaptive rate
 //! backs off after is per copy too. An endpoint's view shows the copies' counts summed
-//! (`Store::failures_in_a_row`, read by the endpoint views: the single-endpoint answers,
-//! and a listing's page with one Query per copy). The
+//! (`Store::failures_in_a_row`, read by the single-endpoint answers, and
+//! `Store::listed_failures_in_a_row`, a listing's page with one Query per copy). The
 //! slow-lane marker and the adaptive rate, which readers of every copy act on, are written to
 //! the endpoint item and then to each copy (best effort: a copy that missed one is moved by
 //! the next), in order: a copy takes a mirror only over an earlier one (the marker's by its
@@ -513,19 +513,18 @@ impl DynamoStore {
     }
 
     /// The failures-in-a-row counts of a page of one tenant's endpoints (`endpoints`, as a
-    /// listing read them from the endpoint items, copy 0; one of another tenant keeps its own
-    /// count), each summed with its counts on
-    /// read copies 1..: one strongly consistent Query per copy over the page's sort key range
-    /// (the copy partitions hold the same `ENDPOINT#{id}` keys), projecting the key and the
-    /// count, in flight together. A read unit per 4 KB of matched items, not one per item as a
+    /// listing read them, strongly consistent, from the endpoint items: copy 0; one of another
+    /// tenant keeps its own count), each summed with its counts on read copies 1..: one
+    /// strongly consistent Query per copy over the page's sort key range (the copy partitions
+    /// hold the same `ENDPOINT#{id}` keys), projecting the key and the count, in flight
+    /// together. A read unit per 4 KB of matched items, not one per item as a
     /// BatchGetItem of every (endpoint, copy) would be. Returns the sums in `endpoints`' order;
     /// an endpoint missing from a copy counts 0 there.
     pub(super) async fn failures_summed_page(&self, endpoints: &[Endpoint]) -> Result<Vec<u32>, StoreError> {
-        let (Some(first), Some(last)) = (endpoints.iter().map(|e| &e.id).min(), endpoints.iter().map(|e| &e.id).max())
-        else {
-            return Ok(Vec::new());
-        };
-        let tenant_id = &endpoints[0].tenant_id;
+        let Some(head) = endpoints.first() else { return Ok(Vec::new()) };
+        let tenant_id = &head.tenant_id;
+        let ids = || endpoints.iter().filter(|e| &e.tenant_id == tenant_id).map(|e| &e.id);
+        let (first, last) = (ids().min().unwrap_or(&head.id), ids().max().unwrap_or(&head.id));
         let mut sums: HashMap<String, u32> = endpoints
             .iter()
             .filter(|e| &e.tenant_id == tenant_id)
