@@ -46,6 +46,21 @@ async fn visible(stack: &Stack, url: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// An endpoint for `slow.*` events whose receiver answers after 1.5 s, marked slow by its first
+/// attempt (made on the main lane; the stack's threshold is 1 s): its receiver (1 request so
+/// far) and id.
+async fn marked_slow(stack: &Stack) -> (Receiver, String) {
+    let rx = Receiver::start(Reply::Hang(Duration::from_millis(1500))).await;
+    let ep = endpoint(stack, &rx.url, &["slow.*"]).await;
+    let first = delivery_id(&stack.event("acme", "slow.a", json!({})).await);
+    stack.wait_status(&first, "delivered", Duration::from_secs(30)).await;
+    eventually("marked slow", Duration::from_secs(10), || async {
+        get_endpoint(stack, &ep).await["slow_until"].is_string()
+    })
+    .await;
+    (rx, ep)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_slow_endpoint_moves_to_the_slow_lane_and_fast_deliveries_are_not_held_behind_it() {
     // One main-lane poller, so a batch held by a slow POST would hold every delivery; the
@@ -148,14 +163,7 @@ async fn a_slow_endpoint_moves_to_the_slow_lane_and_fast_deliveries_are_not_held
 async fn a_slow_endpoint_that_turns_fast_leaves_the_slow_lane() {
     let options = Options { pollers: 1, slow_pollers: 1, sweeper: false, ..Options::default() };
     let stack = Stack::start_with_slow_lane(|c| c.slow_lane_threshold = Duration::from_millis(1000), options).await;
-    let rx = Receiver::start(Reply::Hang(Duration::from_millis(1500))).await;
-    let ep = endpoint(&stack, &rx.url, &["slow.*"]).await;
-    let first = delivery_id(&stack.event("acme", "slow.a", json!({})).await);
-    stack.wait_status(&first, "delivered", Duration::from_secs(30)).await;
-    eventually("marked slow", Duration::from_secs(10), || async {
-        get_endpoint(&stack, &ep).await["slow_until"].is_string()
-    })
-    .await;
+    let (rx, ep) = marked_slow(&stack).await;
     // Fast now: the slow lane's attempt clears the marker.
     rx.set_default(Reply::Status(200));
     let second = delivery_id(&stack.event("acme", "slow.b", json!({})).await);
@@ -189,14 +197,7 @@ async fn an_attempt_whose_send_to_the_slow_lane_failed_at_ingest_is_re_driven_an
         options,
     )
     .await;
-    let rx = Receiver::start(Reply::Hang(Duration::from_millis(1500))).await;
-    let ep = endpoint(&stack, &rx.url, &["slow.*"]).await;
-    let first = delivery_id(&stack.event("acme", "slow.a", json!({})).await);
-    stack.wait_status(&first, "delivered", Duration::from_secs(30)).await;
-    eventually("marked slow", Duration::from_secs(10), || async {
-        get_endpoint(&stack, &ep).await["slow_until"].is_string()
-    })
-    .await;
+    let (rx, _) = marked_slow(&stack).await;
     // An ingest whose send to the slow lane fails: the event is accepted all the same (its
     // delivery is written, in the due index) ...
     let mut refusing = stack.app.clone();
@@ -223,14 +224,7 @@ async fn an_attempt_whose_send_to_the_slow_lane_failed_at_ingest_is_re_driven_an
 async fn a_sync_event_to_an_endpoint_marked_slow_is_attempted_inline() {
     let options = Options { pollers: 1, slow_pollers: 0, sweeper: false, ..Options::default() };
     let stack = Stack::start_with_slow_lane(|c| c.slow_lane_threshold = Duration::from_millis(1000), options).await;
-    let rx = Receiver::start(Reply::Hang(Duration::from_millis(1500))).await;
-    let ep = endpoint(&stack, &rx.url, &["slow.*"]).await;
-    let first = delivery_id(&stack.event("acme", "slow.a", json!({})).await);
-    stack.wait_status(&first, "delivered", Duration::from_secs(30)).await;
-    eventually("marked slow", Duration::from_secs(10), || async {
-        get_endpoint(&stack, &ep).await["slow_until"].is_string()
-    })
-    .await;
+    let (rx, ep) = marked_slow(&stack).await;
     // No slow-lane poller runs: an attempt sent to the slow lane would not be made. The sync
     // event is attempted in the request, and its fast answer clears the mark.
     rx.set_default(Reply::Status(200));
