@@ -504,12 +504,7 @@ impl DynamoStore {
             })
             .collect();
         let found = self.batch_get(&keys, Some(("consecutive_failures", &[]))).await?;
-        Ok(found
-            .iter()
-            .filter_map(|i| {
-                i.get("consecutive_failures").and_then(|v| v.as_n().ok()).and_then(|v| v.parse::<u32>().ok())
-            })
-            .fold(0u32, u32::saturating_add))
+        Ok(found.iter().filter_map(failures_of).fold(0u32, u32::saturating_add))
     }
 
     /// The failures-in-a-row counts of a page of one tenant's endpoints (`endpoints`, as a
@@ -521,15 +516,16 @@ impl DynamoStore {
     /// BatchGetItem of every (endpoint, copy) would be. Returns the sums in `endpoints`' order;
     /// an endpoint missing from a copy counts 0 there.
     pub(super) async fn failures_summed_page(&self, endpoints: &[Endpoint]) -> Result<Vec<u32>, StoreError> {
-        let Some(head) = endpoints.first() else { return Ok(Vec::new()) };
-        let tenant_id = &head.tenant_id;
-        let ids = || endpoints.iter().filter(|e| &e.tenant_id == tenant_id).map(|e| &e.id);
-        let (first, last) = (ids().min().unwrap_or(&head.id), ids().max().unwrap_or(&head.id));
+        let Some(tenant_id) = endpoints.first().map(|e| &e.tenant_id) else { return Ok(Vec::new()) };
+        // By sort key: the page's key range is its least and greatest key.
         let mut sums: HashMap<String, u32> = endpoints
             .iter()
             .filter(|e| &e.tenant_id == tenant_id)
             .map(|e| (endpoint_key(&e.id), e.consecutive_failures))
             .collect();
+        let (Some(first), Some(last)) = (sums.keys().min().cloned(), sums.keys().max().cloned()) else {
+            return Ok(Vec::new());
+        };
         let queries = (1..self.readable_copies().await).map(|j| {
             let query = self
                 .client
@@ -539,17 +535,14 @@ impl DynamoStore {
                 .key_condition_expression("pk = :pk AND sk BETWEEN :first AND :last")
                 .projection_expression("sk, consecutive_failures")
                 .expression_attribute_values(":pk", s(endpoint_copy_pk(tenant_id, j)))
-                .expression_attribute_values(":first", s(endpoint_key(first)))
-                .expression_attribute_values(":last", s(endpoint_key(last)));
+                .expression_attribute_values(":first", s(&first))
+                .expression_attribute_values(":last", s(&last));
             self.query_items(query)
         });
         let pages: Vec<Result<Vec<Item>, StoreError>> =
             futures::stream::iter(queries).buffer_unordered(16).collect().await;
         for item in pages.into_iter().collect::<Result<Vec<_>, _>>()?.into_iter().flatten() {
-            let key = item.get(SK).and_then(|v| v.as_s().ok());
-            let count =
-                item.get("consecutive_failures").and_then(|v| v.as_n().ok()).and_then(|v| v.parse::<u32>().ok());
-            if let (Some(sum), Some(count)) = (key.and_then(|k| sums.get_mut(k)), count) {
+            if let (Some(sum), Some(count)) = (sums.get_mut(&sk(&item)), failures_of(&item)) {
                 *sum = sum.saturating_add(count);
             }
         }
@@ -641,6 +634,11 @@ fn fill_guard(original: &Item, version: u64) -> (String, HashMap<String, String>
 /// An item's sort key (empty when it has none).
 fn sk(item: &Item) -> String {
     item.get(SK).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default()
+}
+
+/// An endpoint item's (or copy's) failures-in-a-row count, when it has one.
+fn failures_of(item: &Item) -> Option<u32> {
+    item.get("consecutive_failures").and_then(|v| v.as_n().ok()).and_then(|v| v.parse().ok())
 }
 
 /// The registry item's key.
