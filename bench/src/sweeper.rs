@@ -44,20 +44,20 @@ pub async fn template(sdk: &aws_config::SdkConfig, table: &str, url: &str, paylo
     let accepted = stack::event(&app, "template", &stack::unique("evt"), payload).await?;
     let id = accepted["deliveries"][0]["id"].as_str().ok_or_else(|| err("no delivery created"))?.to_string();
     let event_id = accepted["event_id"].as_str().ok_or_else(|| err("no event id"))?.to_string();
-    let get = |pk: String, sk: &'static str| {
+    let get = |pk: String, sk: String| {
         ddb.get_item()
             .table_name(table)
             .key("pk", AttributeValue::S(pk))
-            .key("sk", AttributeValue::S(sk.into()))
+            .key("sk", AttributeValue::S(sk))
             .consistent_read(true)
             .send()
     };
-    let delivery =
-        get(keys::delivery_pk(&id), keys::DELIVERY_SK).await?.item.ok_or_else(|| err("template delivery not found"))?;
-    let event = get(keys::event_pk("template", &event_id), keys::EVENT_ITEM_SK)
+    let delivery = get(keys::delivery_pk(&id), keys::DELIVERY_SK.into())
         .await?
         .item
-        .ok_or_else(|| err("template event not found"))?;
+        .ok_or_else(|| err("template delivery not found"))?;
+    let (event_pk, event_sk) = keys::event_key("template", &event_id);
+    let event = get(event_pk, event_sk).await?.item.ok_or_else(|| err("template event not found"))?;
     let mut message = None;
     for _ in 0..5 {
         let out = sqs.receive_message().queue_url(url).max_number_of_messages(1).wait_time_seconds(1).send().await?;

@@ -346,7 +346,9 @@ pub async fn ceiling(sdk: &aws_config::SdkConfig, n: usize, payload: &str) -> Re
             let id = format!("dlv_ceil{i:08}");
             let event_id = format!("evt_ceil{i:08}");
             let mut event = template.event.clone();
-            event.insert(keys::PK.into(), AttributeValue::S(keys::event_pk(tenant, &event_id)));
+            let (pk, sk) = keys::event_key(tenant, &event_id);
+            event.insert(keys::PK.into(), AttributeValue::S(pk));
+            event.insert(keys::SK.into(), AttributeValue::S(sk));
             event.insert("event_id".into(), AttributeValue::S(event_id.clone()));
             let mut delivery = template.delivery.clone();
             delivery.insert(keys::PK.into(), AttributeValue::S(keys::delivery_pk(&id)));

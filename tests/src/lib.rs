@@ -219,11 +219,12 @@ impl Stack {
     /// `WEBHOOKS_EVENT_RETENTION_DAYS`.
     pub async fn expire_payload(&self, tenant: &str, event_id: &str) {
         use aws_sdk_dynamodb::types::AttributeValue;
+        let (pk, sk) = webhooks::store::keys::event_key(tenant, event_id);
         aws_sdk_dynamodb::Client::new(&webhooks::app::aws_sdk_config().await)
             .delete_item()
             .table_name(&self.app.config.table)
-            .key(webhooks::store::keys::PK, AttributeValue::S(webhooks::store::keys::event_pk(tenant, event_id)))
-            .key(webhooks::store::keys::SK, AttributeValue::S(webhooks::store::keys::EVENT_ITEM_SK.into()))
+            .key(webhooks::store::keys::PK, AttributeValue::S(pk))
+            .key(webhooks::store::keys::SK, AttributeValue::S(sk))
             .send()
             .await
             .expect("delete the payload item");

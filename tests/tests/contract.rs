@@ -478,11 +478,12 @@ async fn a_fan_out_whose_put_fails_is_all_or_nothing() {
 async fn event_item_exists(stack: &Stack, tenant: &str, id: &str) -> bool {
     use aws_sdk_dynamodb::types::AttributeValue;
     use webhooks::store::keys;
+    let (pk, sk) = keys::event_key(tenant, id);
     aws_sdk_dynamodb::Client::new(&webhooks::app::aws_sdk_config().await)
         .get_item()
         .table_name(&stack.app.config.table)
-        .key(keys::PK, AttributeValue::S(keys::event_pk(tenant, id)))
-        .key(keys::SK, AttributeValue::S(keys::EVENT_ITEM_SK.into()))
+        .key(keys::PK, AttributeValue::S(pk))
+        .key(keys::SK, AttributeValue::S(sk))
         .consistent_read(true)
         .send()
         .await

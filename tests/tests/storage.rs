@@ -7,7 +7,7 @@ use reqwest::Method;
 use serde_json::json;
 use std::collections::HashMap;
 use std::time::Duration;
-use webhooks::store::keys::{EVENT_ITEM_SK, PK, SK, event_pk};
+use webhooks::store::keys::{EVENT_ITEM_SK, PK, SK, event_key, scoped_event_pk};
 use webhooks::store::payload::{PAYLOAD_TEXT, PAYLOAD_Z};
 use webhooks_tests::{Receiver, Reply, Stack};
 
@@ -17,19 +17,59 @@ async fn ddb() -> aws_sdk_dynamodb::Client {
     aws_sdk_dynamodb::Client::new(&webhooks::app::aws_sdk_config().await)
 }
 
-async fn event_item(stack: &Stack, tenant: &str, event_id: &str) -> HashMap<String, AttributeValue> {
+/// The event item at `(pk, sk)`, if there is one (a strongly consistent read).
+async fn item_at(stack: &Stack, pk: String, sk: String) -> Option<HashMap<String, AttributeValue>> {
     ddb()
         .await
         .get_item()
         .table_name(&stack.app.config.table)
-        .key(PK, AttributeValue::S(event_pk(tenant, event_id)))
-        .key(SK, AttributeValue::S(EVENT_ITEM_SK.into()))
+        .key(PK, AttributeValue::S(pk))
+        .key(SK, AttributeValue::S(sk))
         .consistent_read(true)
         .send()
         .await
         .unwrap()
         .item
-        .expect("the event item")
+}
+
+/// The event item as written now, under its event key.
+async fn event_item(stack: &Stack, tenant: &str, event_id: &str) -> HashMap<String, AttributeValue> {
+    let (pk, sk) = event_key(tenant, event_id);
+    item_at(stack, pk, sk).await.expect("the event item")
+}
+
+/// The event item under its scoped key (as written before the event-key change), if any.
+async fn scoped_event_item(stack: &Stack, tenant: &str, event_id: &str) -> Option<HashMap<String, AttributeValue>> {
+    item_at(stack, scoped_event_pk(tenant, event_id), EVENT_ITEM_SK.into()).await
+}
+
+/// Moves an event item from its event key to its scoped key, with its `by_event` entry, as
+/// the release before the event-key change wrote it; `shape` then changes it further (to a
+/// release before that).
+async fn into_scoped(
+    stack: &Stack,
+    tenant: &str,
+    event_id: &str,
+    shape: impl FnOnce(&mut HashMap<String, AttributeValue>),
+) {
+    use webhooks::store::keys::{EVENT_ENTRY, EVENT_SK};
+    let mut item = event_item(stack, tenant, event_id).await;
+    let (pk, sk) = event_key(tenant, event_id);
+    let table = &stack.app.config.table;
+    ddb()
+        .await
+        .delete_item()
+        .table_name(table)
+        .key(PK, AttributeValue::S(pk))
+        .key(SK, AttributeValue::S(sk))
+        .send()
+        .await
+        .unwrap();
+    item.insert(PK.into(), AttributeValue::S(scoped_event_pk(tenant, event_id)));
+    item.insert(SK.into(), AttributeValue::S(EVENT_ITEM_SK.into()));
+    item.insert(EVENT_SK.into(), AttributeValue::S(EVENT_ENTRY.into()));
+    shape(&mut item);
+    ddb().await.put_item().table_name(table).set_item(Some(item)).send().await.unwrap();
 }
 
 /// A payload with what a byte-for-byte copy must keep: non-ASCII text, escapes, spacing and
@@ -106,12 +146,14 @@ async fn an_event_item_written_before_compression_is_still_delivered_and_kept_on
     let id = accepted["deliveries"][0]["id"].as_str().unwrap().to_string();
     stack.wait_status(&id, "exhausted", WAIT).await;
 
-    // The event item as the release before wrote it: the payload as text, no `payload_z`.
+    // The event item as the release before compression wrote it: under its scoped key, the
+    // payload as text, no `payload_z`.
     let old_body = payload();
-    let mut item = event_item(&stack, "acme", "evt-old").await;
-    item.remove(PAYLOAD_Z);
-    item.insert(PAYLOAD_TEXT.into(), AttributeValue::S(old_body.clone()));
-    ddb().await.put_item().table_name(&stack.app.config.table).set_item(Some(item)).send().await.unwrap();
+    into_scoped(&stack, "acme", "evt-old", |item| {
+        item.remove(PAYLOAD_Z);
+        item.insert(PAYLOAD_TEXT.into(), AttributeValue::S(old_body.clone()));
+    })
+    .await;
 
     // The same event id again: nothing new, and the old item is left as it was.
     let (status, again) = stack
@@ -123,9 +165,11 @@ async fn an_event_item_written_before_compression_is_still_delivered_and_kept_on
         .await;
     assert_eq!(status, 202, "{again}");
     assert_eq!(again["deliveries"], accepted["deliveries"]);
-    let item = event_item(&stack, "acme", "evt-old").await;
+    let item = scoped_event_item(&stack, "acme", "evt-old").await.expect("the scoped item");
     assert_eq!(item.get(PAYLOAD_TEXT).and_then(|v| v.as_s().ok()), Some(&old_body));
     assert!(!item.contains_key(PAYLOAD_Z));
+    let (pk, sk) = event_key("acme", "evt-old");
+    assert!(item_at(&stack, pk, sk).await.is_none(), "the repeat left no item under the event key");
 
     // A replay reads the text payload and posts it byte for byte.
     rx.set_default(Reply::Status(200));
@@ -395,8 +439,8 @@ fn pairs(list: &serde_json::Value) -> Vec<(String, String)> {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_event_has_one_by_event_entry_and_its_deliveries_none() {
-    use webhooks::store::keys::{DELIVERY_ENDPOINT, EVENT_ENDPOINTS, EVENT_ENTRY};
+async fn an_event_and_its_deliveries_have_no_index_entry_and_are_found_by_the_event_id() {
+    use webhooks::store::keys::{DELIVERY_ENDPOINT, EVENT_ENDPOINTS};
     let stack = Stack::start(|_| {}).await;
     let ok = Receiver::start(Reply::Status(200)).await;
     let failing = Receiver::start(Reply::Status(500)).await;
@@ -412,7 +456,7 @@ async fn an_event_has_one_by_event_entry_and_its_deliveries_none() {
     assert_eq!(expected.len(), 2);
 
     // The stored shape: the endpoint id in `endpoint`, not in `by_event`'s key; the event
-    // item lists the endpoints and is the event's one entry there.
+    // item, under the event key, lists the endpoints and is in no index either.
     for (id, ep) in &expected {
         let item = delivery_item(&stack, id).await;
         assert!(!item.contains_key("endpoint_id"), "{id}: {:?}", item.keys());
@@ -424,7 +468,8 @@ async fn an_event_has_one_by_event_entry_and_its_deliveries_none() {
     let mut both = vec![ep_ok.clone(), ep_dead.clone()];
     both.sort();
     assert_eq!(listed, both);
-    assert_eq!(by_event_entries(&stack, "evt-ix").await, vec![(EVENT_ITEM_SK.to_string(), EVENT_ENTRY.to_string())]);
+    assert!(!event.contains_key("endpoint_id"), "{:?}", event.keys());
+    assert_eq!(by_event_entries(&stack, "evt-ix").await, Vec::<(String, String)>::new());
 
     // The event's deliveries, with and without the tenant, and after they moved on.
     let dead = expected.iter().find(|(_, ep)| *ep == ep_dead).unwrap().0.clone();
@@ -438,8 +483,32 @@ async fn an_event_has_one_by_event_entry_and_its_deliveries_none() {
         let statuses: Vec<_> = view["deliveries"].as_array().unwrap().iter().map(|d| d["status"].clone()).collect();
         assert!(statuses.contains(&json!("exhausted")) && statuses.contains(&json!("delivered")), "{view:#}");
     }
-    // Claims and records wrote no entry: still the event's one.
-    assert_eq!(by_event_entries(&stack, "evt-ix").await.len(), 1);
+    // Claims and records wrote no entry either.
+    assert_eq!(by_event_entries(&stack, "evt-ix").await.len(), 0);
+
+    // Another tenant's event of the same id: its own item in the id's partition. Without a
+    // tenant the id is ambiguous (409 naming both); with one, each sees its own.
+    let globex_rx = Receiver::start(Reply::Status(200)).await;
+    let ep_globex =
+        stack.endpoint("globex", &globex_rx.url, serde_json::Value::Null).await["id"].as_str().unwrap().to_string();
+    let (status, theirs) = stack
+        .call(
+            Method::POST,
+            "/v1/events",
+            Some(json!({"tenant_id": "globex", "event_type": "order.paid", "id": "evt-ix", "payload": {"n": 2}})),
+        )
+        .await;
+    assert_eq!(status, 202, "{theirs}");
+    assert_eq!(pairs(&theirs["deliveries"]).len(), 1);
+    assert_eq!(pairs(&theirs["deliveries"])[0].1, ep_globex);
+    let (status, both_tenants) = stack.call(Method::GET, "/v1/events/evt-ix", None).await;
+    assert_eq!(status, 409, "{both_tenants}");
+    let message = both_tenants["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("acme") && message.contains("globex"), "{both_tenants}");
+    let (_, view) = stack.call(Method::GET, "/v1/events/evt-ix?tenant_id=globex", None).await;
+    assert_eq!(pairs(&view["deliveries"]), pairs(&theirs["deliveries"]), "{view:#}");
+    let (_, view) = stack.call(Method::GET, "/v1/events/evt-ix?tenant_id=acme", None).await;
+    assert_eq!(pairs(&view["deliveries"]), expected, "{view:#}");
 
     // Listings from indexes that do not project the endpoint still name it.
     let (_, dead_letters) = stack.call(Method::GET, "/v1/deliveries?status=exhausted", None).await;
@@ -458,7 +527,7 @@ async fn an_event_has_one_by_event_entry_and_its_deliveries_none() {
     assert!(all.iter().any(|(_, ep)| *ep == ep_new));
     let (_, view) = stack.call(Method::GET, "/v1/events/evt-ix?tenant_id=acme", None).await;
     assert_eq!(pairs(&view["deliveries"]), all, "{view:#}");
-    assert_eq!(by_event_entries(&stack, "evt-ix").await.len(), 1);
+    assert_eq!(by_event_entries(&stack, "evt-ix").await.len(), 0);
     stack.stop().await;
 }
 
@@ -495,17 +564,11 @@ async fn a_delivery_written_before_the_by_event_change_is_delivered_and_found() 
         .send()
         .await
         .unwrap();
-    ddb()
-        .await
-        .update_item()
-        .table_name(&table)
-        .key(PK, AttributeValue::S(event_pk("acme", "evt-up")))
-        .key(SK, AttributeValue::S(EVENT_ITEM_SK.into()))
-        .update_expression("REMOVE endpoint_id, #endpoints")
-        .expression_attribute_names("#endpoints", EVENT_ENDPOINTS)
-        .send()
-        .await
-        .unwrap();
+    into_scoped(&stack, "acme", "evt-up", |item| {
+        item.remove("endpoint_id");
+        item.remove(EVENT_ENDPOINTS);
+    })
+    .await;
     assert_eq!(by_event_entries(&stack, "evt-up").await, vec![(DELIVERY_SK.to_string(), ep.clone())]);
 
     // Attempt 2 is claimed and recorded on the old item; the event, the delivery and the
@@ -532,6 +595,62 @@ async fn a_delivery_written_before_the_by_event_change_is_delivered_and_found() 
     assert_eq!(pairs(&view["deliveries"]), all, "{view:#}");
     let entries = by_event_entries(&stack, "evt-up").await;
     assert!(entries.contains(&(EVENT_ITEM_SK.to_string(), EVENT_ENTRY.to_string())), "{entries:?}");
+    let (pk, sk) = event_key("acme", "evt-up");
+    assert!(item_at(&stack, pk, sk).await.is_none(), "the repeat left no item under the event key");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_event_under_its_scoped_key_is_found_delivered_and_repeated_as_itself() {
+    use webhooks::store::keys::{EVENT_ENDPOINTS, EVENT_ENTRY};
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(500)).await;
+    let ep = stack.endpoint("acme", &rx.url, json!({"schedule_seconds": [1], "max_attempts": 1})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let first = json!({"tenant_id": "acme", "event_type": "order.paid", "id": "evt-sc", "payload": {"v": "first"}});
+    let (status, accepted) = stack.call(Method::POST, "/v1/events", Some(first)).await;
+    assert_eq!(status, 202, "{accepted}");
+    let id = accepted["deliveries"][0]["id"].as_str().unwrap().to_string();
+    stack.wait_status(&id, "exhausted", WAIT).await;
+
+    // The event item as the release before the event-key change wrote it: under its scoped
+    // key, in `by_event`, listing its endpoint, the payload compressed.
+    into_scoped(&stack, "acme", "evt-sc", |_| {}).await;
+    assert_eq!(by_event_entries(&stack, "evt-sc").await, vec![(EVENT_ITEM_SK.to_string(), EVENT_ENTRY.to_string())]);
+    for path in ["/v1/events/evt-sc", "/v1/events/evt-sc?tenant_id=acme"] {
+        let (status, view) = stack.call(Method::GET, path, None).await;
+        assert_eq!(status, 200, "{view}");
+        assert_eq!(pairs(&view["deliveries"]), vec![(id.clone(), ep.clone())], "{path}");
+    }
+
+    // A repeat of the id, with another payload, after an endpoint was added: the event is the
+    // one stored (no second item, its payload kept), the old delivery is not sent again, the
+    // new endpoint's is written, listed by the scoped item, and posts the first payload.
+    let other = Receiver::start(Reply::Status(200)).await;
+    let ep2 = new_endpoint(&stack, &other.url).await;
+    let repeat = json!({"tenant_id": "acme", "event_type": "order.paid", "id": "evt-sc", "payload": {"v": "second"}});
+    let (status, again) = stack.call(Method::POST, "/v1/events", Some(repeat)).await;
+    assert_eq!(status, 202, "{again}");
+    let all = pairs(&again["deliveries"]);
+    assert_eq!(all.len(), 2, "{again}");
+    let new_id = webhooks::model::delivery_id("evt-sc", &ep2);
+    assert!(all.contains(&(id.clone(), ep.clone())) && all.contains(&(new_id.clone(), ep2.clone())), "{again}");
+    let (pk, sk) = event_key("acme", "evt-sc");
+    assert!(item_at(&stack, pk, sk).await.is_none(), "the repeat left no item under the event key");
+    let scoped = scoped_event_item(&stack, "acme", "evt-sc").await.expect("the scoped item");
+    let mut listed = scoped.get(EVENT_ENDPOINTS).and_then(|v| v.as_ss().ok()).cloned().unwrap_or_default();
+    listed.sort();
+    let mut both = vec![ep.clone(), ep2.clone()];
+    both.sort();
+    assert_eq!(listed, both);
+    stack.wait_status(&new_id, "delivered", WAIT).await;
+    let posted: serde_json::Value = serde_json::from_slice(&other.hits()[0].body).unwrap();
+    assert_eq!(posted["v"], "first", "the payload first accepted: {posted}");
+    assert_eq!(rx.count(), 1, "the old delivery was not attempted again");
+    let (_, view) = stack.call(Method::GET, "/v1/events/evt-sc", None).await;
+    assert_eq!(pairs(&view["deliveries"]), all, "{view:#}");
     stack.stop().await;
 }
 

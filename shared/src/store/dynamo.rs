@@ -100,17 +100,16 @@ impl DynamoStore {
         conditional(result)
     }
 
-    /// An event as its item: the payload zstd-compressed in `payload_z` (binary), see
-    /// [`super::payload`]; the endpoints of its deliveries in `endpoint_ids` (a string set,
-    /// [`EVENT_ENDPOINTS`]); and `endpoint_id` = [`EVENT_ENTRY`], which puts the item in
-    /// `by_event` (the event's one entry there).
+    /// An event as its item, under [`event_key`] (in no index): the payload zstd-compressed
+    /// in `payload_z` (binary), see [`super::payload`]; the endpoints of its deliveries in
+    /// `endpoint_ids` (a string set, [`EVENT_ENDPOINTS`]).
     fn event_item(event: &StoredEvent, endpoint_ids: &[&str]) -> Result<Item, StoreError> {
         let mut item = to_item(event)?;
         item.remove(payload::PAYLOAD_TEXT);
         item.insert(payload::PAYLOAD_Z.into(), AttributeValue::B(payload::compress(&event.payload)?.into()));
-        item.insert(PK.into(), s(event_pk(&event.tenant_id, &event.event_id)));
-        item.insert(SK.into(), s(EVENT_ITEM_SK));
-        item.insert(EVENT_SK.into(), s(EVENT_ENTRY));
+        let (pk, sk) = event_key(&event.tenant_id, &event.event_id);
+        item.insert(PK.into(), s(pk));
+        item.insert(SK.into(), s(sk));
         let ids: std::collections::BTreeSet<String> = endpoint_ids.iter().map(|e| (*e).to_string()).collect();
         item.insert(EVENT_ENDPOINTS.into(), AttributeValue::Ss(ids.into_iter().collect()));
         Ok(item)
@@ -233,27 +232,78 @@ impl DynamoStore {
 
     /// Adds this call's endpoints to an event item another call (or an earlier release)
     /// wrote: its `endpoint_ids` (a repeat of the id can find an endpoint created since, and
-    /// write its delivery), and its `by_event` entry when it has none (an item from before
-    /// the entry). Made before this call writes any delivery, so no delivery exists that its
-    /// event does not list (a listed endpoint without a delivery is left out of the event's
-    /// view). UpdateItem, conditional on the item existing: false when it is gone (taken back
-    /// by the ingest that wrote it).
+    /// write its delivery), and, on an item under [`scoped_event_pk`] (before the event-key
+    /// change), its `by_event` entry when it has none (an item from before the entry). Made
+    /// before this call writes any delivery, so no delivery exists that its event does not
+    /// list (a listed endpoint without a delivery is left out of the event's view).
+    /// UpdateItem, conditional on the item existing: false when it is gone (taken back by the
+    /// ingest that wrote it).
     async fn list_endpoints(&self, event_item: &Item) -> Result<bool, StoreError> {
         let endpoints = event_item.get(EVENT_ENDPOINTS).cloned().unwrap_or_else(|| AttributeValue::Ss(Vec::new()));
-        let result = self
+        let scoped = event_item.get(SK).and_then(|v| v.as_s().ok()).is_some_and(|sk| sk == EVENT_ITEM_SK);
+        let mut req = self
             .client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(key_of(event_item)))
-            .update_expression("SET #entry = if_not_exists(#entry, :entry) ADD #endpoints :endpoints")
             .condition_expression("attribute_exists(pk)")
-            .expression_attribute_names("#entry", EVENT_SK)
             .expression_attribute_names("#endpoints", EVENT_ENDPOINTS)
-            .expression_attribute_values(":entry", s(EVENT_ENTRY))
-            .expression_attribute_values(":endpoints", endpoints)
+            .expression_attribute_values(":endpoints", endpoints);
+        req = if scoped {
+            req.update_expression("SET #entry = if_not_exists(#entry, :entry) ADD #endpoints :endpoints")
+                .expression_attribute_names("#entry", EVENT_SK)
+                .expression_attribute_values(":entry", s(EVENT_ENTRY))
+        } else {
+            req.update_expression("ADD #endpoints :endpoints")
+        };
+        conditional(req.send().await)
+    }
+
+    /// When `ours` (an event item this call has just created, under [`event_key`]) repeats an
+    /// event accepted before the event-key change, which is under [`scoped_event_pk`]: makes
+    /// that item the event's again and returns it, as this call writes it in a repeat (with
+    /// this call's endpoints and `ingest_token`). It lists this call's endpoints first (some
+    /// of its deliveries may be written already), then deletes `ours`, conditional on it
+    /// still being this call's and not `promised` (a concurrent repeat that answered with it
+    /// keeps it: the event then has an item under each key, and its view reads both).
+    /// `None` when there is no such item, or it went (taken back) before it listed them.
+    async fn scoped_repeat(&self, ours: &Item) -> Result<Option<Item>, StoreError> {
+        let text = |k: &str| ours.get(k).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+        let scoped_pk = scoped_event_pk(&text("tenant_id"), &text("event_id"));
+        let found = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(PK, s(&scoped_pk))
+            .key(SK, s(EVENT_ITEM_SK))
+            .projection_expression("pk")
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(aws)?;
+        if found.item.is_none() {
+            return Ok(None);
+        }
+        let mut scoped = ours.clone();
+        scoped.insert(PK.into(), s(scoped_pk));
+        scoped.insert(SK.into(), s(EVENT_ITEM_SK));
+        scoped.insert(EVENT_SK.into(), s(EVENT_ENTRY));
+        if !self.list_endpoints(&scoped).await? {
+            return Ok(None);
+        }
+        let Some(mine) = ours.get(INGEST_TOKEN).cloned() else {
+            return Ok(Some(scoped));
+        };
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .set_key(Some(key_of(ours)))
+            .condition_expression("ingest_token = :mine AND attribute_not_exists(promised)")
+            .expression_attribute_values(":mine", mine)
             .send()
             .await;
-        conditional(result)
+        if conditional(result)? { Ok(Some(scoped)) } else { Ok(None) }
     }
 
     /// After a failed write of an event's items: takes back what this call wrote and returns
@@ -1195,23 +1245,35 @@ impl Store for DynamoStore {
     }
 
     async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError> {
-        let query = self
+        // The event items under its id (one per tenant that used it), and `by_event` for what
+        // was written before the event-key change.
+        let events = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :p")
+            .expression_attribute_values(":p", s(event_id_pk(event_id)))
+            .projection_expression("#e")
+            .expression_attribute_names("#e", EVENT_ENDPOINTS)
+            .consistent_read(true);
+        let index = self
             .client
             .query()
             .table_name(&self.table)
             .index_name(EVENT_INDEX)
             .key_condition_expression("event_id = :e")
             .expression_attribute_values(":e", s(event_id));
-        let entries = self.query_items(query).await?;
-        // Event items (one per tenant that used the id) list their endpoints; deliveries
-        // written before 2026-12-01 are entries of their own.
-        let (events, older): (Vec<Item>, Vec<Item>) = entries
+        let (mut listed, entries) = futures::try_join!(self.query_items(events), self.query_items(index))?;
+        // Scoped event items list their endpoints (read from the items: the index does not
+        // project the list); deliveries written before 2026-12-01 are entries of their own.
+        let (scoped, older): (Vec<Item>, Vec<Item>) = entries
             .into_iter()
             .partition(|e| e.get(SK).and_then(|v| v.as_s().ok()).is_some_and(|sk| sk == EVENT_ITEM_SK));
         let mut out: Vec<DeliverySummary> = older.into_iter().map(from_item).collect::<Result<_, _>>()?;
-        let listed = self
-            .batch_get(&events.iter().map(key_of).collect::<Vec<_>>(), Some(("#e", &[("#e", EVENT_ENDPOINTS)])))
-            .await?;
+        listed.extend(
+            self.batch_get(&scoped.iter().map(key_of).collect::<Vec<_>>(), Some(("#e", &[("#e", EVENT_ENDPOINTS)])))
+                .await?,
+        );
         let mut ids: Vec<String> = listed
             .iter()
             .filter_map(|item| item.get(EVENT_ENDPOINTS).and_then(|v| v.as_ss().ok()))
@@ -1282,10 +1344,11 @@ impl Store for DynamoStore {
         // every take-back, and putting again any delivery a take-back removed before that.
         // No delivery is visible to deliver before the call returns (its message is sent
         // after), nor to the sweeper before its due time (`redrive_after` later).
-        let event_item = items.remove(0);
+        let mut event_item = items.remove(0);
         let fence = &items[..items.len().min(DELIVERIES_PER_CHECK)];
         let mut created = vec![false; items.len()];
         let mut event_new = false;
+        let mut scoped_checked = false;
         for round in 0..3 {
             // From the second round on, deliveries of this call's may exist: a failure takes
             // them back too.
@@ -1306,6 +1369,7 @@ impl Store for DynamoStore {
                 }
             }
             let (flags, failed) = self.put_all(&items).await;
+            let some_existed = flags.iter().any(|f| !f);
             for (c, f) in created.iter_mut().zip(flags) {
                 *c |= f;
             }
@@ -1316,6 +1380,23 @@ impl Store for DynamoStore {
             // call's take-back without the mark.
             if event_new && created.iter().all(|c| *c) {
                 return Ok(Inserted { event: event_new, deliveries: created });
+            }
+            // A new event item with a delivery already there: another ingest's take-back is
+            // under way, or the event was accepted before the event-key change, under its
+            // scoped key. Then that item is the event's (its payload stays the one first
+            // accepted), and this call goes on as a repeat of it (looked up once, only here).
+            if written && some_existed && !scoped_checked {
+                scoped_checked = true;
+                match self.scoped_repeat(&event_item).await {
+                    Ok(Some(scoped)) => {
+                        tracing::info!(event_id = %event.event_id, "repeat of an event stored under its scoped key");
+                        event_item = scoped;
+                        event_new = false;
+                        continue;
+                    }
+                    Ok(None) => {}
+                    Err(e) => return Err(self.take_back(&event_item, &items, fence, e).await),
+                }
             }
             match self.promise(&event_item).await {
                 Ok(true) => {}
@@ -1364,20 +1445,30 @@ impl Store for DynamoStore {
     }
 
     async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(PK, s(event_pk(tenant_id, event_id)))
-            .key(SK, s(EVENT_ITEM_SK))
-            .projection_expression("#z, #t")
-            .expression_attribute_names("#z", payload::PAYLOAD_Z)
-            .expression_attribute_names("#t", payload::PAYLOAD_TEXT)
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(aws)?;
-        let Some(mut item) = out.item else {
+        // Under the event's key; an event from before the event-key change, under its scoped
+        // key (a second read, for those only).
+        let (pk, sk) = event_key(tenant_id, event_id);
+        let mut found = None;
+        for (pk, sk) in [(pk, sk), (scoped_event_pk(tenant_id, event_id), EVENT_ITEM_SK.to_string())] {
+            let out = self
+                .client
+                .get_item()
+                .table_name(&self.table)
+                .key(PK, s(pk))
+                .key(SK, s(sk))
+                .projection_expression("#z, #t")
+                .expression_attribute_names("#z", payload::PAYLOAD_Z)
+                .expression_attribute_names("#t", payload::PAYLOAD_TEXT)
+                .consistent_read(true)
+                .send()
+                .await
+                .map_err(aws)?;
+            if out.item.is_some() {
+                found = out.item;
+                break;
+            }
+        }
+        let Some(mut item) = found else {
             return Ok(None);
         };
         // Compressed since the storage cost change; as text on items written before it.

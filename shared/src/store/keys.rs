@@ -33,17 +33,20 @@ pub const STATUS_INDEX: &str = "by_status";
 pub const STATUS_KEY: &str = "status_key";
 /// By-status GSI sort key attribute.
 pub const STATUS_SK: &str = "status_sk";
-/// The by-event GSI's name: partition key `event_id`, sort key `endpoint_id`. Holds one entry
-/// per event, its event item's (`endpoint_id` = [`EVENT_ENTRY`]), written once at ingest and
-/// never changed, so the index costs one GSI write unit per event. Delivery items written
-/// before 2026-12-01 are in it too (their endpoint id was in `endpoint_id`; every claim and
-/// record rewrote their entry); newer ones keep it in [`DELIVERY_ENDPOINT`] and are not.
+/// The by-event GSI's name: partition key `event_id`, sort key `endpoint_id`. Holds items
+/// written before the event-key change only, read beside the table's `EVENT_ID#` partitions
+/// (see [`event_key`]): event items under [`scoped_event_pk`] (`endpoint_id` =
+/// [`EVENT_ENTRY`], one entry per event, written once at ingest), and delivery items written
+/// before 2026-12-01 (their endpoint id was in `endpoint_id`; every claim and record rewrote
+/// their entry). Newer deliveries keep it in [`DELIVERY_ENDPOINT`], newer event items have
+/// no `endpoint_id`, so neither is in it.
 pub const EVENT_INDEX: &str = "by_event";
 /// By-event GSI partition key attribute.
 pub const EVENT_PK: &str = "event_id";
 /// By-event GSI sort key attribute.
 pub const EVENT_SK: &str = "endpoint_id";
-/// `endpoint_id` of an event item: puts it in `by_event` (its sort key there).
+/// `endpoint_id` of an event item under [`scoped_event_pk`]: puts it in `by_event` (its sort
+/// key there).
 pub const EVENT_ENTRY: &str = "~event";
 /// The event item's string set of the endpoint ids it has deliveries for (each delivery's id is
 /// [`crate::model::delivery_id`] of the event id and one of them).
@@ -117,13 +120,32 @@ pub fn delivery_pk(id: &str) -> String {
     format!("DELIVERY#{id}")
 }
 
-/// `EVENT#{tenant}#{event_id}` (tenant as [`scoped`] writes it): an event's payload item
-/// (event ids are the caller's, so they are kept apart per tenant).
-pub fn event_pk(tenant_id: &str, event_id: &str) -> String {
+/// The key of an event's item (its payload and the endpoints of its deliveries), as written
+/// since the event-key change (issue #14): partition `EVENT_ID#{event_id}`, sort key
+/// `TENANT#{tenant_id}`. Event ids are the caller's, so two tenants can use one: each has its
+/// own item in the id's partition, and `GET /v1/events/{id}` without a tenant finds them all
+/// with one Query of the table, where the key before it needed an index entry per event
+/// (`by_event`, one GSI write unit). Neither part can be mistaken for the other's (the
+/// partition holds the whole event id, the sort key the whole tenant id), and the prefix
+/// keeps the partition apart from every other item's and from [`scoped_event_pk`]'s.
+pub fn event_key(tenant_id: &str, event_id: &str) -> (String, String) {
+    (event_id_pk(event_id), format!("TENANT#{tenant_id}"))
+}
+
+/// `EVENT_ID#{event_id}`: the partition of the items of an event id (see [`event_key`]).
+pub fn event_id_pk(event_id: &str) -> String {
+    format!("EVENT_ID#{event_id}")
+}
+
+/// `EVENT#{tenant}#{event_id}` (tenant as [`scoped`] writes it): the partition of an event
+/// item written before the event-key change (sort key [`EVENT_ITEM_SK`]; found without its
+/// tenant through its `by_event` entry). Read, and written again only by a repeat of such an
+/// event; new events are under [`event_key`].
+pub fn scoped_event_pk(tenant_id: &str, event_id: &str) -> String {
     format!("EVENT#{}", scoped(tenant_id, event_id))
 }
 
-/// Sort key of an event's payload item.
+/// Sort key of an event item under [`scoped_event_pk`].
 pub const EVENT_ITEM_SK: &str = "EVENT";
 
 /// Sort key of a delivery.
@@ -234,8 +256,10 @@ mod tests {
 
     #[test]
     fn ids_under_a_tenant_cannot_collide_across_tenants() {
-        assert_ne!(event_pk("a#b", "c"), event_pk("a", "b#c"));
+        assert_ne!(scoped_event_pk("a#b", "c"), scoped_event_pk("a", "b#c"));
+        assert_ne!(event_key("a#b", "c"), event_key("a", "b#c"));
         assert_ne!(idempotency_pk("a#b", "c"), idempotency_pk("a", "b#c"));
-        assert_eq!(event_pk("acme", "evt_1"), "EVENT#4:acme#evt_1");
+        assert_eq!(scoped_event_pk("acme", "evt_1"), "EVENT#4:acme#evt_1");
+        assert_eq!(event_key("acme", "evt_1"), ("EVENT_ID#evt_1".to_string(), "TENANT#acme".to_string()));
     }
 }

@@ -7,7 +7,8 @@
 //! | endpoint | `TENANT#{tenant_id}` | `ENDPOINT#{endpoint_id}` | - |
 //! | endpoint pointer | `ENDPOINT#{endpoint_id}` | `ENDPOINT` | - |
 //! | endpoint copy (`WEBHOOKS_ENDPOINT_COPIES` > 1) | `COPY#{j}#TENANT#{tenant_id}` | `ENDPOINT#{endpoint_id}`, and the partition's marker `COPIES` | - (see `dynamo`'s `copies` module) |
-//! | event (payload) | `EVENT#{len(tenant_id)}:{tenant_id}#{event_id}` | `EVENT` | `by_event` (payload zstd-compressed in `payload_z`, [`payload`]; its endpoints in `endpoint_ids`) |
+//! | event (payload) | `EVENT_ID#{event_id}` | `TENANT#{tenant_id}` | - (payload zstd-compressed in `payload_z`, [`payload`]; its endpoints in `endpoint_ids`; [`keys::event_key`]) |
+//! | event written before the event-key change | `EVENT#{len(tenant_id)}:{tenant_id}#{event_id}` | `EVENT` | `by_event` (payload as above, or as text in `payload` before compression) |
 //! | delivery | `DELIVERY#{delivery_id}` | `DELIVERY` | `due_keys`, `by_endpoint`, `by_status` (items written before 2026-12-01: `due` instead of `due_keys`, and `by_event`) |
 //! | job | `JOB#{job_id}` | `JOB` | `due` (while running, in `DUE#jobs`) |
 //! | delivered counter | `STATS#{endpoint_id}` (`#{k}` when split) | `DAY#{YYYY-MM-DD}` | - (an ADD per delivered delivery; TTL) |
@@ -33,9 +34,12 @@
 //! - `by_status`: `status_key` = `exhausted` or `held` (only those states; the dead-letter
 //!   list; `{status}#{k}` with `WEBHOOKS_STATUS_INDEX_SHARDS` > 1), `status_sk` =
 //!   `{updated_at}#{id}`.
-//! - `by_event`: `event_id`, `endpoint_id`: one entry per event, the event item's
-//!   (`endpoint_id` = [`keys::EVENT_ENTRY`]); an event's deliveries are read by their ids
-//!   (deterministic from the event id and the endpoint ids the event item lists). A delivery
+//! - `by_event`: `event_id`, `endpoint_id`: items written before the event-key change, one
+//!   entry per event, the event item's (`endpoint_id` = [`keys::EVENT_ENTRY`]). An event's
+//!   items are found by its id alone: one Query of its `EVENT_ID#` partition (one item per
+//!   tenant that used the id), and one of `by_event` for those written before. Its
+//!   deliveries are read by their ids (deterministic from the event id and the endpoint ids
+//!   the event items list). A delivery
 //!   keeps its endpoint id in `endpoint` ([`keys::DELIVERY_ENDPOINT`]), so claims and records
 //!   rewrite no `by_event` entry; its index entries (`by_endpoint`, `by_status`) do not
 //!   project it, and listings fill it in (from the query's endpoint, or by reading the items).
@@ -382,7 +386,10 @@ pub trait Store: Send + Sync {
     /// Takes a job's due step: moves its due time from `expected_due_at` to `lease_due_at`
     /// (both milliseconds); false when another tick took it first.
     async fn claim_job(&self, id: &str, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError>;
-    /// Every delivery of an event (one per endpoint it went to), from the `by_event` index.
+    /// Every delivery of an event id (one per endpoint it went to, of every tenant that used
+    /// the id), read by their ids from the endpoints its event items list (a strongly
+    /// consistent Query of the id's `EVENT_ID#` partition), and from the `by_event` index for
+    /// items written before the event-key change (see the layout above).
     async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError>;
     /// A page of deliveries.
     async fn list_deliveries(&self, query: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError>;
