@@ -452,7 +452,7 @@ fn section_requests(
             if !ok {
                 let _ = writeln!(
                     body,
-                    "**Target missed ({label})**: {} DynamoDB writes, {} reads and {} SQS sends per delivered event against <= 3, <= 1 and 1. What was traded, write by write: ingest writes its two items with two conditional PutItems (in flight together, one round trip) instead of one TransactWriteItems, one more write request for half the write units (DynamoDB on-demand bills units, not requests; section 2 has the dollars); deliver adds 1 to the endpoint's per-day delivered counter after the record (1 write unit), so that the endpoint's stats read no history (issue #10). Read by read: ingest's Query of the tenant's endpoints, and deliver's strongly consistent GetItem of the endpoint right before the POST (1 read unit), so that no attempt starts on a configuration older than a change that answered (issue #10: the endpoint copy that rode in the message and deliver's 5 s cache are gone).\n",
+                    "**Target missed ({label})**: {} DynamoDB writes, {} reads and {} SQS sends per delivered event against <= 3, <= 1 and 1. What was traded, write by write: ingest writes its two items with two conditional PutItems (in flight together, one round trip) instead of one TransactWriteItems, one more write request for half the write units (DynamoDB on-demand bills units, not requests; section 2 has the dollars); deliver adds 1 to the endpoint's per-day delivered counter after the record (1 write unit), so that the endpoint's stats read no history (issue #10). Read by read: ingest's Query of the tenant's endpoints, its eventually consistent GetItem of the event's key from before the event-key change (half a read unit, in place of the `by_event` entry's write unit: a repeat of an event accepted before it goes on with that item), and deliver's strongly consistent GetItem of the endpoint right before the POST (1 read unit), so that no attempt starts on a configuration older than a change that answered (issue #10: the endpoint copy that rode in the message and deliver's 5 s cache are gone).\n",
                     f(w, 0),
                     f(rd, 0),
                     f(sd, 0)
@@ -502,7 +502,13 @@ fn design_notes(body: &mut String, scenarios: &[requests::Scenario]) {
         );
     }
     if let Some(c) = scenarios.first() {
-        let gets = op(c, "app", "GetItem").map_or(0, |o| o.calls);
+        // Deliver's endpoint reads are strongly consistent; ingest's look-up of the scoped
+        // event key is eventually consistent and finds nothing on a new event.
+        let reads = |consistent: bool| {
+            op(c, "app", "GetItem")
+                .map_or(0, |o| o.reads.iter().filter(|r| r.payloads == 0 && (r.factor >= 1.0) == consistent).count())
+        };
+        let (gets, scoped) = (reads(true), reads(false));
         let how = if gets == 0 {
             "made no DynamoDB read".to_string()
         } else {
@@ -512,7 +518,7 @@ fn design_notes(body: &mut String, scenarios: &[requests::Scenario]) {
         };
         let _ = writeln!(
             body,
-            "In *{}* deliver {how}. The payload rides in the message (when the message stays within SQS's 256 KiB), so a first try reads no payload.\n",
+            "In *{}* deliver {how}. The payload rides in the message (when the message stays within SQS's 256 KiB), so a first try reads no payload. Ingest made {scoped} eventually consistent GetItem(s) of the event's key from before the event-key change (`EVENT#{{tenant}}#{{event_id}}`; nothing there for a new event: half a read unit each), so that a repeat of an event accepted before it goes on with that item.\n",
             c.name
         );
     }

@@ -9,7 +9,9 @@
 //!   put of each one absent), and after an error its take-back: a
 //!   delete of each delivery this call's `ingest_token` marks, unless the event is promised,
 //!   one step each, then the payload item's, on the same conditions and none of the first 99
-//!   deliveries existing.
+//!   deliveries existing. (DynamoStore first looks the event up under its key from before the
+//!   event-key change and, found, runs the same steps on that item; the simulation has one
+//!   key per event, so it runs them on that one.)
 //! - The base table reads are strongly consistent; the GSIs (`due`, `by_endpoint`,
 //!   `by_status`, `by_event`) see each item as it was some time ago: every write of an item
 //!   reaches the indexes after a random delay (up to `max_lag_ms`, in order per item).

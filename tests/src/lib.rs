@@ -219,15 +219,20 @@ impl Stack {
     /// `WEBHOOKS_EVENT_RETENTION_DAYS`.
     pub async fn expire_payload(&self, tenant: &str, event_id: &str) {
         use aws_sdk_dynamodb::types::AttributeValue;
-        let (pk, sk) = webhooks::store::keys::event_key(tenant, event_id);
-        aws_sdk_dynamodb::Client::new(&webhooks::app::aws_sdk_config().await)
-            .delete_item()
-            .table_name(&self.app.config.table)
-            .key(webhooks::store::keys::PK, AttributeValue::S(pk))
-            .key(webhooks::store::keys::SK, AttributeValue::S(sk))
-            .send()
-            .await
-            .expect("delete the payload item");
+        use webhooks::store::keys;
+        let client = aws_sdk_dynamodb::Client::new(&webhooks::app::aws_sdk_config().await);
+        // Under its event key, and under its scoped key (an event from before the change).
+        let (pk, sk) = keys::event_key(tenant, event_id);
+        for (pk, sk) in [(pk, sk), (keys::scoped_event_pk(tenant, event_id), keys::EVENT_ITEM_SK.to_string())] {
+            client
+                .delete_item()
+                .table_name(&self.app.config.table)
+                .key(keys::PK, AttributeValue::S(pk))
+                .key(keys::SK, AttributeValue::S(sk))
+                .send()
+                .await
+                .expect("delete the payload item");
+        }
     }
 }
 

@@ -259,15 +259,15 @@ impl DynamoStore {
         conditional(req.send().await)
     }
 
-    /// When `ours` (an event item this call has just created, under [`event_key`]) repeats an
-    /// event accepted before the event-key change, which is under [`scoped_event_pk`]: makes
-    /// that item the event's again and returns it, as this call writes it in a repeat (with
-    /// this call's endpoints and `ingest_token`). It lists this call's endpoints first (some
-    /// of its deliveries may be written already), then deletes `ours`, conditional on it
-    /// still being this call's and not `promised` (a concurrent repeat that answered with it
-    /// keeps it: the event then has an item under each key, and its view reads both).
-    /// `None` when there is no such item, or it went (taken back) before it listed them.
-    async fn scoped_repeat(&self, ours: &Item) -> Result<Option<Item>, StoreError> {
+    /// `ours` (an event item as [`Self::event_item`] builds it, under [`event_key`]) under the
+    /// event's scoped key, when the event was accepted before the event-key change and is
+    /// still there: a repeat of it goes on with that item, as the release before did (the
+    /// payload first accepted stays the one sent, and every call repeating it meets the others
+    /// on one item, which is what keeps a take-back from deleting a delivery another call
+    /// answered 202 for). `None` when there is none, the case of every event accepted since.
+    /// One eventually consistent GetItem of the scoped key (half a read unit): such an item
+    /// was written by the release before, long enough ago to be seen.
+    async fn scoped_event(&self, ours: &Item) -> Result<Option<Item>, StoreError> {
         let text = |k: &str| ours.get(k).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
         let scoped_pk = scoped_event_pk(&text("tenant_id"), &text("event_id"));
         let found = self
@@ -277,7 +277,6 @@ impl DynamoStore {
             .key(PK, s(&scoped_pk))
             .key(SK, s(EVENT_ITEM_SK))
             .projection_expression("pk")
-            .consistent_read(true)
             .send()
             .await
             .map_err(aws)?;
@@ -288,22 +287,7 @@ impl DynamoStore {
         scoped.insert(PK.into(), s(scoped_pk));
         scoped.insert(SK.into(), s(EVENT_ITEM_SK));
         scoped.insert(EVENT_SK.into(), s(EVENT_ENTRY));
-        if !self.list_endpoints(&scoped).await? {
-            return Ok(None);
-        }
-        let Some(mine) = ours.get(INGEST_TOKEN).cloned() else {
-            return Ok(Some(scoped));
-        };
-        let result = self
-            .client
-            .delete_item()
-            .table_name(&self.table)
-            .set_key(Some(key_of(ours)))
-            .condition_expression("ingest_token = :mine AND attribute_not_exists(promised)")
-            .expression_attribute_values(":mine", mine)
-            .send()
-            .await;
-        if conditional(result)? { Ok(Some(scoped)) } else { Ok(None) }
+        Ok(Some(scoped))
     }
 
     /// After a failed write of an event's items: takes back what this call wrote and returns
@@ -1345,10 +1329,13 @@ impl Store for DynamoStore {
         // No delivery is visible to deliver before the call returns (its message is sent
         // after), nor to the sweeper before its due time (`redrive_after` later).
         let mut event_item = items.remove(0);
+        // An event accepted before the event-key change is repeated under its scoped key.
+        if let Some(scoped) = self.scoped_event(&event_item).await? {
+            event_item = scoped;
+        }
         let fence = &items[..items.len().min(DELIVERIES_PER_CHECK)];
         let mut created = vec![false; items.len()];
         let mut event_new = false;
-        let mut scoped_checked = false;
         for round in 0..3 {
             // From the second round on, deliveries of this call's may exist: a failure takes
             // them back too.
@@ -1369,7 +1356,6 @@ impl Store for DynamoStore {
                 }
             }
             let (flags, failed) = self.put_all(&items).await;
-            let some_existed = flags.iter().any(|f| !f);
             for (c, f) in created.iter_mut().zip(flags) {
                 *c |= f;
             }
@@ -1380,23 +1366,6 @@ impl Store for DynamoStore {
             // call's take-back without the mark.
             if event_new && created.iter().all(|c| *c) {
                 return Ok(Inserted { event: event_new, deliveries: created });
-            }
-            // A new event item with a delivery already there: another ingest's take-back is
-            // under way, or the event was accepted before the event-key change, under its
-            // scoped key. Then that item is the event's (its payload stays the one first
-            // accepted), and this call goes on as a repeat of it (looked up once, only here).
-            if written && some_existed && !scoped_checked {
-                scoped_checked = true;
-                match self.scoped_repeat(&event_item).await {
-                    Ok(Some(scoped)) => {
-                        tracing::info!(event_id = %event.event_id, "repeat of an event stored under its scoped key");
-                        event_item = scoped;
-                        event_new = false;
-                        continue;
-                    }
-                    Ok(None) => {}
-                    Err(e) => return Err(self.take_back(&event_item, &items, fence, e).await),
-                }
             }
             match self.promise(&event_item).await {
                 Ok(true) => {}

@@ -33,10 +33,11 @@ pub const STATUS_INDEX: &str = "by_status";
 pub const STATUS_KEY: &str = "status_key";
 /// By-status GSI sort key attribute.
 pub const STATUS_SK: &str = "status_sk";
-/// The by-event GSI's name: partition key `event_id`, sort key `endpoint_id`. Holds items
-/// written before the event-key change only, read beside the table's `EVENT_ID#` partitions
-/// (see [`event_key`]): event items under [`scoped_event_pk`] (`endpoint_id` =
-/// [`EVENT_ENTRY`], one entry per event, written once at ingest), and delivery items written
+/// The by-event GSI's name: partition key `event_id`, sort key `endpoint_id`. Holds items of
+/// events accepted before the event-key change, read beside the table's `EVENT_ID#`
+/// partitions (see [`event_key`]): event items under [`scoped_event_pk`] (`endpoint_id` =
+/// [`EVENT_ENTRY`], one entry per event, written at ingest, or again by a repeat that finds
+/// it taken back), and delivery items written
 /// before 2026-12-01 (their endpoint id was in `endpoint_id`; every claim and record rewrote
 /// their entry). Newer deliveries keep it in [`DELIVERY_ENDPOINT`], newer event items have
 /// no `endpoint_id`, so neither is in it.
@@ -139,8 +140,8 @@ pub fn event_id_pk(event_id: &str) -> String {
 
 /// `EVENT#{tenant}#{event_id}` (tenant as [`scoped`] writes it): the partition of an event
 /// item written before the event-key change (sort key [`EVENT_ITEM_SK`]; found without its
-/// tenant through its `by_event` entry). Read, and written again only by a repeat of such an
-/// event; new events are under [`event_key`].
+/// tenant through its `by_event` entry). Ingest looks it up before writing an event: a repeat
+/// of such an event goes on with that item; new events are under [`event_key`].
 pub fn scoped_event_pk(tenant_id: &str, event_id: &str) -> String {
     format!("EVENT#{}", scoped(tenant_id, event_id))
 }

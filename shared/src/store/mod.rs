@@ -364,7 +364,8 @@ pub trait Store: Send + Sync {
     /// promised event and its deliveries are never deleted (the error then says to retry with
     /// the id). No delivery is left without its payload item. Says which items this call
     /// created: an item that existed already (the same event id ingested twice) is left as it
-    /// was, payload included.
+    /// was, payload included (in DynamoStore an event accepted before the event-key change is
+    /// looked up under its scoped key first, and repeated there).
     async fn insert_event(
         &self,
         event: &StoredEvent,
