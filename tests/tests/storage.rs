@@ -657,6 +657,33 @@ async fn an_event_under_its_scoped_key_is_found_delivered_and_repeated_as_itself
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_scoped_event_past_its_retention_is_not_repeated_there() {
+    use webhooks::store::keys::{EVENT_ENDPOINTS, TTL};
+    let stack = still_stack(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let ep = new_endpoint(&stack, &rx.url).await;
+    let body = json!({"tenant_id": "acme", "event_type": "order.paid", "id": "evt-ttl", "payload": {"n": 1}});
+    let (status, accepted) = stack.call(Method::POST, "/v1/events", Some(body.clone())).await;
+    assert_eq!(status, 202, "{accepted}");
+    // The scoped item of before, its retention over but not yet deleted by TTL (DynamoDB
+    // deletes it some time after), without its endpoint list: a repeat must not take it up.
+    let past = chrono::Utc::now().timestamp() - 60;
+    into_scoped(&stack, "acme", "evt-ttl", |item| {
+        item.insert(TTL.into(), AttributeValue::N(past.to_string()));
+        item.remove(EVENT_ENDPOINTS);
+    })
+    .await;
+    let (status, again) = stack.call(Method::POST, "/v1/events", Some(body)).await;
+    assert_eq!(status, 202, "{again}");
+    // The repeat wrote its item under the event key; the expired one is as it was.
+    let item = event_item(&stack, "acme", "evt-ttl").await;
+    assert_eq!(item.get(EVENT_ENDPOINTS).and_then(|v| v.as_ss().ok()).cloned(), Some(vec![ep]));
+    let scoped = scoped_event_item(&stack, "acme", "evt-ttl").await.expect("the expired item, not deleted yet");
+    assert!(!scoped.contains_key(EVENT_ENDPOINTS) && !scoped.contains_key("promised"), "{:?}", scoped.keys());
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_delivery_in_the_due_index_of_before_is_swept_and_moves_to_due_keys() {
     use webhooks::store::keys::{DUE_AT, DUE_KEYS_AT, DUE_PK};
     let stack = still_stack(|c| c.redrive_after_seconds = 1).await;

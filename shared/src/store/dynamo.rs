@@ -259,28 +259,40 @@ impl DynamoStore {
         conditional(req.send().await)
     }
 
-    /// `ours` (an event item as [`Self::event_item`] builds it, under [`event_key`]) under the
-    /// event's scoped key, when the event was accepted before the event-key change and is
-    /// still there: a repeat of it goes on with that item, as the release before did (the
-    /// payload first accepted stays the one sent, and every call repeating it meets the others
-    /// on one item, which is what keeps a take-back from deleting a delivery another call
-    /// answered 202 for). `None` when there is none, the case of every event accepted since.
-    /// One eventually consistent GetItem of the scoped key (half a read unit): such an item
-    /// was written by the release before, long enough ago to be seen.
-    async fn scoped_event(&self, ours: &Item) -> Result<Option<Item>, StoreError> {
-        let text = |k: &str| ours.get(k).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
-        let scoped_pk = scoped_event_pk(&text("tenant_id"), &text("event_id"));
+    /// `ours` (an event item as [`Self::event_item`] builds it for `event`, under
+    /// [`event_key`]) under the event's scoped key, when the event was accepted before the
+    /// event-key change and is still kept: a repeat of it goes on with that item, as the
+    /// release before did (the payload first accepted stays the one sent, and every call
+    /// repeating it meets the others on one item, which is what keeps a take-back from
+    /// deleting a delivery another call answered 202 for). `None` when there is none, the
+    /// case of every event accepted since, or when its retention is over at `event`'s
+    /// acceptance (`expires_at`, unix seconds, not after `created_at`): DynamoDB's TTL deletes
+    /// such an item at some time after that, so every call treats it as gone from then on,
+    /// not each from the moment it happens to see it go.
+    ///
+    /// One eventually consistent GetItem of the scoped key (half a read unit). Outside a
+    /// deploy's rollover, a scoped item is one the release before wrote, and it only changes
+    /// by gaining endpoints and the `promised` mark until it expires, so every call sees the
+    /// same answer.
+    async fn scoped_event(&self, event: &StoredEvent, ours: &Item) -> Result<Option<Item>, StoreError> {
+        let scoped_pk = scoped_event_pk(&event.tenant_id, &event.event_id);
         let found = self
             .client
             .get_item()
             .table_name(&self.table)
             .key(PK, s(&scoped_pk))
             .key(SK, s(EVENT_ITEM_SK))
-            .projection_expression("pk")
+            .projection_expression("#pk, #ttl")
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_names("#ttl", TTL)
             .send()
             .await
             .map_err(aws)?;
-        if found.item.is_none() {
+        let Some(item) = found.item else {
+            return Ok(None);
+        };
+        let expires_at = item.get(TTL).and_then(|v| v.as_n().ok()).and_then(|v| v.parse::<i64>().ok());
+        if expires_at.is_some_and(|at| at <= event.created_at.timestamp()) {
             return Ok(None);
         }
         let mut scoped = ours.clone();
@@ -1330,7 +1342,7 @@ impl Store for DynamoStore {
         // after), nor to the sweeper before its due time (`redrive_after` later).
         let mut event_item = items.remove(0);
         // An event accepted before the event-key change is repeated under its scoped key.
-        if let Some(scoped) = self.scoped_event(&event_item).await? {
+        if let Some(scoped) = self.scoped_event(event, &event_item).await? {
             event_item = scoped;
         }
         let fence = &items[..items.len().min(DELIVERIES_PER_CHECK)];

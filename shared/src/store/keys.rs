@@ -37,7 +37,8 @@ pub const STATUS_SK: &str = "status_sk";
 /// events accepted before the event-key change, read beside the table's `EVENT_ID#`
 /// partitions (see [`event_key`]): event items under [`scoped_event_pk`] (`endpoint_id` =
 /// [`EVENT_ENTRY`], one entry per event, written at ingest, or again by a repeat that finds
-/// it taken back), and delivery items written
+/// it taken back, which outside a deploy's rollover does not happen), and delivery items
+/// written
 /// before 2026-12-01 (their endpoint id was in `endpoint_id`; every claim and record rewrote
 /// their entry). Newer deliveries keep it in [`DELIVERY_ENDPOINT`], newer event items have
 /// no `endpoint_id`, so neither is in it.
