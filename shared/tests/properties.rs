@@ -189,7 +189,9 @@ proptest! {
     }
 
     /// Any SQS message body: decodes or is refused (deliver drops it), never a panic; what we
-    /// encode decodes to itself.
+    /// encode decodes to itself, less a payload holding U+FFFE or U+FFFF (SQS refuses those
+    /// characters, so the payload stays out of the message and deliver reads it from the
+    /// table; found by a CI run on `payload = "\u{fffe}"`).
     #[test]
     fn sqs_message_bodies_round_trip_and_garbage_is_refused(
         raw in ".{0,200}",
@@ -201,9 +203,14 @@ proptest! {
         if !raw.trim_start().starts_with('{') {
             prop_assert!(webhooks::queue::decode(&raw).is_err(), "{:?}", raw);
         }
+        let refused = payload.as_deref().is_some_and(|p| p.contains(['\u{FFFE}', '\u{FFFF}']));
         let mut msg = webhooks::lifecycle::AttemptMessage::new(id, n);
         msg.payload = payload;
-        prop_assert_eq!(webhooks::queue::decode(&webhooks::queue::encode(&msg)).ok(), Some(msg));
+        let mut expected = msg.clone();
+        if refused {
+            expected.payload = None;
+        }
+        prop_assert_eq!(webhooks::queue::decode(&webhooks::queue::encode(&msg)).ok(), Some(expected));
     }
 
     /// Any `Retry-After` value: seconds or a future HTTP date, else ignored.
