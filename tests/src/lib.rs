@@ -223,7 +223,7 @@ impl Stack {
         let client = aws_sdk_dynamodb::Client::new(&webhooks::app::aws_sdk_config().await);
         // Under its event key, and under its scoped key (an event from before the change).
         let (pk, sk) = keys::event_key(tenant, event_id);
-        for (pk, sk) in [(pk, sk), (keys::scoped_event_pk(tenant, event_id), keys::EVENT_ITEM_SK.to_string())] {
+        for (pk, sk) in [(pk, sk), keys::scoped_event_key(tenant, event_id)] {
             client
                 .delete_item()
                 .table_name(&self.app.config.table)

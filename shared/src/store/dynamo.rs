@@ -240,7 +240,7 @@ impl DynamoStore {
     /// ingest that wrote it).
     async fn list_endpoints(&self, event_item: &Item) -> Result<bool, StoreError> {
         let endpoints = event_item.get(EVENT_ENDPOINTS).cloned().unwrap_or_else(|| AttributeValue::Ss(Vec::new()));
-        let scoped = event_item.get(SK).and_then(|v| v.as_s().ok()).is_some_and(|sk| sk == EVENT_ITEM_SK);
+        let scoped = is_scoped_event(event_item);
         let mut req = self
             .client
             .update_item()
@@ -275,13 +275,13 @@ impl DynamoStore {
     /// by gaining endpoints and the `promised` mark until it expires, so every call sees the
     /// same answer.
     async fn scoped_event(&self, event: &StoredEvent, ours: &Item) -> Result<Option<Item>, StoreError> {
-        let scoped_pk = scoped_event_pk(&event.tenant_id, &event.event_id);
+        let (scoped_pk, scoped_sk) = scoped_event_key(&event.tenant_id, &event.event_id);
         let found = self
             .client
             .get_item()
             .table_name(&self.table)
             .key(PK, s(&scoped_pk))
-            .key(SK, s(EVENT_ITEM_SK))
+            .key(SK, s(&scoped_sk))
             .projection_expression("#pk, #ttl")
             .expression_attribute_names("#pk", PK)
             .expression_attribute_names("#ttl", TTL)
@@ -297,7 +297,7 @@ impl DynamoStore {
         }
         let mut scoped = ours.clone();
         scoped.insert(PK.into(), s(scoped_pk));
-        scoped.insert(SK.into(), s(EVENT_ITEM_SK));
+        scoped.insert(SK.into(), s(scoped_sk));
         scoped.insert(EVENT_SK.into(), s(EVENT_ENTRY));
         Ok(Some(scoped))
     }
@@ -919,6 +919,12 @@ where
     }
 }
 
+/// Whether `item` is an event item under the scoped key of before the event-key change (its
+/// sort key is [`EVENT_ITEM_SK`]; new event items' is `TENANT#...`).
+fn is_scoped_event(item: &Item) -> bool {
+    item.get(SK).and_then(|v| v.as_s().ok()).is_some_and(|sk| sk == EVENT_ITEM_SK)
+}
+
 /// An item's table key as one string (`{pk}\n{sk}`).
 fn key_text(item: &Item) -> String {
     let text = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
@@ -1262,9 +1268,7 @@ impl Store for DynamoStore {
         let (mut listed, entries) = futures::try_join!(self.query_items(events), self.query_items(index))?;
         // Scoped event items list their endpoints (read from the items: the index does not
         // project the list); deliveries written before 2026-12-01 are entries of their own.
-        let (scoped, older): (Vec<Item>, Vec<Item>) = entries
-            .into_iter()
-            .partition(|e| e.get(SK).and_then(|v| v.as_s().ok()).is_some_and(|sk| sk == EVENT_ITEM_SK));
+        let (scoped, older): (Vec<Item>, Vec<Item>) = entries.into_iter().partition(is_scoped_event);
         let mut out: Vec<DeliverySummary> = older.into_iter().map(from_item).collect::<Result<_, _>>()?;
         listed.extend(
             self.batch_get(&scoped.iter().map(key_of).collect::<Vec<_>>(), Some(("#e", &[("#e", EVENT_ENDPOINTS)])))
@@ -1428,9 +1432,8 @@ impl Store for DynamoStore {
     async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError> {
         // Under the event's key; an event from before the event-key change, under its scoped
         // key (a second read, for those only).
-        let (pk, sk) = event_key(tenant_id, event_id);
         let mut found = None;
-        for (pk, sk) in [(pk, sk), (scoped_event_pk(tenant_id, event_id), EVENT_ITEM_SK.to_string())] {
+        for (pk, sk) in [event_key(tenant_id, event_id), scoped_event_key(tenant_id, event_id)] {
             let out = self
                 .client
                 .get_item()

@@ -150,6 +150,12 @@ pub fn scoped_event_pk(tenant_id: &str, event_id: &str) -> String {
 /// Sort key of an event item under [`scoped_event_pk`].
 pub const EVENT_ITEM_SK: &str = "EVENT";
 
+/// The key of an event item written before the event-key change: ([`scoped_event_pk`],
+/// [`EVENT_ITEM_SK`]).
+pub fn scoped_event_key(tenant_id: &str, event_id: &str) -> (String, String) {
+    (scoped_event_pk(tenant_id, event_id), EVENT_ITEM_SK.to_string())
+}
+
 /// Sort key of a delivery.
 pub const DELIVERY_SK: &str = "DELIVERY";
 
