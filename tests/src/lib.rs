@@ -526,8 +526,12 @@ pub async fn faulty_api(stack: &Stack, operation: &'static str, nth: usize) -> S
     faulty_api_with(stack, FailNth::new(operation, nth, Fault::BeforeSend)).await
 }
 
-/// As [`faulty_api`], with the fault given.
-pub async fn faulty_api_with(stack: &Stack, fault: FailNth) -> String {
+/// As [`faulty_api`], with the fault given: a [`FailNth`], or any other SDK interceptor that
+/// changes what the app's DynamoDB calls meet.
+pub async fn faulty_api_with(
+    stack: &Stack,
+    fault: impl aws_smithy_runtime_api::client::interceptors::Intercept + 'static,
+) -> String {
     let sdk = webhooks::app::aws_sdk_config().await;
     let conf = aws_sdk_dynamodb::config::Builder::from(&sdk).interceptor(fault).build();
     let ddb = aws_sdk_dynamodb::Client::from_conf(conf);

@@ -683,6 +683,175 @@ async fn a_scoped_event_past_its_retention_is_not_repeated_there() {
     stack.stop().await;
 }
 
+/// A payload-less attempt (a replay) reads the payload from the event item: under the
+/// event key when there is one there, under the scoped key of before only when not. Both can
+/// exist only when two ingests of one id on different releases meet during a rollover (README
+/// "Upgrading a stack from before the event-key change"); the new key's payload is the one
+/// sent, and an event left only under the scoped key still sends its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_payload_is_read_under_the_event_key_first_and_under_the_scoped_key_alone() {
+    use webhooks::store::keys::{EVENT_ENTRY, EVENT_SK};
+    use webhooks::store::payload::compress;
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(500)).await;
+    stack.endpoint("acme", &rx.url, json!({"schedule_seconds": [1], "max_attempts": 1})).await;
+    let body = json!({"tenant_id": "acme", "event_type": "order.paid", "id": "evt-two", "payload": {"v": "new key"}});
+    let (status, accepted) = stack.call(Method::POST, "/v1/events", Some(body)).await;
+    assert_eq!(status, 202, "{accepted}");
+    let id = accepted["deliveries"][0]["id"].as_str().unwrap().to_string();
+    stack.wait_status(&id, "exhausted", WAIT).await;
+
+    // The same event under its scoped key too, as an ingest of the release before wrote it,
+    // with another payload.
+    let mut scoped = event_item(&stack, "acme", "evt-two").await;
+    scoped.insert(PK.into(), AttributeValue::S(scoped_event_pk("acme", "evt-two")));
+    scoped.insert(SK.into(), AttributeValue::S(EVENT_ITEM_SK.into()));
+    scoped.insert(EVENT_SK.into(), AttributeValue::S(EVENT_ENTRY.into()));
+    let frame = compress(r#"{"v": "scoped key"}"#).unwrap();
+    scoped.insert(PAYLOAD_Z.into(), AttributeValue::B(frame.into()));
+    ddb().await.put_item().table_name(&stack.app.config.table).set_item(Some(scoped)).send().await.unwrap();
+
+    let replayed_body = |n: usize| {
+        let hits = rx.hits();
+        assert_eq!(hits.len(), n, "attempts so far");
+        String::from_utf8_lossy(&hits[n - 1].body).into_owned()
+    };
+    let replay = format!("/v1/deliveries/{id}/replay");
+    let (status, answer) = stack.call(Method::POST, &replay, None).await;
+    assert_eq!(status, 202, "{answer}");
+    stack.wait_delivery(&id, WAIT, |d| d["status"] == "exhausted" && d["attempt_count"] == 2).await;
+    let sent: serde_json::Value = serde_json::from_str(&replayed_body(2)).unwrap();
+    assert_eq!(sent, json!({"v": "new key"}), "both keys: the event key's payload");
+
+    // Without the item under the event key, the scoped one's.
+    let (pk, sk) = event_key("acme", "evt-two");
+    let table = &stack.app.config.table;
+    ddb()
+        .await
+        .delete_item()
+        .table_name(table)
+        .key(PK, AttributeValue::S(pk))
+        .key(SK, AttributeValue::S(sk))
+        .send()
+        .await
+        .unwrap();
+    let (status, answer) = stack.call(Method::POST, &replay, None).await;
+    assert_eq!(status, 202, "{answer}");
+    stack.wait_delivery(&id, WAIT, |d| d["status"] == "exhausted" && d["attempt_count"] == 3).await;
+    assert_eq!(replayed_body(3), r#"{"v": "scoped key"}"#, "the scoped key alone: its payload, byte for byte");
+    stack.stop().await;
+}
+
+/// An SDK interceptor that, right before the first PutItem of the item at `(pk, sk)` is sent,
+/// deletes that item with a client of its own: what a concurrent ingest's take-back does
+/// between another call's read of the item and its put.
+#[derive(Debug)]
+struct DeleteBeforePut {
+    table: String,
+    key: (String, String),
+    done: std::sync::atomic::AtomicBool,
+}
+
+impl aws_smithy_runtime_api::client::interceptors::Intercept for DeleteBeforePut {
+    fn name(&self) -> &'static str {
+        "delete an item right before its put"
+    }
+
+    fn modify_before_serialization(
+        &self,
+        context: &mut aws_smithy_runtime_api::client::interceptors::context::BeforeSerializationInterceptorContextMut<
+            '_,
+        >,
+        _rc: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        _cfg: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        use aws_sdk_dynamodb::operation::put_item::PutItemInput;
+        let Some(put) = context.input().downcast_ref::<PutItemInput>() else {
+            return Ok(());
+        };
+        let text = |attr: &str| put.item().and_then(|i| i.get(attr)).and_then(|v| v.as_s().ok()).cloned();
+        let ours = text(PK).as_ref() == Some(&self.key.0) && text(SK).as_ref() == Some(&self.key.1);
+        if !ours || self.done.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Ok(());
+        }
+        let (table, (pk, sk)) = (self.table.clone(), self.key.clone());
+        // The interceptor is synchronous: the delete runs to its end on a runtime of its own.
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            rt.block_on(async {
+                ddb()
+                    .await
+                    .delete_item()
+                    .table_name(table)
+                    .key(PK, AttributeValue::S(pk))
+                    .key(SK, AttributeValue::S(sk))
+                    .send()
+                    .await
+                    .expect("delete before the put")
+            });
+        })
+        .join()
+        .map_err(|_| "the delete before the put panicked".into())
+    }
+}
+
+/// A repeat that found an event's scoped item (of before the event-key change) and then meets
+/// it gone (the ingest of the release before that wrote it took it back, during a rollover)
+/// writes it again under the scoped key, as that release would: with its `by_event` entry, so
+/// that `GET /v1/events/{id}` without a tenant finds it, its endpoint listed, its own payload.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scoped_event_taken_back_meanwhile_is_written_again_under_its_scoped_key() {
+    use webhooks::store::keys::{EVENT_ENDPOINTS, EVENT_ENTRY, EVENT_SK};
+    use webhooks_tests::{call_at, faulty_api_with};
+    let stack = still_stack(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let ep = new_endpoint(&stack, &rx.url).await;
+    let first = json!({"tenant_id": "acme", "event_type": "order.paid", "id": "evt-back", "payload": {"v": "first"}});
+    let (status, accepted) = stack.call(Method::POST, "/v1/events", Some(first)).await;
+    assert_eq!(status, 202, "{accepted}");
+    let id = accepted["deliveries"][0]["id"].as_str().unwrap().to_string();
+    // The state of an ingest of the release before, failing and half through its take-back:
+    // its delivery deleted, its scoped event item not yet.
+    into_scoped(&stack, "acme", "evt-back", |_| {}).await;
+    let table = stack.app.config.table.clone();
+    ddb()
+        .await
+        .delete_item()
+        .table_name(&table)
+        .key(PK, AttributeValue::S(webhooks::store::keys::delivery_pk(&id)))
+        .key(SK, AttributeValue::S(webhooks::store::keys::DELIVERY_SK.into()))
+        .send()
+        .await
+        .unwrap();
+
+    // A repeat reads the scoped item; the take-back deletes it before the repeat's put.
+    let scoped_key = (scoped_event_pk("acme", "evt-back"), EVENT_ITEM_SK.to_string());
+    let interleave =
+        DeleteBeforePut { table: table.clone(), key: scoped_key, done: std::sync::atomic::AtomicBool::new(false) };
+    let api = faulty_api_with(&stack, interleave).await;
+    let repeat = json!({"tenant_id": "acme", "event_type": "order.paid", "id": "evt-back", "payload": {"v": "second"}});
+    let (status, again) = call_at(&reqwest::Client::new(), &api, Method::POST, "/v1/events", Some(repeat)).await;
+    assert_eq!(status, 202, "{again}");
+    assert_eq!(pairs(&again["deliveries"]), vec![(id.clone(), ep.clone())], "{again}");
+
+    let scoped = scoped_event_item(&stack, "acme", "evt-back").await.expect("written again under the scoped key");
+    assert_eq!(scoped.get(EVENT_SK).and_then(|v| v.as_s().ok()).map(String::as_str), Some(EVENT_ENTRY), "{scoped:?}");
+    assert_eq!(scoped.get(EVENT_ENDPOINTS).and_then(|v| v.as_ss().ok()).cloned(), Some(vec![ep.clone()]));
+    let (pk, sk) = event_key("acme", "evt-back");
+    assert!(item_at(&stack, pk, sk).await.is_none(), "nothing under the event key");
+    assert_eq!(by_event_entries(&stack, "evt-back").await, vec![(EVENT_ITEM_SK.to_string(), EVENT_ENTRY.to_string())]);
+    for path in ["/v1/events/evt-back", "/v1/events/evt-back?tenant_id=acme"] {
+        let (status, view) = stack.call(Method::GET, path, None).await;
+        assert_eq!(status, 200, "{path}: {view}");
+        assert_eq!(pairs(&view["deliveries"]), vec![(id.clone(), ep.clone())], "{path}");
+    }
+    let frame = scoped.get(PAYLOAD_Z).and_then(|v| v.as_b().ok()).expect("the payload, compressed");
+    let stored: serde_json::Value =
+        serde_json::from_str(&webhooks::store::payload::decompress(frame.as_ref()).unwrap()).unwrap();
+    assert_eq!(stored, json!({"v": "second"}), "the repeat's own payload: the first went with its take-back");
+    stack.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_delivery_in_the_due_index_of_before_is_swept_and_moves_to_due_keys() {
     use webhooks::store::keys::{DUE_AT, DUE_KEYS_AT, DUE_PK};
