@@ -32,6 +32,19 @@ async fn item_at(stack: &Stack, pk: String, sk: String) -> Option<HashMap<String
         .item
 }
 
+/// Deletes the item at `(pk, sk)` of `table`, if there is one.
+async fn delete_at(table: &str, pk: String, sk: String) {
+    ddb()
+        .await
+        .delete_item()
+        .table_name(table)
+        .key(PK, AttributeValue::S(pk))
+        .key(SK, AttributeValue::S(sk))
+        .send()
+        .await
+        .unwrap();
+}
+
 /// The event item as written now, under its event key.
 async fn event_item(stack: &Stack, tenant: &str, event_id: &str) -> HashMap<String, AttributeValue> {
     let (pk, sk) = event_key(tenant, event_id);
@@ -56,15 +69,7 @@ async fn into_scoped(
     let mut item = event_item(stack, tenant, event_id).await;
     let (pk, sk) = event_key(tenant, event_id);
     let table = &stack.app.config.table;
-    ddb()
-        .await
-        .delete_item()
-        .table_name(table)
-        .key(PK, AttributeValue::S(pk))
-        .key(SK, AttributeValue::S(sk))
-        .send()
-        .await
-        .unwrap();
+    delete_at(table, pk, sk).await;
     item.insert(PK.into(), AttributeValue::S(scoped_event_pk(tenant, event_id)));
     item.insert(SK.into(), AttributeValue::S(EVENT_ITEM_SK.into()));
     item.insert(EVENT_SK.into(), AttributeValue::S(EVENT_ENTRY.into()));
@@ -725,16 +730,7 @@ async fn a_payload_is_read_under_the_event_key_first_and_under_the_scoped_key_al
 
     // Without the item under the event key, the scoped one's.
     let (pk, sk) = event_key("acme", "evt-two");
-    let table = &stack.app.config.table;
-    ddb()
-        .await
-        .delete_item()
-        .table_name(table)
-        .key(PK, AttributeValue::S(pk))
-        .key(SK, AttributeValue::S(sk))
-        .send()
-        .await
-        .unwrap();
+    delete_at(&stack.app.config.table, pk, sk).await;
     let (status, answer) = stack.call(Method::POST, &replay, None).await;
     assert_eq!(status, 202, "{answer}");
     stack.wait_delivery(&id, WAIT, |d| d["status"] == "exhausted" && d["attempt_count"] == 3).await;
@@ -778,17 +774,7 @@ impl aws_smithy_runtime_api::client::interceptors::Intercept for DeleteBeforePut
         // The interceptor is synchronous: the delete runs to its end on a runtime of its own.
         std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-            rt.block_on(async {
-                ddb()
-                    .await
-                    .delete_item()
-                    .table_name(table)
-                    .key(PK, AttributeValue::S(pk))
-                    .key(SK, AttributeValue::S(sk))
-                    .send()
-                    .await
-                    .expect("delete before the put")
-            });
+            rt.block_on(delete_at(&table, pk, sk));
         })
         .join()
         .map_err(|_| "the delete before the put panicked".into())
@@ -814,15 +800,7 @@ async fn a_scoped_event_taken_back_meanwhile_is_written_again_under_its_scoped_k
     // its delivery deleted, its scoped event item not yet.
     into_scoped(&stack, "acme", "evt-back", |_| {}).await;
     let table = stack.app.config.table.clone();
-    ddb()
-        .await
-        .delete_item()
-        .table_name(&table)
-        .key(PK, AttributeValue::S(webhooks::store::keys::delivery_pk(&id)))
-        .key(SK, AttributeValue::S(webhooks::store::keys::DELIVERY_SK.into()))
-        .send()
-        .await
-        .unwrap();
+    delete_at(&table, webhooks::store::keys::delivery_pk(&id), webhooks::store::keys::DELIVERY_SK.into()).await;
 
     // A repeat reads the scoped item; the take-back deletes it before the repeat's put.
     let scoped_key = (scoped_event_pk("acme", "evt-back"), EVENT_ITEM_SK.to_string());
@@ -1329,15 +1307,8 @@ async fn a_marker_written_while_a_copy_is_filled_is_not_overwritten_by_the_fill(
     let id = new_endpoint(&stack, "https://slow.example/hook").await;
     let store = three_copies(&table).await;
     // The fill reads the endpoint items (copy 1 is missing, so it will put it) ...
-    ddb()
-        .await
-        .delete_item()
-        .table_name(&table)
-        .key(PK, AttributeValue::S(webhooks::store::keys::endpoint_copy_pk("acme", 1)))
-        .key(SK, AttributeValue::S(webhooks::store::keys::endpoint_key(&id)))
-        .send()
-        .await
-        .unwrap();
+    delete_at(&table, webhooks::store::keys::endpoint_copy_pk("acme", 1), webhooks::store::keys::endpoint_key(&id))
+        .await;
     let originals = ddb()
         .await
         .query()
