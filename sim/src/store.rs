@@ -36,8 +36,8 @@ use webhooks::lifecycle::{DueItem, Field, Transition};
 use webhooks::model::{Delivery, DeliveryStatus, Endpoint, Job, StoredEvent};
 use webhooks::store::keys::{JOB_SHARD, due_shard, endpoint_bucket, endpoint_sk, stats_day_sk, time_sk};
 use webhooks::store::{
-    Applied, Committed, DeliveryQuery, DeliverySummary, Due, EndpointWrite, FailureCount, IdempotencyRecord, Inserted,
-    Page, Store, StoreError,
+    Applied, Committed, DeliveredTally, DeliveryQuery, DeliverySummary, Due, EndpointWrite, FailureCount,
+    IdempotencyRecord, Inserted, Page, Store, StoreError,
 };
 
 /// DynamoDB's largest item, bytes (400 KB).
@@ -95,7 +95,7 @@ pub struct Tables {
     /// Rate counters by (endpoint id, unix second).
     rate_windows: BTreeMap<(String, i64), u64>,
     /// Delivered counters by (endpoint id, day key [`stats_day_sk`]).
-    delivered_days: BTreeMap<(String, String), u64>,
+    delivered_days: BTreeMap<(String, String), DeliveredTally>,
     /// Per item key, its versions as the GSIs will see them: (visible from, ms; item or gone).
     gsi: BTreeMap<String, Vec<(i64, Option<Indexed>)>>,
 }
@@ -474,7 +474,9 @@ impl Store for MemStore {
         _expires_at: i64,
     ) -> Result<(), StoreError> {
         self.call("store.count_delivered", |_, t| {
-            *t.delivered_days.entry((endpoint_id.to_string(), stats_day_sk(at))).or_default() += 1;
+            let day = t.delivered_days.entry((endpoint_id.to_string(), stats_day_sk(at))).or_default();
+            day.delivered += 1;
+            day.last_delivered_at = Some(at);
             Ok(())
         })
         .await
@@ -494,14 +496,23 @@ impl Store for MemStore {
         .await
     }
 
-    async fn delivered_count(
+    async fn delivered_tally(
         &self,
         endpoint_id: &str,
         since: chrono::DateTime<chrono::Utc>,
-    ) -> Result<u64, StoreError> {
+    ) -> Result<DeliveredTally, StoreError> {
         let from = stats_day_sk(since);
-        self.call("store.delivered_count", |_, t| {
-            Ok(t.delivered_days.iter().filter(|((ep, day), _)| ep == endpoint_id && *day >= from).map(|(_, n)| n).sum())
+        self.call("store.delivered_tally", |_, t| {
+            let days: Vec<_> = t
+                .delivered_days
+                .iter()
+                .filter(|((ep, day), _)| ep == endpoint_id && *day >= from)
+                .map(|(_, d)| d)
+                .collect();
+            Ok(DeliveredTally {
+                delivered: days.iter().map(|d| d.delivered).sum(),
+                last_delivered_at: days.iter().filter_map(|d| d.last_delivered_at).max(),
+            })
         })
         .await
     }

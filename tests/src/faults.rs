@@ -285,12 +285,12 @@ impl Store for FaultyStore {
         let call = self.inner.mark_delivered_counting(tenant_id, id, now);
         self.faults.run("mark_delivered_counting", call, any, aws).await
     }
-    async fn delivered_count(
+    async fn delivered_tally(
         &self,
         endpoint_id: &str,
         since: chrono::DateTime<chrono::Utc>,
-    ) -> Result<u64, StoreError> {
-        self.faults.run("delivered_count", self.inner.delivered_count(endpoint_id, since), any, aws).await
+    ) -> Result<webhooks::store::DeliveredTally, StoreError> {
+        self.faults.run("delivered_tally", self.inner.delivered_tally(endpoint_id, since), any, aws).await
     }
     async fn reset_failures(&self, tenant_id: &str, id: &str, key: &str) -> Result<(), StoreError> {
         self.faults.run("reset_failures", self.inner.reset_failures(tenant_id, id, key), any, aws).await

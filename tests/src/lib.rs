@@ -689,13 +689,13 @@ impl Store for Serialized {
         self.before("mark_delivered_counting").await?;
         self.inner.mark_delivered_counting(tenant_id, id, now).await
     }
-    async fn delivered_count(
+    async fn delivered_tally(
         &self,
         endpoint_id: &str,
         since: chrono::DateTime<chrono::Utc>,
-    ) -> Result<u64, StoreError> {
-        self.before("delivered_count").await?;
-        self.inner.delivered_count(endpoint_id, since).await
+    ) -> Result<webhooks::store::DeliveredTally, StoreError> {
+        self.before("delivered_tally").await?;
+        self.inner.delivered_tally(endpoint_id, since).await
     }
     async fn reset_failures(&self, tenant_id: &str, id: &str, key: &str) -> Result<(), StoreError> {
         self.before("reset_failures").await?;

@@ -866,6 +866,37 @@ async fn a_forced_delete_answers_after_a_bounded_number_and_its_job_ends_the_res
     stack.stop().await;
 }
 
+/// The last success is the time of the latest delivery that succeeded, also when that is a
+/// replay of one accepted before others that succeeded since.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_last_success_is_the_latest_one_also_after_replaying_an_older_dead_letter() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    rx.script([Reply::Status(500)]);
+    let ep = endpoint(&stack, &rx.url, json!({"retry_policy": {"schedule_seconds": [1], "max_attempts": 1}})).await;
+    let ep_id = ep["id"].as_str().unwrap().to_string();
+    // The first event fails into a dead letter; the second is delivered.
+    let older = first_delivery(&stack.event("acme", "order.paid", json!({"n": 1})).await);
+    stack.wait_status(&older, "exhausted", WITHIN).await;
+    let newer = first_delivery(&stack.event("acme", "order.paid", json!({"n": 2})).await);
+    let delivered = stack.wait_status(&newer, "delivered", WITHIN).await;
+    let stats = admin::endpoint_stats(&stack.app, &ep_id).await.unwrap();
+    let at = |v: &Value| v.as_str().and_then(|t| DateTime::parse_from_rfc3339(t).ok()).map(|t| t.with_timezone(&Utc));
+    assert_eq!(stats.last_success_at, at(&delivered["updated_at"]), "{stats:?}");
+    // The older one replayed and delivered: its success is the latest.
+    let (status, body) = stack.call(Method::POST, &format!("/v1/deliveries/{older}/replay"), None).await;
+    assert_eq!(status, 202, "{body}");
+    let replayed = stack.wait_status(&older, "delivered", WITHIN).await;
+    let stats = admin::endpoint_stats(&stack.app, &ep_id).await.unwrap();
+    assert!(at(&replayed["updated_at"]) > at(&delivered["updated_at"]), "{replayed:#}");
+    assert_eq!(stats.last_success_at, at(&replayed["updated_at"]), "{stats:?}");
+    assert_eq!(stats.counts["delivered"], 2, "{stats:?}");
+    let (status, body) = stack.call(Method::GET, &format!("/v1/endpoints/{ep_id}/stats"), None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(at(&body["last_success_at"]), at(&replayed["updated_at"]), "{body}");
+    stack.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_endpoints_stats_read_none_of_its_delivered_history() {
     let stack = Stack::start(|_| {}).await;

@@ -507,7 +507,9 @@ pub struct EndpointStats {
 /// - the others: one `Select=COUNT` Query each of their `by_endpoint` key range, which holds
 ///   only unfinished deliveries (`scheduled`, `sending`, `held`) or dead letters
 ///   (`exhausted`, kept `WEBHOOKS_EXHAUSTED_RETENTION_DAYS`), never delivered ones;
-/// - the last success: one entry of the `delivered` range.
+/// - the last success: the counters' `last_delivered_at` (the time a delivered delivery was
+///   counted), or one entry of the `delivered` range when that is later (successes counted
+///   before the counters kept the time).
 ///
 /// # Errors
 /// [`ServiceError::NotFound`].
@@ -527,14 +529,14 @@ pub async fn endpoint_stats(app: &App, id: &str) -> Result<EndpointStats, Servic
     let whole = counted_from.is_some_and(|from| from <= ep.created_at || from <= now - retention);
     // The last `delivered_retention_days` UTC days, today included.
     let first_day = now - retention + chrono::Duration::days(1);
+    // The counters are read in any case: they keep the time of the latest success.
     let delivered = async {
-        if whole {
-            app.store.delivered_count(&ep.id, first_day).await
-        } else {
-            app.store.count_deliveries(&ep.id, DeliveryStatus::Delivered).await
-        }
+        let tally = app.store.delivered_tally(&ep.id, first_day).await?;
+        let delivered =
+            if whole { tally.delivered } else { app.store.count_deliveries(&ep.id, DeliveryStatus::Delivered).await? };
+        Ok::<_, crate::store::StoreError>((delivered, tally.last_delivered_at))
     };
-    let (counted, delivered) = futures::future::try_join(
+    let (counted, (delivered, last_counted)) = futures::future::try_join(
         futures::future::try_join_all(statuses.iter().map(|st| app.store.count_deliveries(&ep.id, *st))),
         delivered,
     )
@@ -542,8 +544,10 @@ pub async fn endpoint_stats(app: &App, id: &str) -> Result<EndpointStats, Servic
     let mut counts: std::collections::BTreeMap<String, u64> =
         statuses.iter().zip(&counted).map(|(st, n)| (st.as_str().to_string(), *n)).collect();
     counts.insert(DeliveryStatus::Delivered.as_str().to_string(), delivered);
-    // The newest delivery that was delivered (newest by acceptance; its last change is when
-    // it was delivered): one item of the delivered range.
+    // The latest success is the counters' `last_delivered_at`; for successes counted before
+    // the counters kept it, the newest delivery that was delivered (newest by acceptance; its
+    // last change is when it was delivered, which a replay of an older one can pass): one
+    // item of the delivered range. The later of the two.
     let newest = app
         .store
         .list_deliveries(&DeliveryQuery {
@@ -558,7 +562,7 @@ pub async fn endpoint_stats(app: &App, id: &str) -> Result<EndpointStats, Servic
         endpoint_id: ep.id,
         counted: counts.values().sum(),
         counts,
-        last_success_at: newest.data.first().map(|d| d.updated_at),
+        last_success_at: newest.data.first().map(|d| d.updated_at).max(last_counted),
         consecutive_failures,
     })
 }

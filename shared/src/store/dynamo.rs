@@ -1149,9 +1149,10 @@ impl Store for DynamoStore {
             .table_name(&self.table)
             .key(PK, s(stats_partition(endpoint_id, delivery_id, self.endpoint_shards)))
             .key(SK, s(stats_day_sk(at)))
-            .update_expression("ADD delivered :one SET expires_at = :ttl")
+            .update_expression("ADD delivered :one SET expires_at = :ttl, last_delivered_at = :at")
             .expression_attribute_values(":one", n(1))
             .expression_attribute_values(":ttl", n(expires_at))
+            .expression_attribute_values(":at", time(&at))
             .send()
             .await
             .map_err(aws)?;
@@ -1174,11 +1175,11 @@ impl Store for DynamoStore {
         }))
     }
 
-    async fn delivered_count(
+    async fn delivered_tally(
         &self,
         endpoint_id: &str,
         since: chrono::DateTime<chrono::Utc>,
-    ) -> Result<u64, StoreError> {
+    ) -> Result<super::DeliveredTally, StoreError> {
         let reads = stats_partitions(endpoint_id, self.endpoint_shards).into_iter().map(|partition| async move {
             let query = self
                 .client
@@ -1187,18 +1188,30 @@ impl Store for DynamoStore {
                 .key_condition_expression("pk = :p AND sk >= :from")
                 .expression_attribute_values(":p", s(partition))
                 .expression_attribute_values(":from", s(stats_day_sk(since)))
-                .projection_expression("delivered");
-            /// A day's counter item as read.
+                .projection_expression("delivered, last_delivered_at");
+            /// A day's counter item as read (`last_delivered_at` absent on items counted
+            /// before it was kept).
             #[derive(serde::Deserialize)]
             struct Day {
                 #[serde(default)]
                 delivered: u64,
+                #[serde(default)]
+                last_delivered_at: Option<chrono::DateTime<chrono::Utc>>,
             }
             let days: Vec<Day> = self.query_all(query).await?;
-            Ok::<u64, StoreError>(days.iter().map(|d| d.delivered).sum())
+            Ok::<_, StoreError>(super::DeliveredTally {
+                delivered: days.iter().map(|d| d.delivered).sum(),
+                last_delivered_at: days.iter().filter_map(|d| d.last_delivered_at).max(),
+            })
         });
-        let counts = futures::stream::iter(reads).buffer_unordered(8).collect::<Vec<_>>().await;
-        counts.into_iter().sum()
+        let tallies = futures::stream::iter(reads).buffer_unordered(8).collect::<Vec<_>>().await;
+        tallies.into_iter().try_fold(super::DeliveredTally::default(), |sum, t| {
+            let t = t?;
+            Ok(super::DeliveredTally {
+                delivered: sum.delivered + t.delivered,
+                last_delivered_at: sum.last_delivered_at.max(t.last_delivered_at),
+            })
+        })
     }
 
     async fn reset_failures(&self, tenant_id: &str, id: &str, key: &str) -> Result<(), StoreError> {

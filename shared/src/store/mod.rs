@@ -11,7 +11,7 @@
 //! | event written before the event-key change | `EVENT#{len(tenant_id)}:{tenant_id}#{event_id}` | `EVENT` | `by_event` (payload as above, or as text in `payload` before compression) |
 //! | delivery | `DELIVERY#{delivery_id}` | `DELIVERY` | `due_keys`, `by_endpoint`, `by_status` (items written before 2026-12-01: `due` instead of `due_keys`, and `by_event`) |
 //! | job | `JOB#{job_id}` | `JOB` | `due` (while running, in `DUE#jobs`) |
-//! | delivered counter | `STATS#{endpoint_id}` (`#{k}` when split) | `DAY#{YYYY-MM-DD}` | - (an ADD per delivered delivery; TTL) |
+//! | delivered counter | `STATS#{endpoint_id}` (`#{k}` when split) | `DAY#{YYYY-MM-DD}` | - (an ADD per delivered delivery, which also sets `last_delivered_at`; TTL) |
 //!
 //! Ingest finds a tenant's endpoints with one strongly consistent Query on the table itself
 //! (not a GSI), so an endpoint created a moment before an event is never missed. The pointer
@@ -253,6 +253,17 @@ impl Writer {
     }
 }
 
+/// What an endpoint's per-day delivered counters hold over a span of days
+/// ([`Store::delivered_tally`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeliveredTally {
+    /// Deliveries counted delivered.
+    pub delivered: u64,
+    /// The latest time a delivery was counted (the record's time); `None` when none was, or
+    /// only by a release before the counters kept it.
+    pub last_delivered_at: Option<DateTime<Utc>>,
+}
+
 /// What [`Store::count_failure`] came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FailureCount {
@@ -400,7 +411,9 @@ pub trait Store: Send + Sync {
     async fn count_deliveries(&self, endpoint_id: &str, status: DeliveryStatus) -> Result<u64, StoreError>;
     /// Counts one delivery of `endpoint_id` as delivered on the UTC day of `at`: an atomic
     /// ADD of 1 to a small counter item per (endpoint, day, split), `expires_at` (unix
-    /// seconds) its TTL. Best effort, after the delivery's record: a failure or a crash in
+    /// seconds) its TTL, and `at` as the item's `last_delivered_at` (two deliveries counted
+    /// at once may leave the earlier of their times, milliseconds apart: a plain SET, no
+    /// second write). Best effort, after the delivery's record: a failure or a crash in
     /// between leaves the count one short, never a delivery unrecorded.
     async fn count_delivered(
         &self,
@@ -418,10 +431,11 @@ pub trait Store: Send + Sync {
         id: &str,
         now: DateTime<Utc>,
     ) -> Result<Option<DateTime<Utc>>, StoreError>;
-    /// Deliveries of `endpoint_id` counted delivered on the UTC day of `since` and after:
-    /// one Query per counter partition (1, or 1 + `WEBHOOKS_ENDPOINT_INDEX_SHARDS`), each
-    /// reading at most one small item per day; nothing grows with the endpoint's history.
-    async fn delivered_count(&self, endpoint_id: &str, since: DateTime<Utc>) -> Result<u64, StoreError>;
+    /// Deliveries of `endpoint_id` counted delivered on the UTC day of `since` and after, and
+    /// the latest time one was counted: one Query per counter partition (1, or 1 +
+    /// `WEBHOOKS_ENDPOINT_INDEX_SHARDS`), each reading at most one small item per day;
+    /// nothing grows with the endpoint's history.
+    async fn delivered_tally(&self, endpoint_id: &str, since: DateTime<Utc>) -> Result<DeliveredTally, StoreError>;
     /// Claims an `Idempotency-Key` for a request: writes `record` (in progress: no answer)
     /// unless a record of the key is still inside its window (`expires_at` after `now`).
     /// `None`: this call owns the key now; `Some`: the live record, untouched.
