@@ -34,7 +34,7 @@ use crate::model::DeliveryStatus;
 use crate::service::{admin, ingest};
 use crate::store::{DeliveryQuery, IdempotencyRecord};
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, Path, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, MatchedPath, Path, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
@@ -188,6 +188,29 @@ impl<S: Send + Sync> FromRequestParts<S> for NoParams {
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ServiceError> {
         no_params(parts.uri.query()).map(|()| Self)
+    }
+}
+
+/// The extractor of a route that takes no body (enable, disable, replay, delete): an empty
+/// body, or `{}`. Anything else is refused as on the routes that take one: 422
+/// `validation_error` naming the unknown field, 400 `invalid_json` when it is not JSON, 413
+/// over the body limit. Must be a handler's last argument (it reads the body).
+struct NoBody;
+
+/// The fields of a route without a body: none.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EmptyBody {}
+
+impl<S: Send + Sync> FromRequest<S> for NoBody {
+    type Rejection = ServiceError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ServiceError> {
+        let bytes = body_bytes(Bytes::from_request(req, state).await)?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Self);
+        }
+        parse_json_object::<EmptyBody>(&bytes).map(|_| Self)
     }
 }
 
@@ -419,6 +442,7 @@ async fn enable_endpoint(
     State(app): State<App>,
     PathParam(id): PathParam,
     _: NoParams,
+    _: NoBody,
 ) -> Result<Response, ServiceError> {
     let (endpoint, job) = admin::enable_endpoint(&app, &id).await?;
     let mut body = serde_json::to_value(endpoint).map_err(|e| ServiceError::Internal(e.to_string()))?;
@@ -430,6 +454,7 @@ async fn disable_endpoint(
     State(app): State<App>,
     PathParam(id): PathParam,
     _: NoParams,
+    _: NoBody,
 ) -> Result<Response, ServiceError> {
     Ok(Json(admin::disable_endpoint(&app, &id).await?).into_response())
 }
@@ -465,6 +490,7 @@ async fn delete_endpoint(
     State(app): State<App>,
     PathParam(id): PathParam,
     Params(p): Params<DeleteParams>,
+    _: NoBody,
 ) -> Result<Response, ServiceError> {
     let done = admin::delete_endpoint(&app, &id, p.force.unwrap_or(false)).await?;
     Ok(Json(serde_json::json!({
@@ -620,7 +646,12 @@ async fn list_deliveries(State(app): State<App>, Params(p): Params<ListParams>) 
     Ok(Json(admin::list_deliveries(&app, query).await?).into_response())
 }
 
-async fn replay(State(app): State<App>, PathParam(id): PathParam, _: NoParams) -> Result<Response, ServiceError> {
+async fn replay(
+    State(app): State<App>,
+    PathParam(id): PathParam,
+    _: NoParams,
+    _: NoBody,
+) -> Result<Response, ServiceError> {
     let d = admin::replay(&app, &id).await?;
     Ok((StatusCode::ACCEPTED, Json(d)).into_response())
 }

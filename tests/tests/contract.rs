@@ -231,6 +231,48 @@ async fn unknown_and_misspelt_query_parameters_are_named() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_route_without_a_body_refuses_one_with_fields_and_takes_an_empty_object() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let ep = stack.endpoint("acme", &rx.url, Value::Null).await;
+    let id = ep["id"].as_str().unwrap().to_string();
+    let routes = [
+        (Method::POST, format!("/v1/endpoints/{id}/disable")),
+        (Method::POST, format!("/v1/endpoints/{id}/enable")),
+        (Method::POST, "/v1/deliveries/dlv_x/replay".to_string()),
+        (Method::DELETE, format!("/v1/endpoints/{id}")),
+    ];
+    // Refused before any AWS call (every DynamoDB call of this API fails), nothing done.
+    let base = faulty_api_with(&stack, FailNth::new("", 0, Fault::BeforeSend)).await;
+    for (method, path) in &routes {
+        for (body, status, want, field) in [
+            (r#"{"reason": "maintenance"}"#, 422, "validation_error", "reason"),
+            ("[]", 422, "validation_error", "body"),
+            ("{not json", 400, "invalid_json", ""),
+        ] {
+            let answer = stack
+                .http
+                .request(method.clone(), format!("{base}{path}"))
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let got = answer.status().as_u16();
+            let answer: Value = answer.json().await.unwrap();
+            assert_eq!((got, code(&answer)), (status, want), "{method} {path} {body}: {answer}");
+            assert!(message(&answer).starts_with(&format!("{field}: ")) || field.is_empty(), "{path}: {answer}");
+        }
+    }
+    let (status, shown) = stack.call(Method::GET, &format!("/v1/endpoints/{id}"), None).await;
+    assert_eq!((status, shown["state"].as_str()), (200, Some("enabled")), "{shown}");
+    // An empty object, as clients that always send a body do, is no body.
+    let (status, answer) = stack.call(Method::POST, &format!("/v1/endpoints/{id}/disable"), Some(json!({}))).await;
+    assert_eq!((status, answer["state"].as_str()), (200, Some("disabled")), "{answer}");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn an_aws_validation_error_through_the_router_is_a_logged_500_internal() {
     let logs = captured_logs();
     let stack = Stack::start(|_| {}).await;
