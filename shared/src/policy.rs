@@ -256,7 +256,9 @@ impl RetryPolicy {
                     "unknown field{} {}; a retry policy has preset, {}",
                     if names.len() > 1 { "s" } else { "" },
                     names.join(", "),
-                    ALL_SETTINGS.join(", ")
+                    // `retry_after_on`, the old name of `honor_retry_after`, is read but not
+                    // offered.
+                    ALL_SETTINGS.iter().filter(|k| **k != "retry_after_on").copied().collect::<Vec<_>>().join(", ")
                 ),
             ));
         }
@@ -653,7 +655,10 @@ mod tests {
         let changed = json!({"preset": "standard", "max_attempts": 3});
         assert_eq!(RetryPolicy::from_request(Some(&changed)).unwrap_err().field, "retry_policy.max_attempts");
         let typo = json!({"schedule": [1, 2], "max_attempts": 4});
-        assert_eq!(RetryPolicy::from_request(Some(&typo)).unwrap_err().field, "retry_policy.schedule");
+        let e = RetryPolicy::from_request(Some(&typo)).unwrap_err();
+        assert_eq!(e.field, "retry_policy.schedule");
+        // The keys offered are the ones documented: not the old name still read.
+        assert!(e.message.contains("honor_retry_after") && !e.message.contains("retry_after_on"), "{}", e.message);
     }
 
     #[test]
