@@ -269,6 +269,36 @@ async fn idempotency_key_replays_the_original_answer_and_events_show_their_deliv
     stack.stop().await;
 }
 
+/// An event no endpoint subscribes to is answered with no deliveries and stored nowhere: its
+/// lookup is a 404 that says so, and it does not make its id ambiguous across tenants; a
+/// repeat once an endpoint subscribes is delivered.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_event_no_endpoint_subscribed_to_is_not_stored_and_its_lookup_says_so() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    stack.endpoint("acme", &rx.url, Value::Null).await;
+    let body = |tenant: &str| json!({"tenant_id": tenant, "event_type": "order.paid", "id": "ord-1", "payload": {}});
+    let (status, accepted) = stack.call(Method::POST, "/v1/events", Some(body("acme"))).await;
+    assert_eq!(status, 202, "{accepted}");
+    let (status, unsubscribed) = stack.call(Method::POST, "/v1/events", Some(body("globex"))).await;
+    assert_eq!((status, &unsubscribed["deliveries"]), (202, &json!([])), "{unsubscribed}");
+    let (status, answer) = stack.call(Method::GET, "/v1/events/ord-1?tenant_id=globex", None).await;
+    assert_eq!((status, answer["error"]["code"].as_str()), (404, Some("not_found")), "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("no endpoint subscribed"), "{answer}");
+    let (status, shown) = stack.call(Method::GET, "/v1/events/ord-1", None).await;
+    assert_eq!((status, shown["tenant_id"].as_str()), (200, Some("acme")), "{shown}");
+    // Once globex has an endpoint, a repeat of the id is an event of its own, delivered.
+    let other = Receiver::start(Reply::Status(200)).await;
+    stack.endpoint("globex", &other.url, Value::Null).await;
+    let (status, repeat) = stack.call(Method::POST, "/v1/events", Some(body("globex"))).await;
+    assert_eq!(status, 202, "{repeat}");
+    stack.wait_status(&delivery_id(&repeat), "delivered", WAIT).await;
+    let (status, answer) = stack.call(Method::GET, "/v1/events/ord-1", None).await;
+    assert_eq!(status, 409, "two tenants now hold the id: {answer}");
+    stack.stop().await;
+}
+
 /// The job item's `expires_at` (DynamoDB TTL, unix seconds) as stored.
 async fn job_expiry(stack: &Stack, job_id: &str) -> i64 {
     use aws_sdk_dynamodb::types::AttributeValue;

@@ -636,7 +636,8 @@ pub struct EventView {
 /// An event with its deliveries. An event is identified by (tenant, id): two tenants may
 /// use the same id, and no answer mixes their records.
 ///
-/// - with `tenant_id`: that tenant's event (404 when it has none with this id);
+/// - with `tenant_id`: that tenant's event (404 when it has none with this id, also when no
+///   endpoint subscribed to it: ingest stores nothing for an event with no deliveries);
 /// - without: the event when one tenant has this id; when several do, 409 naming them, so the
 ///   caller asks again with `tenant_id`.
 ///
@@ -657,7 +658,11 @@ pub async fn get_event(app: &App, id: &str, tenant_id: Option<&str>) -> Result<E
             names.join(", ")
         )));
     }
-    let first = deliveries.first().ok_or_else(|| ServiceError::NotFound(format!("event {id}")))?;
+    let first = deliveries.first().ok_or_else(|| {
+        ServiceError::NotFound(format!(
+            "event {id}: none is stored (an event no endpoint subscribed to, answered with no deliveries, is not)"
+        ))
+    })?;
     Ok(EventView {
         id: id.to_string(),
         event_type: first.event_type.clone(),
