@@ -263,7 +263,7 @@ async fn home_page(app: &App, s: &Session) -> Result<Response, ServiceError> {
         @if endpoints.is_empty() { p { "No endpoint yet: add one below to start receiving webhooks." } }
         @else {
             div.scroll { table {
-                caption.muted { (endpoints.len()) " endpoints" }
+                caption.muted { (endpoints.len()) @if endpoints.len() == 1 { " endpoint" } @else { " endpoints" } }
                 thead { tr { th scope="col" { "URL" } th scope="col" { "Events" } th scope="col" { "State" } th scope="col" { "Failures in a row" } } }
                 tbody { @for ep in &endpoints { @let v = json_of(ep); tr {
                     td { a href={"/portal/endpoints/" (ep.id)} { code { (ep.url) } } }

@@ -16,7 +16,8 @@ struct Args {
     /// Port on 127.0.0.1.
     #[arg(long, default_value_t = 9000)]
     port: u16,
-    /// HTTP status to answer with (try 500 to watch retries, 410 to see a final failure).
+    /// HTTP status to answer with (try 500 to watch retries; 410 disables the endpoint under
+    /// the standard policy, holding its deliveries).
     #[arg(long, default_value_t = 200)]
     status: u16,
     /// The endpoint's `whsec_` secret, to verify signatures.
