@@ -82,6 +82,9 @@ async fn endpoint_routes_happy_paths_and_errors() {
         (json!({"circuit_breaker_threshold": -1}), "circuit_breaker_threshold"),
         (json!({"colour": "blue"}), "colour"),
         (json!({"url": "mailto:ops@example.com"}), "url"),
+        (json!({"url": "https://..."}), "url"),
+        (json!({"url": "https://hooks..example.com/x"}), "url"),
+        (json!({"url": format!("https://{}.example.com/", "a".repeat(64))}), "url"),
     ] {
         let (status, e) = stack.call(Method::PATCH, &path, Some(body.clone())).await;
         assert_eq!(status, 422, "{body}: {e}");

@@ -215,6 +215,15 @@ fn validate_url(url: &str) -> Result<(), ServiceError> {
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
         return Err(invalid("url", "must be an http or https URL with a host"));
     }
+    if let Some(url::Host::Domain(name)) = parsed.host() {
+        // DNS's length rules (RFC 1035 2.3.4): labels of 1 to 63 bytes, at most 253 bytes in
+        // all (one trailing dot allowed). The URL parser takes `https://...` or `a..b` as a
+        // host, which no attempt could ever reach.
+        let name = name.strip_suffix('.').unwrap_or(name);
+        if name.len() > 253 || name.split('.').any(|label| label.is_empty() || label.len() > 63) {
+            return Err(invalid("url", format!("{name:?} is not a host name (labels of 1 to 63 characters)")));
+        }
+    }
     Ok(())
 }
 
