@@ -657,8 +657,10 @@ mod tests {
         let typo = json!({"schedule": [1, 2], "max_attempts": 4});
         let e = RetryPolicy::from_request(Some(&typo)).unwrap_err();
         assert_eq!(e.field, "retry_policy.schedule");
-        // The keys offered are the ones documented: not the old name still read.
+        // The keys offered are the ones documented: not the old name, which is still read.
         assert!(e.message.contains("honor_retry_after") && !e.message.contains("retry_after_on"), "{}", e.message);
+        let old = json!({"schedule_seconds": [1], "retry_after_on": [429]});
+        assert_eq!(RetryPolicy::from_request(Some(&old)).map(|p| p.retry_after_on), Ok(vec![429]));
     }
 
     #[test]

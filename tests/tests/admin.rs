@@ -85,6 +85,7 @@ async fn endpoint_routes_happy_paths_and_errors() {
         (json!({"url": "https://..."}), "url"),
         (json!({"url": "https://hooks..example.com/x"}), "url"),
         (json!({"url": format!("https://{}.example.com/", "a".repeat(64))}), "url"),
+        (json!({"url": format!("https://{}example.com/", "a.".repeat(124))}), "url"),
     ] {
         let (status, e) = stack.call(Method::PATCH, &path, Some(body.clone())).await;
         assert_eq!(status, 422, "{body}: {e}");

@@ -887,6 +887,11 @@ async fn the_last_success_is_the_latest_one_also_after_replaying_an_older_dead_l
     let (status, body) = stack.call(Method::POST, &format!("/v1/deliveries/{older}/replay"), None).await;
     assert_eq!(status, 202, "{body}");
     let replayed = stack.wait_status(&older, "delivered", WITHIN).await;
+    // Deliver counts a delivery right after recording it: wait for that count to land.
+    eventually("the replay counted", WITHIN, || async {
+        admin::endpoint_stats(&stack.app, &ep_id).await.is_ok_and(|s| s.counts["delivered"] == 2)
+    })
+    .await;
     let stats = admin::endpoint_stats(&stack.app, &ep_id).await.unwrap();
     assert!(at(&replayed["updated_at"]) > at(&delivered["updated_at"]), "{replayed:#}");
     assert_eq!(stats.last_success_at, at(&replayed["updated_at"]), "{stats:?}");

@@ -219,9 +219,15 @@ fn validate_url(url: &str) -> Result<(), ServiceError> {
         // DNS's length rules (RFC 1035 2.3.4): labels of 1 to 63 bytes, at most 253 bytes in
         // all (one trailing dot allowed). The URL parser takes `https://...` or `a..b` as a
         // host, which no attempt could ever reach.
-        let name = name.strip_suffix('.').unwrap_or(name);
-        if name.len() > 253 || name.split('.').any(|label| label.is_empty() || label.len() > 63) {
-            return Err(invalid("url", format!("{name:?} is not a host name (labels of 1 to 63 characters)")));
+        let bare = name.strip_suffix('.').unwrap_or(name);
+        if bare.len() > 253 || bare.split('.').any(|label| label.is_empty() || label.len() > 63) {
+            let shown: String = name.chars().take(80).collect();
+            return Err(invalid(
+                "url",
+                format!(
+                    "{shown:?} is not a host name (dot-separated labels of 1 to 63 characters, at most 253 in all)"
+                ),
+            ));
         }
     }
     Ok(())
@@ -500,7 +506,9 @@ pub struct EndpointStats {
     pub endpoint_id: String,
     /// Deliveries by status (statuses with none are 0).
     pub counts: std::collections::BTreeMap<String, u64>,
-    /// When the newest delivered delivery was delivered.
+    /// The latest success: when the latest delivered delivery was recorded (as its per-day
+    /// counter keeps it, best effort), or the newest-accepted delivered delivery's last change
+    /// when that is later.
     pub last_success_at: Option<DateTime<Utc>>,
     /// Failed attempts in a row.
     pub consecutive_failures: u32,
@@ -511,7 +519,7 @@ pub struct EndpointStats {
 /// Counts an endpoint's deliveries by status without reading its history:
 /// - `delivered`: the per-day delivered counters of the last `WEBHOOKS_DELIVERED_RETENTION_DAYS`
 ///   days (UTC days: a delivered delivery is kept that long), one Query per counter partition
-///   ([`crate::store::Store::delivered_count`]); an endpoint created before the counters
+///   ([`crate::store::Store::delivered_tally`]); an endpoint created before the counters
 ///   existed (no `delivered_counted_from`) has its `delivered` index range counted instead;
 /// - the others: one `Select=COUNT` Query each of their `by_endpoint` key range, which holds
 ///   only unfinished deliveries (`scheduled`, `sending`, `held`) or dead letters
@@ -669,7 +677,7 @@ pub async fn get_event(app: &App, id: &str, tenant_id: Option<&str>) -> Result<E
     }
     let first = deliveries.first().ok_or_else(|| {
         ServiceError::NotFound(format!(
-            "event {id}: none is stored (an event no endpoint subscribed to, answered with no deliveries, is not)"
+            "no event {id} (an event no endpoint subscribed to, answered with no deliveries, is not stored either)"
         ))
     })?;
     Ok(EventView {

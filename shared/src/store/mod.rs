@@ -411,10 +411,10 @@ pub trait Store: Send + Sync {
     async fn count_deliveries(&self, endpoint_id: &str, status: DeliveryStatus) -> Result<u64, StoreError>;
     /// Counts one delivery of `endpoint_id` as delivered on the UTC day of `at`: an atomic
     /// ADD of 1 to a small counter item per (endpoint, day, split), `expires_at` (unix
-    /// seconds) its TTL, and `at` as the item's `last_delivered_at` (two deliveries counted
-    /// at once may leave the earlier of their times, milliseconds apart: a plain SET, no
-    /// second write). Best effort, after the delivery's record: a failure or a crash in
-    /// between leaves the count one short, never a delivery unrecorded.
+    /// seconds) its TTL, and `at` as the item's `last_delivered_at` (a plain SET in the same
+    /// write: a count that lands late, after a newer one, leaves its earlier time). Best
+    /// effort, after the delivery's record: a failure or a crash in between leaves the count
+    /// one short and the time as it was, never a delivery unrecorded.
     async fn count_delivered(
         &self,
         endpoint_id: &str,
