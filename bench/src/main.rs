@@ -346,15 +346,15 @@ async fn lambda_parts(
     for name in ["ingest", "deliver", "sweeper", "admin"] {
         colds.push(lambda::cold_start(&api, name, runs, &env, logs).await?);
     }
-    // The same starts with `SSL_CERT_FILE` naming the CA bundle file the probe finds, so that
+    // The same starts with `SSL_CERT_FILE` naming the CA bundle file the probe finds (the
+    // variable's own value when it is set) and `SSL_CERT_DIR` empty, so that
     // rustls-native-certs reads that file alone and not the certificate directory beside it.
     let probe = openssl_probe::probe();
     let mut bundle_only = Vec::new();
-    let cert_env = std::env::var_os("SSL_CERT_FILE").is_none() && std::env::var_os("SSL_CERT_DIR").is_none();
-    let bundle = probe.cert_file.clone().filter(|_| cert_env);
-    if let Some(file) = bundle.as_ref().and_then(|f| f.to_str()) {
+    if let Some(file) = probe.cert_file.as_ref().and_then(|f| f.to_str()) {
         let mut with_file = env.to_vec();
         with_file.push(("SSL_CERT_FILE", file));
+        with_file.push(("SSL_CERT_DIR", ""));
         for name in ["ingest", "deliver", "sweeper", "admin"] {
             bundle_only.push(lambda::cold_start(&api, name, runs, &with_file, logs).await?);
         }
@@ -1066,8 +1066,10 @@ fn section_cold(
         );
     }
     body.push('\n');
-    let dirs: Vec<String> = probe
-        .cert_dir
+    // The directories a start reads: `SSL_CERT_DIR`'s when set, else the probe's.
+    let from_env: Vec<std::path::PathBuf> =
+        std::env::var_os("SSL_CERT_DIR").map(|v| std::env::split_paths(&v).collect()).unwrap_or_default();
+    let dirs: Vec<String> = if from_env.is_empty() { probe.cert_dir.clone() } else { from_env }
         .iter()
         .map(|d| {
             let files = std::fs::read_dir(d).map(|r| r.count()).unwrap_or(0);
@@ -1078,7 +1080,7 @@ fn section_cold(
         (Some(file), false) => {
             let _ = writeln!(
                 body,
-                "Where the start goes: the SDK's HTTPS client loads the trusted CA certificates when it is built, with rustls-native-certs, which reads the bundle file `{}` and every file of the certificate directory {} (the same certificates again, one file each). The last column starts the same binaries with `SSL_CERT_FILE` naming the bundle file, so that it alone is read: slowest median {} ms. That is this machine's Debian layout; Lambda's `provided.al2023` keeps its certificates in `/etc/pki/tls/certs` (a few bundle files), which these runs do not measure. The target is judged on the runs without it.\n",
+                "Where the start goes: the SDK's HTTPS client loads the trusted CA certificates when it is built, with rustls-native-certs, which reads the bundle file `{}` and every file of the certificate directory {} (the same certificates again, one file each). The last column starts the same binaries with `SSL_CERT_FILE` naming the bundle file and `SSL_CERT_DIR` empty, so that it alone is read: slowest median {} ms. That is this machine's Debian layout; Lambda's `provided.al2023` keeps its certificates in `/etc/pki/tls/certs` (a few bundle files), which these runs do not measure. The target is judged on the runs without it.\n",
                 file.display(),
                 if dirs.is_empty() { "(none)".to_string() } else { dirs.join(", ") },
                 f(worst_bundle_ms, 1)
@@ -1087,7 +1089,7 @@ fn section_cold(
         _ => {
             let _ = writeln!(
                 body,
-                "No CA bundle file was found by the probe here (or `SSL_CERT_FILE`/`SSL_CERT_DIR` is set), so the starts were not repeated with the bundle file alone.\n"
+                "No CA bundle file was found by the probe here, so the starts were not repeated with the bundle file alone.\n"
             );
         }
     }
