@@ -1180,6 +1180,15 @@ impl Store for DynamoStore {
         endpoint_id: &str,
         since: chrono::DateTime<chrono::Utc>,
     ) -> Result<super::DeliveredTally, StoreError> {
+        /// A day's counter item as read (`last_delivered_at` absent on items counted before it
+        /// was kept).
+        #[derive(serde::Deserialize)]
+        struct Day {
+            #[serde(default)]
+            delivered: u64,
+            #[serde(default)]
+            last_delivered_at: Option<chrono::DateTime<chrono::Utc>>,
+        }
         let reads = stats_partitions(endpoint_id, self.endpoint_shards).into_iter().map(|partition| async move {
             let query = self
                 .client
@@ -1189,28 +1198,16 @@ impl Store for DynamoStore {
                 .expression_attribute_values(":p", s(partition))
                 .expression_attribute_values(":from", s(stats_day_sk(since)))
                 .projection_expression("delivered, last_delivered_at");
-            /// A day's counter item as read (`last_delivered_at` absent on items counted
-            /// before it was kept).
-            #[derive(serde::Deserialize)]
-            struct Day {
-                #[serde(default)]
-                delivered: u64,
-                #[serde(default)]
-                last_delivered_at: Option<chrono::DateTime<chrono::Utc>>,
-            }
-            let days: Vec<Day> = self.query_all(query).await?;
-            Ok::<_, StoreError>(super::DeliveredTally {
-                delivered: days.iter().map(|d| d.delivered).sum(),
-                last_delivered_at: days.iter().filter_map(|d| d.last_delivered_at).max(),
-            })
+            self.query_all::<Day>(query).await
         });
-        let tallies = futures::stream::iter(reads).buffer_unordered(8).collect::<Vec<_>>().await;
-        tallies.into_iter().try_fold(super::DeliveredTally::default(), |sum, t| {
-            let t = t?;
-            Ok(super::DeliveredTally {
-                delivered: sum.delivered + t.delivered,
-                last_delivered_at: sum.last_delivered_at.max(t.last_delivered_at),
-            })
+        // Every partition's days, summed once.
+        let mut days = Vec::new();
+        for read in futures::stream::iter(reads).buffer_unordered(8).collect::<Vec<_>>().await {
+            days.extend(read?);
+        }
+        Ok(super::DeliveredTally {
+            delivered: days.iter().map(|d| d.delivered).sum(),
+            last_delivered_at: days.iter().filter_map(|d| d.last_delivered_at).max(),
         })
     }
 
