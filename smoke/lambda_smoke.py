@@ -156,6 +156,22 @@ def check_template_against_code(template, root):
     check("template: every WEBHOOKS_* variable is read by shared/src/config.rs", not unknown,
           f"unknown: {unknown}")
 
+    # Every request API Gateway takes reaches a router, which answers in the API's error shape:
+    # the admin function has the $default route (an HttpApi event without Path and Method), and
+    # every route but ingest's POST /v1/events takes ANY method.
+    routes = []
+    for lid, res in template["Resources"].items():
+        if res["Type"] != "AWS::Serverless::Function":
+            continue
+        for ev in (res["Properties"].get("Events") or {}).values():
+            if ev.get("Type") == "HttpApi":
+                props = ev.get("Properties") or {}
+                routes.append((lid, props.get("Method"), props.get("Path")))
+    check("template: the admin function takes the $default route",
+          ("AdminFunction", None, None) in routes, f"{routes}")
+    single = [r for r in routes if r[1] not in (None, "ANY") and r != ("IngestFunction", "POST", "/v1/events")]
+    check("template: every other route takes ANY method (405 comes from the router)", not single, f"{single}")
+
     check_alarms_and_dashboard(template, emitted_metrics(root))
 
 
@@ -868,13 +884,13 @@ def run(fns, ddb, sqs, table, queue_url, queue_arn, dlq_url, receiver, stack_nam
           status == 200 and body.get("status") == "delivered" and body.get("attempt_count") == 1
           and len(body.get("attempts", [])) == 1, f"{kind} {resp}")
     kind, resp, _ = admin.invoke(http_event("GET", "/v1/deliveries", query=f"endpoint_id={ep}",
-                                            route_key="GET /v1/deliveries"))
+                                            route_key="ANY /v1/deliveries"))
     status, body = http_answer(kind, resp)
     check("GET /v1/deliveries?endpoint_id= lists every delivery (by_endpoint index)",
           status == 200 and sorted(d["id"] for d in body.get("data", [])) == sorted(created + [dlv_lost]),
           f"{kind} {resp}")
     kind, resp, _ = admin.invoke(http_event("GET", "/v1/deliveries", query="status=exhausted",
-                                            route_key="GET /v1/deliveries"))
+                                            route_key="ANY /v1/deliveries"))
     status, body = http_answer(kind, resp)
     check("GET /v1/deliveries?status=exhausted answers 200, empty (by_status index)",
           status == 200 and body.get("data") == [], f"{kind} {resp}")
@@ -888,6 +904,17 @@ def run(fns, ddb, sqs, table, queue_url, queue_arn, dlq_url, receiver, stack_nam
                                             route_key="ANY /v1/deliveries/{proxy+}"))
     status, body = http_answer(kind, resp)
     check("replay of a delivered delivery answers 409", status == 409, f"{kind} {resp}")
+    # What API Gateway's $default route and the ANY routes send the admin function.
+    for method, path, route_key, want in [
+        ("GET", "/v1/events", "$default", (405, "method_not_allowed")),
+        ("GET", "/v1/nope", "$default", (404, "not_found")),
+        ("POST", "/v1/deliveries", "ANY /v1/deliveries", (405, "method_not_allowed")),
+    ]:
+        kind, resp, _ = admin.invoke(http_event(method, path, route_key=route_key))
+        status, body = http_answer(kind, resp)
+        got = (status, (body.get("error") or {}).get("code") if isinstance(body, dict) else None)
+        check(f"{method} {path} ({route_key}) answers {want[0]} {want[1]} in the error shape", got == want,
+              f"{kind} {resp}")
 
     run_portal(admin, fns["portal"])
 
@@ -903,7 +930,7 @@ def run_portal(admin, portal):
     page; it serves nothing else, and refuses a tampered token."""
     print("== admin and portal: a tenant portal session (the portal's routes take no IAM: the token)")
     kind, resp, _ = admin.invoke(http_event("POST", "/v1/tenants/acme/portal-sessions", {},
-                                            route_key="POST /v1/tenants/{tenant_id}/portal-sessions"))
+                                            route_key="ANY /v1/tenants/{tenant_id}/portal-sessions"))
     status, body = http_answer(kind, resp)
     url = body.get("url", "") if isinstance(body, dict) else ""
     check("admin answers 201 with a portal URL on the API's host",

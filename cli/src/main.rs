@@ -105,11 +105,17 @@ enum Command {
 
 #[derive(Subcommand, Debug)]
 enum EndpointCmd {
-    /// A tenant's endpoints.
+    /// A tenant's endpoints, a page at a time (the next page's `--cursor` is printed after it).
     List {
         /// Tenant id.
         #[arg(long)]
         tenant: String,
+        /// Page size (1 to 100).
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// Continue from a previous page.
+        #[arg(long)]
+        cursor: Option<String>,
     },
     /// One endpoint.
     Get {
@@ -347,6 +353,15 @@ fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
     t.to_string()
 }
 
+/// A listing's table, followed by `more: --cursor {next_cursor}` when the API says there is
+/// a next page.
+fn with_more(mut table: String, page: &Value) -> String {
+    if let Some(c) = page["next_cursor"].as_str() {
+        table.push_str(&format!("\nmore: --cursor {c}"));
+    }
+    table
+}
+
 fn endpoint_rows(eps: &[Value]) -> String {
     table(
         &["id", "tenant", "url", "enabled", "disabled reason", "policy", "event types"],
@@ -446,10 +461,13 @@ async fn run(cli: &Cli) -> Result<String, String> {
             (v, Box::new(|v| format!("{}\nvalid until {}", s(&v["url"]), s(&v["expires_at"]))))
         }
         Command::Endpoints(cmd) => match cmd {
-            EndpointCmd::List { tenant } => {
-                let v =
-                    client.call(M::GET, &format!("/v1/endpoints?tenant_id={}&limit=100", enc(tenant)), None).await?;
-                (v, Box::new(|v| endpoint_rows(v["data"].as_array().map_or(&[], |a| a.as_slice()))))
+            EndpointCmd::List { tenant, limit, cursor } => {
+                let mut path = format!("/v1/endpoints?tenant_id={}&limit={limit}", enc(tenant));
+                if let Some(c) = cursor {
+                    path.push_str(&format!("&cursor={}", enc(c)));
+                }
+                let v = client.call(M::GET, &path, None).await?;
+                (v, Box::new(|v| with_more(endpoint_rows(v["data"].as_array().map_or(&[], |a| a.as_slice())), v)))
             }
             EndpointCmd::Get { id } => {
                 let v = client.call(M::GET, &format!("/v1/endpoints/{}", enc(id)), None).await?;
@@ -559,16 +577,7 @@ async fn run(cli: &Cli) -> Result<String, String> {
                 path.push_str(&format!("&cursor={}", enc(c)));
             }
             let v = client.call(M::GET, &path, None).await?;
-            (
-                v,
-                Box::new(|v| {
-                    let mut out = deliveries_rows(v["data"].as_array().map_or(&[], |a| a.as_slice()));
-                    if let Some(c) = v["next_cursor"].as_str() {
-                        out.push_str(&format!("\nmore: --cursor {c}"));
-                    }
-                    out
-                }),
-            )
+            (v, Box::new(|v| with_more(deliveries_rows(v["data"].as_array().map_or(&[], |a| a.as_slice())), v)))
         }
         Command::Delivery { id } => {
             (client.call(M::GET, &format!("/v1/deliveries/{}", enc(id)), None).await?, Box::new(timeline))

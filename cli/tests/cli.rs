@@ -52,6 +52,22 @@ async fn the_cli_creates_lists_inspects_replays_recovers_enables_and_rotates() {
     assert!(ep["secret"].as_str().unwrap().starts_with("whsec_"));
     let (ok, table, _) = admin(&stack, &["endpoints", "list", "--tenant", "acme"]).await;
     assert!(ok && table.contains(&ep_id) && table.contains("custom"), "{table}");
+    // Another tenant's two endpoints, a page of one at a time: the first page says where the
+    // next starts, and each endpoint is on exactly one page.
+    let mut paged = Vec::new();
+    for _ in 0..2 {
+        let e = admin_json(&stack, &["endpoints", "create", "--tenant", "paged", "--url", &rx.url]).await;
+        paged.push(e["id"].as_str().unwrap().to_string());
+    }
+    let (ok, first, _) = admin(&stack, &["endpoints", "list", "--tenant", "paged", "--limit", "1"]).await;
+    let cursor = first.lines().find_map(|l| l.strip_prefix("more: --cursor ")).map(str::to_string);
+    assert!(ok && cursor.is_some(), "a page of 1 of 2 endpoints names the next: {first}");
+    let (ok, second, _) =
+        admin(&stack, &["endpoints", "list", "--tenant", "paged", "--limit", "1", "--cursor", &cursor.unwrap()]).await;
+    assert!(ok, "{second}");
+    for id in &paged {
+        assert!(first.contains(id) != second.contains(id), "{id} on exactly one page: {first}\n{second}");
+    }
 
     let since = chrono::Utc::now().to_rfc3339();
     let accepted = stack.event("acme", "order.paid", json!({"n": 1})).await;

@@ -363,7 +363,13 @@ async fn post_event(
     };
     match result {
         Ok((status, body)) => {
-            app.store.finish_idempotent(&tenant, &key, (status.as_u16(), &body.to_string())).await?;
+            // The event is accepted whatever happens to the key: a 503 here would read as
+            // "nothing was accepted". A retry meanwhile gets 409 `in_progress` until the key's
+            // lease ends, then takes the key over with the same event id and is answered by
+            // the event's own repeat handling (no second delivery).
+            if let Err(e) = app.store.finish_idempotent(&tenant, &key, (status.as_u16(), &body.to_string())).await {
+                tracing::warn!(error = %e, "idempotency key answer not stored; the event is accepted");
+            }
             Ok((status, Json(body)).into_response())
         }
         Err(e) => {
@@ -381,8 +387,8 @@ async fn post_event(
 }
 
 /// The HTTP answer to an accepted event: 202 [`ingest::Accepted`]; sync mode 200 (delivered)
-/// or 502 with the attempt, or 202 with `deferred` when the inline attempt could not be
-/// completed.
+/// or 502 with the attempt, or 202 with `deferred` when the delivery goes on asynchronously
+/// (see [`ingest::SyncOutcome::deferred`]).
 fn answer(accepted: &ingest::Accepted) -> Result<(StatusCode, serde_json::Value), ServiceError> {
     let internal = |e: serde_json::Error| ServiceError::Internal(format!("answer not serializable: {e}"));
     match &accepted.outcome {
@@ -464,7 +470,7 @@ async fn disable_endpoint(
 #[serde(deny_unknown_fields)]
 struct EndpointListParams {
     tenant_id: Option<String>,
-    limit: Option<usize>,
+    limit: Option<String>,
     cursor: Option<String>,
 }
 
@@ -523,7 +529,7 @@ async fn rotate_secret(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServiceError> {
     let b: RotateBody = match &body {
-        Ok(bytes) if bytes.is_empty() => RotateBody { secret: None },
+        Ok(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => RotateBody { secret: None },
         _ => parse_body(body)?,
     };
     Ok(Json(admin::rotate_secret(&app, &id, b.secret.as_deref()).await?).into_response())
@@ -567,12 +573,17 @@ async fn get_event(
     Ok(Json(admin::get_event(&app, &id, tenant.as_deref()).await?).into_response())
 }
 
-fn check_limit(limit: Option<usize>) -> Result<usize, ServiceError> {
-    let limit = limit.unwrap_or(50);
-    if !(1..=100).contains(&limit) {
-        return Err(ServiceError::Validation("limit: must be from 1 to 100".into()));
+/// A listing's `limit`: 50 when absent or empty (`?limit=`, as every other empty parameter),
+/// else a whole number from 1 to 100.
+fn check_limit(limit: Option<String>) -> Result<usize, ServiceError> {
+    let Some(v) = limit.filter(|v| !v.is_empty()) else { return Ok(50) };
+    match v.parse::<usize>() {
+        Ok(n) if (1..=100).contains(&n) => Ok(n),
+        _ => Err(ServiceError::Validation(format!(
+            "limit: {:?} is not a whole number from 1 to 100",
+            crate::validate::shown(&v)
+        ))),
     }
-    Ok(limit)
 }
 
 async fn get_job(State(app): State<App>, PathParam(id): PathParam, _: NoParams) -> Result<Response, ServiceError> {
@@ -595,7 +606,7 @@ struct ListParams {
     endpoint_id: Option<String>,
     since: Option<String>,
     until: Option<String>,
-    limit: Option<usize>,
+    limit: Option<String>,
     cursor: Option<String>,
 }
 
@@ -672,7 +683,7 @@ async fn portal_session(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServiceError> {
     let b: PortalSessionBody = match &body {
-        Ok(bytes) if bytes.is_empty() => PortalSessionBody { ttl_seconds: None },
+        Ok(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => PortalSessionBody { ttl_seconds: None },
         _ => parse_body(body)?,
     };
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty());
@@ -726,9 +737,11 @@ pub fn ingest_router(app: App) -> Router {
     finish(ingest_routes(), app)
 }
 
-/// The admin function's routes.
+/// The admin function's routes. It also takes API Gateway's `$default` route (every request no
+/// other route takes), so `/v1/events`, whose one method is ingest's, is known here too: any
+/// method that reaches it here is 405 `method_not_allowed`, as on the local runtime.
 pub fn admin_router(app: App) -> Router {
-    finish(admin_routes(), app)
+    finish(admin_routes().route("/v1/events", axum::routing::MethodRouter::new()), app)
 }
 
 /// Every route (the local runtime).
@@ -754,10 +767,6 @@ mod tests {
             "validation_error tenant: unknown field `tenant`, expected one of `tenant_id`, `limit`, `cursor`"
         );
         assert_eq!(
-            refused::<ListParams>("status=held&limit=ten"),
-            "validation_error limit: invalid digit found in string"
-        );
-        assert_eq!(
             refused::<DeleteParams>("force=yes"),
             "validation_error force: provided string was not `true` or `false`"
         );
@@ -766,6 +775,14 @@ mod tests {
             "validation_error query: duplicate field `tenant_id`"
         );
         assert_eq!(refused::<ListParams>("endpoint_id=ep_1&status=held&since=&until=&limit=5&cursor="), "accepted");
+        // An empty `limit=` is absent, as the other empty parameters: the default page.
+        assert_eq!(refused::<ListParams>("endpoint_id=ep_1&limit="), "accepted");
+        assert_eq!(check_limit(Some(String::new())).ok(), Some(50));
+        assert_eq!(check_limit(Some("100".into())).ok(), Some(100));
+        for bad in ["ten", "0", "101", "-1", "1.5"] {
+            let e = check_limit(Some(bad.into())).unwrap_err();
+            assert_eq!(e.to_string(), format!("limit: {bad:?} is not a whole number from 1 to 100"), "{bad}");
+        }
         assert!(parse_query::<EventParams>(None).is_ok());
         let e = no_params(Some("mode=sync")).unwrap_err();
         assert_eq!(e.to_string(), "mode: unknown parameter; this route takes no query parameters");

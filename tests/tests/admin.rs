@@ -148,6 +148,14 @@ async fn prefix_filters_stats_and_forced_delete() {
     let (_, dead) = stack.call(Method::GET, "/v1/deliveries?status=exhausted", None).await;
     let dead = dead["data"].as_array().unwrap();
     assert_eq!(dead.len(), 3);
+    // A window of acceptance times across endpoints is refused, not ignored (that listing is
+    // ordered by when each delivery ended).
+    for window in ["since=2099-01-01T00:00:00Z", "until=2000-01-01T00:00:00Z"] {
+        let (status, e) = stack.call(Method::GET, &format!("/v1/deliveries?status=exhausted&{window}"), None).await;
+        let field = window.split('=').next().unwrap();
+        assert_eq!(status, 422, "{window}: {e}");
+        assert!(e["error"]["message"].as_str().unwrap().starts_with(&format!("{field}: ")), "{e}");
+    }
     for d in dead {
         let full = stack.delivery(d["id"].as_str().unwrap()).await;
         assert_eq!(full["reason"], "endpoint_deleted");
@@ -229,6 +237,24 @@ async fn recover_replays_exactly_the_exhausted_deliveries_in_the_window() {
     assert_eq!((job["status"].as_str(), job["processed"].as_u64()), (Some("done"), Some(3)), "{job}");
     assert_eq!(stack.delivery(&before).await["status"], "exhausted");
     assert_eq!(stack.delivery(&later).await["status"], "exhausted");
+    // Without `until` the window ends when the job starts, and the job says so.
+    // (a second's slack: the stack's clock and this one are the same, the rounding may not be)
+    let asked = chrono::Utc::now() - chrono::Duration::seconds(1);
+    let (status, open) = stack
+        .call(Method::POST, &format!("/v1/endpoints/{id}/recover"), Some(json!({"since": until.to_rfc3339()})))
+        .await;
+    assert_eq!(status, 202, "{open}");
+    let end = open["until"].as_str().and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+    assert!(end.is_some_and(|e| e >= asked && e <= chrono::Utc::now()), "until is the job's start: {open}");
+    stack.wait_status(&later, "delivered", WAIT).await;
+    let (status, e) = stack
+        .call(
+            Method::POST,
+            &format!("/v1/endpoints/{id}/recover"),
+            Some(json!({"since": (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339()})),
+        )
+        .await;
+    assert_eq!((status, e["error"]["message"].as_str().map(|m| m.starts_with("since:"))), (422, Some(true)), "{e}");
     stack.stop().await;
 }
 
@@ -289,7 +315,7 @@ async fn an_event_no_endpoint_subscribed_to_is_not_stored_and_its_lookup_says_so
     let (status, answer) = stack.call(Method::GET, "/v1/events/ord-1?tenant_id=globex", None).await;
     assert_eq!((status, answer["error"]["code"].as_str()), (404, Some("not_found")), "{answer}");
     let message = answer["error"]["message"].as_str().unwrap_or_default();
-    assert!(message.contains("no endpoint subscribed"), "{answer}");
+    assert!(message.contains("no endpoint subscribed") && message.contains("after it is delivered"), "{answer}");
     let (status, shown) = stack.call(Method::GET, "/v1/events/ord-1", None).await;
     assert_eq!((status, shown["tenant_id"].as_str()), (200, Some("acme")), "{shown}");
     // Once globex has an endpoint, a repeat of the id is an event of its own, delivered.

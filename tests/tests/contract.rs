@@ -274,6 +274,12 @@ async fn a_route_without_a_body_refuses_one_with_fields_and_takes_an_empty_objec
         let (status, answer) = stack.post_raw(&path, body).await;
         assert_eq!(status, 200, "{path} {body:?}: {answer}");
     }
+    // The routes whose body is optional take whitespace as no body too.
+    let (status, answer) = stack.post_raw(&format!("/v1/endpoints/{id}/rotate-secret"), " \n").await;
+    assert_eq!(status, 200, "rotate-secret with whitespace: {answer}");
+    assert!(answer["secret"].as_str().is_some_and(|s| s.starts_with("whsec_")), "{answer}");
+    let (status, answer) = stack.post_raw("/v1/tenants/acme/portal-sessions", "\n").await;
+    assert_eq!(status, 201, "portal-sessions with whitespace: {answer}");
     stack.stop().await;
 }
 
@@ -415,6 +421,51 @@ async fn a_sync_retry_while_the_first_call_is_in_flight_is_in_progress_and_later
     let (status, later, replayed) = post_keyed(&stack, "k-sync", &body).await;
     assert_eq!((status, replayed), (200, true), "{later}");
     assert_eq!(later, original, "the final answer, not the in-progress one");
+    assert_eq!(rx.count(), 1);
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sync_post_of_an_event_id_still_being_delivered_is_deferred_not_a_failure() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Hang(Duration::from_millis(1500))).await;
+    stack.endpoint("acme", &rx.url, Value::Null).await;
+    let body = |mode: &str| json!({"tenant_id": "acme", "event_type": "order.paid", "payload": {}, "id": "evt-under-way", "mode": mode});
+    let (status, first) = stack.call(Method::POST, "/v1/events", Some(body("async"))).await;
+    assert_eq!(status, 202, "{first}");
+    eventually("the async attempt to reach the receiver", WAIT, || async { rx.count() == 1 }).await;
+    let (status, answer) = stack.call(Method::POST, "/v1/events", Some(body("sync"))).await;
+    assert_eq!(status, 202, "a delivery under way is not a 502: {answer}");
+    assert_eq!(answer["deferred"], true, "{answer}");
+    assert!(answer["message"].as_str().unwrap_or("").contains("still under way"), "{answer}");
+    assert_eq!(answer["deliveries"], first["deliveries"], "the same delivery: {answer}");
+    let d = first["deliveries"][0]["id"].as_str().unwrap();
+    stack.wait_status(d, "delivered", WAIT).await;
+    // Once it has ended, a repeat answers with its outcome, and no attempt is made again.
+    let (status, done) = stack.call(Method::POST, "/v1/events", Some(body("sync"))).await;
+    assert_eq!((status, done["status"].as_str()), (200, Some("delivered")), "{done}");
+    assert_eq!(rx.count(), 1, "the repeats made no attempt");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_keyed_event_whose_key_answer_cannot_be_stored_is_still_answered_accepted() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    stack.endpoint("acme", &rx.url, Value::Null).await;
+    // An async keyed post writes no UpdateItem but the key's answer (PutItems write the event).
+    let base = faulty_api(&stack, "UpdateItem", 1).await;
+    let body = json!({"tenant_id": "acme", "event_type": "order.paid", "payload": {}});
+    let resp = stack.http.post(format!("{base}/v1/events")).header("idempotency-key", "k-lost").json(&body).send();
+    let resp = resp.await.unwrap();
+    let status = resp.status().as_u16();
+    let answer: Value = resp.json().await.unwrap();
+    assert_eq!(status, 202, "the event is accepted, so not 503 (\"nothing was accepted\"): {answer}");
+    let d = answer["deliveries"][0]["id"].as_str().unwrap();
+    stack.wait_status(d, "delivered", WAIT).await;
+    // The key still has no answer: a retry within its lease is told to come back later.
+    let (status, retry, _) = post_keyed(&stack, "k-lost", &body).await;
+    assert_eq!((status, code(&retry)), (409, "in_progress"), "{retry}");
     assert_eq!(rx.count(), 1);
     stack.stop().await;
 }

@@ -717,11 +717,13 @@ async fn finding_an_endpoints_held_deliveries_reads_none_of_its_history() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn no_post_starts_when_the_claims_lease_has_less_left_than_the_request_timeout() {
-    // The claim of attempt 1 lands, and its answer comes back after the whole lease (2 s
+    // The claim of attempt 1 lands, and its answer comes back well after the whole lease (2 s
     // timeout + 5 s margin): the sweeper re-drives the delivery meanwhile, and the stalled
     // worker must not POST too. (The claim is a call every version of deliver makes between
-    // its message and its POST.)
-    let faults = Faults::stalling("apply", Duration::from_millis(8000));
+    // its message and its POST.) The stall leaves the sweeper 7 s past the lease's end: with
+    // 1 s to spare, a CI run's loaded machine once had the stalled worker wake first, find
+    // its lease gone and give the claim back, so that the re-drive was not first.
+    let faults = Faults::stalling("apply", Duration::from_millis(14_000));
     let f = faults.clone();
     // A redrive time shorter than the lease: the sweeper finds the claim due while its lease
     // runs, waits for the lease's end, then re-drives.

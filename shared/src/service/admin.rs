@@ -618,10 +618,12 @@ pub async fn rotate_secret(app: &App, id: &str, secret: Option<&str>) -> Result<
 
 /// Starts replaying every exhausted delivery of an endpoint accepted in `[since, until)` as a
 /// background job (`config.release_per_tick` per sweeper tick); its progress is
-/// `GET /v1/jobs/{id}`.
+/// `GET /v1/jobs/{id}`. Without `until` the window ends now, when the job starts (the job
+/// shows it): deliveries accepted while it runs are not replayed by it.
 ///
 /// # Errors
-/// [`ServiceError::NotFound`]; [`ServiceError::Validation`] when `until` is not after `since`.
+/// [`ServiceError::NotFound`]; [`ServiceError::Validation`] when `until` is not after `since`
+/// (without `until`: when `since` is not before now).
 pub async fn recover(
     app: &App,
     id: &str,
@@ -629,10 +631,14 @@ pub async fn recover(
     until: Option<DateTime<Utc>>,
 ) -> Result<Job, ServiceError> {
     let ep = find_endpoint(app, id).await?;
-    if until.is_some_and(|u| u <= since) {
-        return Err(invalid("until", "must be after since"));
-    }
-    health::start_job(app, &ep, JobKind::Recover, app.clock.now(), Some(since), until).await
+    let now = app.clock.now();
+    let until = match until {
+        Some(u) if u <= since => return Err(invalid("until", "must be after since")),
+        Some(u) => u,
+        None if now <= since => return Err(invalid("since", "must be before now when until is not given")),
+        None => now,
+    };
+    health::start_job(app, &ep, JobKind::Recover, now, Some(since), Some(until)).await
 }
 
 /// An event: its id and every delivery made of it.
@@ -654,7 +660,8 @@ pub struct EventView {
 /// use the same id, and no answer mixes their records.
 ///
 /// - with `tenant_id`: that tenant's event (404 when it has none with this id, also when no
-///   endpoint subscribed to it: ingest stores nothing for an event with no deliveries);
+///   endpoint subscribed to it, as ingest stores nothing for an event with no deliveries, and
+///   once every delivery has expired: the view is made of the deliveries);
 /// - without: the event when one tenant has this id; when several do, 409 naming them, so the
 ///   caller asks again with `tenant_id`.
 ///
@@ -677,7 +684,10 @@ pub async fn get_event(app: &App, id: &str, tenant_id: Option<&str>) -> Result<E
     }
     let first = deliveries.first().ok_or_else(|| {
         ServiceError::NotFound(format!(
-            "no event {id} (an event no endpoint subscribed to, answered with no deliveries, is not stored either)"
+            "no event {id} with a stored delivery (an event no endpoint subscribed to, answered with no \
+             deliveries, is not stored; a delivery is kept {} days after it is delivered and {} after it is \
+             exhausted)",
+            app.config.delivered_retention_days, app.config.exhausted_retention_days
         ))
     })?;
     Ok(EventView {
@@ -772,10 +782,21 @@ pub async fn get_delivery(app: &App, id: &str) -> Result<DeliveryView, ServiceEr
 /// A page of deliveries, by endpoint (any status) or by status `exhausted`/`held`.
 ///
 /// # Errors
-/// [`ServiceError::Validation`] for a query with neither, or a bad cursor.
+/// [`ServiceError::Validation`] for a query with neither, a `since` or `until` without
+/// `endpoint_id`, or a bad cursor.
 pub async fn list_deliveries(app: &App, query: DeliveryQuery) -> Result<Page<DeliverySummary>, ServiceError> {
     if query.endpoint_id.is_none() && !matches!(query.status, Some(DeliveryStatus::Exhausted | DeliveryStatus::Held)) {
         return Err(ServiceError::Validation("endpoint_id: is required unless status is exhausted or held".into()));
+    }
+    // The listing across endpoints reads the status index, which is ordered by when each
+    // delivery ended, not by acceptance: a window there would be ignored, so it is refused.
+    if query.endpoint_id.is_none() && (query.since.is_some() || query.until.is_some()) {
+        let field = if query.since.is_some() { "since" } else { "until" };
+        return Err(ServiceError::Validation(format!(
+            "{field}: a window of acceptance times needs endpoint_id (the dead letters across endpoints \
+             are listed by when each ended); to replay an endpoint's dead letters of a window, use \
+             POST /v1/endpoints/{{id}}/recover"
+        )));
     }
     Ok(app.store.list_deliveries(&query).await?)
 }

@@ -45,12 +45,14 @@ pub struct NewEvent {
 pub struct SyncOutcome {
     /// The delivery.
     pub delivery_id: String,
-    /// `delivered`, `exhausted`, or `held` (the endpoint is disabled; no attempt was made).
+    /// `delivered`, `exhausted`, or `held` (the endpoint is disabled; no attempt was made);
+    /// `scheduled` or `sending` (with `deferred` set) while the delivery is still under way.
     pub status: DeliveryStatus,
     /// The attempt record.
     pub attempt: Option<Attempt>,
     /// Set when the inline attempt could not be claimed or recorded (an AWS call failed after
-    /// the event was accepted): what happened and what will. The delivery then continues
+    /// the event was accepted), or when the delivery is still under way (a repeated event id,
+    /// a rate-limit wait): what happened and what will. The delivery then continues
     /// asynchronously under the endpoint's retry policy, and the answer is 202, not 200/502.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deferred: Option<String>,
@@ -196,6 +198,7 @@ async fn sync_attempt(
     let Some(d) = deliveries.first() else {
         return Err(ServiceError::Validation("mode: sync needs exactly one subscribed endpoint".into()));
     };
+    let created_here = first.is_some();
     if let Some(first) = first {
         match deliver::attempt(app, &first.message, Mode::Once).await {
             Ok(Handled::Attempted(status, attempt)) => {
@@ -225,11 +228,28 @@ async fn sync_attempt(
     }
     let current =
         app.store.get_delivery(&d.id).await?.ok_or_else(|| ServiceError::NotFound(format!("delivery {}", d.id)))?;
+    // A delivery still under way (a repeat of an event id whose earlier post is being
+    // delivered, or an inline attempt that had to wait for the endpoint's rate limit): not a
+    // failure, so not a 502.
+    let deferred = matches!(current.status, DeliveryStatus::Scheduled | DeliveryStatus::Sending).then(|| {
+        let why = if created_here {
+            "the inline attempt had to wait"
+        } else {
+            "this event id was accepted before and its delivery is still under way"
+        };
+        format!(
+            "{why} (status {}); the event is accepted and delivery {} continues asynchronously under \
+             the endpoint's retry policy; follow GET /v1/deliveries/{}",
+            current.status.as_str(),
+            d.id,
+            d.id
+        )
+    });
     Ok(SyncOutcome {
         delivery_id: d.id.clone(),
         status: current.status,
         attempt: current.attempts.last().cloned(),
-        deferred: None,
+        deferred,
     })
 }
 

@@ -341,6 +341,16 @@ async fn deliveries(State(d): State<Dash>, q: Result<Query<ListParams>, QueryRej
     if endpoints.is_empty() && some(&p.endpoint_id).is_none() && tenant.is_none() {
         let status = status.unwrap_or("exhausted");
         found = rows(&d.get(&format!("/v1/deliveries?limit=100&status={}", enc(status))).await?);
+        // The API takes no window without an endpoint (that listing is ordered by when each
+        // delivery ended): the page's dead letters are filtered by acceptance time here.
+        let at = |v: &Option<String>| v.as_deref().and_then(|t| DateTime::parse_from_rfc3339(t).ok());
+        let (from, to) = (at(&since), at(&until));
+        if from.is_some() || to.is_some() {
+            found.retain(|r| {
+                let accepted = r["created_at"].as_str().and_then(|t| DateTime::parse_from_rfc3339(t).ok());
+                accepted.is_some_and(|a| from.is_none_or(|f| a >= f) && to.is_none_or(|u| a < u))
+            });
+        }
     } else {
         for e in &endpoints {
             found.extend(rows(&d.get(&format!("/v1/deliveries?limit=100&endpoint_id={}{query}", enc(e))).await?));
