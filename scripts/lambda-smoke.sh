@@ -10,6 +10,11 @@
 #      bootstrap under a local Lambda Runtime API, sent its real trigger event, against moto (or
 #      AWS_ENDPOINT_URL if set); deliver's EMF line must carry the Stack dimension.
 # Tools go into .venv-lambda; moto into .venv as for make test.
+#
+# LAMBDA_SMOKE_PHASE splits the run in two, so that CI can run the first beside `make test`:
+#   checks: install the tools (and moto), cfn-lint, `sam validate --lint`: no Rust build, little CPU;
+#   build:  cargo lambda build, the binaries' checks and the smoke test (installs what is missing);
+#   all:    both, one after the other (the default).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
@@ -24,6 +29,11 @@ FUNCTIONS=(ingest deliver sweeper admin)
 GLIBC_MAX="2.34"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 start=$(date +%s)
+PHASE="${LAMBDA_SMOKE_PHASE:-all}"
+case "$PHASE" in
+  checks | build | all) ;;
+  *) echo "LAMBDA_SMOKE_PHASE must be checks, build or all, not '$PHASE'" >&2; exit 2 ;;
+esac
 
 step() { echo "== lambda: $* ($(($(date +%s) - start)) s)"; }
 
@@ -36,24 +46,31 @@ fi
 # cargo-lambda finds zig as `python3 -m ziglang` of the venv first on PATH.
 export PATH="$TOOLS/bin:$PATH"
 
-step "cfn-lint infra/template.yaml"
-cfn-lint --version
-cfn-lint -- infra/template.yaml
-echo "cfn-lint: no findings"
+if [ "$PHASE" != build ]; then
+  step "cfn-lint infra/template.yaml"
+  cfn-lint --version
+  cfn-lint -- infra/template.yaml
+  echo "cfn-lint: no findings"
 
-# The SAM CLI is a large install (about a minute); CI runs it, `make lambda-smoke` by hand
-# only with LAMBDA_SMOKE_SAM=1. `sam validate --lint` runs cfn-lint through the SAM CLI and
-# reads samconfig.toml, so it also proves `template_file` there points at the template.
-if [ "${LAMBDA_SMOKE_SAM:-${CI:-}}" = "1" ] || [ "${LAMBDA_SMOKE_SAM:-${CI:-}}" = "true" ]; then
-  SAM_VENV="$ROOT/.venv-sam"
-  if [ ! -x "$SAM_VENV/bin/sam" ]; then
-    step "installing aws-sam-cli $SAM_CLI_VERSION into $SAM_VENV"
-    python3 -m venv "$SAM_VENV"
-    "$SAM_VENV/bin/pip" install -q --disable-pip-version-check "aws-sam-cli==$SAM_CLI_VERSION"
+  # The SAM CLI is a large install (about a minute); CI runs it, `make lambda-smoke` by hand
+  # only with LAMBDA_SMOKE_SAM=1. `sam validate --lint` runs cfn-lint through the SAM CLI and
+  # reads samconfig.toml, so it also proves `template_file` there points at the template.
+  if [ "${LAMBDA_SMOKE_SAM:-${CI:-}}" = "1" ] || [ "${LAMBDA_SMOKE_SAM:-${CI:-}}" = "true" ]; then
+    SAM_VENV="$ROOT/.venv-sam"
+    if [ ! -x "$SAM_VENV/bin/sam" ]; then
+      step "installing aws-sam-cli $SAM_CLI_VERSION into $SAM_VENV"
+      python3 -m venv "$SAM_VENV"
+      "$SAM_VENV/bin/pip" install -q --disable-pip-version-check "aws-sam-cli==$SAM_CLI_VERSION"
+    fi
+    step "sam validate --lint (template from samconfig.toml)"
+    SAM_CLI_TELEMETRY=0 "$SAM_VENV/bin/sam" --version
+    SAM_CLI_TELEMETRY=0 "$SAM_VENV/bin/sam" validate --lint
   fi
-  step "sam validate --lint (template from samconfig.toml)"
-  SAM_CLI_TELEMETRY=0 "$SAM_VENV/bin/sam" --version
-  SAM_CLI_TELEMETRY=0 "$SAM_VENV/bin/sam" validate --lint
+fi
+if [ "$PHASE" = checks ]; then
+  ensure_moto
+  step "checks done"
+  exit 0
 fi
 
 step "cargo lambda build --release --x86-64 (${FUNCTIONS[*]})"
