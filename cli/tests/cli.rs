@@ -141,6 +141,19 @@ async fn the_cli_serves_the_dashboard_and_mints_portal_urls() {
     assert_eq!(missing.status(), 404, "the API's 404 comes through as a page");
     let rebound = stack.http.get(&url).header("host", "evil.example:8300").send().await.unwrap();
     assert_eq!(rebound.status(), 421, "a request for another host name is refused");
+    // The dead letters across endpoints, filtered by acceptance time on the page itself (the API
+    // takes no window there).
+    let failing = Receiver::start(Reply::Status(500)).await;
+    stack.endpoint("dash-dead", &failing.url, json!({"schedule_seconds": [1], "max_attempts": 1})).await;
+    let dead = stack.event("dash-dead", "order.paid", json!({"n": 1})).await;
+    let dead = dead["deliveries"][0]["id"].as_str().unwrap().to_string();
+    stack.wait_status(&dead, "exhausted", Duration::from_secs(20)).await;
+    for (window, listed) in [("", true), ("&since=2099-01-01T00:00", false), ("&until=2099-01-01T00:00", true)] {
+        let page = stack.http.get(format!("{url}/deliveries?status=exhausted{window}")).send().await.unwrap();
+        assert_eq!(page.status(), 200, "{window}");
+        let html = page.text().await.unwrap();
+        assert_eq!(html.contains(&dead), listed, "dead letter listed with {window:?}: {html}");
+    }
     child.kill().await.unwrap();
 
     let (ok, out, err) = admin(&stack, &["portal-session", "--tenant", "dash-cli"]).await;
