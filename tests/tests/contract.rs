@@ -427,8 +427,10 @@ async fn a_sync_retry_while_the_first_call_is_in_flight_is_in_progress_and_later
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sync_post_of_an_event_id_still_being_delivered_is_deferred_not_a_failure() {
-    let stack = Stack::start(|_| {}).await;
-    let rx = Receiver::start(Reply::Hang(Duration::from_millis(1500))).await;
+    // The first attempt hangs 6 s (within a 10 s request timeout): time enough for the sync
+    // post below to be answered while it is in flight, however loaded the machine.
+    let stack = Stack::start(|c| c.request_timeout = Duration::from_secs(10)).await;
+    let rx = Receiver::start(Reply::Hang(Duration::from_secs(6))).await;
     stack.endpoint("acme", &rx.url, Value::Null).await;
     let body = |mode: &str| json!({"tenant_id": "acme", "event_type": "order.paid", "payload": {}, "id": "evt-under-way", "mode": mode});
     let (status, first) = stack.call(Method::POST, "/v1/events", Some(body("async"))).await;

@@ -52,7 +52,8 @@ pub struct SyncOutcome {
     pub attempt: Option<Attempt>,
     /// Set when the inline attempt could not be claimed or recorded (an AWS call failed after
     /// the event was accepted), or when the delivery is still under way (a repeated event id,
-    /// a rate-limit wait): what happened and what will. The delivery then continues
+    /// an inline attempt that could not start and was queued again): what happened and what
+    /// will. The delivery then continues
     /// asynchronously under the endpoint's retry policy, and the answer is 202, not 200/502.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deferred: Option<String>,
@@ -229,17 +230,17 @@ async fn sync_attempt(
     let current =
         app.store.get_delivery(&d.id).await?.ok_or_else(|| ServiceError::NotFound(format!("delivery {}", d.id)))?;
     // A delivery still under way (a repeat of an event id whose earlier post is being
-    // delivered, or an inline attempt that had to wait for the endpoint's rate limit): not a
-    // failure, so not a 502.
+    // delivered, or an inline attempt that could not start, its claim given back and queued
+    // again): not a failure, so not a 502.
     let deferred = matches!(current.status, DeliveryStatus::Scheduled | DeliveryStatus::Sending).then(|| {
         let why = if created_here {
-            "the inline attempt had to wait"
+            "the inline attempt could not start and was queued again"
         } else {
             "this event id was accepted before and its delivery is still under way"
         };
         format!(
-            "{why} (status {}); the event is accepted and delivery {} continues asynchronously under \
-             the endpoint's retry policy; follow GET /v1/deliveries/{}",
+            "{why} (status {}); the event is accepted: follow delivery {} at GET /v1/deliveries/{} \
+             for its outcome",
             current.status.as_str(),
             d.id,
             d.id

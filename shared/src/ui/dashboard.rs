@@ -377,7 +377,7 @@ async fn deliveries(State(d): State<Dash>, q: Result<Query<ListParams>, QueryRej
             div { label for="f-until" { "until (UTC)" } input #f-until type="datetime-local" name="until" value=(local(&until)); }
             div { button.primary type="submit" { "Filter" } }
         }
-        p.hint { (found.len()) " deliveries (at most 100 per endpoint, newest first). Times filter with an endpoint or tenant." }
+        p.hint { (found.len()) " deliveries (at most 100 per endpoint, newest first; without an endpoint or tenant, of the 100 that ended last, filtered by when they were accepted)." }
         (table(&found))
     };
     Ok(render("Deliveries", body))
