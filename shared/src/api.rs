@@ -197,6 +197,12 @@ impl<S: Send + Sync> FromRequestParts<S> for NoParams {
 /// over the body limit. Must be a handler's last argument (it reads the body).
 struct NoBody;
 
+/// Whether a request body counts as no body: empty or ASCII whitespace only (what the routes
+/// without a body and those with an optional one take as absent).
+fn is_blank(body: &[u8]) -> bool {
+    body.iter().all(u8::is_ascii_whitespace)
+}
+
 /// The fields of a route without a body: none.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -207,7 +213,7 @@ impl<S: Send + Sync> FromRequest<S> for NoBody {
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ServiceError> {
         let bytes = body_bytes(Bytes::from_request(req, state).await)?;
-        if bytes.iter().all(u8::is_ascii_whitespace) {
+        if is_blank(&bytes) {
             return Ok(Self);
         }
         parse_json_object::<EmptyBody>(&bytes).map(|_| Self)
@@ -529,7 +535,7 @@ async fn rotate_secret(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServiceError> {
     let b: RotateBody = match &body {
-        Ok(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => RotateBody { secret: None },
+        Ok(bytes) if is_blank(bytes) => RotateBody { secret: None },
         _ => parse_body(body)?,
     };
     Ok(Json(admin::rotate_secret(&app, &id, b.secret.as_deref()).await?).into_response())
@@ -683,7 +689,7 @@ async fn portal_session(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServiceError> {
     let b: PortalSessionBody = match &body {
-        Ok(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => PortalSessionBody { ttl_seconds: None },
+        Ok(bytes) if is_blank(bytes) => PortalSessionBody { ttl_seconds: None },
         _ => parse_body(body)?,
     };
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty());

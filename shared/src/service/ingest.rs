@@ -50,11 +50,11 @@ pub struct SyncOutcome {
     pub status: DeliveryStatus,
     /// The attempt record.
     pub attempt: Option<Attempt>,
-    /// Set when the inline attempt could not be claimed or recorded (an AWS call failed after
-    /// the event was accepted), or when the delivery is still under way (a repeated event id,
-    /// an inline attempt that could not start and was queued again): what happened and what
-    /// will. The delivery then continues
-    /// asynchronously under the endpoint's retry policy, and the answer is 202, not 200/502.
+    /// Set when the delivery goes on without an outcome to report: the inline attempt could
+    /// not be claimed or recorded (an AWS call failed after the event was accepted; it then
+    /// continues asynchronously under the endpoint's retry policy), it could not start and
+    /// was queued again, or a repeated event id's delivery is still under way. Says what
+    /// happened and where to follow it; the answer is 202, not 200/502.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deferred: Option<String>,
 }
