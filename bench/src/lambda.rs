@@ -161,6 +161,10 @@ fn command(
         .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
         .env("AWS_LAMBDA_LOG_STREAM_NAME", "bench")
         .env("AWS_LAMBDA_LOG_GROUP_NAME", "/aws/lambda/bench")
+        // As Lambda starts a function: neither is set there (nor by the template); a caller
+        // that wants them passes them in `env`.
+        .env_remove("SSL_CERT_FILE")
+        .env_remove("SSL_CERT_DIR")
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::from(std::fs::File::create(log)?))

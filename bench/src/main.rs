@@ -346,21 +346,21 @@ async fn lambda_parts(
     for name in ["ingest", "deliver", "sweeper", "admin"] {
         colds.push(lambda::cold_start(&api, name, runs, &env, logs).await?);
     }
-    // The same starts with `SSL_CERT_FILE` naming the CA bundle file the probe finds (the
-    // variable's own value when it is set) and `SSL_CERT_DIR` empty, so that
-    // rustls-native-certs reads that file alone and not the certificate directory beside it.
+    // The same starts with `SSL_CERT_DIR` naming the certificate directory the probe finds,
+    // which asks the AWS clients for the SDK's default trust store (the bundle file and every
+    // file of the directory; `webhooks::app`'s `aws_trust_store`), what every start read
+    // before the bundle file was trusted alone.
     let probe = openssl_probe::probe();
-    let mut bundle_only = Vec::new();
-    if let Some(file) = probe.cert_file.as_ref().and_then(|f| f.to_str()) {
-        let mut with_file = env.to_vec();
-        with_file.push(("SSL_CERT_FILE", file));
-        with_file.push(("SSL_CERT_DIR", ""));
+    let mut with_dir = Vec::new();
+    if let Some(dir) = probe.cert_dir.first().and_then(|d| d.to_str()) {
+        let mut dir_env = env.to_vec();
+        dir_env.push(("SSL_CERT_DIR", dir));
         for name in ["ingest", "deliver", "sweeper", "admin"] {
-            bundle_only.push(lambda::cold_start(&api, name, runs, &with_file, logs).await?);
+            with_dir.push(lambda::cold_start(&api, name, runs, &dir_env, logs).await?);
         }
     }
     timer.add("6. cold start (4 binaries x runs)", t);
-    section_cold(body, summary, &colds, &bundle_only, &probe);
+    section_cold(body, summary, &colds, &with_dir, &probe);
 
     let t = Instant::now();
     eprintln!("bench: 7. deliver memory, 10 x 256 KiB");
@@ -1025,33 +1025,33 @@ fn section_cold(
     body: &mut String,
     summary: &mut Vec<[String; 4]>,
     colds: &[lambda::ColdStart],
-    bundle_only: &[lambda::ColdStart],
+    with_dir: &[lambda::ColdStart],
     probe: &openssl_probe::ProbeResult,
 ) {
     use throughput::quantile;
     let _ = writeln!(body, "## 6. Cold start and size\n");
     let _ = writeln!(
         body,
-        "How: `cargo build --release -p ingest -p deliver -p sweeper -p admin` (the workspace's release profile: {}; x86_64, glibc), the file size of each binary, then each binary started {} times against a local Lambda Runtime API on 127.0.0.1 (a small server in the bench that serves `GET /2018-06-01/runtime/invocation/next`, with `AWS_LAMBDA_RUNTIME_API`, `AWS_LAMBDA_FUNCTION_NAME`, `_MEMORY_SIZE`, `_VERSION`, `AWS_LAMBDA_LOG_STREAM_NAME`/`GROUP_NAME`, `WEBHOOKS_TABLE` and `WEBHOOKS_QUEUE_URL` set). Ready = the first `next` request arrives (configuration read, SDK clients built: what Lambda reports as init), timed from just before the process is spawned, so it includes exec and dynamic loading. Peak RSS at that moment from `/proc/PID/status` (`VmHWM`). A warm page cache; Lambda's own sandbox start and code download are not in these numbers.\n",
+        "How: `cargo build --release -p ingest -p deliver -p sweeper -p admin` (the workspace's release profile: {}; x86_64, glibc), the file size of each binary, then each binary started {} times against a local Lambda Runtime API on 127.0.0.1 (a small server in the bench that serves `GET /2018-06-01/runtime/invocation/next`, with `AWS_LAMBDA_RUNTIME_API`, `AWS_LAMBDA_FUNCTION_NAME`, `_MEMORY_SIZE`, `_VERSION`, `AWS_LAMBDA_LOG_STREAM_NAME`/`GROUP_NAME`, `WEBHOOKS_TABLE` and `WEBHOOKS_QUEUE_URL` set, and `SSL_CERT_FILE` and `SSL_CERT_DIR` unset, as in Lambda). Ready = the first `next` request arrives (configuration read, SDK clients built: what Lambda reports as init), timed from just before the process is spawned, so it includes exec and dynamic loading. Peak RSS at that moment from `/proc/PID/status` (`VmHWM`). A warm page cache; Lambda's own sandbox start and code download are not in these numbers.\n",
         release_profile(),
         colds.first().map_or(0, |c| c.ready_ms.len())
     );
     let _ = writeln!(
         body,
-        "| binary | size, MB | ready p50, ms | min | max | peak RSS at ready, MB | ready p50, ms, CA bundle file alone |"
+        "| binary | size, MB | ready p50, ms | min | max | peak RSS at ready, MB | ready p50, ms, with `SSL_CERT_DIR` set |"
     );
     let _ = writeln!(body, "|---|---|---|---|---|---|---|");
     let mut worst_ms: f64 = 0.0;
     let mut worst_mb: f64 = 0.0;
-    let mut worst_bundle_ms: f64 = 0.0;
+    let mut worst_dir_ms: f64 = 0.0;
     for c in colds {
         let mb = c.bytes as f64 / 1e6;
         let p50 = quantile(&c.ready_ms, 0.5);
         worst_ms = worst_ms.max(p50);
         worst_mb = worst_mb.max(mb);
-        let alone = bundle_only.iter().find(|b| b.name == c.name).map(|b| quantile(&b.ready_ms, 0.5));
-        if let Some(ms) = alone {
-            worst_bundle_ms = worst_bundle_ms.max(ms);
+        let dir = with_dir.iter().find(|b| b.name == c.name).map(|b| quantile(&b.ready_ms, 0.5));
+        if let Some(ms) = dir {
+            worst_dir_ms = worst_dir_ms.max(ms);
         }
         let _ = writeln!(
             body,
@@ -1062,34 +1062,34 @@ fn section_cold(
             f(c.ready_ms.first().copied().unwrap_or(f64::NAN), 1),
             f(c.ready_ms.last().copied().unwrap_or(f64::NAN), 1),
             f(c.rss_kib as f64 / 1024.0, 1),
-            alone.map_or_else(|| "-".to_string(), |ms| f(ms, 1))
+            dir.map_or_else(|| "-".to_string(), |ms| f(ms, 1))
         );
     }
     body.push('\n');
-    // The directories a start reads: `SSL_CERT_DIR`'s when set, else the probe's.
-    let from_env: Vec<std::path::PathBuf> =
-        std::env::var_os("SSL_CERT_DIR").map(|v| std::env::split_paths(&v).collect()).unwrap_or_default();
-    let dirs: Vec<String> = if from_env.is_empty() { probe.cert_dir.clone() } else { from_env }
-        .iter()
+    // The directory the last column's starts read (the first the probe finds).
+    let dirs: Vec<String> = probe
+        .cert_dir
+        .first()
         .map(|d| {
             let files = std::fs::read_dir(d).map(|r| r.count()).unwrap_or(0);
             format!("`{}` ({files} entries)", d.display())
         })
+        .into_iter()
         .collect();
-    match (&probe.cert_file, bundle_only.is_empty()) {
+    match (&probe.cert_file, with_dir.is_empty()) {
         (Some(file), false) => {
             let _ = writeln!(
                 body,
-                "Where the start goes: the SDK's HTTPS client loads the trusted CA certificates when it is built, with rustls-native-certs, which reads the bundle file `{}` and every file of the certificate directory {} (the same certificates again, one file each). The last column starts the same binaries with `SSL_CERT_FILE` naming the bundle file and `SSL_CERT_DIR` empty, so that it alone is read: slowest median {} ms. That is this machine's Debian layout; Lambda's `provided.al2023` keeps its certificates in `/etc/pki/tls/certs` (a few bundle files), which these runs do not measure. The target is judged on the runs without it.\n",
+                "Where a start goes: about half of it is loading the CA certificates the AWS clients trust. They trust the system's CA bundle file alone, here `{}` (`openssl-probe` finds it; Lambda's `provided.al2023` has `/etc/pki/tls/certs/ca-bundle.crt`), when every certificate in it parses; otherwise, or when `SSL_CERT_DIR` is set, the SDK's default, which also reads every file of the certificate directory, here {}: on Debian the same certificates again, one file each. The last column sets `SSL_CERT_DIR` to that directory: slowest median {} ms, what every start took before the bundle file was trusted alone.\n",
                 file.display(),
                 if dirs.is_empty() { "(none)".to_string() } else { dirs.join(", ") },
-                f(worst_bundle_ms, 1)
+                f(worst_dir_ms, 1)
             );
         }
         _ => {
             let _ = writeln!(
                 body,
-                "No CA bundle file was found by the probe here, so the starts were not repeated with the bundle file alone.\n"
+                "No CA bundle file or certificate directory was found by the probe here, so the starts were not repeated with `SSL_CERT_DIR` set.\n"
             );
         }
     }

@@ -139,7 +139,14 @@ pub async fn aws_sdk_config() -> aws_config::SdkConfig {
 /// What [`aws_sdk_config`] loads: the SDK's defaults with our HTTP client and deadlines.
 fn sdk_loader() -> aws_config::ConfigLoader {
     use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
-    let http = aws_smithy_http_client::Builder::new().tls_provider(Provider::Rustls(CryptoMode::Ring)).build_https();
+    let tls = aws_smithy_http_client::tls::TlsContext::builder()
+        .with_trust_store(crate::trust::aws_trust_store())
+        .build()
+        .unwrap_or_default();
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .tls_context(tls)
+        .build_https();
     let timeouts = aws_config::timeout::TimeoutConfig::builder()
         .operation_attempt_timeout(AWS_ATTEMPT_TIMEOUT)
         .operation_timeout(AWS_OPERATION_TIMEOUT)

@@ -29,6 +29,7 @@ pub mod sender;
 pub mod service;
 pub mod signing;
 pub mod store;
+pub mod trust;
 pub mod ui;
 pub mod validate;
 

@@ -120,7 +120,7 @@ impl HttpSender {
     /// reqwest's error when its TLS backend cannot start.
     pub fn new(timeout: Duration, allow_private: bool, require_https: bool) -> Result<Self, reqwest::Error> {
         install_tls_provider();
-        let client = reqwest::Client::builder()
+        let client = crate::trust::sender_roots(reqwest::Client::builder())
             .timeout(timeout)
             .connect_timeout(timeout)
             .redirect(reqwest::redirect::Policy::none())
