@@ -1080,7 +1080,7 @@ fn section_cold(
         (Some(file), false) => {
             let _ = writeln!(
                 body,
-                "Where a start goes: about half of it is loading the CA certificates the AWS clients trust. They trust the system's CA bundle file alone, here `{}` (`openssl-probe` finds it; Lambda's `provided.al2023` has `/etc/pki/tls/certs/ca-bundle.crt`), when every certificate in it parses; otherwise, or when `SSL_CERT_DIR` is set, the SDK's default, which also reads every file of the certificate directory, here {}: on Debian the same certificates again, one file each. The last column sets `SSL_CERT_DIR` to that directory: slowest median {} ms, what every start took before the bundle file was trusted alone.\n",
+                "Where a start goes: much of it is loading the CA certificates that the AWS clients (the SDK's HTTPS client) and the sender (reqwest's verifier) trust, each when it is built. Both trust the system's CA bundle file alone, here `{}` (`openssl-probe` finds it; Lambda's `provided.al2023` has `/etc/pki/tls/certs/ca-bundle.crt`), when every certificate in it parses (`shared/src/trust.rs`); otherwise, or when `SSL_CERT_DIR` is set, each library's default (rustls-native-certs), which also reads every file of the certificate directory, here {}: on Debian the same certificates again, one file each. The last column sets `SSL_CERT_DIR` to that directory: slowest median {} ms, what every start took before the bundle file was trusted alone.\n",
                 file.display(),
                 if dirs.is_empty() { "(none)".to_string() } else { dirs.join(", ") },
                 f(worst_dir_ms, 1)

@@ -7,7 +7,12 @@ use serde_json::{Value, json};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
-use webhooks_tests::{FailNth, Fault, Receiver, Reply, Stack, call_at, eventually, faulty_api, faulty_api_with};
+use webhooks::store::StoreError;
+use webhooks_local::Options;
+use webhooks_tests::{
+    BoxFuture, FailNth, Fault, Hook, Receiver, Reply, Serialized, Stack, call_at, eventually, faulty_api,
+    faulty_api_with,
+};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -284,6 +289,28 @@ async fn a_route_without_a_body_refuses_one_with_fields_and_takes_an_empty_objec
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_wrong_method_is_405_in_the_error_shape_with_the_allowed_methods() {
+    let stack = Stack::start(|_| {}).await;
+    for (method, path, allowed) in [
+        (Method::PUT, "/v1/endpoints/ep_x", &["GET", "PATCH", "DELETE"][..]),
+        (Method::GET, "/v1/events", &["POST"][..]),
+        (Method::DELETE, "/v1/deliveries/dlv_x/replay", &["POST"][..]),
+    ] {
+        let answer = stack.http.request(method.clone(), format!("{}{path}", stack.base)).send().await.unwrap();
+        let status = answer.status().as_u16();
+        let allow = answer.headers().get("allow").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        let body: Value = answer.json().await.unwrap_or(Value::Null);
+        assert_eq!((status, code(&body)), (405, "method_not_allowed"), "{method} {path}: {body}");
+        assert!(message(&body).contains(&format!("{method} is not allowed on {path}")), "{body}");
+        let listed: Vec<&str> = allow.split(',').map(str::trim).collect();
+        for m in allowed {
+            assert!(listed.contains(m), "{method} {path}: Allow {allow:?} lacks {m}");
+        }
+    }
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn an_aws_validation_error_through_the_router_is_a_logged_500_internal() {
     let logs = captured_logs();
     let stack = Stack::start(|_| {}).await;
@@ -489,6 +516,47 @@ async fn a_sync_attempt_that_cannot_be_claimed_says_it_is_deferred() {
     // What the answer says happens: the delivery goes out asynchronously.
     let d = answer["deliveries"][0]["id"].as_str().unwrap();
     stack.wait_status(d, "delivered", Duration::from_secs(90)).await;
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sync_attempt_whose_claim_is_given_back_says_it_was_queued_again_and_is_delivered_once() {
+    // The endpoint read after the claim is held up past the lease's margin, once: too little
+    // lease is left for a whole request timeout, so deliver gives the claim back and queues
+    // the same attempt again instead of starting the POST.
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hook: Hook = {
+        let armed = armed.clone();
+        Arc::new(move |call: &'static str| {
+            let armed = armed.clone();
+            Box::pin(async move {
+                if call == "read_endpoint" && armed.swap(false, Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(1_600)).await;
+                }
+                Ok(())
+            }) as BoxFuture<Result<(), StoreError>>
+        })
+    };
+    let stack = Stack::start_wrapped(
+        |c| c.lease_margin = Duration::from_millis(1_000),
+        Options::default(),
+        |app| Serialized::hooked(&app, Some(hook)),
+    )
+    .await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    stack.endpoint("acme", &rx.url, Value::Null).await;
+    armed.store(true, Ordering::SeqCst);
+    let body = json!({"tenant_id": "acme", "event_type": "order.paid", "payload": {}, "mode": "sync"});
+    let (status, answer) = stack.call(Method::POST, "/v1/events", Some(body)).await;
+    assert_eq!(status, 202, "accepted and deferred, not 502: {answer}");
+    assert_eq!(answer["deferred"], true, "{answer}");
+    assert!(message_of(&answer).contains("could not start and was queued again"), "{answer}");
+    assert!(!armed.load(Ordering::SeqCst), "the endpoint read was held up");
+    assert_eq!(rx.count(), 0, "no POST was started on the short lease");
+    let d = answer["deliveries"][0]["id"].as_str().unwrap();
+    let done = stack.wait_status(d, "delivered", WAIT).await;
+    assert_eq!(done["attempt_count"], 1, "the given-back claim was not an attempt: {done}");
+    assert_eq!(rx.count(), 1);
     stack.stop().await;
 }
 
