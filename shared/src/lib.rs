@@ -37,13 +37,14 @@ pub use app::App;
 pub use config::Config;
 
 /// Installs the log subscriber: JSON lines (CloudWatch-friendly) unless `WEBHOOKS_LOG_FORMAT`
-/// is `text`; level from `RUST_LOG`, default `info`.
+/// is `text` (coloured only when standard output is a terminal, so a log file holds plain
+/// text); level from `RUST_LOG`, default `info`.
 pub fn init_tracing() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
     let result = if std::env::var("WEBHOOKS_LOG_FORMAT").is_ok_and(|v| v == "text") {
-        builder.try_init()
+        builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout())).try_init()
     } else {
         builder.json().without_time().try_init()
     };
