@@ -348,7 +348,7 @@ async fn lambda_parts(
     }
     // The same starts with `SSL_CERT_DIR` naming the certificate directory the probe finds,
     // which asks the AWS clients for the SDK's default trust store (the bundle file and every
-    // file of the directory; `webhooks::app`'s `aws_trust_store`), what every start read
+    // file of the directory; `webhooks::trust::aws_trust_store`), what every start read
     // before the bundle file was trusted alone.
     let probe = openssl_probe::probe();
     let mut with_dir = Vec::new();
@@ -1067,22 +1067,20 @@ fn section_cold(
     }
     body.push('\n');
     // The directory the last column's starts read (the first the probe finds).
-    let dirs: Vec<String> = probe
-        .cert_dir
-        .first()
-        .map(|d| {
+    let dir = probe.cert_dir.first().map_or_else(
+        || "(none)".to_string(),
+        |d| {
             let files = std::fs::read_dir(d).map(|r| r.count()).unwrap_or(0);
             format!("`{}` ({files} entries)", d.display())
-        })
-        .into_iter()
-        .collect();
+        },
+    );
     match (&probe.cert_file, with_dir.is_empty()) {
         (Some(file), false) => {
             let _ = writeln!(
                 body,
                 "Where a start goes: much of it is loading the CA certificates that the AWS clients (the SDK's HTTPS client) and the sender (reqwest's verifier) trust, each when it is built. Both trust the system's CA bundle file alone, here `{}` (`openssl-probe` finds it; on Lambda's `provided.al2023` it is `/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem`), when every certificate in it parses (`shared/src/trust.rs`); otherwise, or when `SSL_CERT_DIR` is set, each library's default (rustls-native-certs), which with neither `SSL_CERT_FILE` nor `SSL_CERT_DIR` set also reads every file of the certificate directory (with `SSL_CERT_DIR` set, that directory's files and `SSL_CERT_FILE`'s), here {}: on Debian the same certificates again, one file each. The last column sets `SSL_CERT_DIR` to that directory: slowest median {} ms: the libraries' default, what every start loaded before the bundle file was trusted alone (the difference between the two columns is this change; times across reports also move with this VM's speed).\n",
                 file.display(),
-                if dirs.is_empty() { "(none)".to_string() } else { dirs.join(", ") },
+                dir,
                 f(worst_dir_ms, 1)
             );
         }

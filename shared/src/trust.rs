@@ -86,11 +86,17 @@ mod tests {
     /// A PEM block that decodes (base64 of three zero bytes) but is no certificate.
     const NOT_A_CERTIFICATE: &str = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
 
-    #[test]
-    fn a_ca_bundle_file_is_trusted_alone_only_when_every_certificate_in_it_parses() {
+    /// This machine's CA bundle file (openssl-probe's), read.
+    fn system_bundle() -> (std::path::PathBuf, Vec<u8>) {
         let file =
             openssl_probe::probe().cert_file.expect("this machine has a CA bundle file (Debian: ca-certificates)");
         let bundle = std::fs::read(&file).expect("readable CA bundle");
+        (file, bundle)
+    }
+
+    #[test]
+    fn a_ca_bundle_file_is_trusted_alone_only_when_every_certificate_in_it_parses() {
+        let (file, bundle) = system_bundle();
         assert!(bundle_parses(&bundle), "{} should parse as trust anchors", file.display());
         // One certificate the SDK could not parse: the whole file is set aside (the SDK would panic).
         let mut spoiled = bundle.clone();
@@ -104,18 +110,11 @@ mod tests {
     async fn both_clients_build_on_the_bundle_file_alone() {
         // This shell may set SSL_CERT_DIR (then the process keeps the default), so the bundle
         // is given here: the clients are built as they are when it is trusted alone.
-        let file =
-            openssl_probe::probe().cert_file.expect("this machine has a CA bundle file (Debian: ca-certificates)");
-        let bundle = std::fs::read(&file).expect("readable CA bundle");
+        let (_, bundle) = system_bundle();
         assert!(bundle_parses(&bundle));
         // The SDK turns the store into rustls roots when a client is built (it would panic on
         // a certificate it cannot parse).
-        use aws_smithy_http_client::tls::{Provider, TlsContext, rustls_provider::CryptoMode};
-        let tls = TlsContext::builder().with_trust_store(trust_store_for(Some(&bundle))).build().expect("tls context");
-        let http = aws_smithy_http_client::Builder::new()
-            .tls_provider(Provider::Rustls(CryptoMode::Ring))
-            .tls_context(tls)
-            .build_https();
+        let http = crate::app::https_client(trust_store_for(Some(&bundle)));
         let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
             .region(aws_config::Region::new("us-east-1"))
             .http_client(http)

@@ -27,16 +27,21 @@ struct Args {
     secret: Option<String>,
 }
 
-async fn receive(State(args): State<Arc<Args>>, headers: HeaderMap, body: Bytes) -> StatusCode {
+/// What every request is answered with, parsed once at start.
+struct Receiver {
+    /// The status to answer with.
+    status: StatusCode,
+    /// The signature check, when `--secret` was given.
+    verifier: Option<standardwebhooks::Webhook>,
+}
+
+async fn receive(State(rx): State<Arc<Receiver>>, headers: HeaderMap, body: Bytes) -> StatusCode {
     let h = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("-").to_string();
-    let verdict = match &args.secret {
+    let verdict = match &rx.verifier {
         None => "not checked (no --secret)".to_string(),
-        Some(secret) => match standardwebhooks::Webhook::new(secret) {
-            Err(e) => format!("bad --secret: {e}"),
-            Ok(v) => match v.verify(&body, &headers) {
-                Ok(()) => "valid".to_string(),
-                Err(e) => format!("INVALID ({e})"),
-            },
+        Some(v) => match v.verify(&body, &headers) {
+            Ok(()) => "valid".to_string(),
+            Err(e) => format!("INVALID ({e})"),
         },
     };
     println!(
@@ -46,22 +51,26 @@ async fn receive(State(args): State<Arc<Args>>, headers: HeaderMap, body: Bytes)
         h("webhook-timestamp"),
         String::from_utf8_lossy(&body)
     );
-    StatusCode::from_u16(args.status).unwrap_or(StatusCode::OK)
+    rx.status
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = Arc::new(Args::parse());
-    if let Some(secret) = &args.secret {
+    let args = Args::parse();
+    let verifier = match &args.secret {
+        None => None,
         // Refused here rather than reported as an invalid signature on every request.
-        if secret.trim().is_empty() {
+        Some(secret) if secret.trim().is_empty() => {
             return Err("--secret is empty: give the endpoint's whsec_ secret, or leave --secret out".into());
         }
-        standardwebhooks::Webhook::new(secret).map_err(|e| format!("--secret is not a webhook secret: {e}"))?;
-    }
+        Some(secret) => {
+            Some(standardwebhooks::Webhook::new(secret).map_err(|e| format!("--secret is not a webhook secret: {e}"))?)
+        }
+    };
+    let status = StatusCode::from_u16(args.status).unwrap_or(StatusCode::OK);
     let addr = SocketAddr::from(([127, 0, 0, 1], args.port));
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!("demo receiver on http://{addr}/hook answering {}", args.status);
-    axum::serve(listener, Router::new().fallback(receive).with_state(args)).await?;
+    axum::serve(listener, Router::new().fallback(receive).with_state(Arc::new(Receiver { status, verifier }))).await?;
     Ok(())
 }
