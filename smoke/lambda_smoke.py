@@ -171,6 +171,19 @@ def check_template_against_code(template, root):
           ("AdminFunction", None, None) in routes, f"{routes}")
     single = [r for r in routes if r[1] not in (None, "ANY") and r != ("IngestFunction", "POST", "/v1/events")]
     check("template: every other route takes ANY method (405 comes from the router)", not single, f"{single}")
+    # Ingest's function URL (IngestFunctionUrl=enabled): the same function, IAM auth; the
+    # producers' policy grants it only under the same condition.
+    url = template["Resources"].get("IngestUrl") or {}
+    props = url.get("Properties") or {}
+    check("template: ingest's function URL targets ingest with IAM auth, only when enabled",
+          url.get("Type") == "AWS::Lambda::Url" and url.get("Condition") == "WithIngestFunctionUrl"
+          and props.get("TargetFunctionArn") == {"Fn::GetAtt": "IngestFunction.Arn"}
+          and props.get("AuthType") == "AWS_IAM", f"{url}")
+    statements = template["Resources"]["ProducerPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    url_grants = [st["Fn::If"] for st in statements if isinstance(st, dict) and "Fn::If" in st]
+    check("template: producers may invoke the function URL only when it is enabled",
+          any(g[0] == "WithIngestFunctionUrl" and "lambda:InvokeFunctionUrl" in g[1]["Action"] for g in url_grants),
+          f"{url_grants}")
 
     check_alarms_and_dashboard(template, emitted_metrics(root))
 
@@ -487,7 +500,8 @@ class Function:
 # ---------------------------------------------------------------- trigger events
 
 
-def http_event(method, path, body=None, query="", route_key=None):
+def http_event(method, path, body=None, query="", route_key=None, domain_prefix="abc123",
+               domain="abc123.execute-api.us-east-1.amazonaws.com"):
     """An API Gateway HTTP API (payload 2.0) request, as signed by IAM (SigV4)."""
     now = time.time()
     event = {
@@ -497,14 +511,14 @@ def http_event(method, path, body=None, query="", route_key=None):
         "rawQueryString": query,
         "headers": {
             "accept": "application/json",
-            "host": "abc123.execute-api.us-east-1.amazonaws.com",
+            "host": domain,
             "user-agent": "lambda-smoke",
             "x-amz-date": time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now)),
             "x-forwarded-proto": "https",
         },
         "requestContext": {
             "accountId": ACCOUNT,
-            "apiId": "abc123",
+            "apiId": domain_prefix,
             "authorizer": {"iam": {
                 "accessKey": "AKIAIOSFODNN7EXAMPLE",
                 "accountId": ACCOUNT,
@@ -514,8 +528,8 @@ def http_event(method, path, body=None, query="", route_key=None):
                 "userArn": f"arn:aws:iam::{ACCOUNT}:user/ops",
                 "userId": "AIDACKCEVSQ6C2EXAMPLE",
             }},
-            "domainName": "abc123.execute-api.us-east-1.amazonaws.com",
-            "domainPrefix": "abc123",
+            "domainName": domain,
+            "domainPrefix": domain_prefix,
             "http": {"method": method, "path": path, "protocol": "HTTP/1.1",
                      "sourceIp": "192.0.2.10", "userAgent": "lambda-smoke"},
             "requestId": uuid.uuid4().hex[:16],
@@ -534,6 +548,14 @@ def http_event(method, path, body=None, query="", route_key=None):
         event["headers"]["content-length"] = str(len(raw))
         event["body"] = raw
     return event
+
+
+def function_url_event(method, path, body=None):
+    """A Lambda function URL request (IAM auth): payload 2.0 as the HTTP API's, with routeKey
+    $default and the URL's own domain (Lambda developer guide, "Invoking Lambda function URLs")."""
+    prefix = "a1b2c3d4e5f6g7h8i9j0k1l2m3n4o5p6"
+    return http_event(method, path, body, route_key="$default", domain_prefix=prefix,
+                      domain=f"{prefix}.lambda-url.us-east-1.on.aws")
 
 
 def http_answer(kind, response):
@@ -784,6 +806,19 @@ def run(fns, ddb, sqs, table, queue_url, queue_arn, dlq_url, receiver, stack_nam
         item = get_item(ddb, table, f"DELIVERY#{dlv_http}", "DELIVERY")
         check("delivery item written, scheduled", item is not None and item["status"]["S"] == "scheduled", str(item))
 
+    print("== ingest: function URL POST /v1/events (IngestFunctionUrl=enabled)")
+    kind, resp, _ = ingest.invoke(function_url_event("POST", "/v1/events", {
+        "tenant_id": "acme", "event_type": "order.paid", "payload": {"order": "o_url"}}))
+    status, body = http_answer(kind, resp)
+    ok = check("ingest answers a function URL request 202 with one delivery",
+               status == 202 and isinstance(body, dict) and len(body.get("deliveries", [])) == 1, f"{kind} {resp}")
+    dlv_url = body["deliveries"][0]["id"] if ok else None
+    kind, resp, _ = ingest.invoke(function_url_event("GET", "/v1/events"))
+    status, body = http_answer(kind, resp)
+    check("ingest answers a function URL GET of /v1/events 405 in the error shape",
+          status == 405 and isinstance(body, dict) and body.get("error", {}).get("code") == "method_not_allowed",
+          f"{kind} {resp}")
+
     print("== ingest: EventBridge custom event")
     eb_id = str(uuid.uuid4())
     kind, resp, _ = ingest.invoke(eventbridge_event("order.paid", "com.example.shop",
@@ -814,7 +849,7 @@ def run(fns, ddb, sqs, table, queue_url, queue_arn, dlq_url, receiver, stack_nam
           kind == "response" and [d["id"] for d in resp.get("deliveries", [])] == [dlv_eb], f"{kind} {resp}")
 
     print("== deliver: SQS batch (the messages ingest sent, plus a malformed one)")
-    created = [d for d in (dlv_http, dlv_eb) if d]
+    created = [d for d in (dlv_http, dlv_url, dlv_eb) if d]
     msgs = receive_all(sqs, queue_url, len(created) + 1, wait_s=3)
     bodies = [json.loads(m["Body"]) for m in msgs]
     check("ingest enqueued attempt 1 of each delivery, once",

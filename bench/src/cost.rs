@@ -25,6 +25,10 @@ pub const LAMBDA_REQ: f64 = 0.20;
 pub const LAMBDA_GBS: f64 = 0.000_013_333_4;
 /// API Gateway HTTP API, dollars per million requests (first 300 million a month).
 pub const APIGW_REQ: f64 = 1.00;
+/// EventBridge custom events, dollars per million PutEvents entries (each 64 KB chunk of an
+/// entry is billed as one): what a producer pays to hand ingest an event through the bus
+/// instead of the HTTP API (the rule's Lambda target adds no charge).
+pub const EVENTBRIDGE_PUT: f64 = 1.00;
 /// The memory the functions are priced at, MB: `MemorySize` in `infra/template.yaml`'s
 /// function globals.
 pub const LAMBDA_MB: f64 = 256.0;
@@ -98,9 +102,16 @@ pub struct Priced {
 }
 
 impl Priced {
-    /// Total dollars per million delivered events.
+    /// Total dollars per million delivered events, events posted to the HTTP API.
     pub fn total(&self) -> f64 {
         self.dollars.iter().sum()
+    }
+
+    /// Total dollars per million delivered events with the events posted to ingest's function
+    /// URL (`IngestFunctionUrl=enabled`): API Gateway's line is not paid, nothing else moves
+    /// (the same function and invocation; a function URL has no price of its own).
+    pub fn total_via_function_url(&self) -> f64 {
+        self.total() - self.dollars[3]
     }
 }
 

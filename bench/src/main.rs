@@ -643,12 +643,40 @@ fn section_cost(
             );
         }
     }
-    let median = priced.iter().find(|p| p.name == "first try, 1 endpoint (second event)").map(cost::Priced::total);
-    let p95 = priced.iter().find(|p| p.name.contains("95th")).map(cost::Priced::total);
-    if let (Some(m), Some(p)) = (median, p95) {
+    // By the way events come in: the rows above post them to the HTTP API.
+    let _ = writeln!(
+        body,
+        "\nBy the way the events come in (dollars per million delivered events). The rows above post them to the HTTP API. Ingest's Lambda function URL (`IngestFunctionUrl=enabled`, IAM auth: the same function, router and answers) has no price of its own, so API Gateway's ${} per million is not paid; an EventBridge event costs the producer's PutEvents entry instead (${} per million entries of up to 64 KB; the rule's Lambda target adds nothing). The function URL has no throttle of its own: ingest's concurrency is the limit.\n",
+        cost::APIGW_REQ,
+        cost::EVENTBRIDGE_PUT
+    );
+    let _ = writeln!(body, "| scenario | HTTP API | ingest's function URL | EventBridge (PutEvents) |");
+    let _ = writeln!(body, "|---|---|---|---|");
+    for p in &priced {
+        let events_per_delivered = p.dollars[3] / cost::APIGW_REQ;
+        let _ = writeln!(
+            body,
+            "| {} | {} | {} | {} |",
+            p.name,
+            f(p.total(), 2),
+            f(p.total_via_function_url(), 2),
+            f(p.total_via_function_url() + events_per_delivered * cost::EVENTBRIDGE_PUT, 2)
+        );
+    }
+    let find = |pick: fn(&cost::Priced) -> bool| priced.iter().find(|p| pick(p));
+    let median = find(|p| p.name == "first try, 1 endpoint (second event)");
+    let p95 = find(|p| p.name.contains("95th"));
+    if let (Some(mp), Some(pp)) = (median, p95) {
+        let (m, p) = (mp.total(), pp.total());
         summary.push([
-            "dollars per million delivered events, first try, 1 endpoint (second event), median / 95th percentile GitHub payload (both measured)".into(),
-            format!("${} / ${}", f(m, 2), f(p, 2)),
+            "dollars per million delivered events, first try, 1 endpoint (second event), median / 95th percentile GitHub payload (both measured; events posted to the HTTP API, the template's default)".into(),
+            format!(
+                "${} / ${} (posted to ingest's function URL: ${} / ${})",
+                f(m, 2),
+                f(p, 2),
+                f(mp.total_via_function_url(), 2),
+                f(pp.total_via_function_url(), 2)
+            ),
             "<= $8 / <= $12".into(),
             match (m <= 8.0, p <= 12.0) {
                 (true, true) => "met / met".into(),
