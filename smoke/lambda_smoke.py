@@ -500,10 +500,12 @@ class Function:
 # ---------------------------------------------------------------- trigger events
 
 
-def http_event(method, path, body=None, query="", route_key=None, domain_prefix="abc123",
+def http_event(method, path, body=None, query="", route_key=None,
                domain="abc123.execute-api.us-east-1.amazonaws.com"):
-    """An API Gateway HTTP API (payload 2.0) request, as signed by IAM (SigV4)."""
+    """An API Gateway HTTP API (payload 2.0) request, as signed by IAM (SigV4), to `domain`
+    (its first label is the API's id)."""
     now = time.time()
+    domain_prefix = domain.split(".", 1)[0]
     event = {
         "version": "2.0",
         "routeKey": route_key or f"{method} {path}",
@@ -553,9 +555,8 @@ def http_event(method, path, body=None, query="", route_key=None, domain_prefix=
 def function_url_event(method, path, body=None):
     """A Lambda function URL request (IAM auth): payload 2.0 as the HTTP API's, with routeKey
     $default and the URL's own domain (Lambda developer guide, "Invoking Lambda function URLs")."""
-    prefix = "a1b2c3d4e5f6g7h8i9j0k1l2m3n4o5p6"
-    return http_event(method, path, body, route_key="$default", domain_prefix=prefix,
-                      domain=f"{prefix}.lambda-url.us-east-1.on.aws")
+    return http_event(method, path, body, route_key="$default",
+                      domain="a1b2c3d4e5f6g7h8i9j0k1l2m3n4o5p6.lambda-url.us-east-1.on.aws")
 
 
 def http_answer(kind, response):

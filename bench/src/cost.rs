@@ -97,6 +97,8 @@ pub struct Priced {
     pub invocations: f64,
     /// Lambda GB-seconds per delivered event.
     pub gb_seconds: f64,
+    /// Events ingested per delivered event (each one HTTP API request).
+    pub events: f64,
     /// Dollars per million delivered events, by line: DynamoDB, SQS, Lambda, API Gateway.
     pub dollars: [f64; 4],
 }
@@ -107,11 +109,13 @@ impl Priced {
         self.dollars.iter().sum()
     }
 
-    /// Total dollars per million delivered events with the events posted to ingest's function
-    /// URL (`IngestFunctionUrl=enabled`): API Gateway's line is not paid, nothing else moves
-    /// (the same function and invocation; a function URL has no price of its own).
-    pub fn total_via_function_url(&self) -> f64 {
-        self.total() - self.dollars[3]
+    /// Total dollars per million delivered events with the events handed to ingest another way
+    /// that costs `per_million` dollars per million events instead of the HTTP API's
+    /// ([`APIGW_REQ`]): 0 for ingest's function URL (`IngestFunctionUrl=enabled`, no price of
+    /// its own), [`EVENTBRIDGE_PUT`] for the bus. Nothing else moves (the same function and
+    /// invocation).
+    pub fn total_via(&self, per_million: f64) -> f64 {
+        self.total() - self.dollars[3] + self.events * per_million
     }
 }
 
@@ -149,6 +153,7 @@ pub fn price_at(s: &Scenario, payload: Option<PayloadSize>) -> Priced {
         invocations * LAMBDA_REQ + gb_seconds * LAMBDA_GBS * 1e6,
         s.events as f64 / per * APIGW_REQ,
     ];
+    let events = s.events as f64 / per;
     Priced {
         name: s.name.clone(),
         wru,
@@ -159,6 +164,7 @@ pub fn price_at(s: &Scenario, payload: Option<PayloadSize>) -> Priced {
         sqs_sweeper,
         invocations,
         gb_seconds,
+        events,
         dollars,
     }
 }

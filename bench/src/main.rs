@@ -653,19 +653,17 @@ fn section_cost(
     let _ = writeln!(body, "| scenario | HTTP API | ingest's function URL | EventBridge (PutEvents) |");
     let _ = writeln!(body, "|---|---|---|---|");
     for p in &priced {
-        let events_per_delivered = p.dollars[3] / cost::APIGW_REQ;
         let _ = writeln!(
             body,
             "| {} | {} | {} | {} |",
             p.name,
             f(p.total(), 2),
-            f(p.total_via_function_url(), 2),
-            f(p.total_via_function_url() + events_per_delivered * cost::EVENTBRIDGE_PUT, 2)
+            f(p.total_via(0.0), 2),
+            f(p.total_via(cost::EVENTBRIDGE_PUT), 2)
         );
     }
-    let find = |pick: fn(&cost::Priced) -> bool| priced.iter().find(|p| pick(p));
-    let median = find(|p| p.name == "first try, 1 endpoint (second event)");
-    let p95 = find(|p| p.name.contains("95th"));
+    let median = priced.iter().find(|p| p.name == "first try, 1 endpoint (second event)");
+    let p95 = priced.iter().find(|p| p.name.contains("95th"));
     if let (Some(mp), Some(pp)) = (median, p95) {
         let (m, p) = (mp.total(), pp.total());
         summary.push([
@@ -674,8 +672,8 @@ fn section_cost(
                 "${} / ${} (posted to ingest's function URL: ${} / ${})",
                 f(m, 2),
                 f(p, 2),
-                f(mp.total_via_function_url(), 2),
-                f(pp.total_via_function_url(), 2)
+                f(mp.total_via(0.0), 2),
+                f(pp.total_via(0.0), 2)
             ),
             "<= $8 / <= $12".into(),
             match (m <= 8.0, p <= 12.0) {

@@ -138,7 +138,11 @@ pub async fn aws_sdk_config() -> aws_config::SdkConfig {
 
 /// What [`aws_sdk_config`] loads: the SDK's defaults with our HTTP client and deadlines.
 fn sdk_loader() -> aws_config::ConfigLoader {
-    let http = https_client(crate::trust::aws_trust_store());
+    let tls = aws_smithy_http_client::tls::TlsContext::builder()
+        .with_trust_store(crate::trust::aws_trust_store())
+        .build()
+        .unwrap_or_default();
+    let http = https_client(tls);
     let timeouts = aws_config::timeout::TimeoutConfig::builder()
         .operation_attempt_timeout(AWS_ATTEMPT_TIMEOUT)
         .operation_timeout(AWS_OPERATION_TIMEOUT)
@@ -146,13 +150,9 @@ fn sdk_loader() -> aws_config::ConfigLoader {
     aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(http).timeout_config(timeouts)
 }
 
-/// The AWS clients' HTTPS client: rustls (ring) over `trust_store`. A TLS context that does
-/// not build keeps the SDK's default one.
-pub(crate) fn https_client(
-    trust_store: aws_smithy_http_client::tls::TrustStore,
-) -> aws_sdk_dynamodb::config::SharedHttpClient {
-    use aws_smithy_http_client::tls::{Provider, TlsContext, rustls_provider::CryptoMode};
-    let tls = TlsContext::builder().with_trust_store(trust_store).build().unwrap_or_default();
+/// The AWS clients' HTTPS client: rustls (ring) with `tls` (its trust store).
+pub(crate) fn https_client(tls: aws_smithy_http_client::tls::TlsContext) -> aws_sdk_dynamodb::config::SharedHttpClient {
+    use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
     aws_smithy_http_client::Builder::new()
         .tls_provider(Provider::Rustls(CryptoMode::Ring))
         .tls_context(tls)

@@ -114,7 +114,9 @@ mod tests {
         assert!(bundle_parses(&bundle));
         // The SDK turns the store into rustls roots when a client is built (it would panic on
         // a certificate it cannot parse).
-        let http = crate::app::https_client(trust_store_for(Some(&bundle)));
+        use aws_smithy_http_client::tls::TlsContext;
+        let tls = TlsContext::builder().with_trust_store(trust_store_for(Some(&bundle))).build().expect("tls context");
+        let http = crate::app::https_client(tls);
         let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
             .region(aws_config::Region::new("us-east-1"))
             .http_client(http)
