@@ -922,7 +922,7 @@ def run(fns, ddb, sqs, table, queue_url, queue_arn, dlq_url, receiver, stack_nam
     kind, resp, _ = admin.invoke(http_event("GET", "/v1/deliveries", query=f"endpoint_id={ep}",
                                             route_key="ANY /v1/deliveries"))
     status, body = http_answer(kind, resp)
-    check("GET /v1/deliveries?endpoint_id= lists every delivery (by_endpoint index)",
+    check("GET /v1/deliveries?endpoint_id= lists every delivery (by_endpoint_keys index)",
           status == 200 and sorted(d["id"] for d in body.get("data", [])) == sorted(created + [dlv_lost]),
           f"{kind} {resp}")
     kind, resp, _ = admin.invoke(http_event("GET", "/v1/deliveries", query="status=exhausted",

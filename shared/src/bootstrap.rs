@@ -81,7 +81,8 @@ fn keys_only(name: &str, pk: &str, sk: &str) -> Result<GlobalSecondaryIndex, Boo
         .map_err(e)
 }
 
-/// Creates the table (on-demand, the five GSIs, TTL on `expires_at`) unless it exists.
+/// Creates the table (on-demand, the six GSIs, TTL on `expires_at`) unless it exists; adds
+/// the keys-only GSIs to one created before them.
 ///
 /// # Errors
 /// [`BootstrapError`] when a call fails for any reason but "already exists".
@@ -101,6 +102,8 @@ pub async fn create_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Res
         .attribute_definitions(attr(DUE_KEYS_AT, N)?)
         .attribute_definitions(attr(EP_PK, S)?)
         .attribute_definitions(attr(EP_SK, S)?)
+        .attribute_definitions(attr(ENDPOINT_KEYS_PK, S)?)
+        .attribute_definitions(attr(ENDPOINT_KEYS_SK, S)?)
         .attribute_definitions(attr(STATUS_KEY, S)?)
         .attribute_definitions(attr(STATUS_SK, S)?)
         .attribute_definitions(attr(EVENT_PK, S)?)
@@ -108,6 +111,7 @@ pub async fn create_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Res
         .global_secondary_indexes(gsi(DUE_INDEX, DUE_PK, DUE_AT, &DUE_ATTRIBUTES)?)
         .global_secondary_indexes(keys_only(DUE_KEYS_INDEX, DUE_KEYS_PK, DUE_KEYS_AT)?)
         .global_secondary_indexes(gsi(ENDPOINT_INDEX, EP_PK, EP_SK, &SUMMARY_ATTRIBUTES)?)
+        .global_secondary_indexes(keys_only(ENDPOINT_KEYS_INDEX, ENDPOINT_KEYS_PK, ENDPOINT_KEYS_SK)?)
         .global_secondary_indexes(gsi(STATUS_INDEX, STATUS_KEY, STATUS_SK, &SUMMARY_ATTRIBUTES)?)
         .global_secondary_indexes(gsi(EVENT_INDEX, EVENT_PK, EVENT_SK, &EVENT_ATTRIBUTES)?)
         .send()
@@ -115,7 +119,7 @@ pub async fn create_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Res
     match result {
         Ok(_) => {}
         Err(err) if err.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => {
-            return add_due_keys(client, table).await;
+            return add_keys_indexes(client, table).await;
         }
         Err(err) => return Err(e(err)),
     }
@@ -131,35 +135,48 @@ pub async fn create_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Res
     Ok(())
 }
 
-/// Adds the `due_keys` index to a table created before it (a local table kept across
-/// releases), as the SAM template's update does on AWS.
-async fn add_due_keys(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<(), BootstrapError> {
-    use aws_sdk_dynamodb::types::{CreateGlobalSecondaryIndexAction, GlobalSecondaryIndexUpdate};
-    let described = client.describe_table().table_name(table).send().await.map_err(e)?;
-    let has = described
-        .table()
-        .map(|t| t.global_secondary_indexes().iter().any(|g| g.index_name() == Some(DUE_KEYS_INDEX)))
-        .unwrap_or(true);
-    if has {
-        return Ok(());
+/// Adds the keys-only indexes (`due_keys`, `by_endpoint_keys`) a table created before them
+/// lacks (a local table kept across releases), as the SAM template's updates do on AWS: one
+/// at a time, as DynamoDB allows, each after the one before is built (polled once a second,
+/// for at most 120 seconds).
+///
+/// # Errors
+/// [`BootstrapError`] when a call fails, or an index is still being built after 120 seconds.
+async fn add_keys_indexes(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<(), BootstrapError> {
+    use ScalarAttributeType::{N, S};
+    use aws_sdk_dynamodb::types::{CreateGlobalSecondaryIndexAction, GlobalSecondaryIndexUpdate, IndexStatus};
+    let wanted =
+        [(DUE_KEYS_INDEX, DUE_KEYS_PK, DUE_KEYS_AT, N), (ENDPOINT_KEYS_INDEX, ENDPOINT_KEYS_PK, ENDPOINT_KEYS_SK, S)];
+    for _ in 0..120 {
+        let described = client.describe_table().table_name(table).send().await.map_err(e)?;
+        let indexes = described.table().map(|t| t.global_secondary_indexes()).unwrap_or_default();
+        if indexes.iter().any(|g| g.index_status().is_some_and(|s| *s != IndexStatus::Active)) {
+            // One is being built: DynamoDB takes no other index change meanwhile.
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            continue;
+        }
+        let missing = wanted.iter().find(|(name, ..)| !indexes.iter().any(|g| g.index_name() == Some(*name)));
+        let Some((name, pk, sk, sk_type)) = missing.cloned() else {
+            return Ok(());
+        };
+        let create = CreateGlobalSecondaryIndexAction::builder()
+            .index_name(name)
+            .key_schema(key(pk, KeyType::Hash)?)
+            .key_schema(key(sk, KeyType::Range)?)
+            .projection(Projection::builder().projection_type(ProjectionType::KeysOnly).build())
+            .build()
+            .map_err(e)?;
+        client
+            .update_table()
+            .table_name(table)
+            .attribute_definitions(attr(pk, S)?)
+            .attribute_definitions(attr(sk, sk_type)?)
+            .global_secondary_index_updates(GlobalSecondaryIndexUpdate::builder().create(create).build())
+            .send()
+            .await
+            .map_err(e)?;
     }
-    let create = CreateGlobalSecondaryIndexAction::builder()
-        .index_name(DUE_KEYS_INDEX)
-        .key_schema(key(DUE_KEYS_PK, KeyType::Hash)?)
-        .key_schema(key(DUE_KEYS_AT, KeyType::Range)?)
-        .projection(Projection::builder().projection_type(ProjectionType::KeysOnly).build())
-        .build()
-        .map_err(e)?;
-    client
-        .update_table()
-        .table_name(table)
-        .attribute_definitions(attr(DUE_KEYS_PK, ScalarAttributeType::S)?)
-        .attribute_definitions(attr(DUE_KEYS_AT, ScalarAttributeType::N)?)
-        .global_secondary_index_updates(GlobalSecondaryIndexUpdate::builder().create(create).build())
-        .send()
-        .await
-        .map_err(e)?;
-    Ok(())
+    Err(BootstrapError(format!("{table}: an index was still being built after 120 s")))
 }
 
 /// Creates the queue (or finds it) and returns its URL. `visibility_timeout_seconds` should

@@ -79,6 +79,29 @@ pub struct Guard {
     pub due_at: Option<i64>,
 }
 
+/// What a delivery's entry in its endpoint's index is built from (see
+/// [`crate::store::keys::endpoint_partition`] and [`crate::store::keys::endpoint_sk`]): its
+/// endpoint and when it was accepted. Neither ever changes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointEntry {
+    /// The delivery's endpoint.
+    pub endpoint_id: String,
+    /// When the delivery was accepted.
+    pub created_at: DateTime<Utc>,
+}
+
+impl EndpointEntry {
+    /// The entry of a delivery of `endpoint_id` accepted at `created_at`.
+    pub fn new(endpoint_id: &str, created_at: DateTime<Utc>) -> Self {
+        Self { endpoint_id: endpoint_id.to_string(), created_at }
+    }
+
+    /// The entry of delivery `d`.
+    pub fn of(d: &Delivery) -> Self {
+        Self { endpoint_id: d.endpoint_id.clone(), created_at: d.created_at }
+    }
+}
+
 /// A guarded change of a delivery's state.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Transition {
@@ -109,9 +132,9 @@ pub struct Transition {
     pub expires_at: Field<i64>,
     /// Why a delivery was ended without the policy deciding (`endpoint_deleted`).
     pub reason: Field<String>,
-    /// The delivery's `created_at`, given when the new status is in another `by_endpoint`
-    /// bucket than the old one (the store re-keys the index entry with it).
-    pub created_at: Option<DateTime<Utc>>,
+    /// The delivery's entry in its endpoint's index, given when the new status is in another
+    /// `by_endpoint` bucket than the old one (the store re-keys the index entry with it).
+    pub entry: Option<EndpointEntry>,
     /// When the change happens (`updated_at`).
     pub now: DateTime<Utc>,
 }
@@ -259,7 +282,7 @@ pub fn complete(
     let base = Transition {
         attempts,
         attempts_dropped,
-        created_at: Some(claimed.created_at),
+        entry: Some(EndpointEntry::of(claimed)),
         ..settled(finished(claimed), DeliveryStatus::Delivered, now)
     };
     match next {
@@ -398,7 +421,7 @@ pub fn release(
     id: &str,
     status: DeliveryStatus,
     attempt_count: u32,
-    created_at: DateTime<Utc>,
+    entry: EndpointEntry,
     at: DateTime<Utc>,
 ) -> Option<(Transition, Option<Enqueue>)> {
     if !matches!(status, DeliveryStatus::Exhausted | DeliveryStatus::Held) {
@@ -413,7 +436,7 @@ pub fn release(
         due_at: Field::Set(due),
         expires_at: Field::Remove,
         reason: Field::Remove,
-        created_at: Some(created_at),
+        entry: Some(entry),
         ..kept(Guard { status: vec![status], attempt_count, due_at: None }, DeliveryStatus::Scheduled, now)
     };
     Some((t, enqueue))
@@ -421,7 +444,7 @@ pub fn release(
 
 /// Replay an exhausted or held delivery now (see [`release`]).
 pub fn replay(cfg: &Config, now: DateTime<Utc>, d: &Delivery) -> Option<(Transition, Enqueue)> {
-    let (t, e) = release(cfg, now, &d.id, d.status, d.attempt_count, d.created_at, now)?;
+    let (t, e) = release(cfg, now, &d.id, d.status, d.attempt_count, EndpointEntry::of(d), now)?;
     e.map(|e| (t, e))
 }
 
@@ -441,7 +464,7 @@ fn kept(guard: Guard, status: DeliveryStatus, now: DateTime<Utc>) -> Transition 
         attempts_dropped: Field::Keep,
         expires_at: Field::Keep,
         reason: Field::Keep,
-        created_at: None,
+        entry: None,
         now,
     }
 }
@@ -465,11 +488,11 @@ pub fn abandon(
     now: DateTime<Utc>,
     status: DeliveryStatus,
     attempt_count: u32,
-    created_at: DateTime<Utc>,
+    entry: EndpointEntry,
     reason: &str,
 ) -> Transition {
     Transition {
-        created_at: Some(created_at),
+        entry: Some(entry),
         expires_at: Field::Set(now.timestamp() + i64::from(cfg.exhausted_retention_days) * 86_400),
         reason: Field::Set(reason.to_string()),
         ..settled(Guard { status: vec![status], attempt_count, due_at: None }, DeliveryStatus::Exhausted, now)
@@ -478,9 +501,9 @@ pub fn abandon(
 
 /// Hold a scheduled delivery of a disabled or paused endpoint: kept, not attempted, out of
 /// the due index.
-pub fn hold_scheduled(now: DateTime<Utc>, attempt_count: u32, created_at: DateTime<Utc>) -> Transition {
+pub fn hold_scheduled(now: DateTime<Utc>, attempt_count: u32, entry: EndpointEntry) -> Transition {
     let guard = Guard { status: vec![DeliveryStatus::Scheduled], attempt_count, due_at: None };
-    Transition { created_at: Some(created_at), ..settled(guard, DeliveryStatus::Held, now) }
+    Transition { entry: Some(entry), ..settled(guard, DeliveryStatus::Held, now) }
 }
 
 /// Hold a claimed delivery. With `attempt` (the 410 that disabled the endpoint, or a failed
@@ -497,7 +520,7 @@ pub fn hold_claimed(now: DateTime<Utc>, claimed: &Delivery, attempt: Option<Atte
         attempt_count: undo.then(|| claimed.attempt_count.saturating_sub(1)),
         attempts,
         attempts_dropped,
-        created_at: Some(claimed.created_at),
+        entry: Some(EndpointEntry::of(claimed)),
         ..settled(guard, DeliveryStatus::Held, now)
     }
 }
@@ -711,7 +734,8 @@ mod tests {
         assert_eq!(t.attempts_base, Field::Set(4));
         assert_eq!(e.message.attempt, 5);
         let later = now + Duration::seconds(120);
-        let (t, e) = release(&cfg(), now, &d.id, DeliveryStatus::Held, 4, now, later).unwrap();
+        let (t, e) =
+            release(&cfg(), now, &d.id, DeliveryStatus::Held, 4, EndpointEntry::new("ep", now), later).unwrap();
         assert_eq!(t.next_attempt_at, Field::Set(later));
         assert_eq!(e.unwrap().delay_seconds, 120);
     }

@@ -185,8 +185,8 @@ fn apply_to(row: &mut DeliveryRow, id: &str, t: &Transition) {
         Field::Set(v) => d.attempts_dropped = *v,
         Field::Remove => d.attempts_dropped = 0,
     }
-    if let Some(created_at) = t.created_at {
-        row.ep_sk = endpoint_sk(t.status, created_at, id);
+    if let Some(entry) = &t.entry {
+        row.ep_sk = endpoint_sk(t.status, entry.created_at, id);
     }
     row.status_sk = matches!(t.status, DeliveryStatus::Exhausted | DeliveryStatus::Held).then(|| time_sk(t.now, id));
 }

@@ -1388,3 +1388,131 @@ async fn a_slow_marker_mirror_older_than_the_copys_marker_is_refused() {
     );
     stack.stop().await;
 }
+
+/// Moves delivery `id` from `by_endpoint_keys` to `by_endpoint`, as the release before wrote
+/// it (the same partition and sort key under `ep_pk`, `ep_sk`).
+async fn into_old_endpoint_index(stack: &Stack, id: &str) {
+    let item = delivery_item(stack, id).await;
+    ddb()
+        .await
+        .update_item()
+        .table_name(&stack.app.config.table)
+        .key(PK, AttributeValue::S(webhooks::store::keys::delivery_pk(id)))
+        .key(SK, AttributeValue::S(webhooks::store::keys::DELIVERY_SK.into()))
+        .update_expression("SET ep_pk = :p, ep_sk = :s REMOVE ek_pk, ek_sk")
+        .expression_attribute_values(":p", item["ek_pk"].clone())
+        .expression_attribute_values(":s", item["ek_sk"].clone())
+        .send()
+        .await
+        .unwrap();
+}
+
+/// Which endpoint index holds delivery `id`'s entry, and its sort key: (`by_endpoint_keys`?,
+/// sort key). Panics when it is in both or neither.
+async fn endpoint_entry(stack: &Stack, id: &str) -> (bool, String) {
+    let item = delivery_item(stack, id).await;
+    let text = |a: &str| item.get(a).and_then(|v| v.as_s().ok()).cloned();
+    match (text("ek_pk").zip(text("ek_sk")), text("ep_pk").zip(text("ep_sk"))) {
+        (Some((_, sk)), None) => (true, sk),
+        (None, Some((_, sk))) => (false, sk),
+        other => panic!("{id}: endpoint index attributes {other:?} in {item:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn listings_and_counts_read_both_endpoint_indexes_and_a_new_bucket_moves_an_old_entry() {
+    use webhooks::lifecycle::{self, EndpointEntry};
+    use webhooks::model::DeliveryStatus;
+    use webhooks::store::{Applied, DeliveryQuery, DynamoStore, Store as _};
+    let stack = still_stack(|_| {}).await;
+    let table = stack.app.config.table.clone();
+    let store = DynamoStore::new(ddb().await, &table, 8);
+    let t0 = chrono::Utc::now() - chrono::Duration::minutes(5);
+    let mut all = Vec::new();
+    for i in 0..8i64 {
+        let at = t0 + chrono::Duration::milliseconds(i * 10);
+        let id = write_delivery(&stack, &store, &format!("both-{i:02}"), "ep-both", at, false).await;
+        assert!(endpoint_entry(&stack, &id).await.0, "a new delivery is in by_endpoint_keys");
+        if i % 2 == 0 {
+            // Half as today's main wrote them.
+            into_old_endpoint_index(&stack, &id).await;
+        }
+        all.push(id);
+    }
+    // One claimed in each index: sending, still in the `open` range where it was.
+    let now = chrono::Utc::now();
+    for id in [&all[2], &all[3]] {
+        let claim = lifecycle::claim(&stack.app.config, now, &lifecycle::AttemptMessage::new(id.clone(), 1));
+        assert!(matches!(store.apply(id, &claim, false).await.unwrap(), Applied::Done(_)));
+    }
+    assert!(!endpoint_entry(&stack, &all[2]).await.0, "a claim keeps an old entry where it is");
+    assert!(endpoint_entry(&stack, &all[3]).await.0);
+    // One of each ended (a new bucket): both now in by_endpoint_keys, under `exhausted`.
+    for id in [&all[4], &all[5]] {
+        let d = store.get_delivery(id).await.unwrap().unwrap();
+        let t = lifecycle::abandon(&stack.app.config, now, d.status, d.attempt_count, EndpointEntry::of(&d), "test");
+        assert!(matches!(store.apply(id, &t, false).await.unwrap(), Applied::Done(_)));
+        let (keys, sk) = endpoint_entry(&stack, id).await;
+        assert!(keys && sk.starts_with("exhausted#"), "{id}: {sk}");
+    }
+
+    let q = DeliveryQuery { endpoint_id: Some("ep-both".into()), limit: 3, oldest_first: true, ..Default::default() };
+    assert_eq!(list_all(&store, q.clone()).await, all, "every status, oldest first, 3 a page");
+    let mut newest = all.clone();
+    newest.reverse();
+    assert_eq!(list_all(&store, DeliveryQuery { oldest_first: false, ..q.clone() }).await, newest);
+    let of = |status| DeliveryQuery { status: Some(status), limit: 2, ..q.clone() };
+    let pick = |ix: &[usize]| ix.iter().map(|&i| all[i].clone()).collect::<Vec<_>>();
+    assert_eq!(list_all(&store, of(DeliveryStatus::Scheduled)).await, pick(&[0, 1, 6, 7]));
+    assert_eq!(list_all(&store, of(DeliveryStatus::Sending)).await, pick(&[2, 3]));
+    assert_eq!(list_all(&store, of(DeliveryStatus::Exhausted)).await, pick(&[4, 5]));
+    // Summaries read from the items carry what the projected ones do.
+    let page = store.list_deliveries(&of(DeliveryStatus::Sending)).await.unwrap();
+    for d in &page.data {
+        assert_eq!((d.endpoint_id.as_str(), d.attempt_count, d.status), ("ep-both", 1, DeliveryStatus::Sending));
+    }
+    for (status, n) in [
+        (DeliveryStatus::Scheduled, 4),
+        (DeliveryStatus::Sending, 2),
+        (DeliveryStatus::Exhausted, 2),
+        (DeliveryStatus::Held, 0),
+        (DeliveryStatus::Delivered, 0),
+    ] {
+        assert_eq!(store.count_deliveries("ep-both", status).await.unwrap(), n, "{status:?}");
+    }
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_delivery_in_the_endpoint_index_of_before_is_delivered_and_moves_to_the_keys_index() {
+    use webhooks::model::DeliveryStatus;
+    use webhooks::store::DeliveryQuery;
+    let stack = still_stack(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let ep = new_endpoint(&stack, &rx.url).await;
+    let accepted = stack.event("acme", "order.paid", json!({"n": 1})).await;
+    let id = accepted["deliveries"][0]["id"].as_str().unwrap().to_string();
+    into_old_endpoint_index(&stack, &id).await;
+    let listed = |status| DeliveryQuery { endpoint_id: Some(ep.clone()), status: Some(status), ..Default::default() };
+    let ids = |page: webhooks::store::Page<webhooks::store::DeliverySummary>| {
+        page.data.into_iter().map(|d| d.id).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        ids(stack.app.store.list_deliveries(&listed(DeliveryStatus::Scheduled)).await.unwrap()),
+        vec![id.clone()]
+    );
+    // Its message (no poller): claimed and recorded as on any other item.
+    let msg = webhooks::lifecycle::AttemptMessage::new(id.clone(), 1);
+    let handled = webhooks::service::deliver::deliver_message(&stack.app, &msg).await;
+    assert!(matches!(handled, Ok(webhooks::service::deliver::Handled::Attempted(..))), "{handled:?}");
+    assert_eq!(rx.count(), 1);
+    let (keys, sk) = endpoint_entry(&stack, &id).await;
+    assert!(keys && sk.starts_with("delivered#"), "delivered: its entry moved to by_endpoint_keys: {sk}");
+    assert_eq!(
+        ids(stack.app.store.list_deliveries(&listed(DeliveryStatus::Delivered)).await.unwrap()),
+        vec![id.clone()]
+    );
+    assert!(stack.app.store.list_deliveries(&listed(DeliveryStatus::Scheduled)).await.unwrap().data.is_empty());
+    assert_eq!(stack.app.store.count_deliveries(&ep, DeliveryStatus::Delivered).await.unwrap(), 1);
+    stack.stop().await;
+}

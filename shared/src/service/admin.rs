@@ -4,7 +4,7 @@ use crate::App;
 use crate::destination;
 use crate::endpoint_lifecycle;
 use crate::error::ServiceError;
-use crate::lifecycle;
+use crate::lifecycle::{self, EndpointEntry};
 use crate::model::{
     Attempt, Delivery, DeliveryStatus, Disabled, Endpoint, EndpointState, Job, JobKind, REASON_ENDPOINT_DELETED,
     REASON_MANUAL,
@@ -437,7 +437,10 @@ pub async fn delete_endpoint(app: &App, id: &str, force: bool) -> Result<Deleted
     let job_id = health::start_job(app, &ep, JobKind::EndDeleted, settle, None, None).await?.id;
     let ended: Vec<Result<(), ServiceError>> = futures::stream::iter(unfinished.iter().cloned().map(|d| {
         let app = app.clone();
-        async move { end_as_deleted(&app, &d.id, d.status, d.attempt_count, d.created_at).await }
+        async move {
+            end_as_deleted(&app, &d.id, d.status, d.attempt_count, EndpointEntry::new(&d.endpoint_id, d.created_at))
+                .await
+        }
     }))
     .buffer_unordered(16)
     .collect()
@@ -478,10 +481,10 @@ pub async fn end_as_deleted(
     id: &str,
     status: DeliveryStatus,
     attempt_count: u32,
-    created_at: DateTime<Utc>,
+    entry: EndpointEntry,
 ) -> Result<(), ServiceError> {
     let now = app.clock.now();
-    let t = lifecycle::abandon(&app.config, now, status, attempt_count, created_at, REASON_ENDPOINT_DELETED);
+    let t = lifecycle::abandon(&app.config, now, status, attempt_count, entry, REASON_ENDPOINT_DELETED);
     if let Applied::Lost = app.store.apply(id, &t, false).await?
         && let Some(cur) = app.store.get_delivery(id).await?
         && UNFINISHED.contains(&cur.status)
@@ -491,7 +494,7 @@ pub async fn end_as_deleted(
             now,
             cur.status,
             cur.attempt_count,
-            cur.created_at,
+            EndpointEntry::of(&cur),
             REASON_ENDPOINT_DELETED,
         );
         app.store.apply(id, &t, false).await?;

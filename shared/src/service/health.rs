@@ -19,7 +19,7 @@
 use crate::App;
 use crate::endpoint_lifecycle::{self, Change};
 use crate::error::ServiceError;
-use crate::lifecycle::{self, Enqueue};
+use crate::lifecycle::{self, EndpointEntry, Enqueue};
 use crate::model::{
     DeliveryStatus, Disabled, Endpoint, EndpointState, Job, JobKind, REASON_MANUAL, REASON_UNSUBSCRIBED,
 };
@@ -303,7 +303,14 @@ async fn end_deleted_page(app: &App, job: &Job, limit: usize) -> Result<usize, S
             .await?;
         found += page.data.len();
         for d in &page.data {
-            crate::service::admin::end_as_deleted(app, &d.id, d.status, d.attempt_count, d.created_at).await?;
+            crate::service::admin::end_as_deleted(
+                app,
+                &d.id,
+                d.status,
+                d.attempt_count,
+                EndpointEntry::new(&d.endpoint_id, d.created_at),
+            )
+            .await?;
         }
         if found >= limit {
             break;
@@ -330,7 +337,14 @@ async fn probe_step(app: &App, ep: &Endpoint, job: &mut Job, out: &mut Vec<Enque
     // (deliver would end them `unsubscribed`): end them here rather than probe with them.
     let mut ended = 0;
     for d in page.data.iter().take_while(|d| !ep.subscribes_to(&d.event_type)) {
-        let t = lifecycle::abandon(&app.config, now, d.status, d.attempt_count, d.created_at, REASON_UNSUBSCRIBED);
+        let t = lifecycle::abandon(
+            &app.config,
+            now,
+            d.status,
+            d.attempt_count,
+            EndpointEntry::new(&d.endpoint_id, d.created_at),
+            REASON_UNSUBSCRIBED,
+        );
         if let Applied::Done(_) = app.store.apply(&d.id, &t, false).await? {
             ended += 1;
         }
@@ -344,7 +358,15 @@ async fn probe_step(app: &App, ep: &Endpoint, job: &mut Job, out: &mut Vec<Enque
     };
     let (Some(change), Some((t, e))) = (
         endpoint_lifecycle::probe_out(ep, &d.id, now),
-        lifecycle::release(&app.config, now, &d.id, d.status, d.attempt_count, d.created_at, now),
+        lifecycle::release(
+            &app.config,
+            now,
+            &d.id,
+            d.status,
+            d.attempt_count,
+            EndpointEntry::new(&d.endpoint_id, d.created_at),
+            now,
+        ),
     ) else {
         return Ok(());
     };
@@ -385,7 +407,7 @@ async fn hold_page(app: &App, ep: &Endpoint, limit: usize, job: &mut Job) -> Res
     // The half-open probe, released while this job runs, is the one delivery a paused
     // endpoint accepts: it is not held.
     for d in page.data.iter().filter(|d| !ep.accepts(&d.id)) {
-        let t = lifecycle::hold_scheduled(now, d.attempt_count, d.created_at);
+        let t = lifecycle::hold_scheduled(now, d.attempt_count, EndpointEntry::new(&d.endpoint_id, d.created_at));
         let check = EndpointWrite::Unchanged { tenant_id: &ep.tenant_id, id: &ep.id, version: ep.version };
         match app.store.commit(check, Some((&d.id, &t))).await? {
             Committed::Done => job.processed += 1,
@@ -423,8 +445,15 @@ async fn release_page(
         .await?;
     let now = app.clock.now();
     for d in &page.data {
-        if let Some((t, e)) = lifecycle::release(&app.config, now, &d.id, d.status, d.attempt_count, d.created_at, now)
-            && let Applied::Done(_) = app.store.apply(&d.id, &t, false).await?
+        if let Some((t, e)) = lifecycle::release(
+            &app.config,
+            now,
+            &d.id,
+            d.status,
+            d.attempt_count,
+            EndpointEntry::new(&d.endpoint_id, d.created_at),
+            now,
+        ) && let Applied::Done(_) = app.store.apply(&d.id, &t, false).await?
         {
             out.extend(e);
             job.processed += 1;

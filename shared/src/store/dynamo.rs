@@ -455,8 +455,8 @@ impl DynamoStore {
         out.item.map(from_item).transpose()
     }
 
-    /// A delivery as an item, with its index attributes: in the due index at `due_at`, or in
-    /// `by_status` when exhausted or held.
+    /// A delivery as an item, with its index attributes: in `due_keys` at `due_at`, in
+    /// `by_status` when exhausted or held, and in `by_endpoint_keys`.
     fn delivery_item(&self, delivery: &Delivery, due_at: Option<i64>) -> Result<Item, StoreError> {
         let mut item = to_item(delivery)?;
         // Not under `endpoint_id`: that would put the delivery in `by_event` (see keys).
@@ -476,8 +476,11 @@ impl DynamoStore {
             );
             item.insert(STATUS_SK.into(), s(time_sk(delivery.updated_at, &delivery.id)));
         }
-        item.insert(EP_PK.into(), s(endpoint_partition(&delivery.endpoint_id, &delivery.id, self.endpoint_shards)));
-        item.insert(EP_SK.into(), s(endpoint_sk(delivery.status, delivery.created_at, &delivery.id)));
+        item.insert(
+            ENDPOINT_KEYS_PK.into(),
+            s(endpoint_partition(&delivery.endpoint_id, &delivery.id, self.endpoint_shards)),
+        );
+        item.insert(ENDPOINT_KEYS_SK.into(), s(endpoint_sk(delivery.status, delivery.created_at, &delivery.id)));
         Ok(item)
     }
 
@@ -518,8 +521,12 @@ impl DynamoStore {
             u.set("attempts", AttributeValue::L(list));
         }
         u.field("attempts_dropped", &t.attempts_dropped, |v| n(v));
-        if let Some(created_at) = t.created_at {
-            u.set(EP_SK, s(endpoint_sk(t.status, created_at, id)));
+        // A new bucket puts the entry in `by_endpoint_keys`; an item written before it leaves
+        // `by_endpoint` then (a change within the bucket leaves either where it is).
+        if let Some(entry) = &t.entry {
+            u.set(ENDPOINT_KEYS_PK, s(endpoint_partition(&entry.endpoint_id, id, self.endpoint_shards)));
+            u.set(ENDPOINT_KEYS_SK, s(endpoint_sk(t.status, entry.created_at, id)));
+            u.remove.extend([EP_PK.to_string(), EP_SK.to_string()]);
         }
         if matches!(t.status, DeliveryStatus::Exhausted | DeliveryStatus::Held) {
             u.set(STATUS_KEY, s(status_partition(t.status.as_str(), id, self.status_shards)));
@@ -639,36 +646,36 @@ impl DynamoStore {
     async fn index_page(&self, q: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError> {
         let limit = q.limit.clamp(1, 100);
         match (&q.endpoint_id, q.status) {
-            (Some(ep), Some(status)) if self.endpoint_shards <= 1 => {
-                let start = q.cursor.as_deref().map(decode_cursor).transpose()?;
-                let (data, next) = self.bucket_page(ep, endpoint_bucket(status), Some(status), q, limit, start).await?;
-                Ok(Page { data, next_cursor: next.map(encode_cursor).transpose()? })
-            }
             (Some(ep), status) => {
                 let buckets: Vec<&str> = match status {
                     Some(st) => vec![endpoint_bucket(st)],
                     None => ENDPOINT_BUCKETS.to_vec(),
                 };
                 let mut sources = Vec::new();
-                for bucket in buckets {
-                    for (k, partition) in partitions(ep, self.endpoint_shards).into_iter().enumerate() {
-                        // Cursor names: the bucket for the unsplit partition (as before
-                        // sharding), `{bucket}#{k - 1}` for a shard.
-                        let name = if k == 0 { bucket.to_string() } else { format!("{bucket}#{}", k - 1) };
-                        sources.push(Source { name, partition, bucket, shard: k > 0 });
+                for keys in [false, true] {
+                    for &bucket in &buckets {
+                        for (k, partition) in partitions(ep, self.endpoint_shards).into_iter().enumerate() {
+                            // Cursor names: the bucket for the unsplit partition (as before
+                            // sharding), `{bucket}#{k - 1}` for a shard; `keys:` before either
+                            // in `by_endpoint_keys`.
+                            let name = if k == 0 { bucket.to_string() } else { format!("{bucket}#{}", k - 1) };
+                            let name = if keys { format!("keys:{name}") } else { name };
+                            sources.push(Source { name, partition, bucket, shard: k > 0, keys });
+                        }
                     }
                 }
                 let order = |d: &DeliverySummary| time_sk(d.created_at, &d.id);
-                let key = |partition: &str, d: &DeliverySummary| {
+                let key = |src: &Source, d: &DeliverySummary| {
+                    let (pk_attr, sk_attr) = src.key_attributes();
                     Item::from([
                         (PK.to_string(), s(delivery_pk(&d.id))),
                         (SK.to_string(), s(DELIVERY_SK)),
-                        (EP_PK.to_string(), s(partition)),
-                        (EP_SK.to_string(), s(endpoint_sk(d.status, d.created_at, &d.id))),
+                        (pk_attr.to_string(), s(&src.partition)),
+                        (sk_attr.to_string(), s(endpoint_sk(d.status, d.created_at, &d.id))),
                     ])
                 };
                 self.merged_page(&sources, q, limit, &order, &key, |src, start| {
-                    self.bucket_page(&src.partition, src.bucket, status, q, limit, start)
+                    self.bucket_page(src, status, q, limit, start)
                 })
                 .await
             }
@@ -676,7 +683,13 @@ impl DynamoStore {
                 let sources: Vec<Source> = partitions(st.as_str(), self.status_shards)
                     .into_iter()
                     .enumerate()
-                    .map(|(k, partition)| Source { name: partition.clone(), partition, bucket: "", shard: k > 0 })
+                    .map(|(k, partition)| Source {
+                        name: partition.clone(),
+                        partition,
+                        bucket: "",
+                        shard: k > 0,
+                        keys: false,
+                    })
                     .collect();
                 let status_page = |src: &Source, start: Option<Item>| {
                     let req = self
@@ -687,7 +700,7 @@ impl DynamoStore {
                         .index_name(STATUS_INDEX)
                         .key_condition_expression("status_key = :k")
                         .expression_attribute_values(":k", s(&src.partition));
-                    self.fill_page(req, limit, start)
+                    self.fill_page(req, limit, start, None)
                 };
                 if sources.len() == 1 {
                     let start = q.cursor.as_deref().map(decode_cursor).transpose()?;
@@ -698,11 +711,11 @@ impl DynamoStore {
                     return Ok(Page { data, next_cursor: next.map(encode_cursor).transpose()? });
                 }
                 let order = |d: &DeliverySummary| time_sk(d.updated_at, &d.id);
-                let key = |partition: &str, d: &DeliverySummary| {
+                let key = |src: &Source, d: &DeliverySummary| {
                     Item::from([
                         (PK.to_string(), s(delivery_pk(&d.id))),
                         (SK.to_string(), s(DELIVERY_SK)),
-                        (STATUS_KEY.to_string(), s(partition)),
+                        (STATUS_KEY.to_string(), s(&src.partition)),
                         (STATUS_SK.to_string(), s(time_sk(d.updated_at, &d.id))),
                     ])
                 };
@@ -1749,33 +1762,67 @@ impl Store for DynamoStore {
 }
 
 impl DynamoStore {
-    /// See [`Store::count_deliveries`]: the sum over the endpoint's `by_endpoint` partitions.
+    /// A Query of `by_endpoint_keys` (`keys`) or `by_endpoint`.
+    fn endpoint_query(&self, keys: bool) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder {
+        let query = self.client.query().table_name(&self.table);
+        if keys { query.index_name(ENDPOINT_KEYS_INDEX) } else { query.index_name(ENDPOINT_INDEX) }
+    }
+
+    /// See [`Store::count_deliveries`]: the sum over the endpoint's partitions of both
+    /// endpoint indexes (`by_endpoint` for deliveries written before `by_endpoint_keys`).
     async fn count_in_bucket(&self, ep: &str, status: DeliveryStatus) -> Result<u64, StoreError> {
-        let counts: Vec<Result<u64, StoreError>> = futures::stream::iter(
-            partitions(ep, self.endpoint_shards).into_iter().map(|p| self.count_in_partition(p, status)),
-        )
-        .buffer_unordered(SOURCES_IN_FLIGHT)
-        .collect()
-        .await;
+        let bucket = endpoint_bucket(status);
+        let sources: Vec<Source> = [false, true]
+            .into_iter()
+            .flat_map(|keys| {
+                partitions(ep, self.endpoint_shards).into_iter().enumerate().map(move |(k, partition)| Source {
+                    name: String::new(),
+                    partition,
+                    bucket,
+                    shard: k > 0,
+                    keys,
+                })
+            })
+            .collect();
+        let mut counts = Vec::new();
+        for chunk in sources.chunks(SOURCES_IN_FLIGHT) {
+            counts
+                .extend(futures::future::join_all(chunk.iter().map(|src| self.count_in_partition(src, status))).await);
+        }
         counts.into_iter().sum()
     }
 
-    /// Deliveries of one `by_endpoint` partition in `status`'s bucket (in `status`).
-    async fn count_in_partition(&self, ep: String, status: DeliveryStatus) -> Result<u64, StoreError> {
-        let bucket = endpoint_bucket(status);
+    /// Deliveries of one endpoint index partition in `status`'s bucket (in `status`): a Select
+    /// COUNT of the bucket's key range, or, for one of the two statuses of the `open` bucket in
+    /// `by_endpoint_keys` (which projects no status), its entries' items read and counted.
+    async fn count_in_partition(&self, src: &Source, status: DeliveryStatus) -> Result<u64, StoreError> {
+        let two_in_bucket = matches!(status, DeliveryStatus::Scheduled | DeliveryStatus::Sending);
+        if src.keys && two_in_bucket {
+            let q = DeliveryQuery::default();
+            let mut total = 0u64;
+            let mut start = None;
+            loop {
+                let (data, next) = self.bucket_page(src, Some(status), &q, 100, start).await?;
+                total += data.len() as u64;
+                match next {
+                    Some(k) => start = Some(k),
+                    None => return Ok(total),
+                }
+            }
+        }
+        let (pk_attr, sk_attr) = src.key_attributes();
         let mut total = 0u64;
         let mut start: Option<Item> = None;
         loop {
             let mut req = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .index_name(ENDPOINT_INDEX)
+                .endpoint_query(src.keys)
                 .select(aws_sdk_dynamodb::types::Select::Count)
-                .key_condition_expression("ep_pk = :k AND begins_with(ep_sk, :b)")
-                .expression_attribute_values(":k", s(&ep))
-                .expression_attribute_values(":b", s(format!("{bucket}#")));
-            if matches!(status, DeliveryStatus::Scheduled | DeliveryStatus::Sending) {
+                .key_condition_expression("#ipk = :k AND begins_with(#isk, :b)")
+                .expression_attribute_names("#ipk", pk_attr)
+                .expression_attribute_names("#isk", sk_attr)
+                .expression_attribute_values(":k", s(&src.partition))
+                .expression_attribute_values(":b", s(format!("{}#", src.bucket)));
+            if two_in_bucket {
                 req = req
                     .filter_expression("#status = :st")
                     .expression_attribute_names("#status", "status")
@@ -1790,56 +1837,67 @@ impl DynamoStore {
         }
     }
 
-    /// Up to `limit` deliveries of endpoint `ep` in one `by_endpoint` bucket (a key range:
-    /// nothing outside the bucket is read), in `status` when given (the `open` bucket holds
-    /// two), accepted in the query's window, from `start`. Returns them and the key to go on
-    /// from, if there may be more.
+    /// Up to `limit` deliveries of one endpoint index partition and bucket (`src`: a key
+    /// range, nothing outside the bucket is read), in `status` when given (the `open` bucket
+    /// holds two), accepted in the query's window, from `start`. Returns them and the key to
+    /// go on from, if there may be more. From `by_endpoint_keys` the entries' items are read
+    /// (BatchGetItem): an item no longer in the bucket (the index lags the table a moment) or
+    /// gone is left out.
     async fn bucket_page(
         &self,
-        partition: &str,
-        bucket: &'static str,
+        src: &Source,
         status: Option<DeliveryStatus>,
         q: &DeliveryQuery,
         limit: usize,
         start: Option<Item>,
     ) -> Result<(Vec<DeliverySummary>, Option<Item>), StoreError> {
+        let bucket = src.bucket;
+        let (pk_attr, sk_attr) = src.key_attributes();
         let from = format!("{bucket}#{}", q.since.map(|t| time_sk(t, "")).unwrap_or_else(|| "0".into()));
         let to = format!("{bucket}#{}", q.until.map(|t| time_sk(t, "")).unwrap_or_else(|| "~".into()));
         if let Some(key) = &start {
             // A cursor from another endpoint, bucket or window would reach DynamoDB as a bad key.
-            let src = Source { name: String::new(), partition: partition.to_string(), bucket, shard: false };
-            let in_window = key.get(EP_SK).and_then(|v| v.as_s().ok()).is_some_and(|sk| *sk >= from && *sk <= to);
-            if !start_key_fits(&src, key) || !in_window {
+            let in_window = key.get(sk_attr).and_then(|v| v.as_s().ok()).is_some_and(|sk| *sk >= from && *sk <= to);
+            if !start_key_fits(src, key) || !in_window {
                 return Err(StoreError::InvalidCursor);
             }
         }
         let mut req = self
-            .client
-            .query()
-            .table_name(&self.table)
+            .endpoint_query(src.keys)
             .scan_index_forward(q.oldest_first)
-            .index_name(ENDPOINT_INDEX)
-            .key_condition_expression("ep_pk = :k AND ep_sk BETWEEN :from AND :to")
-            .expression_attribute_values(":k", s(partition))
+            .key_condition_expression("#ipk = :k AND #isk BETWEEN :from AND :to")
+            .expression_attribute_names("#ipk", pk_attr)
+            .expression_attribute_names("#isk", sk_attr)
+            .expression_attribute_values(":k", s(&src.partition))
             .expression_attribute_values(":from", s(&from))
             .expression_attribute_values(":to", s(&to));
-        if let Some(st) = status.filter(|st| matches!(st, DeliveryStatus::Scheduled | DeliveryStatus::Sending)) {
+        let status = status.filter(|st| matches!(st, DeliveryStatus::Scheduled | DeliveryStatus::Sending));
+        if src.keys {
+            let keep = move |d: &DeliverySummary| {
+                endpoint_bucket(d.status) == bucket && status.is_none_or(|st| d.status == st)
+            };
+            return self.fill_page(req, limit, start, Some(&keep)).await;
+        }
+        if let Some(st) = status {
             req = req
                 .filter_expression("#status = :st")
                 .expression_attribute_names("#status", "status")
                 .expression_attribute_values(":st", s(st.as_str()));
         }
-        self.fill_page(req, limit, start).await
+        self.fill_page(req, limit, start, None).await
     }
 
     /// Runs `req` page by page from `start` until `limit` deliveries are read or the range
     /// ends (a filter can make a page come back short). Returns them and the key to go on
-    /// from, if there may be more.
+    /// from, if there may be more. With `keep`, the index projects keys only: each page's
+    /// items are read (BatchGetItem, in the page's order) and those `keep` refuses are left
+    /// out.
     async fn fill_page(
         &self,
         req: aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
         limit: usize,
         mut start: Option<Item>,
+        keep: Option<&(dyn Fn(&DeliverySummary) -> bool + Sync)>,
     ) -> Result<(Vec<DeliverySummary>, Option<Item>), StoreError> {
         let mut data = Vec::new();
         loop {
@@ -1850,8 +1908,23 @@ impl DynamoStore {
                 .send()
                 .await
                 .map_err(aws)?;
-            for item in page.items.unwrap_or_default() {
-                data.push(from_item(item)?);
+            let items = page.items.unwrap_or_default();
+            match keep {
+                None => {
+                    for item in items {
+                        data.push(from_item(item)?);
+                    }
+                }
+                Some(keep) => {
+                    let ids: Vec<String> = items
+                        .iter()
+                        .filter_map(|i| i.get(PK).and_then(|v| v.as_s().ok()))
+                        .filter_map(|pk| pk.strip_prefix(&delivery_pk("")).map(str::to_string))
+                        .collect();
+                    let mut found: HashMap<String, DeliverySummary> =
+                        self.delivery_summaries(&ids).await?.into_iter().map(|d| (d.id.clone(), d)).collect();
+                    data.extend(ids.iter().filter_map(|id| found.remove(id)).filter(|d| keep(d)));
+                }
             }
             match page.last_evaluated_key {
                 Some(k) if !k.is_empty() => {
@@ -1878,7 +1951,7 @@ impl DynamoStore {
         q: &DeliveryQuery,
         limit: usize,
         order: &(dyn Fn(&DeliverySummary) -> String + Sync),
-        key: &(dyn Fn(&str, &DeliverySummary) -> Item + Sync),
+        key: &(dyn Fn(&Source, &DeliverySummary) -> Item + Sync),
         page: F,
     ) -> Result<Page<DeliverySummary>, StoreError>
     where
@@ -1911,7 +1984,7 @@ impl DynamoStore {
                     for (i, src) in sources.iter().enumerate() {
                         positions[i] = if i == named {
                             Some(Some(old.clone()))
-                        } else if src.shard {
+                        } else if src.shard || src.keys {
                             Some(None)
                         } else {
                             None
@@ -1957,7 +2030,7 @@ impl DynamoStore {
             } else if unread {
                 // Go on after the last one taken from this source (or where it started).
                 match fetched.iter().rev().find(|(j, _)| *j == i) {
-                    Some((_, d)) => Some(key(&src.partition, d)),
+                    Some((_, d)) => Some(key(src, d)),
                     None => positions[i].clone().flatten(),
                 }
             } else {
@@ -1992,7 +2065,7 @@ fn prefixed_id(text: Option<&String>, prefix: &str) -> bool {
 /// (a tampered cursor is refused, not sent to DynamoDB).
 fn start_key_fits(src: &Source, key: &Item) -> bool {
     let text = |name: &str| key.get(name).and_then(|v| v.as_s().ok());
-    let (pk_attr, sk_attr) = if src.bucket.is_empty() { (STATUS_KEY, STATUS_SK) } else { (EP_PK, EP_SK) };
+    let (pk_attr, sk_attr) = src.key_attributes();
     key.len() == 4
         && prefixed_id(text(PK), &delivery_pk(""))
         && text(SK).is_some_and(|sk| sk == DELIVERY_SK)
@@ -2028,6 +2101,22 @@ struct Source {
     bucket: &'static str,
     /// A shard (`{key}#{k}`), not the unsplit partition.
     shard: bool,
+    /// In `by_endpoint_keys` (entries are keys only: the items are read), not `by_endpoint`.
+    keys: bool,
+}
+
+impl Source {
+    /// The key attributes (partition, sort) of the index this source is read from:
+    /// `by_status`, `by_endpoint_keys` or `by_endpoint`.
+    fn key_attributes(&self) -> (&'static str, &'static str) {
+        if self.bucket.is_empty() {
+            (STATUS_KEY, STATUS_SK)
+        } else if self.keys {
+            (ENDPOINT_KEYS_PK, ENDPOINT_KEYS_SK)
+        } else {
+            (EP_PK, EP_SK)
+        }
+    }
 }
 
 /// Index partitions a merged listing queries at once.

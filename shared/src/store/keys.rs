@@ -21,12 +21,23 @@ pub const DUE_KEYS_INDEX: &str = "due_keys";
 pub const DUE_KEYS_PK: &str = "dk_pk";
 /// `due_keys` sort key attribute (number, milliseconds since the epoch, as [`DUE_AT`]).
 pub const DUE_KEYS_AT: &str = "dk_at";
-/// The by-endpoint GSI's name.
+/// The by-endpoint GSI of deliveries written before 2026-12-02 (projects what a
+/// [`super::DeliverySummary`] shows): each keeps its entry there until a change of its
+/// bucket moves it to [`ENDPOINT_KEYS_INDEX`].
 pub const ENDPOINT_INDEX: &str = "by_endpoint";
 /// By-endpoint GSI partition key attribute.
 pub const EP_PK: &str = "ep_pk";
 /// By-endpoint GSI sort key attribute.
 pub const EP_SK: &str = "ep_sk";
+/// The deliveries' by-endpoint GSI: the same keys as [`ENDPOINT_INDEX`] under
+/// [`ENDPOINT_KEYS_PK`] and [`ENDPOINT_KEYS_SK`], projecting keys only, so a change that
+/// keeps the delivery's bucket (a claim, a retry's new wait) rewrites no entry; listings
+/// and counts that need more than the bucket read the items.
+pub const ENDPOINT_KEYS_INDEX: &str = "by_endpoint_keys";
+/// `by_endpoint_keys` partition key attribute (as [`EP_PK`]: [`endpoint_partition`]).
+pub const ENDPOINT_KEYS_PK: &str = "ek_pk";
+/// `by_endpoint_keys` sort key attribute (as [`EP_SK`]: [`endpoint_sk`]).
+pub const ENDPOINT_KEYS_SK: &str = "ek_sk";
 /// The by-status (dead letter) GSI's name.
 pub const STATUS_INDEX: &str = "by_status";
 /// By-status GSI partition key attribute.

@@ -9,7 +9,7 @@
 //! | endpoint copy (`WEBHOOKS_ENDPOINT_COPIES` > 1) | `COPY#{j}#TENANT#{tenant_id}` | `ENDPOINT#{endpoint_id}`, and the partition's marker `COPIES` | - (see `dynamo`'s `copies` module) |
 //! | event (payload) | `EVENT_ID#{event_id}` | `TENANT#{tenant_id}` | - (payload zstd-compressed in `payload_z`, [`payload`]; its endpoints in `endpoint_ids`; [`keys::event_key`]) |
 //! | event written before the event-key change | `EVENT#{len(tenant_id)}:{tenant_id}#{event_id}` | `EVENT` | `by_event` (payload as above, or as text in `payload` before compression) |
-//! | delivery | `DELIVERY#{delivery_id}` | `DELIVERY` | `due_keys`, `by_endpoint`, `by_status` (items written before 2026-12-01: `due` instead of `due_keys`, and `by_event`) |
+//! | delivery | `DELIVERY#{delivery_id}` | `DELIVERY` | `due_keys`, `by_endpoint_keys`, `by_status` (items written before 2026-12-01: `due` instead of `due_keys`, and `by_event`; before 2026-12-02: `by_endpoint` instead of `by_endpoint_keys`) |
 //! | job | `JOB#{job_id}` | `JOB` | `due` (while running, in `DUE#jobs`) |
 //! | delivered counter | `STATS#{endpoint_id}` (`#{k}` when split) | `DAY#{YYYY-MM-DD}` | - (an ADD per delivered delivery, which also sets `last_delivered_at`; TTL) |
 //!
@@ -25,12 +25,18 @@
 //! - `due`: `due_pk`, `due_at`, the same keys with [`crate::lifecycle::DueItem`]'s attributes
 //!   projected: jobs (in `DUE#jobs`), and deliveries written before 2026-12-01 until their next
 //!   due time moves them to `due_keys`. The sweeper reads both and merges them in due order.
-//! - `by_endpoint`: `ep_pk` = endpoint id (or `{endpoint id}#{k}` with
+//! - `by_endpoint_keys`: `ek_pk` = endpoint id (or `{endpoint id}#{k}` with
 //!   `WEBHOOKS_ENDPOINT_INDEX_SHARDS` > 1, [`keys::endpoint_partition`]; listings and counts
-//!   read the unsplit partition and every shard), `ep_sk` = `{bucket}#{created_at}#{id}`, where the
+//!   read the unsplit partition and every shard), `ek_sk` = `{bucket}#{created_at}#{id}`, where the
 //!   bucket is `open` (scheduled or sending), `held`, `exhausted` or `delivered`
 //!   ([`keys::endpoint_bucket`]): an endpoint's held or unfinished deliveries are a key range
-//!   read without touching its history; a claim (scheduled to sending) keeps the key.
+//!   read without touching its history. Keys only: a claim (scheduled to sending) or a
+//!   retry's new wait keeps the key and so writes no entry; a listing reads the items of the
+//!   entries it finds (BatchGetItem), and a count of scheduled or sending ones reads the
+//!   `open` range's items.
+//! - `by_endpoint`: `ep_pk`, `ep_sk`, the same keys with a summary's attributes projected:
+//!   deliveries written before 2026-12-02, until a change of bucket moves the entry to
+//!   `by_endpoint_keys`. Listings and counts read both, merged in the index order.
 //! - `by_status`: `status_key` = `exhausted` or `held` (only those states; the dead-letter
 //!   list; `{status}#{k}` with `WEBHOOKS_STATUS_INDEX_SHARDS` > 1), `status_sk` =
 //!   `{updated_at}#{id}`.
