@@ -130,6 +130,8 @@ def check_template_against_code(template, root):
     if "DUE_KEYS_INDEX" in consts:
         # Keys only: no non-key attributes.
         want[consts["DUE_KEYS_INDEX"]] = ([consts["DUE_KEYS_PK"], consts["DUE_KEYS_AT"]], [])
+    if "ENDPOINT_KEYS_INDEX" in consts:
+        want[consts["ENDPOINT_KEYS_INDEX"]] = ([consts["ENDPOINT_KEYS_PK"], consts["ENDPOINT_KEYS_SK"]], [])
     got = {
         g["IndexName"]: ([k["AttributeName"] for k in g["KeySchema"]],
                          sorted(g["Projection"].get("NonKeyAttributes", [])))
@@ -144,6 +146,10 @@ def check_template_against_code(template, root):
         check("template: dk_at is a number and due_keys projects keys only",
               types.get(consts["DUE_KEYS_AT"]) == "N"
               and all(g["Projection"]["ProjectionType"] == "KEYS_ONLY" for g in keys_only) and keys_only)
+    if "ENDPOINT_KEYS_INDEX" in consts:
+        keys_only = [g for g in table["GlobalSecondaryIndexes"] if g["IndexName"] == consts["ENDPOINT_KEYS_INDEX"]]
+        check("template: by_endpoint_keys projects keys only",
+              bool(keys_only) and all(g["Projection"]["ProjectionType"] == "KEYS_ONLY" for g in keys_only))
 
     config = open(os.path.join(root, "shared/src/config.rs")).read()
     known = set(re.findall(r'"(WEBHOOKS_[A-Z0-9_]+)"', config))

@@ -356,18 +356,7 @@ async fn probe_step(app: &App, ep: &Endpoint, job: &mut Job, out: &mut Vec<Enque
         job.run_at = Some(now + Duration::seconds(i64::try_from(wait).unwrap_or(300)));
         return Ok(());
     };
-    let (Some(change), Some((t, e))) = (
-        endpoint_lifecycle::probe_out(ep, &d.id, now),
-        lifecycle::release(
-            &app.config,
-            now,
-            &d.id,
-            d.status,
-            d.attempt_count,
-            EndpointEntry::new(&d.endpoint_id, d.created_at),
-            now,
-        ),
-    ) else {
+    let (Some(change), Some((t, e))) = (endpoint_lifecycle::probe_out(ep, &d.id, now), release_now(app, now, d)) else {
         return Ok(());
     };
     match app.store.commit(EndpointWrite::Change(&change), Some((&d.id, &t))).await? {
@@ -445,21 +434,25 @@ async fn release_page(
         .await?;
     let now = app.clock.now();
     for d in &page.data {
-        if let Some((t, e)) = lifecycle::release(
-            &app.config,
-            now,
-            &d.id,
-            d.status,
-            d.attempt_count,
-            EndpointEntry::new(&d.endpoint_id, d.created_at),
-            now,
-        ) && let Applied::Done(_) = app.store.apply(&d.id, &t, false).await?
+        if let Some((t, e)) = release_now(app, now, d)
+            && let Applied::Done(_) = app.store.apply(&d.id, &t, false).await?
         {
             out.extend(e);
             job.processed += 1;
         }
     }
     Ok((page.data.len(), page.next_cursor))
+}
+
+/// [`lifecycle::release`] of listed delivery `d` (held or exhausted, as listed) for a first
+/// attempt now.
+fn release_now(
+    app: &App,
+    now: DateTime<Utc>,
+    d: &crate::store::DeliverySummary,
+) -> Option<(lifecycle::Transition, Option<Enqueue>)> {
+    let entry = EndpointEntry::new(&d.endpoint_id, d.created_at);
+    lifecycle::release(&app.config, now, &d.id, d.status, d.attempt_count, entry, now)
 }
 
 #[cfg(test)]
