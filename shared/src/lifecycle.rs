@@ -132,8 +132,10 @@ pub struct Transition {
     pub expires_at: Field<i64>,
     /// Why a delivery was ended without the policy deciding (`endpoint_deleted`).
     pub reason: Field<String>,
-    /// The delivery's entry in its endpoint's index, given when the new status is in another
-    /// `by_endpoint` bucket than the old one (the store re-keys the index entry with it).
+    /// The delivery's entry in its endpoint's index, given when the new status may be in
+    /// another bucket than the old one (deliver's record of an attempt, a retry's too; a hold,
+    /// release or end): the store writes the entry with it to `by_endpoint_keys` (no index
+    /// write when its key is unchanged) and takes one written before out of `by_endpoint`.
     pub entry: Option<EndpointEntry>,
     /// When the change happens (`updated_at`).
     pub now: DateTime<Utc>,

@@ -521,8 +521,10 @@ impl DynamoStore {
             u.set("attempts", AttributeValue::L(list));
         }
         u.field("attempts_dropped", &t.attempts_dropped, |v| n(v));
-        // A new bucket puts the entry in `by_endpoint_keys`; an item written before it leaves
-        // `by_endpoint` then (a change within the bucket leaves either where it is).
+        // A transition with the entry (every change of bucket, and deliver's record of an
+        // attempt, a retry's too) writes it to `by_endpoint_keys`, where an unchanged key costs
+        // no index write; an item written before leaves `by_endpoint` then. A claim, a
+        // give-back or the sweeper's re-drive has no entry and leaves either index as it is.
         if let Some(entry) = &t.entry {
             u.set(ENDPOINT_KEYS_PK, s(endpoint_partition(&entry.endpoint_id, id, self.endpoint_shards)));
             u.set(ENDPOINT_KEYS_SK, s(endpoint_sk(t.status, entry.created_at, id)));

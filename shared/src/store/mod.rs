@@ -35,7 +35,7 @@
 //!   entries it finds (BatchGetItem), and a count of scheduled or sending ones reads the
 //!   `open` range's items.
 //! - `by_endpoint`: `ep_pk`, `ep_sk`, the same keys with a summary's attributes projected:
-//!   deliveries written before 2026-12-02, until a change of bucket moves the entry to
+//!   deliveries written before 2026-12-02, until a change of bucket or a recorded attempt moves the entry to
 //!   `by_endpoint_keys`. Listings and counts read both, merged in the index order.
 //! - `by_status`: `status_key` = `exhausted` or `held` (only those states; the dead-letter
 //!   list; `{status}#{k}` with `WEBHOOKS_STATUS_INDEX_SHARDS` > 1), `status_sk` =
