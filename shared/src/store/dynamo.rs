@@ -653,19 +653,7 @@ impl DynamoStore {
                     Some(st) => vec![endpoint_bucket(st)],
                     None => ENDPOINT_BUCKETS.to_vec(),
                 };
-                let mut sources = Vec::new();
-                for keys in [false, true] {
-                    for &bucket in &buckets {
-                        for (k, partition) in partitions(ep, self.endpoint_shards).into_iter().enumerate() {
-                            // Cursor names: the bucket for the unsplit partition (as before
-                            // sharding), `{bucket}#{k - 1}` for a shard; `keys:` before either
-                            // in `by_endpoint_keys`.
-                            let name = if k == 0 { bucket.to_string() } else { format!("{bucket}#{}", k - 1) };
-                            let name = if keys { format!("keys:{name}") } else { name };
-                            sources.push(Source { name, partition, bucket, shard: k > 0, keys });
-                        }
-                    }
-                }
+                let sources = self.endpoint_sources(ep, &buckets);
                 let order = |d: &DeliverySummary| time_sk(d.created_at, &d.id);
                 let key = |src: &Source, d: &DeliverySummary| {
                     let (pk_attr, sk_attr) = src.key_attributes();
@@ -1764,6 +1752,24 @@ impl Store for DynamoStore {
 }
 
 impl DynamoStore {
+    /// Every partition of endpoint `ep` in both endpoint indexes (`by_endpoint`, then
+    /// `by_endpoint_keys`), for each of `buckets`. Cursor names: the bucket for the unsplit
+    /// partition (as before sharding), `{bucket}#{k - 1}` for a shard; `keys:` before either
+    /// in `by_endpoint_keys`.
+    fn endpoint_sources(&self, ep: &str, buckets: &[&'static str]) -> Vec<Source> {
+        let mut sources = Vec::new();
+        for keys in [false, true] {
+            for &bucket in buckets {
+                for (k, partition) in partitions(ep, self.endpoint_shards).into_iter().enumerate() {
+                    let name = if k == 0 { bucket.to_string() } else { format!("{bucket}#{}", k - 1) };
+                    let name = if keys { format!("keys:{name}") } else { name };
+                    sources.push(Source { name, partition, bucket, shard: k > 0, keys });
+                }
+            }
+        }
+        sources
+    }
+
     /// A Query of `by_endpoint_keys` (`keys`) or `by_endpoint`.
     fn endpoint_query(&self, keys: bool) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder {
         let query = self.client.query().table_name(&self.table);
@@ -1773,24 +1779,10 @@ impl DynamoStore {
     /// See [`Store::count_deliveries`]: the sum over the endpoint's partitions of both
     /// endpoint indexes (`by_endpoint` for deliveries written before `by_endpoint_keys`).
     async fn count_in_bucket(&self, ep: &str, status: DeliveryStatus) -> Result<u64, StoreError> {
-        let bucket = endpoint_bucket(status);
-        let sources: Vec<Source> = [false, true]
-            .into_iter()
-            .flat_map(|keys| {
-                partitions(ep, self.endpoint_shards).into_iter().enumerate().map(move |(k, partition)| Source {
-                    name: String::new(),
-                    partition,
-                    bucket,
-                    shard: k > 0,
-                    keys,
-                })
-            })
-            .collect();
-        let mut counts = Vec::new();
-        for chunk in sources.chunks(SOURCES_IN_FLIGHT) {
-            counts
-                .extend(futures::future::join_all(chunk.iter().map(|src| self.count_in_partition(src, status))).await);
-        }
+        let sources = self.endpoint_sources(ep, &[endpoint_bucket(status)]);
+        let counts: Vec<_> = sources.iter().map(|src| self.count_in_partition(src, status)).collect();
+        let counts: Vec<Result<u64, StoreError>> =
+            futures::stream::iter(counts).buffer_unordered(SOURCES_IN_FLIGHT).collect().await;
         counts.into_iter().sum()
     }
 
