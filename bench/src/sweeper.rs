@@ -159,7 +159,8 @@ async fn fill(
         set("status", AttributeValue::S("scheduled".into()));
         set("attempt_count", AttributeValue::N("1".into()));
         set("next_attempt_at", AttributeValue::S(next_s.clone()));
-        set(keys::EP_SK, AttributeValue::S(format!("open#{created}#{id}")));
+        // Its own by_endpoint_keys entry (the template's partition, its own sort key).
+        set(keys::ENDPOINT_KEYS_SK, AttributeValue::S(format!("open#{created}#{id}")));
         it
     };
     let batches: Vec<Vec<usize>> = (from..from + count).collect::<Vec<_>>().chunks(25).map(<[usize]>::to_vec).collect();

@@ -354,6 +354,13 @@ impl Store for FaultyStore {
     ) -> Result<u64, StoreError> {
         self.faults.run("count_deliveries", self.inner.count_deliveries(endpoint_id, status), any, aws).await
     }
+    async fn count_deliveries_in(
+        &self,
+        endpoint_id: &str,
+        statuses: &[webhooks::model::DeliveryStatus],
+    ) -> Result<Vec<u64>, StoreError> {
+        self.faults.run("count_deliveries", self.inner.count_deliveries_in(endpoint_id, statuses), any, aws).await
+    }
     async fn begin_idempotent(
         &self,
         tenant_id: &str,

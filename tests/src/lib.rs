@@ -393,7 +393,7 @@ impl webhooks::notify::Notifier for RecordingNotifier {
 }
 
 /// Counts the DynamoDB Query requests a client makes and the index or table entries they
-/// read (`ScannedCount`): an SDK interceptor, added with
+/// read (`ScannedCount`), and the items its BatchGetItems return: an SDK interceptor, added with
 /// `aws_sdk_dynamodb::config::Builder::interceptor`.
 #[derive(Clone, Default, Debug)]
 pub struct QueryReads {
@@ -401,6 +401,8 @@ pub struct QueryReads {
     pub queries: Arc<std::sync::atomic::AtomicUsize>,
     /// Entries they read, summed.
     pub scanned: Arc<std::sync::atomic::AtomicUsize>,
+    /// Items BatchGetItem requests returned, summed (each billed as a whole item).
+    pub items: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl aws_sdk_dynamodb::config::Intercept for QueryReads {
@@ -420,6 +422,12 @@ impl aws_sdk_dynamodb::config::Intercept for QueryReads {
         {
             self.queries.fetch_add(1, Ordering::SeqCst);
             self.scanned.fetch_add(usize::try_from(q.scanned_count()).unwrap_or(0), Ordering::SeqCst);
+        }
+        if let Some(Ok(out)) = context.output_or_error()
+            && let Some(b) = out.downcast_ref::<aws_sdk_dynamodb::operation::batch_get_item::BatchGetItemOutput>()
+        {
+            let n: usize = b.responses().map(|r| r.values().map(Vec::len).sum()).unwrap_or(0);
+            self.items.fetch_add(n, Ordering::SeqCst);
         }
         Ok(())
     }
@@ -780,6 +788,14 @@ impl Store for Serialized {
     ) -> Result<u64, StoreError> {
         self.before("count_deliveries").await?;
         self.inner.count_deliveries(endpoint_id, status).await
+    }
+    async fn count_deliveries_in(
+        &self,
+        endpoint_id: &str,
+        statuses: &[webhooks::model::DeliveryStatus],
+    ) -> Result<Vec<u64>, StoreError> {
+        self.before("count_deliveries").await?;
+        self.inner.count_deliveries_in(endpoint_id, statuses).await
     }
     async fn begin_idempotent(
         &self,

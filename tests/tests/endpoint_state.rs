@@ -714,6 +714,8 @@ async fn finding_an_endpoints_held_deliveries_reads_none_of_its_history() {
     let (queries, scanned) = (reads.queries.load(Ordering::SeqCst), reads.scanned.load(Ordering::SeqCst));
     assert!(queries <= partitions, "{queries} Queries over {partitions} index partitions");
     assert_eq!(scanned, 1, "index entries read to find 1 held delivery among 150 delivered");
+    let items = reads.items.load(Ordering::SeqCst);
+    assert!(items <= 1, "{items} items read to list 1 held delivery among 150 delivered");
     stack.stop().await;
 }
 

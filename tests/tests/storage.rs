@@ -1407,6 +1407,19 @@ async fn into_old_endpoint_index(stack: &Stack, id: &str) {
         .unwrap();
 }
 
+/// An UpdateItem of delivery `id`'s item, its expression to be given.
+async fn update_delivery(
+    stack: &Stack,
+    id: &str,
+) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+    ddb()
+        .await
+        .update_item()
+        .table_name(&stack.app.config.table)
+        .key(PK, AttributeValue::S(webhooks::store::keys::delivery_pk(id)))
+        .key(SK, AttributeValue::S(webhooks::store::keys::DELIVERY_SK.into()))
+}
+
 /// Which endpoint index holds delivery `id`'s entry, and its sort key: (`by_endpoint_keys`?,
 /// sort key). Panics when it is in both or neither.
 async fn endpoint_entry(stack: &Stack, id: &str) -> (bool, String) {
@@ -1514,5 +1527,71 @@ async fn a_delivery_in_the_endpoint_index_of_before_is_delivered_and_moves_to_th
     );
     assert!(stack.app.store.list_deliveries(&listed(DeliveryStatus::Scheduled)).await.unwrap().data.is_empty());
     assert_eq!(stack.app.store.count_deliveries(&ep, DeliveryStatus::Delivered).await.unwrap(), 1);
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sharded_listing_of_both_endpoint_indexes_reads_only_the_items_it_lists_and_each_once() {
+    use std::sync::atomic::Ordering;
+    use webhooks::lifecycle;
+    use webhooks::model::DeliveryStatus;
+    use webhooks::store::{Applied, DeliveryQuery, DynamoStore, Store as _};
+    let stack = still_stack(|_| {}).await;
+    let table = stack.app.config.table.clone();
+    // 4 shards of each endpoint index, on a client that counts the items it reads.
+    let reads = webhooks_tests::QueryReads::default();
+    let sdk = webhooks::app::aws_sdk_config().await;
+    let conf = aws_sdk_dynamodb::config::Builder::from(&sdk).interceptor(reads.clone()).build();
+    let store = DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf), &table, 8).with_index_shards(4, 1);
+    let t0 = chrono::Utc::now() - chrono::Duration::minutes(5);
+    let mut all = Vec::new();
+    for i in 0..40i64 {
+        let at = t0 + chrono::Duration::milliseconds(i * 10);
+        let id = write_delivery(&stack, &store, &format!("many-{i:02}"), "ep-many", at, false).await;
+        if i % 2 == 0 {
+            into_old_endpoint_index(&stack, &id).await;
+        }
+        all.push(id);
+    }
+    let (moved, twice, claimed) = (all[5].clone(), all[7].clone(), all[9].clone());
+    // One whose item has moved on (held) while its keys-only entry still says `open`.
+    update_delivery(&stack, &moved)
+        .await
+        .update_expression("SET #s = :h")
+        .expression_attribute_names("#s", "status")
+        .expression_attribute_values(":h", AttributeValue::S("held".into()))
+        .send()
+        .await
+        .unwrap();
+    let claim =
+        lifecycle::claim(&stack.app.config, chrono::Utc::now(), &lifecycle::AttemptMessage::new(claimed.clone(), 1));
+    assert!(matches!(store.apply(&claimed, &claim, false).await.unwrap(), Applied::Done(_)));
+    let scheduled: Vec<String> = all.iter().filter(|id| **id != moved && **id != claimed).cloned().collect();
+    // Scheduled and sending counted in one read of the `open` range's items (20 of them in
+    // by_endpoint_keys); the moved one is in neither, nor held (its entry is not there).
+    reads.items.store(0, Ordering::SeqCst);
+    let counts = store
+        .count_deliveries_in("ep-many", &[DeliveryStatus::Scheduled, DeliveryStatus::Sending, DeliveryStatus::Held])
+        .await
+        .unwrap();
+    assert_eq!(counts, vec![u64::try_from(scheduled.len()).unwrap(), 1, 0]);
+    assert_eq!(reads.items.load(Ordering::SeqCst), 20, "each keys-only entry of the open range read once");
+    // One in both indexes (an old entry not yet gone from by_endpoint).
+    update_delivery(&stack, &twice).await.update_expression("SET ep_pk = ek_pk, ep_sk = ek_sk").send().await.unwrap();
+
+    let listed: Vec<String> = all.iter().filter(|id| **id != moved).cloned().collect();
+    let q = DeliveryQuery { endpoint_id: Some("ep-many".into()), limit: 5, oldest_first: true, ..Default::default() };
+    assert_eq!(list_all(&store, q.clone()).await, listed, "every status, oldest first, 5 a page, each once");
+    let mut newest = listed.clone();
+    newest.reverse();
+    assert_eq!(list_all(&store, DeliveryQuery { oldest_first: false, ..q.clone() }).await, newest);
+    let of_scheduled = DeliveryQuery { status: Some(DeliveryStatus::Scheduled), ..q.clone() };
+    assert_eq!(list_all(&store, of_scheduled.clone()).await, scheduled);
+    // One page reads the items of about the entries it lists, not a page per shard.
+    reads.items.store(0, Ordering::SeqCst);
+    let page = store.list_deliveries(&of_scheduled).await.unwrap();
+    assert_eq!(page.data.len(), 5);
+    let items = reads.items.load(Ordering::SeqCst);
+    assert!(items <= 5, "{items} items read for a page of 5 over 4 shards of 2 indexes");
     stack.stop().await;
 }

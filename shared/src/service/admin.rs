@@ -556,11 +556,8 @@ pub async fn endpoint_stats(app: &App, id: &str) -> Result<EndpointStats, Servic
             if whole { tally.delivered } else { app.store.count_deliveries(&ep.id, DeliveryStatus::Delivered).await? };
         Ok::<_, crate::store::StoreError>((delivered, tally.last_delivered_at))
     };
-    let (counted, (delivered, last_counted)) = futures::future::try_join(
-        futures::future::try_join_all(statuses.iter().map(|st| app.store.count_deliveries(&ep.id, *st))),
-        delivered,
-    )
-    .await?;
+    let (counted, (delivered, last_counted)) =
+        futures::future::try_join(app.store.count_deliveries_in(&ep.id, &statuses), delivered).await?;
     let mut counts: std::collections::BTreeMap<String, u64> =
         statuses.iter().zip(&counted).map(|(st, n)| (st.as_str().to_string(), *n)).collect();
     counts.insert(DeliveryStatus::Delivered.as_str().to_string(), delivered);

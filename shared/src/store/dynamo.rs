@@ -144,16 +144,18 @@ impl DynamoStore {
         items: impl Iterator<Item = &Item>,
     ) -> Result<std::collections::HashSet<String>, StoreError> {
         let keys: Vec<Item> = items.map(key_of).collect();
-        Ok(self.batch_get(&keys, Some(("pk, sk", &[]))).await?.iter().map(key_text).collect())
+        Ok(self.batch_get(&keys, Some(("pk, sk", &[])), true).await?.iter().map(key_text).collect())
     }
 
-    /// The items of `keys` that exist (strongly consistent BatchGetItems, 100 keys a call,
-    /// with `projection` when given: an expression and its attribute names), in no
-    /// particular order.
+    /// The items of `keys` that exist (BatchGetItems, 100 keys a call, strongly consistent
+    /// when `consistent`: 1 read unit an item of up to 4 KB, else half; with `projection`
+    /// when given, an expression and its attribute names: DynamoDB bills the whole item all
+    /// the same), in no particular order.
     async fn batch_get(
         &self,
         keys: &[Item],
         projection: Option<(&str, &[(&str, &str)])>,
+        consistent: bool,
     ) -> Result<Vec<Item>, StoreError> {
         let mut found = Vec::with_capacity(keys.len());
         let names: Option<HashMap<String, String>> = projection
@@ -163,7 +165,7 @@ impl DynamoStore {
             let mut pending = Some(
                 aws_sdk_dynamodb::types::KeysAndAttributes::builder()
                     .set_keys(Some(chunk.to_vec()))
-                    .consistent_read(true)
+                    .consistent_read(consistent)
                     .set_projection_expression(projection.map(|(p, _)| p.to_string()))
                     .set_expression_attribute_names(names.clone())
                     .build()
@@ -190,7 +192,7 @@ impl DynamoStore {
             .iter()
             .map(|id| Item::from([(PK.to_string(), s(delivery_pk(id))), (SK.to_string(), s(DELIVERY_SK))]))
             .collect();
-        self.batch_get(&keys, None).await?.into_iter().map(from_item).collect()
+        self.batch_get(&keys, None, true).await?.into_iter().map(from_item).collect()
     }
 
     /// Gives summaries from an index that does not project the delivery's endpoint (items
@@ -643,8 +645,9 @@ impl DynamoStore {
         self.query_items(query).await?.into_iter().map(from_item).collect()
     }
 
-    /// One page of deliveries from the index the query names (`by_endpoint`, or `by_status`
-    /// without an endpoint), as the index projects them (see [`Self::fill_endpoints`]).
+    /// One page of deliveries from the index the query names (`by_endpoint` and
+    /// `by_endpoint_keys`, or `by_status` without an endpoint), as the index projects them
+    /// (see [`Self::fill_endpoints`]) or, from `by_endpoint_keys`, as their items are.
     async fn index_page(&self, q: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError> {
         let limit = q.limit.clamp(1, 100);
         match (&q.endpoint_id, q.status) {
@@ -654,20 +657,14 @@ impl DynamoStore {
                     None => ENDPOINT_BUCKETS.to_vec(),
                 };
                 let sources = self.endpoint_sources(ep, &buckets);
-                let order = |d: &DeliverySummary| time_sk(d.created_at, &d.id);
-                let key = |src: &Source, d: &DeliverySummary| {
-                    let (pk_attr, sk_attr) = src.key_attributes();
-                    Item::from([
-                        (PK.to_string(), s(delivery_pk(&d.id))),
-                        (SK.to_string(), s(DELIVERY_SK)),
-                        (pk_attr.to_string(), s(&src.partition)),
-                        (sk_attr.to_string(), s(endpoint_sk(d.status, d.created_at, &d.id))),
-                    ])
+                let open = status.filter(|st| matches!(st, DeliveryStatus::Scheduled | DeliveryStatus::Sending));
+                // An item read for a keys-only entry is listed while it is still in the entry's
+                // bucket (and in the status asked for): the index lags the table a moment.
+                let keep = move |src: &Source, d: &DeliverySummary| {
+                    endpoint_bucket(d.status) == src.bucket && open.is_none_or(|st| d.status == st)
                 };
-                self.merged_page(&sources, q, limit, &order, &key, |src, start| {
-                    self.bucket_page(src, status, q, limit, start)
-                })
-                .await
+                self.merged_page(&sources, q, limit, &keep, |src, start| self.bucket_page(src, open, q, limit, start))
+                    .await
             }
             (None, Some(st)) => {
                 let sources: Vec<Source> = partitions(st.as_str(), self.status_shards)
@@ -690,26 +687,19 @@ impl DynamoStore {
                         .index_name(STATUS_INDEX)
                         .key_condition_expression("status_key = :k")
                         .expression_attribute_values(":k", s(&src.partition));
-                    self.fill_page(req, limit, start, None)
+                    self.fill_page(req, src.kind(), limit, start)
                 };
                 if sources.len() == 1 {
                     let start = q.cursor.as_deref().map(decode_cursor).transpose()?;
                     if start.as_ref().is_some_and(|k| !start_key_fits(&sources[0], k)) {
                         return Err(StoreError::InvalidCursor);
                     }
-                    let (data, next) = status_page(&sources[0], start).await?;
+                    let (entries, next) = status_page(&sources[0], start).await?;
+                    let data = entries.into_iter().filter_map(|e| e.summary).collect();
                     return Ok(Page { data, next_cursor: next.map(encode_cursor).transpose()? });
                 }
-                let order = |d: &DeliverySummary| time_sk(d.updated_at, &d.id);
-                let key = |src: &Source, d: &DeliverySummary| {
-                    Item::from([
-                        (PK.to_string(), s(delivery_pk(&d.id))),
-                        (SK.to_string(), s(DELIVERY_SK)),
-                        (STATUS_KEY.to_string(), s(&src.partition)),
-                        (STATUS_SK.to_string(), s(time_sk(d.updated_at, &d.id))),
-                    ])
-                };
-                self.merged_page(&sources, q, limit, &order, &key, status_page).await
+                // `by_status` projects the delivery: no entry is read as its item.
+                self.merged_page(&sources, q, limit, &|_, _| true, status_page).await
             }
             (None, None) => Err(StoreError::Unsupported("list deliveries by endpoint_id or by status".into())),
         }
@@ -781,7 +771,7 @@ impl DynamoStore {
                     "id, #status, attempt_count, next_attempt_at, lease_until, #at",
                     &[("#status", "status"), ("#at", DUE_KEYS_AT)][..],
                 );
-                for mut item in self.batch_get(&keys, Some(projection)).await? {
+                for mut item in self.batch_get(&keys, Some(projection), true).await? {
                     let Some(at) = item.remove(DUE_KEYS_AT) else { continue };
                     item.insert(DUE_AT.into(), at);
                     let due: DueItem = from_item(item)?;
@@ -1284,8 +1274,12 @@ impl Store for DynamoStore {
         let (scoped, older): (Vec<Item>, Vec<Item>) = entries.into_iter().partition(is_scoped_event);
         let mut out: Vec<DeliverySummary> = older.into_iter().map(from_item).collect::<Result<_, _>>()?;
         listed.extend(
-            self.batch_get(&scoped.iter().map(key_of).collect::<Vec<_>>(), Some(("#e", &[("#e", EVENT_ENDPOINTS)])))
-                .await?,
+            self.batch_get(
+                &scoped.iter().map(key_of).collect::<Vec<_>>(),
+                Some(("#e", &[("#e", EVENT_ENDPOINTS)])),
+                true,
+            )
+            .await?,
         );
         let mut ids: Vec<String> = listed
             .iter()
@@ -1723,7 +1717,15 @@ impl Store for DynamoStore {
     }
 
     async fn count_deliveries(&self, endpoint_id: &str, status: DeliveryStatus) -> Result<u64, StoreError> {
-        self.count_in_bucket(endpoint_id, status).await
+        Ok(self.counts_in_buckets(endpoint_id, &[status]).await?.into_iter().sum())
+    }
+
+    async fn count_deliveries_in(
+        &self,
+        endpoint_id: &str,
+        statuses: &[DeliveryStatus],
+    ) -> Result<Vec<u64>, StoreError> {
+        self.counts_in_buckets(endpoint_id, statuses).await
     }
 
     async fn set_slow_until(
@@ -1776,34 +1778,52 @@ impl DynamoStore {
         if keys { query.index_name(ENDPOINT_KEYS_INDEX) } else { query.index_name(ENDPOINT_INDEX) }
     }
 
-    /// See [`Store::count_deliveries`]: the sum over the endpoint's partitions of both
-    /// endpoint indexes (`by_endpoint` for deliveries written before `by_endpoint_keys`).
-    async fn count_in_bucket(&self, ep: &str, status: DeliveryStatus) -> Result<u64, StoreError> {
-        let sources = self.endpoint_sources(ep, &[endpoint_bucket(status)]);
-        let counts: Vec<_> = sources.iter().map(|src| self.count_in_partition(src, status)).collect();
-        let counts: Vec<Result<u64, StoreError>> =
-            futures::stream::iter(counts).buffer_unordered(SOURCES_IN_FLIGHT).collect().await;
-        counts.into_iter().sum()
+    /// See [`Store::count_deliveries_in`]: per status, the sum over the endpoint's partitions
+    /// of both endpoint indexes (`by_endpoint` for deliveries written before
+    /// `by_endpoint_keys`), a Select COUNT of the status's key range in each, but for
+    /// `scheduled` and `sending` in `by_endpoint_keys`: that index projects no status, so the
+    /// items of its one `open` range are read once for both (see [`Self::open_tally`]).
+    async fn counts_in_buckets(&self, ep: &str, statuses: &[DeliveryStatus]) -> Result<Vec<u64>, StoreError> {
+        let sources: Vec<Vec<Source>> =
+            statuses.iter().map(|st| self.endpoint_sources(ep, &[endpoint_bucket(*st)])).collect();
+        let mut selects = Vec::new();
+        for (k, (st, srcs)) in statuses.iter().zip(&sources).enumerate() {
+            for src in srcs.iter().filter(|src| !(src.keys && in_open(*st))) {
+                selects.push(self.count_for(k, src, *st));
+            }
+        }
+        let (counted, tally) = futures::future::join(
+            futures::stream::iter(selects).buffer_unordered(SOURCES_IN_FLIGHT).collect::<Vec<_>>(),
+            self.open_tally(ep, statuses.iter().any(|st| in_open(*st))),
+        )
+        .await;
+        let (scheduled, sending) = tally?;
+        let mut counts: Vec<u64> = statuses
+            .iter()
+            .map(|st| match st {
+                DeliveryStatus::Scheduled => scheduled,
+                DeliveryStatus::Sending => sending,
+                _ => 0,
+            })
+            .collect();
+        for c in counted {
+            let (k, n) = c?;
+            counts[k] += n;
+        }
+        Ok(counts)
+    }
+
+    /// [`Self::count_in_partition`], tagged with `k`.
+    async fn count_for(&self, k: usize, src: &Source, status: DeliveryStatus) -> Result<(usize, u64), StoreError> {
+        Ok((k, self.count_in_partition(src, status).await?))
     }
 
     /// Deliveries of one endpoint index partition in `status`'s bucket (in `status`): a Select
-    /// COUNT of the bucket's key range, or, for one of the two statuses of the `open` bucket in
-    /// `by_endpoint_keys` (which projects no status), its entries' items read and counted.
+    /// COUNT of the bucket's key range (filtered by status for the two statuses of the `open`
+    /// bucket, which only `by_endpoint` projects: see [`Self::open_tally`] for
+    /// `by_endpoint_keys`).
     async fn count_in_partition(&self, src: &Source, status: DeliveryStatus) -> Result<u64, StoreError> {
         let two_in_bucket = matches!(status, DeliveryStatus::Scheduled | DeliveryStatus::Sending);
-        if src.keys && two_in_bucket {
-            let q = DeliveryQuery::default();
-            let mut total = 0u64;
-            let mut start = None;
-            loop {
-                let (data, next) = self.bucket_page(src, Some(status), &q, 100, start).await?;
-                total += data.len() as u64;
-                match next {
-                    Some(k) => start = Some(k),
-                    None => return Ok(total),
-                }
-            }
-        }
         let (pk_attr, sk_attr) = src.key_attributes();
         let mut total = 0u64;
         let mut start: Option<Item> = None;
@@ -1831,20 +1851,67 @@ impl DynamoStore {
         }
     }
 
-    /// Up to `limit` deliveries of one endpoint index partition and bucket (`src`: a key
-    /// range, nothing outside the bucket is read), in `status` when given (the `open` bucket
-    /// holds two), accepted in the query's window, from `start`. Returns them and the key to
-    /// go on from, if there may be more. From `by_endpoint_keys` the entries' items are read
-    /// (BatchGetItem): an item no longer in the bucket (the index lags the table a moment) or
-    /// gone is left out.
+    /// How many of endpoint `ep`'s deliveries in `by_endpoint_keys`' `open` range are
+    /// (scheduled, sending), when `wanted` (else none are read): every entry of the range, in
+    /// each partition, read a Query page at a time, and those entries' items, their status
+    /// only (BatchGetItem, eventually consistent: half a read unit an item of up to 4 KB),
+    /// one pass for both. An item no longer open (the index lags the table a moment) is in
+    /// neither.
+    async fn open_tally(&self, ep: &str, wanted: bool) -> Result<(u64, u64), StoreError> {
+        if !wanted {
+            return Ok((0, 0));
+        }
+        let sources = self.endpoint_sources(ep, &[endpoint_bucket(DeliveryStatus::Scheduled)]);
+        let tallies: Vec<_> = sources.iter().filter(|src| src.keys).map(|src| self.open_tally_in(src)).collect();
+        let tallies: Vec<Result<(u64, u64), StoreError>> =
+            futures::stream::iter(tallies).buffer_unordered(SOURCES_IN_FLIGHT).collect().await;
+        tallies.into_iter().try_fold((0, 0), |(a, b), t| t.map(|(x, y)| (a + x, b + y)))
+    }
+
+    /// [`Self::open_tally`] of one partition.
+    async fn open_tally_in(&self, src: &Source) -> Result<(u64, u64), StoreError> {
+        let (pk_attr, sk_attr) = src.key_attributes();
+        let (mut scheduled, mut sending) = (0u64, 0u64);
+        let mut start: Option<Item> = None;
+        loop {
+            let page = self
+                .endpoint_query(true)
+                .key_condition_expression("#ipk = :k AND begins_with(#isk, :b)")
+                .expression_attribute_names("#ipk", pk_attr)
+                .expression_attribute_names("#isk", sk_attr)
+                .expression_attribute_values(":k", s(&src.partition))
+                .expression_attribute_values(":b", s(format!("{}#", src.bucket)))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(aws)?;
+            let keys: Vec<Item> = page.items.unwrap_or_default().iter().map(key_of).collect();
+            for item in self.batch_get(&keys, Some(("#status", &[("#status", "status")])), false).await? {
+                match item.get("status").and_then(|v| v.as_s().ok()).map(String::as_str) {
+                    Some("scheduled") => scheduled += 1,
+                    Some("sending") => sending += 1,
+                    _ => {}
+                }
+            }
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => return Ok((scheduled, sending)),
+            }
+        }
+    }
+
+    /// Up to `limit` entries of one endpoint index partition and bucket (`src`: a key range,
+    /// nothing outside the bucket is read), in `open` when given and the index projects the
+    /// status (`by_endpoint`; the `open` bucket holds two), accepted in the query's window,
+    /// from `start`. Returns them and the key to go on from, if there may be more.
     async fn bucket_page(
         &self,
         src: &Source,
-        status: Option<DeliveryStatus>,
+        open: Option<DeliveryStatus>,
         q: &DeliveryQuery,
         limit: usize,
         start: Option<Item>,
-    ) -> Result<(Vec<DeliverySummary>, Option<Item>), StoreError> {
+    ) -> Result<EntryPage, StoreError> {
         let bucket = src.bucket;
         let (pk_attr, sk_attr) = src.key_attributes();
         let from = format!("{bucket}#{}", q.since.map(|t| time_sk(t, "")).unwrap_or_else(|| "0".into()));
@@ -1865,92 +1932,72 @@ impl DynamoStore {
             .expression_attribute_values(":k", s(&src.partition))
             .expression_attribute_values(":from", s(&from))
             .expression_attribute_values(":to", s(&to));
-        let status = status.filter(|st| matches!(st, DeliveryStatus::Scheduled | DeliveryStatus::Sending));
-        if src.keys {
-            let keep = move |d: &DeliverySummary| {
-                endpoint_bucket(d.status) == bucket && status.is_none_or(|st| d.status == st)
-            };
-            return self.fill_page(req, limit, start, Some(&keep)).await;
-        }
-        if let Some(st) = status {
+        if let Some(st) = open.filter(|_| !src.keys) {
             req = req
                 .filter_expression("#status = :st")
                 .expression_attribute_names("#status", "status")
                 .expression_attribute_values(":st", s(st.as_str()));
         }
-        self.fill_page(req, limit, start, None).await
+        self.fill_page(req, src.kind(), limit, start).await
     }
 
-    /// Runs `req` page by page from `start` until `limit` deliveries are read or the range
-    /// ends (a filter can make a page come back short). Returns them and the key to go on
-    /// from, if there may be more. With `keep`, the index projects keys only: each page's
-    /// items are read (BatchGetItem, in the page's order) and those `keep` refuses are left
-    /// out.
+    /// Runs `req`, a Query of an index partition of `kind`, page by page from `start` until `limit`
+    /// entries are read or the range ends (a filter can make a page come back short).
+    /// Returns them and the key to go on from, if there may be more.
     async fn fill_page(
         &self,
         req: aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
+        kind: Kind,
         limit: usize,
         mut start: Option<Item>,
-        keep: Option<&(dyn Fn(&DeliverySummary) -> bool + Sync)>,
-    ) -> Result<(Vec<DeliverySummary>, Option<Item>), StoreError> {
-        let mut data = Vec::new();
+    ) -> Result<EntryPage, StoreError> {
+        let mut entries = Vec::new();
         loop {
             let page = req
                 .clone()
-                .limit(i32::try_from(limit - data.len()).unwrap_or(100))
+                .limit(i32::try_from(limit - entries.len()).unwrap_or(100))
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
                 .map_err(aws)?;
-            let items = page.items.unwrap_or_default();
-            match keep {
-                None => {
-                    for item in items {
-                        data.push(from_item(item)?);
-                    }
-                }
-                Some(keep) => {
-                    let ids: Vec<String> = items
-                        .iter()
-                        .filter_map(|i| i.get(PK).and_then(|v| v.as_s().ok()))
-                        .filter_map(|pk| pk.strip_prefix(&delivery_pk("")).map(str::to_string))
-                        .collect();
-                    let mut found: HashMap<String, DeliverySummary> =
-                        self.delivery_summaries(&ids).await?.into_iter().map(|d| (d.id.clone(), d)).collect();
-                    data.extend(ids.iter().filter_map(|id| found.remove(id)).filter(|d| keep(d)));
-                }
+            for item in page.items.unwrap_or_default() {
+                entries.extend(Entry::of(kind, item)?);
             }
             match page.last_evaluated_key {
                 Some(k) if !k.is_empty() => {
-                    if data.len() >= limit {
-                        return Ok((data, Some(k)));
+                    if entries.len() >= limit {
+                        return Ok((entries, Some(k)));
                     }
                     start = Some(k);
                 }
-                _ => return Ok((data, None)),
+                _ => return Ok((entries, None)),
             }
         }
     }
 
     /// A page merged over several index partitions (`sources`): the newest (or oldest) `limit`
-    /// of them by `order` (the index's sort key), each source read by `page` from where the
-    /// cursor says. The cursor names every source: where to go on (`key` builds the index key
-    /// of the last one taken), from the start (`{}`), or done (null); a source it does not
-    /// name (a shard added since) starts over. A one-partition cursor (a page from before the
-    /// index was split, such as a running job's) goes on in the partition it names, the
-    /// shards from the start (they hold only what was written since the split).
+    /// of them in the index's order, each source read by `page` from where the cursor says,
+    /// up to `limit` entries. The merge runs on the entries' keys; only the entries it takes
+    /// of a keys-only index are read as their items (BatchGetItem, strongly consistent, about
+    /// `limit` of them), and listed if `keep` takes them (an item that has moved on since is
+    /// left out: the page can then come back short, with a cursor). The same delivery from
+    /// both endpoint indexes (an old entry not yet gone from `by_endpoint`) is listed once, as
+    /// `by_endpoint_keys` has it. The cursor names every source: where to go on (the index
+    /// key of the last entry passed), from the start (`{}`), or done (null); a source it does
+    /// not name (a shard added since) starts over. A one-partition cursor (a page from before
+    /// the index was split, such as a running job's) goes on in the partition it names, the
+    /// shards and `by_endpoint_keys` from the start.
     async fn merged_page<'s, F, Fut>(
         &self,
         sources: &'s [Source],
         q: &DeliveryQuery,
         limit: usize,
-        order: &(dyn Fn(&DeliverySummary) -> String + Sync),
-        key: &(dyn Fn(&Source, &DeliverySummary) -> Item + Sync),
+        keep: &(dyn Fn(&Source, &DeliverySummary) -> bool + Sync),
         page: F,
     ) -> Result<Page<DeliverySummary>, StoreError>
     where
         F: Fn(&'s Source, Option<Item>) -> Fut,
-        Fut: std::future::Future<Output = Result<SummaryPage, StoreError>>,
+        Fut: std::future::Future<Output = Result<EntryPage, StoreError>>,
     {
         // Per source: None = done, Some(None) = from the start, Some(Some(key)) = after key.
         let mut positions: Vec<Option<Option<Item>>> = vec![Some(None); sources.len()];
@@ -1996,7 +2043,7 @@ impl DynamoStore {
         }
         let to_read: Vec<(usize, Option<Item>)> =
             positions.iter().enumerate().filter_map(|(i, at)| at.clone().map(|start| (i, start))).collect();
-        let pages: Vec<Result<(usize, SummaryPage), StoreError>> =
+        let pages: Vec<Result<(usize, EntryPage), StoreError>> =
             futures::stream::iter(to_read.into_iter().map(|(i, start)| {
                 let fut = page(&sources[i], start);
                 async move { fut.await.map(|p| (i, p)) }
@@ -2004,27 +2051,81 @@ impl DynamoStore {
             .buffered(SOURCES_IN_FLIGHT)
             .collect()
             .await;
-        let mut fetched: Vec<(usize, DeliverySummary)> = Vec::new();
+        // `a` comes before `b` in the listing's direction.
+        let before = |a: &str, b: &str| if q.oldest_first { a < b } else { a > b };
+        let mut fetched: Vec<(usize, Entry)> = Vec::new();
         let mut next_keys: HashMap<usize, Option<Item>> = HashMap::new();
+        // The nearest of the last entries read from the sources not read to their end: no
+        // entry a source has not read yet comes before it, so the entries up to it are in
+        // their place (the source it is from read `limit` of them: a full page).
+        let mut frontier: Option<String> = None;
         for p in pages {
-            let (i, (items, next)) = p?;
+            let (i, (entries, next)) = p?;
+            if next.is_some()
+                && let Some(last) = entries.last()
+                && frontier.as_deref().is_none_or(|f| before(&last.order, f))
+            {
+                frontier = Some(last.order.clone());
+            }
             next_keys.insert(i, next);
-            fetched.extend(items.into_iter().map(|d| (i, d)));
+            fetched.extend(entries.into_iter().map(|e| (i, e)));
         }
-        fetched.sort_by_key(|(_, d)| order(d));
-        if !q.oldest_first {
-            fetched.reverse();
+        fetched.sort_by(|(i, a), (j, b)| {
+            let order = if q.oldest_first { a.order.cmp(&b.order) } else { b.order.cmp(&a.order) };
+            // One delivery in both endpoint indexes: the keys-only entry (its item) first.
+            order.then(sources[*j].keys.cmp(&sources[*i].keys))
+        });
+        let placed =
+            fetched.iter().take_while(|(_, e)| frontier.as_deref().is_none_or(|f| !before(f, &e.order))).count();
+        // Take entries in order, reading the items of keys-only ones a chunk at a time (as
+        // many as are still wanted), until `limit` are listed or the placed entries run out.
+        let mut data: Vec<DeliverySummary> = Vec::new();
+        let mut listed: std::collections::HashSet<String> = std::collections::HashSet::new();
+        let mut passed = 0;
+        while data.len() < limit && passed < placed {
+            let chunk = passed..(passed + limit - data.len()).min(placed);
+            let ids: Vec<String> = fetched[chunk.clone()]
+                .iter()
+                .filter(|(_, e)| e.summary.is_none() && !listed.contains(&e.id))
+                .map(|(_, e)| e.id.clone())
+                .collect();
+            let mut items: HashMap<String, DeliverySummary> = if ids.is_empty() {
+                HashMap::new()
+            } else {
+                self.delivery_summaries(&ids).await?.into_iter().map(|d| (d.id.clone(), d)).collect()
+            };
+            for (i, e) in &fetched[chunk] {
+                passed += 1;
+                if listed.contains(&e.id) {
+                    continue;
+                }
+                let d = match &e.summary {
+                    Some(d) => Some(d.clone()),
+                    None => items.remove(&e.id).filter(|d| keep(&sources[*i], d)),
+                };
+                if let Some(d) = d {
+                    listed.insert(d.id.clone());
+                    data.push(d);
+                    if data.len() == limit {
+                        break;
+                    }
+                }
+            }
         }
-        let rest = fetched.split_off(fetched.len().min(limit));
+        // The other index's entry of the last one listed is passed with it.
+        while passed < fetched.len() && listed.contains(&fetched[passed].1.id) {
+            passed += 1;
+        }
+        let (gone, rest) = fetched.split_at(passed);
         let mut cursor = serde_json::Map::new();
         for (i, src) in sources.iter().enumerate() {
             let unread = rest.iter().any(|(j, _)| *j == i);
             let position = if !next_keys.contains_key(&i) {
                 None // done before this page
             } else if unread {
-                // Go on after the last one taken from this source (or where it started).
-                match fetched.iter().rev().find(|(j, _)| *j == i) {
-                    Some((_, d)) => Some(key(src, d)),
+                // Go on after the last entry passed from this source (or where it started).
+                match gone.iter().rev().find(|(j, _)| *j == i) {
+                    Some((_, e)) => Some(e.key.clone()),
                     None => positions[i].clone().flatten(),
                 }
             } else {
@@ -2037,7 +2138,6 @@ impl DynamoStore {
             };
             cursor.insert(src.name.clone(), value);
         }
-        let data = fetched.into_iter().map(|(_, d)| d).collect();
         let open = cursor.values().any(|v| !v.is_null());
         let next_cursor = open.then(|| B64URL.encode(serde_json::json!({ "buckets": cursor }).to_string()));
         Ok(Page { data, next_cursor })
@@ -2082,8 +2182,49 @@ fn endpoint_start(tenant_id: &str, cursor: &str) -> Result<Item, StoreError> {
     if fits { Ok(key) } else { Err(StoreError::InvalidCursor) }
 }
 
-/// Deliveries read from one index partition, and the key to go on from.
-type SummaryPage = (Vec<DeliverySummary>, Option<Item>);
+/// Entries read from one index partition, and the key to go on from.
+type EntryPage = (Vec<Entry>, Option<Item>);
+
+/// One index entry a merged listing may take.
+struct Entry {
+    /// Its index key (the table key and the index's key): where its source goes on after it.
+    key: Item,
+    /// Its place in the listing: the index's sort key, without the `by_endpoint` bucket
+    /// (`{created_at}#{id}`, or `by_status`'s `{updated_at}#{id}`).
+    order: String,
+    /// The delivery's id.
+    id: String,
+    /// The delivery as the index projects it; `None` from `by_endpoint_keys`, which projects
+    /// keys only (the item is read when the entry is taken).
+    summary: Option<DeliverySummary>,
+}
+
+impl Entry {
+    /// The entry of a Query of `src` that returned `item`; `None` for an item not a
+    /// delivery's (the endpoint and status indexes hold deliveries only).
+    ///
+    /// # Errors
+    /// [`StoreError::Corrupt`] for a projected delivery that does not decode.
+    fn of(src: Kind, item: Item) -> Result<Option<Self>, StoreError> {
+        let (pk_attr, sk_attr) = src.key_attributes();
+        let text = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
+        let (Some(id), Some(sk)) =
+            (text(PK).and_then(|pk| pk.strip_prefix(&delivery_pk("")).map(str::to_string)), text(sk_attr))
+        else {
+            return Ok(None);
+        };
+        let order = match sk.strip_prefix(src.bucket).and_then(|rest| rest.strip_prefix('#')) {
+            Some(rest) if !src.bucket.is_empty() => rest.to_string(),
+            _ => sk,
+        };
+        let key: Item = [PK, SK, pk_attr, sk_attr]
+            .into_iter()
+            .filter_map(|name| item.get(name).map(|v| (name.to_string(), v.clone())))
+            .collect();
+        let summary = if src.keys { None } else { Some(from_item(item)?) };
+        Ok(Some(Self { key, order, id, summary }))
+    }
+}
 
 /// One index partition a merged listing reads.
 struct Source {
@@ -2103,6 +2244,28 @@ impl Source {
     /// The key attributes (partition, sort) of the index this source is read from:
     /// `by_status`, `by_endpoint_keys` or `by_endpoint`.
     fn key_attributes(&self) -> (&'static str, &'static str) {
+        self.kind().key_attributes()
+    }
+
+    /// Which index, and which bucket of it, this source reads.
+    fn kind(&self) -> Kind {
+        Kind { bucket: self.bucket, keys: self.keys }
+    }
+}
+
+/// Which index a [`Source`] reads (`by_status`: no bucket; `by_endpoint_keys`: `keys`; else
+/// `by_endpoint`), and which bucket of it.
+#[derive(Debug, Clone, Copy)]
+struct Kind {
+    /// The `by_endpoint` bucket (empty for `by_status`).
+    bucket: &'static str,
+    /// `by_endpoint_keys`.
+    keys: bool,
+}
+
+impl Kind {
+    /// See [`Source::key_attributes`].
+    fn key_attributes(self) -> (&'static str, &'static str) {
         if self.bucket.is_empty() {
             (STATUS_KEY, STATUS_SK)
         } else if self.keys {
@@ -2111,6 +2274,11 @@ impl Source {
             (EP_PK, EP_SK)
         }
     }
+}
+
+/// Whether `status` is one of the two of the `open` bucket.
+fn in_open(status: DeliveryStatus) -> bool {
+    matches!(status, DeliveryStatus::Scheduled | DeliveryStatus::Sending)
 }
 
 /// Index partitions a merged listing queries at once.

@@ -412,9 +412,21 @@ pub trait Store: Send + Sync {
     /// A page of deliveries.
     async fn list_deliveries(&self, query: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError>;
     /// How many of an endpoint's deliveries are in `status`: a `Select=COUNT` Query of that
-    /// status's `by_endpoint` key range (one request per 1 MB of index entries, about 3,000
-    /// deliveries; nothing outside the range is read, and no item is returned).
+    /// status's key range in each endpoint index partition (one request per 1 MB of index
+    /// entries; nothing outside the range is read, and no item is returned), except for
+    /// `scheduled` and `sending` in `by_endpoint_keys`, which projects no status: the items of
+    /// its `open` range are read (eventually consistent, half a read unit each).
     async fn count_deliveries(&self, endpoint_id: &str, status: DeliveryStatus) -> Result<u64, StoreError>;
+    /// [`Self::count_deliveries`] of each of `statuses`, in their order, in as few reads as
+    /// the store can: the DynamoDB store reads the `open` range's items once for both
+    /// `scheduled` and `sending`. By default, one `count_deliveries` each.
+    async fn count_deliveries_in(
+        &self,
+        endpoint_id: &str,
+        statuses: &[DeliveryStatus],
+    ) -> Result<Vec<u64>, StoreError> {
+        futures::future::try_join_all(statuses.iter().map(|st| self.count_deliveries(endpoint_id, *st))).await
+    }
     /// Counts one delivery of `endpoint_id` as delivered on the UTC day of `at`: an atomic
     /// ADD of 1 to a small counter item per (endpoint, day, split), `expires_at` (unix
     /// seconds) its TTL, and `at` as the item's `last_delivered_at` (a plain SET in the same

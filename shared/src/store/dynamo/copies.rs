@@ -503,7 +503,7 @@ impl DynamoStore {
                 Item::from([(PK.to_string(), s(endpoint_copy_pk(tenant_id, j))), (SK.to_string(), s(endpoint_key(id)))])
             })
             .collect();
-        let found = self.batch_get(&keys, Some(("consecutive_failures", &[]))).await?;
+        let found = self.batch_get(&keys, Some(("consecutive_failures", &[])), true).await?;
         Ok(found.iter().filter_map(failures_of).fold(0u32, u32::saturating_add))
     }
 
