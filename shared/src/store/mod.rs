@@ -31,9 +31,11 @@
 //!   bucket is `open` (scheduled or sending), `held`, `exhausted` or `delivered`
 //!   ([`keys::endpoint_bucket`]): an endpoint's held or unfinished deliveries are a key range
 //!   read without touching its history. Keys only: a claim (scheduled to sending) or a
-//!   retry's new wait keeps the key and so writes no entry; a listing reads the items of the
-//!   entries it finds (BatchGetItem), and a count of scheduled or sending ones reads the
-//!   `open` range's items.
+//!   retry's new wait keeps the key and so writes no entry; a listing merges the partitions'
+//!   entries on their keys and reads (BatchGetItem, strongly consistent) only the items of
+//!   those it lists, in chunks of as many as the page still wants (an entry whose item has
+//!   moved on is read and skipped); the stats' counts of scheduled and sending read the
+//!   `open` range's items once for both (eventually consistent).
 //! - `by_endpoint`: `ep_pk`, `ep_sk`, the same keys with a summary's attributes projected:
 //!   deliveries written before 2026-12-02, until a change of bucket or a recorded attempt moves the entry to
 //!   `by_endpoint_keys`. Listings and counts read both, merged in the index order.
