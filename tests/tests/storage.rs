@@ -392,12 +392,8 @@ async fn delivery_item(stack: &Stack, id: &str) -> HashMap<String, AttributeValu
 async fn into_old_due(stack: &Stack, id: &str, due_at: Option<i64>) {
     let item = delivery_item(stack, id).await;
     let at = due_at.map_or_else(|| item["dk_at"].clone(), |ms| AttributeValue::N(ms.to_string()));
-    ddb()
+    update_delivery(stack, id)
         .await
-        .update_item()
-        .table_name(&stack.app.config.table)
-        .key(PK, AttributeValue::S(webhooks::store::keys::delivery_pk(id)))
-        .key(SK, AttributeValue::S(webhooks::store::keys::DELIVERY_SK.into()))
         .update_expression("SET due_pk = :p, due_at = :a REMOVE dk_pk, dk_at")
         .expression_attribute_values(":p", item["dk_pk"].clone())
         .expression_attribute_values(":a", at)
@@ -538,7 +534,7 @@ async fn an_event_and_its_deliveries_have_no_index_entry_and_are_found_by_the_ev
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_delivery_written_before_the_by_event_change_is_delivered_and_found() {
-    use webhooks::store::keys::{DELIVERY_ENDPOINT, DELIVERY_SK, EVENT_ENDPOINTS, EVENT_ENTRY, delivery_pk};
+    use webhooks::store::keys::{DELIVERY_ENDPOINT, DELIVERY_SK, EVENT_ENDPOINTS, EVENT_ENTRY};
     let stack = Stack::start(|_| {}).await;
     let rx = Receiver::start(Reply::Status(200)).await;
     // Attempt 1 fails; attempt 2, 3 s later, comes after the items were put back to the old
@@ -556,13 +552,8 @@ async fn a_delivery_written_before_the_by_event_change_is_delivered_and_found() 
 
     // The items as today's main wrote them: the delivery's endpoint in `endpoint_id` (so in
     // `by_event`), an event item with neither an entry there nor a list of endpoints.
-    let table = stack.app.config.table.clone();
-    ddb()
+    update_delivery(&stack, &id)
         .await
-        .update_item()
-        .table_name(&table)
-        .key(PK, AttributeValue::S(delivery_pk(&id)))
-        .key(SK, AttributeValue::S(DELIVERY_SK.into()))
         .update_expression("SET endpoint_id = :ep REMOVE #endpoint")
         .expression_attribute_names("#endpoint", DELIVERY_ENDPOINT)
         .expression_attribute_values(":ep", AttributeValue::S(ep.clone()))
@@ -1393,12 +1384,8 @@ async fn a_slow_marker_mirror_older_than_the_copys_marker_is_refused() {
 /// it (the same partition and sort key under `ep_pk`, `ep_sk`).
 async fn into_old_endpoint_index(stack: &Stack, id: &str) {
     let item = delivery_item(stack, id).await;
-    ddb()
+    update_delivery(stack, id)
         .await
-        .update_item()
-        .table_name(&stack.app.config.table)
-        .key(PK, AttributeValue::S(webhooks::store::keys::delivery_pk(id)))
-        .key(SK, AttributeValue::S(webhooks::store::keys::DELIVERY_SK.into()))
         .update_expression("SET ep_pk = :p, ep_sk = :s REMOVE ek_pk, ek_sk")
         .expression_attribute_values(":p", item["ek_pk"].clone())
         .expression_attribute_values(":s", item["ek_sk"].clone())
