@@ -214,6 +214,13 @@ async fn list_all(store: &webhooks::store::DynamoStore, q: webhooks::store::Deli
     let mut cursor = q.cursor.clone();
     for _ in 0..100 {
         let page = store.list_deliveries(&webhooks::store::DeliveryQuery { cursor, ..q.clone() }).await.unwrap();
+        // A page shorter than its limit is the last: job steps take it as "nothing left".
+        assert!(
+            page.next_cursor.is_none() || page.data.len() == q.limit,
+            "a page of {} under a limit of {} with a cursor",
+            page.data.len(),
+            q.limit
+        );
         ids.extend(page.data.into_iter().map(|d| d.id));
         match page.next_cursor {
             Some(c) => cursor = Some(c),
@@ -1580,5 +1587,55 @@ async fn a_sharded_listing_of_both_endpoint_indexes_reads_only_the_items_it_list
     assert_eq!(page.data.len(), 5);
     let items = reads.items.load(Ordering::SeqCst);
     assert!(items <= 5, "{items} items read for a page of 5 over 4 shards of 2 indexes");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_status_listing_reads_past_the_entries_it_leaves_out_so_a_short_page_is_the_last() {
+    use webhooks::lifecycle;
+    use webhooks::model::DeliveryStatus;
+    use webhooks::store::{Applied, DeliveryQuery, DynamoStore, Store as _};
+    let stack = still_stack(|_| {}).await;
+    let store = DynamoStore::new(ddb().await, &stack.app.config.table, 8);
+    let t0 = chrono::Utc::now() - chrono::Duration::minutes(5);
+    let mut all = Vec::new();
+    for i in 0..7i64 {
+        let at = t0 + chrono::Duration::milliseconds(i * 10);
+        all.push(write_delivery(&stack, &store, &format!("short-{i}"), "ep-short", at, false).await);
+    }
+    // The two oldest are being sent, and the fourth has moved on to held while its
+    // keys-only entry still says `open`: all three in the range a scheduled listing reads.
+    for id in &all[..2] {
+        let claim =
+            lifecycle::claim(&stack.app.config, chrono::Utc::now(), &lifecycle::AttemptMessage::new(id.clone(), 1));
+        assert!(matches!(store.apply(id, &claim, false).await.unwrap(), Applied::Done(_)));
+    }
+    update_delivery(&stack, &all[3])
+        .await
+        .update_expression("SET #s = :h")
+        .expression_attribute_names("#s", "status")
+        .expression_attribute_values(":h", AttributeValue::S("held".into()))
+        .send()
+        .await
+        .unwrap();
+    let scheduled = vec![all[2].clone(), all[4].clone(), all[5].clone(), all[6].clone()];
+    // A job step (hold, the end of a deleted endpoint) that finds fewer than it asked for
+    // takes that as "nothing left": the first page reads on past the two being sent.
+    let q = DeliveryQuery {
+        endpoint_id: Some("ep-short".into()),
+        status: Some(DeliveryStatus::Scheduled),
+        limit: 2,
+        oldest_first: true,
+        ..Default::default()
+    };
+    let first = store.list_deliveries(&q).await.unwrap();
+    assert_eq!(first.data.iter().map(|d| d.id.clone()).collect::<Vec<_>>(), scheduled[..2].to_vec());
+    assert!(first.next_cursor.is_some());
+    assert_eq!(list_all(&store, q.clone()).await, scheduled, "2 a page, each page full but the last");
+    let mut newest = scheduled.clone();
+    newest.reverse();
+    assert_eq!(list_all(&store, DeliveryQuery { oldest_first: false, ..q.clone() }).await, newest);
+    let sending = DeliveryQuery { status: Some(DeliveryStatus::Sending), limit: 1, ..q.clone() };
+    assert_eq!(list_all(&store, sending).await, all[..2].to_vec());
     stack.stop().await;
 }

@@ -1977,17 +1977,46 @@ impl DynamoStore {
 
     /// A page merged over several index partitions (`sources`): the newest (or oldest) `limit`
     /// of them in the index's order, each source read by `page` from where the cursor says,
-    /// up to `limit` entries. The merge runs on the entries' keys; only the entries it takes
-    /// of a keys-only index are read as their items (BatchGetItem, strongly consistent, about
-    /// `limit` of them), and listed if `keep` takes them (an item that has moved on since is
-    /// left out: the page can then come back short, with a cursor). The same delivery from
-    /// both endpoint indexes (an old entry not yet gone from `by_endpoint`) is listed once, as
-    /// `by_endpoint_keys` has it. The cursor names every source: where to go on (the index
-    /// key of the last entry passed), from the start (`{}`), or done (null); a source it does
-    /// not name (a shard added since) starts over. A one-partition cursor (a page from before
-    /// the index was split, such as a running job's) goes on in the partition it names, the
-    /// shards and `by_endpoint_keys` from the start.
+    /// up to `limit` entries at a time. The merge runs on the entries' keys; only the entries
+    /// it takes of a keys-only index are read as their items (BatchGetItem, strongly
+    /// consistent, about as many as it lists), and listed if `keep` takes them. An item that
+    /// has moved on since its entry was read (another status of the `open` range, or another
+    /// bucket: the index lags the table) is left out and the merge reads on, so a page
+    /// shorter than `limit` is the last one (job steps take it as "nothing left"). The same
+    /// delivery from both endpoint indexes (an old entry not yet gone from `by_endpoint`) is
+    /// listed once, as `by_endpoint_keys` has it. The cursor names every source: where to go
+    /// on (the index key of the last entry passed), from the start (`{}`), or done (null); a
+    /// source it does not name (a shard added since) starts over. A one-partition cursor (a
+    /// page from before the index was split, such as a running job's) goes on in the
+    /// partition it names, the shards and `by_endpoint_keys` from the start.
     async fn merged_page<'s, F, Fut>(
+        &self,
+        sources: &'s [Source],
+        q: &DeliveryQuery,
+        limit: usize,
+        keep: &(dyn Fn(&Source, &DeliverySummary) -> bool + Sync),
+        page: F,
+    ) -> Result<Page<DeliverySummary>, StoreError>
+    where
+        F: Fn(&'s Source, Option<Item>) -> Fut,
+        Fut: std::future::Future<Output = Result<EntryPage, StoreError>>,
+    {
+        let mut data = Vec::new();
+        let mut step_query = q.clone();
+        loop {
+            let step = self.merged_step(sources, &step_query, limit - data.len(), keep, &page).await?;
+            data.extend(step.data);
+            match step.next_cursor {
+                Some(cursor) if data.len() < limit => step_query.cursor = Some(cursor),
+                next_cursor => return Ok(Page { data, next_cursor }),
+            }
+        }
+    }
+
+    /// One merge of [`Self::merged_page`]: up to `limit` deliveries, from the entries every
+    /// source's one read places (see there); fewer when `keep` leaves some out, with a cursor
+    /// while any source has more.
+    async fn merged_step<'s, F, Fut>(
         &self,
         sources: &'s [Source],
         q: &DeliveryQuery,
@@ -2084,12 +2113,17 @@ impl DynamoStore {
         let mut passed = 0;
         while data.len() < limit && passed < placed {
             let chunk = passed..(passed + limit - data.len()).min(placed);
-            let ids: Vec<String> = fetched[chunk.clone()]
+            // Each id once: one delivery can have two keys-only entries a moment (its old and
+            // new bucket or shard while the index catches up), and a BatchGetItem refuses a
+            // key given twice.
+            let mut ids: Vec<String> = fetched[chunk.clone()]
                 .iter()
                 .filter(|(_, e)| e.summary.is_none() && !listed.contains(&e.id))
                 .map(|(_, e)| e.id.clone())
                 .collect();
-            let mut items: HashMap<String, DeliverySummary> = if ids.is_empty() {
+            ids.sort_unstable();
+            ids.dedup();
+            let items: HashMap<String, DeliverySummary> = if ids.is_empty() {
                 HashMap::new()
             } else {
                 self.delivery_summaries(&ids).await?.into_iter().map(|d| (d.id.clone(), d)).collect()
@@ -2101,7 +2135,7 @@ impl DynamoStore {
                 }
                 let d = match &e.summary {
                     Some(d) => Some(d.clone()),
-                    None => items.remove(&e.id).filter(|d| keep(&sources[*i], d)),
+                    None => items.get(&e.id).filter(|d| keep(&sources[*i], d)).cloned(),
                 };
                 if let Some(d) = d {
                     listed.insert(d.id.clone());

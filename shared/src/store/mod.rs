@@ -411,7 +411,8 @@ pub trait Store: Send + Sync {
     /// consistent Query of the id's `EVENT_ID#` partition), and from the `by_event` index for
     /// items written before the event-key change (see the layout above).
     async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError>;
-    /// A page of deliveries.
+    /// A page of deliveries: `query.limit` of them (clamped to 1-100), fewer only on the last
+    /// page (`next_cursor` None); job steps take a short page as "nothing left".
     async fn list_deliveries(&self, query: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError>;
     /// How many of an endpoint's deliveries are in `status`: a `Select=COUNT` Query of that
     /// status's key range in each endpoint index partition (one request per 1 MB of index
