@@ -1414,6 +1414,19 @@ async fn update_delivery(
         .key(SK, AttributeValue::S(webhooks::store::keys::DELIVERY_SK.into()))
 }
 
+/// Sets delivery `id`'s status to `held` and nothing else: its item has moved on while its
+/// endpoint index entry still says `open` (as a lagging index shows it).
+async fn move_on_to_held(stack: &Stack, id: &str) {
+    update_delivery(stack, id)
+        .await
+        .update_expression("SET #s = :h")
+        .expression_attribute_names("#s", "status")
+        .expression_attribute_values(":h", AttributeValue::S("held".into()))
+        .send()
+        .await
+        .unwrap();
+}
+
 /// Which endpoint index holds delivery `id`'s entry, and its sort key: (`by_endpoint_keys`?,
 /// sort key). Panics when it is in both or neither.
 async fn endpoint_entry(stack: &Stack, id: &str) -> (bool, String) {
@@ -1549,14 +1562,7 @@ async fn a_sharded_listing_of_both_endpoint_indexes_reads_only_the_items_it_list
     }
     let (moved, twice, claimed) = (all[5].clone(), all[7].clone(), all[9].clone());
     // One whose item has moved on (held) while its keys-only entry still says `open`.
-    update_delivery(&stack, &moved)
-        .await
-        .update_expression("SET #s = :h")
-        .expression_attribute_names("#s", "status")
-        .expression_attribute_values(":h", AttributeValue::S("held".into()))
-        .send()
-        .await
-        .unwrap();
+    move_on_to_held(&stack, &moved).await;
     let claim =
         lifecycle::claim(&stack.app.config, chrono::Utc::now(), &lifecycle::AttemptMessage::new(claimed.clone(), 1));
     assert!(matches!(store.apply(&claimed, &claim, false).await.unwrap(), Applied::Done(_)));
@@ -1610,14 +1616,7 @@ async fn a_status_listing_reads_past_the_entries_it_leaves_out_so_a_short_page_i
             lifecycle::claim(&stack.app.config, chrono::Utc::now(), &lifecycle::AttemptMessage::new(id.clone(), 1));
         assert!(matches!(store.apply(id, &claim, false).await.unwrap(), Applied::Done(_)));
     }
-    update_delivery(&stack, &all[3])
-        .await
-        .update_expression("SET #s = :h")
-        .expression_attribute_names("#s", "status")
-        .expression_attribute_values(":h", AttributeValue::S("held".into()))
-        .send()
-        .await
-        .unwrap();
+    move_on_to_held(&stack, &all[3]).await;
     let scheduled = vec![all[2].clone(), all[4].clone(), all[5].clone(), all[6].clone()];
     // A job step (hold, the end of a deleted endpoint) that finds fewer than it asked for
     // takes that as "nothing left": the first page reads on past the two being sent.
