@@ -657,7 +657,7 @@ impl DynamoStore {
                     None => ENDPOINT_BUCKETS.to_vec(),
                 };
                 let sources = self.endpoint_sources(ep, &buckets);
-                let open = status.filter(|st| matches!(st, DeliveryStatus::Scheduled | DeliveryStatus::Sending));
+                let open = status.filter(|st| in_open(*st));
                 // An item read for a keys-only entry is listed while it is still in the entry's
                 // bucket (and in the status asked for): the index lags the table a moment.
                 let keep = move |src: &Source, d: &DeliverySummary| {
@@ -1823,7 +1823,7 @@ impl DynamoStore {
     /// bucket, which only `by_endpoint` projects: see [`Self::open_tally`] for
     /// `by_endpoint_keys`).
     async fn count_in_partition(&self, src: &Source, status: DeliveryStatus) -> Result<u64, StoreError> {
-        let two_in_bucket = matches!(status, DeliveryStatus::Scheduled | DeliveryStatus::Sending);
+        let two_in_bucket = in_open(status);
         let (pk_attr, sk_attr) = src.key_attributes();
         let mut total = 0u64;
         let mut start: Option<Item> = None;
