@@ -99,10 +99,7 @@ pub fn section(body: &mut String, scenarios: &[Scenario], due_shards: u32) -> (u
     let endpoint_get_rru = app("GetItem", &|o| {
         o.reads.iter().filter(|r| r.payloads == 0 && r.factor >= 1.0).map(|r| r.units(4096, None)).sum()
     });
-    // Deliveries are in `due_keys` and `by_endpoint_keys`; `due` holds jobs and deliveries
-    // written before it, `by_endpoint` deliveries written before its keys-only copy.
-    let (due, by_endpoint, by_status, by_event) =
-        (gsi("due") + gsi("due_keys"), gsi("by_endpoint") + gsi("by_endpoint_keys"), gsi("by_status"), gsi("by_event"));
+    let (due, by_endpoint, by_status) = (gsi("due"), gsi("by_endpoint"), gsi("by_status"));
     // The delivered counter's ADD (an UpdateItem of an item under 1 KB, one per delivered
     // delivery) is on its own key: taken out of the delivery item's units.
     let counter_wru = 1.0;
@@ -151,7 +148,7 @@ pub fn section(body: &mut String, scenarios: &[Scenario], due_shards: u32) -> (u
             setting: Some("WEBHOOKS_ENDPOINT_INDEX_SHARDS"),
         },
         Row {
-            key: format!("GSI `due_keys` (and `due`), `DUE#{{shard}}` ({due_shards} shards, `WEBHOOKS_DUE_SHARDS`)"),
+            key: format!("GSI `due`, `DUE#{{shard}}` ({due_shards} shards, `WEBHOOKS_DUE_SHARDS`)"),
             what: "entry put at ingest, removed by the record; the claim keeps it (same key, keys only: no write)".into(),
             per_delivery: due,
             spread_over: f64::from(due_shards),
@@ -161,7 +158,7 @@ pub fn section(body: &mut String, scenarios: &[Scenario], due_shards: u32) -> (u
             setting: Some("WEBHOOKS_DUE_SHARDS"),
         },
         Row {
-            key: "GSI `by_endpoint_keys` (and `by_endpoint`), `{endpoint_id}` (`{endpoint_id}#{k}` when split)".into(),
+            key: "GSI `by_endpoint`, `{endpoint_id}` (`{endpoint_id}#{k}` when split)".into(),
             what: "entry put at ingest, re-keyed (open to delivered) by the record; the claim keeps it (same key, keys only: no write)".into(),
             per_delivery: by_endpoint,
             spread_over: 1.0,
@@ -182,22 +179,12 @@ pub fn section(body: &mut String, scenarios: &[Scenario], due_shards: u32) -> (u
         },
         Row {
             key: "table `EVENT_ID#{event_id}`, `TENANT#{tenant}`".into(),
-            what: "the event item (payload compressed), put once at ingest; found by the event id alone, so in no index (ingest also reads the event's key from before the event-key change, `EVENT#{tenant}#{event_id}`: half a read unit on a key of its own per event)".into(),
+            what: "the event item (payload compressed), put once at ingest; found by the event id alone, so in no index".into(),
             per_delivery: event_wru,
             spread_over: RATE,
             limit: PARTITION_WRU,
             unit: "WRU",
             source: "measured (the PutItem holding the payload); one key per event, one item per tenant that uses the id".into(),
-            setting: None,
-        },
-        Row {
-            key: "GSI `by_event`, `{event_id}`".into(),
-            what: "event items and deliveries written before the event-key change (read beside the table; new items have no entry)".into(),
-            per_delivery: by_event,
-            spread_over: RATE,
-            limit: PARTITION_WRU,
-            unit: "WRU",
-            source: format!("measured GSI writes ({} on a first try); one key per event", f(by_event, 2)),
             setting: None,
         },
     ];
@@ -371,14 +358,14 @@ pub fn gsi_breakdown(body: &mut String, scenarios: &[Scenario]) -> Option<f64> {
     // (index, lever, units it saves on a first try, what it trades): what is left, not built.
     let saved = 2.0;
     let levers: [(&str, &str, f64, &str); 1] = [(
-        "by_endpoint_keys",
+        "by_endpoint",
         "entries only for deliveries not delivered on their first try (the record of a delivered first try puts its `delivered` entry)",
         saved,
         "an endpoint's listing and its hold, delete and stats counts would miss deliveries waiting for their first try",
     )];
     let _ = writeln!(
         body,
-        "Where a first try's GSI write units go (*{}*, measured by index and request). Built in this change: `due_keys`, a keys-only copy of the due index that new deliveries use (the claim keeps the entry where ingest put it, so it writes nothing there; `due` keeps jobs and older deliveries); deliveries out of `by_event` (one entry per delivery, rewritten by claim and record); the event item under a key found by the event id alone (`EVENT_ID#{{event_id}}`, one item per tenant that uses the id: `GET /v1/events/{{id}}` reads it with one Query of the table), so it needs no `by_event` entry either (the index keeps what was written before, read beside it); then `by_endpoint_keys`, a keys-only copy of `by_endpoint` (same keys), so a claim and a retry's new wait, which keep the delivery in the `open` range, write no entry (`by_endpoint` keeps deliveries written before until their next change of range or recorded attempt; listings merge both on their keys and read the items of only the keys-only entries they list, BatchGetItem, strongly consistent: 1 read unit an item of up to 4 KB; the stats' scheduled and sending counts read the `open` range's items once, eventually consistent). What is left (derived by DynamoDB's GSI write rules; not built):\n",
+        "Where a first try's GSI write units go (*{}*, measured by index and request). The shape (docs/storage.md): `due` and `by_endpoint` project keys only, so a claim (which keeps the due time and the `open` range) and a retry's new wait (same range) write no entry there; the event item is under a key found by the event id alone (`EVENT_ID#{{event_id}}`, one item per tenant that uses the id: `GET /v1/events/{{id}}` reads it with one Query of the table), in no index; listings read the items of only the `by_endpoint` entries they list (BatchGetItem, strongly consistent: 1 read unit an item of up to 4 KB); the stats' scheduled and sending counts read the `open` range's items once, eventually consistent. What is left (derived by DynamoDB's GSI write rules; not built):\n",
         warm.name
     );
     let _ =
@@ -395,13 +382,11 @@ pub fn gsi_breakdown(body: &mut String, scenarios: &[Scenario]) -> Option<f64> {
     }
     let _ = writeln!(
         body,
-        "\n| index | ingest (PutItem) | claim + record (UpdateItem) |\n|---|---|---|\n| `due_keys` | {} | {} |\n| `by_endpoint` | {} | {} |\n| `by_event` | {} | {} |\n",
-        f(by("due_keys", "PutItem"), 0),
-        f(by("due_keys", "UpdateItem"), 0),
-        f(by("by_endpoint", "PutItem"), 0),
-        f(by("by_endpoint", "UpdateItem"), 0),
-        f(by("by_event", "PutItem"), 0),
-        f(by("by_event", "UpdateItem"), 0)
+        "\n| index | ingest (PutItem) | claim + record (UpdateItem) |\n|---|---|---|\n| `due` | {} | {} |\n| `by_status` | {} | {} |\n",
+        f(by("due", "PutItem"), 0),
+        f(by("due", "UpdateItem"), 0),
+        f(by("by_status", "PutItem"), 0),
+        f(by("by_status", "UpdateItem"), 0)
     );
     let floor = total - saved * crate::cost::DDB_WRU;
     let priced = crate::cost::price(warm);
@@ -414,7 +399,7 @@ pub fn gsi_breakdown(body: &mut String, scenarios: &[Scenario]) -> Option<f64> {
     let budget_url = (8.0 - (via_url - units * crate::cost::DDB_WRU)) / crate::cost::DDB_WRU;
     let _ = writeln!(
         body,
-        "The {} write units of a first try are the payload item (2 at the median payload), the delivery item's put, claim and record (1 each), the endpoint's delivered counter (1, so that its stats read no history), the due entry's put and delete (1 each) and the `by_endpoint_keys` entry's put and re-key (1, 2). $8 leaves {} write units once the reads, SQS, Lambda and API Gateway of this run are paid ({} through ingest's function URL). The lever above would come to ${} per million ({} through the function URL) and makes an endpoint's listings and counts miss deliveries waiting for their first try; with it, a delivered counter not written per delivery (1) would still leave {} units over $8 via the HTTP API.\n",
+        "The {} write units of a first try are the payload item (2 at the median payload), the delivery item's put, claim and record (1 each), the endpoint's delivered counter (1, so that its stats read no history), the due entry's put and delete (1 each) and the `by_endpoint` entry's put and re-key (1, 2). $8 leaves {} write units once the reads, SQS, Lambda and API Gateway of this run are paid ({} through ingest's function URL). The lever above would come to ${} per million ({} through the function URL) and makes an endpoint's listings and counts miss deliveries waiting for their first try; with it, a delivered counter not written per delivery (1) would still leave {} units over $8 via the HTTP API.\n",
         f(units, 0),
         f(budget, 1),
         f(budget_url, 1),

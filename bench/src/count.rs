@@ -48,9 +48,6 @@ pub const WRITE_UNIT: usize = 1024;
 pub const READ_UNIT: usize = 4096;
 /// SQS's billing chunk, bytes: each 64 KB of a request's payload is billed as one request.
 pub const SQS_CHUNK: usize = 65_536;
-/// The attribute of an event item that holds the payload as text (items written before
-/// compression).
-pub const PAYLOAD_ATTRIBUTE: &str = webhooks::store::payload::PAYLOAD_TEXT;
 /// The attribute of an event item that holds the zstd-compressed payload.
 pub const PAYLOAD_Z_ATTRIBUTE: &str = webhooks::store::payload::PAYLOAD_Z;
 
@@ -114,23 +111,14 @@ impl Sized {
         self.bytes_at(payload).div_ceil(unit).max(1) as f64 * self.factor
     }
 
-    /// An item, with its payload attribute if it has one (`payload_z`, compressed; or
-    /// `payload`, text, as written before compression).
+    /// An item, with its payload attribute if it has one (`payload_z`, compressed).
     fn item(item: &Item, factor: f64) -> Self {
         let mut s = Self { bytes: item_size(item), factor, ..Self::default() };
-        match (item.get(PAYLOAD_Z_ATTRIBUTE), item.get(PAYLOAD_ATTRIBUTE)) {
-            (Some(AttributeValue::B(frame)), _) => {
-                s.payloads = 1;
-                s.compressed = true;
-                s.payload_bytes = frame.as_ref().len();
-                s.payload_raw = webhooks::store::payload::decompress(frame.as_ref()).map_or(0, |p| p.len());
-            }
-            (_, Some(AttributeValue::S(p))) => {
-                s.payloads = 1;
-                s.payload_bytes = p.len();
-                s.payload_raw = p.len();
-            }
-            _ => {}
+        if let Some(AttributeValue::B(frame)) = item.get(PAYLOAD_Z_ATTRIBUTE) {
+            s.payloads = 1;
+            s.compressed = true;
+            s.payload_bytes = frame.as_ref().len();
+            s.payload_raw = webhooks::store::payload::decompress(frame.as_ref()).map_or(0, |p| p.len());
         }
         s
     }

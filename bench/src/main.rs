@@ -466,7 +466,7 @@ fn section_requests(
             if !ok {
                 let _ = writeln!(
                     body,
-                    "**Target missed ({label})**: {} DynamoDB writes, {} reads and {} SQS sends per delivered event against <= 3, <= 1 and 1. What was traded, write by write: ingest writes its two items with two conditional PutItems (in flight together, one round trip) instead of one TransactWriteItems, one more write request for half the write units (DynamoDB on-demand bills units, not requests; section 2 has the dollars); deliver adds 1 to the endpoint's per-day delivered counter after the record (1 write unit), so that the endpoint's stats read no history (issue #10). Read by read: ingest's Query of the tenant's endpoints, its eventually consistent GetItem of the event's key from before the event-key change (half a read unit, in place of the `by_event` entry's write unit: a repeat of an event accepted before it goes on with that item), and deliver's strongly consistent GetItem of the endpoint right before the POST (1 read unit), so that no attempt starts on a configuration older than a change that answered (issue #10: the endpoint copy that rode in the message and deliver's 5 s cache are gone).\n",
+                    "**Target missed ({label})**: {} DynamoDB writes, {} reads and {} SQS sends per delivered event against <= 3, <= 1 and 1. What was traded, write by write: ingest writes its two items with two conditional PutItems (in flight together, one round trip) instead of one TransactWriteItems, one more write request for half the write units (DynamoDB on-demand bills units, not requests; section 2 has the dollars); deliver adds 1 to the endpoint's per-day delivered counter after the record (1 write unit), so that the endpoint's stats read no history (issue #10). Read by read: ingest's Query of the tenant's endpoints and deliver's strongly consistent GetItem of the endpoint right before the POST (1 read unit), so that no attempt starts on a configuration older than a change that answered (issue #10: the endpoint copy that rode in the message and deliver's 5 s cache are gone).\n",
                     f(w, 0),
                     f(rd, 0),
                     f(sd, 0)
@@ -516,13 +516,9 @@ fn design_notes(body: &mut String, scenarios: &[requests::Scenario]) {
         );
     }
     if let Some(c) = scenarios.first() {
-        // Deliver's endpoint reads are strongly consistent; ingest's look-up of the scoped
-        // event key is eventually consistent and finds nothing on a new event.
-        let reads = |consistent: bool| {
-            op(c, "app", "GetItem")
-                .map_or(0, |o| o.reads.iter().filter(|r| r.payloads == 0 && (r.factor >= 1.0) == consistent).count())
-        };
-        let (gets, scoped) = (reads(true), reads(false));
+        // Deliver's endpoint reads (strongly consistent).
+        let gets = op(c, "app", "GetItem")
+            .map_or(0, |o| o.reads.iter().filter(|r| r.payloads == 0 && r.factor >= 1.0).count());
         let how = if gets == 0 {
             "made no DynamoDB read".to_string()
         } else {
@@ -532,7 +528,7 @@ fn design_notes(body: &mut String, scenarios: &[requests::Scenario]) {
         };
         let _ = writeln!(
             body,
-            "In *{}* deliver {how}. The payload rides in the message (when the message stays within SQS's 256 KiB), so a first try reads no payload. Ingest made {scoped} eventually consistent GetItem(s) of the event's key from before the event-key change (`EVENT#{{tenant}}#{{event_id}}`; nothing there for a new event: half a read unit each), so that a repeat of an event accepted before it goes on with that item.\n",
+            "In *{}* deliver {how}. The payload rides in the message (when the message stays within SQS's 256 KiB), so a first try reads no payload.\n",
             c.name
         );
     }
@@ -792,10 +788,10 @@ fn section_cost(
     let ticks_a_month = 60.0 * 24.0 * 365.0 / 12.0;
     let _ = writeln!(
         body,
-        "Fixed costs that do not grow with events (not in the table): the sweeper runs every minute whether or not anything is due (one Lambda invocation and at least two Queries per due shard, {} by default, one of `due_keys` and one of `due`, which holds deliveries written before `due_keys`, and one of the jobs' due partition: about {} invocations and {} queries a month, each query at least 0.5 read units); the event source mapping long-polls the queue while it is idle. Neither was measured here.\n",
+        "Fixed costs that do not grow with events (not in the table): the sweeper runs every minute whether or not anything is due (one Lambda invocation and at least one Query of `due` per due shard, {} by default, and one of the jobs' due partition: about {} invocations and {} queries a month, each query at least 0.5 read units); the event source mapping long-polls the queue while it is idle. Neither was measured here.\n",
         cfg.due_shards,
         thousands(ticks_a_month),
-        thousands(ticks_a_month * f64::from(2 * cfg.due_shards + 1)),
+        thousands(ticks_a_month * f64::from(cfg.due_shards + 1)),
     );
 }
 
@@ -824,7 +820,7 @@ fn section_throughput(
     let size = |i: usize| ceil.sizes.map_or("?".to_string(), |s| s[i].to_string());
     let _ = writeln!(
         body,
-        "How: the local runtime (`webhooks_local::start`: the HTTP API on a loopback port, {} SQS pollers feeding deliver in batches of up to 10, long polls of 1 s; no sweeper), a receiver on 127.0.0.1 answering 200, {} clients posting events over HTTP at once; the clock runs from the first post to the last delivery's arrival. Payload: the median GitHub sample. The emulator's ceiling is measured in the same run with the same concurrency ({} producers, {} consumers) and items and messages of the same shape and size (copies of what ingest wrote and sent for the same payload): per delivery ingest's strongly consistent Query of the tenant's endpoints, its eventually consistent GetItem of the event's key from before the event-key change, the puts (a PutItem of the event item, {} bytes with the payload zstd-compressed, then one of the delivery item, {} bytes, both conditional: the write requests ingest makes), SendMessageBatch (the attempt message as ingest sends it, {} bytes with the payload riding along), ReceiveMessage (up to 10), deliver's strongly consistent GetItem of the endpoint, UpdateItem (claim of the delivery item, conditional, ALL_NEW), UpdateItem (record), UpdateItem (the endpoint's delivered counter), DeleteMessageBatch: every AWS call of a first try, and nothing else (no HTTP, no signing, no JSON beyond the message's delivery id).\n",
+        "How: the local runtime (`webhooks_local::start`: the HTTP API on a loopback port, {} SQS pollers feeding deliver in batches of up to 10, long polls of 1 s; no sweeper), a receiver on 127.0.0.1 answering 200, {} clients posting events over HTTP at once; the clock runs from the first post to the last delivery's arrival. Payload: the median GitHub sample. The emulator's ceiling is measured in the same run with the same concurrency ({} producers, {} consumers) and items and messages of the same shape and size (copies of what ingest wrote and sent for the same payload): per delivery ingest's strongly consistent Query of the tenant's endpoints, the puts (a PutItem of the event item, {} bytes with the payload zstd-compressed, then one of the delivery item, {} bytes, both conditional: the write requests ingest makes), SendMessageBatch (the attempt message as ingest sends it, {} bytes with the payload riding along), ReceiveMessage (up to 10), deliver's strongly consistent GetItem of the endpoint, UpdateItem (claim of the delivery item, conditional, ALL_NEW), UpdateItem (record), UpdateItem (the endpoint's delivered counter), DeleteMessageBatch: every AWS call of a first try, and nothing else (no HTTP, no signing, no JSON beyond the message's delivery id).\n",
         throughput::POLLERS,
         throughput::PRODUCERS,
         throughput::PRODUCERS,

@@ -154,13 +154,13 @@ async fn fill(
         };
         set("pk", AttributeValue::S(keys::delivery_pk(&id)));
         set("id", AttributeValue::S(id.clone()));
-        set(keys::DUE_KEYS_PK, AttributeValue::S(keys::due_pk(keys::due_shard(&id, shards))));
-        set(keys::DUE_KEYS_AT, AttributeValue::N(due_at.to_string()));
+        set(keys::DUE_PK, AttributeValue::S(keys::due_pk(keys::due_shard(&id, shards))));
+        set(keys::DUE_AT, AttributeValue::N(due_at.to_string()));
         set("status", AttributeValue::S("scheduled".into()));
         set("attempt_count", AttributeValue::N("1".into()));
         set("next_attempt_at", AttributeValue::S(next_s.clone()));
-        // Its own by_endpoint_keys entry (the template's partition, its own sort key).
-        set(keys::ENDPOINT_KEYS_SK, AttributeValue::S(format!("open#{created}#{id}")));
+        // Its own by_endpoint entry (the template's partition, its own sort key).
+        set(keys::EP_SK, AttributeValue::S(format!("open#{created}#{id}")));
         it
     };
     let batches: Vec<Vec<usize>> = (from..from + count).collect::<Vec<_>>().chunks(25).map(<[usize]>::to_vec).collect();

@@ -197,7 +197,7 @@ pub fn quantile(sorted: &[f64], q: f64) -> f64 {
 }
 
 /// The emulator's ceiling: `n` sequences of ingest's strongly consistent Query of the
-/// tenant's endpoints, its eventually consistent GetItem of the event's scoped key, the puts (a PutItem of the event item, then one of the delivery item,
+/// tenant's endpoints, the puts (a PutItem of the event item, then one of the delivery item,
 /// both conditional: ingest's write requests), SendMessageBatch (1 entry), ReceiveMessage (up
 /// to 10), deliver's strongly consistent GetItem of the endpoint, UpdateItem (claim of the
 /// delivery item, conditional, ALL_NEW), UpdateItem (record), UpdateItem (the endpoint's
@@ -345,14 +345,6 @@ pub async fn ceiling(sdk: &aws_config::SdkConfig, n: usize, payload: &str) -> Re
                 .await?;
             let id = format!("dlv_ceil{i:08}");
             let event_id = format!("evt_ceil{i:08}");
-            // Ingest's look-up of the event's key from before the event-key change (nothing there).
-            ddb.get_item()
-                .table_name(table.as_str())
-                .key(keys::PK, AttributeValue::S(keys::scoped_event_pk(tenant, &event_id)))
-                .key(keys::SK, AttributeValue::S(keys::EVENT_ITEM_SK.into()))
-                .projection_expression("pk")
-                .send()
-                .await?;
             let mut event = template.event.clone();
             let (pk, sk) = keys::event_key(tenant, &event_id);
             event.insert(keys::PK.into(), AttributeValue::S(pk));

@@ -338,7 +338,7 @@ async fn post_event(
     let event_id = match app.store.begin_idempotent(&tenant, &key, &record, now).await? {
         None => record.event_id,
         Some(existing) => {
-            if !existing.fingerprint.is_empty() && existing.fingerprint != fp {
+            if existing.fingerprint != fp {
                 return Err(ServiceError::IdempotencyKeyReused(format!(
                     "Idempotency-Key: {key:?} was used with a different request (tenant, event type, id, mode \
                      or payload) within its window; use a new key for a new request"

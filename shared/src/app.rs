@@ -5,7 +5,7 @@ use crate::config::Config;
 use crate::notify::{LogNotifier, Notifier, SnsNotifier};
 use crate::queue::{Queue, SqsQueue};
 use crate::sender::{HttpSender, Sender};
-use crate::store::{DynamoStore, Store};
+use crate::store::{DynamoStore, Store, version};
 use std::sync::Arc;
 
 /// The service context. Cheap to clone (every field is shared).
@@ -76,14 +76,20 @@ impl App {
 
     /// The real thing: DynamoDB, SQS and HTTP clients from the SDK's standard configuration
     /// (region, credentials and `AWS_ENDPOINT_URL` from the environment), the system clock
-    /// and an OS-seeded random source.
+    /// and an OS-seeded random source, once the table's storage version is this release's
+    /// ([`version::ensure`]: read, or written on a table without one). Every Lambda and the
+    /// local runtime start through here, so none starts on a table of another storage version.
     ///
     /// # Errors
-    /// [`SetupError`] when the HTTP client cannot be built.
+    /// [`SetupError`] when the HTTP client cannot be built, or with [`version::ensure`]'s
+    /// message when the table holds another storage version (naming both) or its version
+    /// cannot be read or written.
     pub async fn from_aws(config: Config) -> Result<Self, SetupError> {
         let sdk = aws_sdk_config().await;
         let sns = config.notify_topic_arn.as_ref().map(|_| aws_sdk_sns::Client::new(&sdk));
-        Self::from_clients(config, aws_sdk_dynamodb::Client::new(&sdk), aws_sdk_sqs::Client::new(&sdk), sns)
+        let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+        version::ensure(&dynamodb, &config.table).await.map_err(|e| SetupError(e.to_string()))?;
+        Self::from_clients(config, dynamodb, aws_sdk_sqs::Client::new(&sdk), sns)
     }
 
     /// As [`App::from_aws`], over the given SDK clients (the bench passes clients that count

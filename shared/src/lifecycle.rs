@@ -134,8 +134,8 @@ pub struct Transition {
     pub reason: Field<String>,
     /// The delivery's entry in its endpoint's index, given when the new status may be in
     /// another bucket than the old one (deliver's record of an attempt, a retry's too; a hold,
-    /// release or end): the store writes the entry with it to `by_endpoint_keys` (no index
-    /// write when its key is unchanged) and takes one written before out of `by_endpoint`.
+    /// release or end): the store writes the entry with it to `by_endpoint` (no index write
+    /// when its key is unchanged).
     pub entry: Option<EndpointEntry>,
     /// When the change happens (`updated_at`).
     pub now: DateTime<Utc>,
@@ -225,7 +225,6 @@ pub fn new_delivery(
         lease_until: None,
         attempts: Vec::new(),
         attempts_dropped: 0,
-        payload: None,
         created_at: now,
         updated_at: now,
         reason: None,

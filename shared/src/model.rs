@@ -57,7 +57,7 @@ pub struct Endpoint {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit_per_second: Option<u32>,
     /// Whether `rate_limit_per_second` adapts (AIMD) to 429s without `Retry-After` and runs
-    /// of timeouts (default true; items written before it read as true).
+    /// of timeouts (default true).
     #[serde(default = "default_true")]
     pub rate_limit_adaptive: bool,
     /// The adaptive limit now, requests per second (absent: the configured limit). State
@@ -73,18 +73,8 @@ pub struct Endpoint {
     /// `WEBHOOKS_SLOW_LANE_THRESHOLD_MS`); state written only by [`crate::lane`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slow_until: Option<DateTime<Utc>>,
-    /// Since when each of its deliveries that ends delivered is counted in the per-day
-    /// delivered counters: its creation, or, for an endpoint created before the counters
-    /// existed, its first stats call after (deliver counts every endpoint's deliveries, so
-    /// the counters are whole once that is `WEBHOOKS_DELIVERED_RETENTION_DAYS` ago; until
-    /// then its stats count the `by_endpoint` index). See
-    /// [`crate::store::Store::count_delivered`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delivered_counted_from: Option<DateTime<Utc>>,
     /// Bumped by every write of the endpoint's configuration or state; every such write is
-    /// conditional on the version it read (see [`crate::endpoint_lifecycle`]). Items written
-    /// before versions existed read as 0.
-    #[serde(default)]
+    /// conditional on the version it read (see [`crate::endpoint_lifecycle`]).
     pub version: u64,
     /// When it was created.
     pub created_at: DateTime<Utc>,
@@ -94,12 +84,11 @@ pub struct Endpoint {
 
 /// Endpoint attributes that are state kept beside the configuration, each written by its own
 /// guarded update ([`crate::store::Store::set_slow_until`],
-/// [`crate::store::Store::set_effective_rate`],
-/// [`crate::store::Store::mark_delivered_counting`]) and never by an endpoint transition, so
+/// [`crate::store::Store::set_effective_rate`]) and never by an endpoint transition, so
 /// they do not bump `version` (PATCH's optimistic concurrency) and a transition does not write
 /// back a stale copy of them.
-pub const UNVERSIONED_ENDPOINT_ATTRIBUTES: [&str; 4] =
-    ["effective_rate_per_second", "rate_changed_at_ms", "slow_until", "delivered_counted_from"];
+pub const UNVERSIONED_ENDPOINT_ATTRIBUTES: [&str; 3] =
+    ["effective_rate_per_second", "rate_changed_at_ms", "slow_until"];
 
 /// Default circuit breaker threshold: 100 failed attempts in a row (payment provider's docs).
 pub const DEFAULT_BREAKER_THRESHOLD: u32 = 100;
@@ -196,7 +185,6 @@ impl Endpoint {
             effective_rate_per_second: None,
             rate_changed_at_ms: None,
             slow_until: None,
-            delivered_counted_from: Some(now),
             version: 1,
             created_at: now,
             updated_at: now,
@@ -336,9 +324,7 @@ pub struct Delivery {
     pub event_type: String,
     /// The tenant of the event and endpoint.
     pub tenant_id: String,
-    /// The endpoint it goes to. Stored as `endpoint` (items written before 2026-12-01:
-    /// `endpoint_id`; see `store::keys::DELIVERY_ENDPOINT`).
-    #[serde(alias = "endpoint")]
+    /// The endpoint it goes to.
     pub endpoint_id: String,
     /// Where it is in its life.
     pub status: DeliveryStatus,
@@ -362,10 +348,6 @@ pub struct Delivery {
     /// How many older attempts were dropped from `attempts` (their number, not their record).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub attempts_dropped: u32,
-    /// Only on items written before payloads moved to their own item ([`StoredEvent`]): the
-    /// payload deliver sends for them. Never written now.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub payload: Option<String>,
     /// When the event was accepted.
     pub created_at: DateTime<Utc>,
     /// When the delivery last changed.

@@ -106,7 +106,6 @@ fn claimed(attempt_count: u32, kept: usize, dropped: u32, now: DateTime<Utc>) ->
         lease_until: Some(now + Duration::seconds(15)),
         attempts: (1..=kept).map(|n| attempt(u32::try_from(n).unwrap_or(0), now)).collect(),
         attempts_dropped: dropped,
-        payload: None,
         created_at: now - Duration::hours(1),
         updated_at: now,
         reason: None,

@@ -9,11 +9,9 @@
 //!   put of each one absent), and after an error its take-back: a
 //!   delete of each delivery this call's `ingest_token` marks, unless the event is promised,
 //!   one step each, then the payload item's, on the same conditions and none of the first 99
-//!   deliveries existing. (DynamoStore first looks the event up under its key from before the
-//!   event-key change and, found, runs the same steps on that item; the simulation has one
-//!   key per event, so it runs them on that one.)
+//!   deliveries existing.
 //! - The base table reads are strongly consistent; the GSIs (`due`, `by_endpoint`,
-//!   `by_status`, `by_event`) see each item as it was some time ago: every write of an item
+//!   `by_status`) see each item as it was some time ago: every write of an item
 //!   reaches the indexes after a random delay (up to `max_lag_ms`, in order per item).
 //! - `list_endpoints` pages may end early (fewer items than the limit, with a cursor).
 //! - Every item written is measured against DynamoDB's 400 KB item limit (its JSON size, a
@@ -482,20 +480,6 @@ impl Store for MemStore {
         .await
     }
 
-    async fn mark_delivered_counting(
-        &self,
-        tenant_id: &str,
-        id: &str,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError> {
-        self.call("store.mark_delivered_counting", |_, t| {
-            Ok(t.endpoints
-                .get_mut(&(tenant_id.to_string(), id.to_string()))
-                .map(|e| *e.delivered_counted_from.get_or_insert(now)))
-        })
-        .await
-    }
-
     async fn delivered_tally(
         &self,
         endpoint_id: &str,
@@ -848,8 +832,22 @@ impl Store for MemStore {
         .await
     }
 
-    async fn put_job(&self, job: &Job) -> Result<(), StoreError> {
-        self.call("store.put_job", |s, t| s.put_job_row(t, job)).await
+    async fn create_job(&self, job: &Job) -> Result<(), StoreError> {
+        self.call("store.create_job", |s, t| {
+            if t.jobs.contains_key(&job.id) {
+                return Err(StoreError::AlreadyExists);
+            }
+            s.put_job_row(t, job)
+        })
+        .await
+    }
+
+    async fn save_job(&self, job: &Job, lease_due_at: i64) -> Result<bool, StoreError> {
+        self.call("store.save_job", |s, t| match t.jobs.get(&job.id) {
+            Some(r) if r.due_at == Some(lease_due_at) => s.put_job_row(t, job).map(|()| true),
+            _ => Ok(false),
+        })
+        .await
     }
 
     async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError> {

@@ -276,15 +276,6 @@ impl Store for FaultyStore {
         let call = self.inner.count_delivered(endpoint_id, delivery_id, at, expires_at);
         self.faults.run("count_delivered", call, any, aws).await
     }
-    async fn mark_delivered_counting(
-        &self,
-        tenant_id: &str,
-        id: &str,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError> {
-        let call = self.inner.mark_delivered_counting(tenant_id, id, now);
-        self.faults.run("mark_delivered_counting", call, any, aws).await
-    }
     async fn delivered_tally(
         &self,
         endpoint_id: &str,
@@ -332,8 +323,11 @@ impl Store for FaultyStore {
     async fn due(&self, shard: u32, until_ms: i64, limit: usize, after: Option<&Due>) -> Result<Vec<Due>, StoreError> {
         self.faults.run("due", self.inner.due(shard, until_ms, limit, after), |v: &Vec<Due>| !v.is_empty(), aws).await
     }
-    async fn put_job(&self, job: &Job) -> Result<(), StoreError> {
-        self.faults.run("put_job", self.inner.put_job(job), any, aws).await
+    async fn create_job(&self, job: &Job) -> Result<(), StoreError> {
+        self.faults.run("create_job", self.inner.create_job(job), any, aws).await
+    }
+    async fn save_job(&self, job: &Job, lease_due_at: i64) -> Result<bool, StoreError> {
+        self.faults.run("save_job", self.inner.save_job(job, lease_due_at), any, aws).await
     }
     async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError> {
         self.faults.run("get_job", self.inner.get_job(id), any, aws).await

@@ -221,18 +221,15 @@ impl Stack {
         use aws_sdk_dynamodb::types::AttributeValue;
         use webhooks::store::keys;
         let client = aws_sdk_dynamodb::Client::new(&webhooks::app::aws_sdk_config().await);
-        // Under its event key, and under its scoped key (an event from before the change).
         let (pk, sk) = keys::event_key(tenant, event_id);
-        for (pk, sk) in [(pk, sk), keys::scoped_event_key(tenant, event_id)] {
-            client
-                .delete_item()
-                .table_name(&self.app.config.table)
-                .key(keys::PK, AttributeValue::S(pk))
-                .key(keys::SK, AttributeValue::S(sk))
-                .send()
-                .await
-                .expect("delete the payload item");
-        }
+        client
+            .delete_item()
+            .table_name(&self.app.config.table)
+            .key(keys::PK, AttributeValue::S(pk))
+            .key(keys::SK, AttributeValue::S(sk))
+            .send()
+            .await
+            .expect("delete the payload item");
     }
 }
 
@@ -688,15 +685,6 @@ impl Store for Serialized {
         self.before("count_delivered").await?;
         self.inner.count_delivered(endpoint_id, delivery_id, at, expires_at).await
     }
-    async fn mark_delivered_counting(
-        &self,
-        tenant_id: &str,
-        id: &str,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError> {
-        self.before("mark_delivered_counting").await?;
-        self.inner.mark_delivered_counting(tenant_id, id, now).await
-    }
     async fn delivered_tally(
         &self,
         endpoint_id: &str,
@@ -759,10 +747,15 @@ impl Store for Serialized {
         self.before("due").await?;
         self.inner.due(shard, until_ms, limit, after).await
     }
-    async fn put_job(&self, job: &Job) -> Result<(), StoreError> {
-        self.before("put_job").await?;
+    async fn create_job(&self, job: &Job) -> Result<(), StoreError> {
+        self.before("create_job").await?;
         let _one = self.one().await;
-        self.inner.put_job(job).await
+        self.inner.create_job(job).await
+    }
+    async fn save_job(&self, job: &Job, lease_due_at: i64) -> Result<bool, StoreError> {
+        self.before("save_job").await?;
+        let _one = self.one().await;
+        self.inner.save_job(job, lease_due_at).await
     }
     async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError> {
         self.before("get_job").await?;

@@ -383,3 +383,90 @@ async fn job_items_expire_while_running_and_once_finished() {
     assert_eq!(finished, updated + 14 * day, "a finished job expires 14 days after it finished");
     stack.stop().await;
 }
+
+/// The table's storage version item as stored (`version`, a number), `None` without one.
+async fn stored_storage_version(ddb: &aws_sdk_dynamodb::Client, table: &str) -> Option<String> {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use webhooks::store::{keys, version};
+    let item = ddb
+        .get_item()
+        .table_name(table)
+        .key(keys::PK, AttributeValue::S(version::VERSION_PK.into()))
+        .key(keys::SK, AttributeValue::S(version::VERSION_SK.into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("read the version item")
+        .item?;
+    Some(item.get(version::VERSION_ATTRIBUTE).and_then(|v| v.as_n().ok()).expect("a numeric version").clone())
+}
+
+/// Overwrites the table's storage version item with `version` (as a later release, or a
+/// broken write, would leave it).
+async fn put_storage_version(
+    ddb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    version: aws_sdk_dynamodb::types::AttributeValue,
+) {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use webhooks::store::{keys, version as v};
+    ddb.put_item()
+        .table_name(table)
+        .item(keys::PK, AttributeValue::S(v::VERSION_PK.into()))
+        .item(keys::SK, AttributeValue::S(v::VERSION_SK.into()))
+        .item(v::VERSION_ATTRIBUTE, version)
+        .send()
+        .await
+        .expect("write the version item");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_function_refuses_to_start_on_a_table_of_another_storage_version_naming_both() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use webhooks::store::{keys, version};
+    webhooks_tests::emulator_url();
+    let ddb = aws_sdk_dynamodb::Client::new(&webhooks::app::aws_sdk_config().await);
+    let table = format!("t-version-{}", ulid::Ulid::new().to_string().to_lowercase());
+    assert_eq!(version::STORAGE_VERSION, 1, "0.1.0's storage shape is storage version 1");
+
+    // The bootstrap (make run, the tests) writes this release's version into the table it makes.
+    webhooks::bootstrap::create_table(&ddb, &table).await.expect("create table");
+    assert_eq!(stored_storage_version(&ddb, &table).await.as_deref(), Some("1"));
+
+    // A table without the item (as SAM creates it): the first starter writes version 1; a
+    // second start reads it back.
+    ddb.delete_item()
+        .table_name(&table)
+        .key(keys::PK, AttributeValue::S(version::VERSION_PK.into()))
+        .key(keys::SK, AttributeValue::S(version::VERSION_SK.into()))
+        .send()
+        .await
+        .expect("delete the version item");
+    assert_eq!(stored_storage_version(&ddb, &table).await, None);
+    assert_eq!(version::ensure(&ddb, &table).await.expect("a fresh table"), 1);
+    assert_eq!(stored_storage_version(&ddb, &table).await.as_deref(), Some("1"));
+    assert_eq!(version::ensure(&ddb, &table).await.expect("a table of version 1"), 1);
+    let config = webhooks_tests::test_config(&table, "http://127.0.0.1:1/queue-never-called");
+    assert!(webhooks::App::from_aws(config.clone()).await.is_ok(), "a function starts on a table of its version");
+
+    // A table of another storage version: the check, every function's start (App::from_aws)
+    // and the bootstrap all refuse, naming the table and both versions, and write nothing.
+    put_storage_version(&ddb, &table, AttributeValue::N("2".into())).await;
+    let refused = version::ensure(&ddb, &table).await.expect_err("a table of storage version 2");
+    assert!(matches!(refused, version::VersionError::Mismatch { table: 2, code: 1, .. }), "a mismatch: {refused:?}");
+    let expected = format!("table {table} holds storage version 2, this release reads storage version 1");
+    let Err(start) = webhooks::App::from_aws(config).await else { panic!("a function started on storage version 2") };
+    let bootstrap = webhooks::bootstrap::create_table(&ddb, &table).await.expect_err("bootstrap on version 2");
+    for message in [refused.to_string(), start.to_string(), bootstrap.to_string()] {
+        assert!(message.contains(&expected), "names the table and both versions: {message}");
+        assert!(message.contains("CHANGELOG.md"), "says what to do: {message}");
+    }
+    assert_eq!(stored_storage_version(&ddb, &table).await.as_deref(), Some("2"), "the table's version is kept");
+
+    // A version that is not a number is refused too, not taken for a missing one.
+    put_storage_version(&ddb, &table, AttributeValue::S("one".into())).await;
+    let corrupt = version::ensure(&ddb, &table).await.expect_err("a non-numeric version");
+    assert!(matches!(corrupt, version::VersionError::Corrupt(_)), "{corrupt:?}");
+
+    let _ = ddb.delete_table().table_name(&table).send().await;
+}

@@ -1,14 +1,14 @@
-//! Storage shapes (issue #14, storage cost): the event item as written now (payload
-//! zstd-compressed in `payload_z`, one conditional PutItem per item, no transaction) and as
-//! written before (payload as text in `payload`), which items in the table at an upgrade have.
+//! The storage shape (docs/storage.md): the event item (payload zstd-compressed in
+//! `payload_z`, one conditional PutItem per item, no transaction), the deliveries' indexes,
+//! listings and their cursors, and the endpoint copies.
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use reqwest::Method;
 use serde_json::json;
 use std::collections::HashMap;
 use std::time::Duration;
-use webhooks::store::keys::{EVENT_ITEM_SK, PK, SK, event_key, scoped_event_pk};
-use webhooks::store::payload::{PAYLOAD_TEXT, PAYLOAD_Z};
+use webhooks::store::keys::{PK, SK, event_key};
+use webhooks::store::payload::PAYLOAD_Z;
 use webhooks_tests::{Receiver, Reply, Stack};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -49,32 +49,6 @@ async fn delete_at(table: &str, pk: String, sk: String) {
 async fn event_item(stack: &Stack, tenant: &str, event_id: &str) -> HashMap<String, AttributeValue> {
     let (pk, sk) = event_key(tenant, event_id);
     item_at(stack, pk, sk).await.expect("the event item")
-}
-
-/// The event item under its scoped key (as written before the event-key change), if any.
-async fn scoped_event_item(stack: &Stack, tenant: &str, event_id: &str) -> Option<HashMap<String, AttributeValue>> {
-    item_at(stack, scoped_event_pk(tenant, event_id), EVENT_ITEM_SK.into()).await
-}
-
-/// Moves an event item from its event key to its scoped key, with its `by_event` entry, as
-/// the release before the event-key change wrote it; `shape` then changes it further (to a
-/// release before that).
-async fn into_scoped(
-    stack: &Stack,
-    tenant: &str,
-    event_id: &str,
-    shape: impl FnOnce(&mut HashMap<String, AttributeValue>),
-) {
-    use webhooks::store::keys::{EVENT_ENTRY, EVENT_SK};
-    let mut item = event_item(stack, tenant, event_id).await;
-    let (pk, sk) = event_key(tenant, event_id);
-    let table = &stack.app.config.table;
-    delete_at(table, pk, sk).await;
-    item.insert(PK.into(), AttributeValue::S(scoped_event_pk(tenant, event_id)));
-    item.insert(SK.into(), AttributeValue::S(EVENT_ITEM_SK.into()));
-    item.insert(EVENT_SK.into(), AttributeValue::S(EVENT_ENTRY.into()));
-    shape(&mut item);
-    ddb().await.put_item().table_name(table).set_item(Some(item)).send().await.unwrap();
 }
 
 /// A payload with what a byte-for-byte copy must keep: non-ASCII text, escapes, spacing and
@@ -122,7 +96,7 @@ async fn the_payload_is_stored_compressed_and_posted_byte_for_byte() {
     assert_eq!(String::from_utf8(rx.hits()[0].body.to_vec()).unwrap(), body, "attempt 1 (payload in the message)");
 
     let item = event_item(&stack, "acme", "evt-z").await;
-    assert!(!item.contains_key(PAYLOAD_TEXT), "no text copy: {:?}", item.keys());
+    assert!(!item.contains_key("payload"), "no text copy: {:?}", item.keys());
     let frame = item.get(PAYLOAD_Z).and_then(|v| v.as_b().ok()).expect("payload_z is binary");
     assert!(frame.as_ref().len() * 3 < body.len(), "{} bytes stored for {}", frame.as_ref().len(), body.len());
     assert_eq!(webhooks::store::payload::decompress(frame.as_ref()).unwrap(), body);
@@ -132,57 +106,6 @@ async fn the_payload_is_stored_compressed_and_posted_byte_for_byte() {
     assert_eq!(status, 202);
     stack.wait_delivery(&id, WAIT, |d| d["attempt_count"] == 2 && d["status"] == "delivered").await;
     assert_eq!(String::from_utf8(rx.hits()[1].body.to_vec()).unwrap(), body, "the replay, read from the item");
-    stack.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn an_event_item_written_before_compression_is_still_delivered_and_kept_on_a_repeat() {
-    let stack = Stack::start(|_| {}).await;
-    let rx = Receiver::start(Reply::Status(500)).await;
-    stack.endpoint("acme", &rx.url, json!({"schedule_seconds": [1], "max_attempts": 1})).await;
-    let (status, accepted) = stack
-        .call(
-            Method::POST,
-            "/v1/events",
-            Some(json!({"tenant_id": "acme", "event_type": "order.paid", "id": "evt-old", "payload": {"new": true}})),
-        )
-        .await;
-    assert_eq!(status, 202, "{accepted}");
-    let id = accepted["deliveries"][0]["id"].as_str().unwrap().to_string();
-    stack.wait_status(&id, "exhausted", WAIT).await;
-
-    // The event item as the release before compression wrote it: under its scoped key, the
-    // payload as text, no `payload_z`.
-    let old_body = payload();
-    into_scoped(&stack, "acme", "evt-old", |item| {
-        item.remove(PAYLOAD_Z);
-        item.insert(PAYLOAD_TEXT.into(), AttributeValue::S(old_body.clone()));
-    })
-    .await;
-
-    // The same event id again: nothing new, and the old item is left as it was.
-    let (status, again) = stack
-        .call(
-            Method::POST,
-            "/v1/events",
-            Some(json!({"tenant_id": "acme", "event_type": "order.paid", "id": "evt-old", "payload": {"other": 1}})),
-        )
-        .await;
-    assert_eq!(status, 202, "{again}");
-    assert_eq!(again["deliveries"], accepted["deliveries"]);
-    let item = scoped_event_item(&stack, "acme", "evt-old").await.expect("the scoped item");
-    assert_eq!(item.get(PAYLOAD_TEXT).and_then(|v| v.as_s().ok()), Some(&old_body));
-    assert!(!item.contains_key(PAYLOAD_Z));
-    let (pk, sk) = event_key("acme", "evt-old");
-    assert!(item_at(&stack, pk, sk).await.is_none(), "the repeat left no item under the event key");
-
-    // A replay reads the text payload and posts it byte for byte.
-    rx.set_default(Reply::Status(200));
-    let (status, _) = stack.call(Method::POST, &format!("/v1/deliveries/{id}/replay"), None).await;
-    assert_eq!(status, 202);
-    stack.wait_delivery(&id, WAIT, |d| d["attempt_count"] == 2 && d["status"] == "delivered").await;
-    let hits = rx.hits();
-    assert_eq!(String::from_utf8(hits[hits.len() - 1].body.to_vec()).unwrap(), old_body);
     stack.stop().await;
 }
 
@@ -329,7 +252,7 @@ async fn a_listing_goes_on_across_a_raised_index_split_and_refuses_tampered_curs
         let at = t0 + chrono::Duration::milliseconds(i * 10);
         all.push(write_delivery(&stack, store, &format!("raise-{i:02}"), "ep-raise", at, true).await);
     }
-    // A page read before the split (a one-partition cursor, as a running job keeps)...
+    // A page read before the split (as a running job keeps its cursor)...
     let dead = DeliveryQuery {
         endpoint_id: Some("ep-raise".into()),
         status: Some(DeliveryStatus::Exhausted),
@@ -394,44 +317,9 @@ async fn delivery_item(stack: &Stack, id: &str) -> HashMap<String, AttributeValu
         .expect("the delivery item")
 }
 
-/// Moves delivery `id` from `due_keys` to `due`, as the release before wrote it, at `due_at`
-/// (milliseconds; `None`: the due time it has).
-async fn into_old_due(stack: &Stack, id: &str, due_at: Option<i64>) {
-    let item = delivery_item(stack, id).await;
-    let at = due_at.map_or_else(|| item["dk_at"].clone(), |ms| AttributeValue::N(ms.to_string()));
-    update_delivery(stack, id)
-        .await
-        .update_expression("SET due_pk = :p, due_at = :a REMOVE dk_pk, dk_at")
-        .expression_attribute_values(":p", item["dk_pk"].clone())
-        .expression_attribute_values(":a", at)
-        .send()
-        .await
-        .unwrap();
-}
-
 /// Creates an endpoint of tenant `acme` at `url` with the default policy; its id.
 async fn new_endpoint(stack: &Stack, url: &str) -> String {
     stack.endpoint("acme", url, serde_json::Value::Null).await["id"].as_str().unwrap().to_string()
-}
-
-/// The `by_event` entries of `event_id`: (sort key of the item, its `endpoint_id`).
-async fn by_event_entries(stack: &Stack, event_id: &str) -> Vec<(String, String)> {
-    let out = ddb()
-        .await
-        .query()
-        .table_name(&stack.app.config.table)
-        .index_name(webhooks::store::keys::EVENT_INDEX)
-        .key_condition_expression("event_id = :e")
-        .expression_attribute_values(":e", AttributeValue::S(event_id.into()))
-        .send()
-        .await
-        .unwrap();
-    let text = |i: &HashMap<String, AttributeValue>, k: &str| {
-        i.get(k).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default()
-    };
-    let mut entries: Vec<_> = out.items().iter().map(|i| (text(i, SK), text(i, "endpoint_id"))).collect();
-    entries.sort();
-    entries
 }
 
 /// (delivery id, endpoint id) of each delivery in a JSON list, sorted.
@@ -448,7 +336,7 @@ fn pairs(list: &serde_json::Value) -> Vec<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_event_and_its_deliveries_have_no_index_entry_and_are_found_by_the_event_id() {
-    use webhooks::store::keys::{DELIVERY_ENDPOINT, EVENT_ENDPOINTS};
+    use webhooks::store::keys::EVENT_ENDPOINTS;
     let stack = Stack::start(|_| {}).await;
     let ok = Receiver::start(Reply::Status(200)).await;
     let failing = Receiver::start(Reply::Status(500)).await;
@@ -463,12 +351,11 @@ async fn an_event_and_its_deliveries_have_no_index_entry_and_are_found_by_the_ev
     let expected = pairs(&accepted["deliveries"]);
     assert_eq!(expected.len(), 2);
 
-    // The stored shape: the endpoint id in `endpoint`, not in `by_event`'s key; the event
-    // item, under the event key, lists the endpoints and is in no index either.
+    // The stored shape: each delivery keeps its endpoint id; the event item, under the event
+    // key, lists the endpoints and is in no index.
     for (id, ep) in &expected {
         let item = delivery_item(&stack, id).await;
-        assert!(!item.contains_key("endpoint_id"), "{id}: {:?}", item.keys());
-        assert_eq!(item.get(DELIVERY_ENDPOINT).and_then(|v| v.as_s().ok()), Some(ep));
+        assert_eq!(item.get("endpoint_id").and_then(|v| v.as_s().ok()), Some(ep));
     }
     let event = event_item(&stack, "acme", "evt-ix").await;
     let mut listed = event.get(EVENT_ENDPOINTS).and_then(|v| v.as_ss().ok()).cloned().unwrap_or_default();
@@ -477,7 +364,6 @@ async fn an_event_and_its_deliveries_have_no_index_entry_and_are_found_by_the_ev
     both.sort();
     assert_eq!(listed, both);
     assert!(!event.contains_key("endpoint_id"), "{:?}", event.keys());
-    assert_eq!(by_event_entries(&stack, "evt-ix").await, Vec::<(String, String)>::new());
 
     // The event's deliveries, with and without the tenant, and after they moved on.
     let dead = expected.iter().find(|(_, ep)| *ep == ep_dead).unwrap().0.clone();
@@ -491,8 +377,6 @@ async fn an_event_and_its_deliveries_have_no_index_entry_and_are_found_by_the_ev
         let statuses: Vec<_> = view["deliveries"].as_array().unwrap().iter().map(|d| d["status"].clone()).collect();
         assert!(statuses.contains(&json!("exhausted")) && statuses.contains(&json!("delivered")), "{view:#}");
     }
-    // Claims and records wrote no entry either.
-    assert_eq!(by_event_entries(&stack, "evt-ix").await.len(), 0);
 
     // Another tenant's event of the same id: its own item in the id's partition. Without a
     // tenant the id is ambiguous (409 naming both); with one, each sees its own.
@@ -518,7 +402,7 @@ async fn an_event_and_its_deliveries_have_no_index_entry_and_are_found_by_the_ev
     let (_, view) = stack.call(Method::GET, "/v1/events/evt-ix?tenant_id=acme", None).await;
     assert_eq!(pairs(&view["deliveries"]), expected, "{view:#}");
 
-    // Listings from indexes that do not project the endpoint still name it.
+    // Listings name the endpoint, from `by_status` and `by_endpoint` alike.
     let (_, dead_letters) = stack.call(Method::GET, "/v1/deliveries?status=exhausted", None).await;
     let row = dead_letters["data"].as_array().unwrap().iter().find(|d| d["id"] == dead.as_str()).cloned();
     assert_eq!(row.map(|d| d["endpoint_id"].clone()), Some(json!(ep_dead)), "{dead_letters:#}");
@@ -535,344 +419,11 @@ async fn an_event_and_its_deliveries_have_no_index_entry_and_are_found_by_the_ev
     assert!(all.iter().any(|(_, ep)| *ep == ep_new));
     let (_, view) = stack.call(Method::GET, "/v1/events/evt-ix?tenant_id=acme", None).await;
     assert_eq!(pairs(&view["deliveries"]), all, "{view:#}");
-    assert_eq!(by_event_entries(&stack, "evt-ix").await.len(), 0);
     stack.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_delivery_written_before_the_by_event_change_is_delivered_and_found() {
-    use webhooks::store::keys::{DELIVERY_ENDPOINT, DELIVERY_SK, EVENT_ENDPOINTS, EVENT_ENTRY};
-    let stack = Stack::start(|_| {}).await;
-    let rx = Receiver::start(Reply::Status(200)).await;
-    // Attempt 1 fails; attempt 2, 3 s later, comes after the items were put back to the old
-    // shape.
-    rx.script([Reply::Status(500)]);
-    let ep = stack.endpoint("acme", &rx.url, json!({"schedule_seconds": [3], "max_attempts": 3})).await["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let body = json!({"tenant_id": "acme", "event_type": "order.paid", "id": "evt-up", "payload": {"n": 1}});
-    let (status, accepted) = stack.call(Method::POST, "/v1/events", Some(body.clone())).await;
-    assert_eq!(status, 202, "{accepted}");
-    let id = accepted["deliveries"][0]["id"].as_str().unwrap().to_string();
-    stack.wait_delivery(&id, WAIT, |d| d["attempt_count"] == 1 && d["status"] == "scheduled").await;
-
-    // The items as today's main wrote them: the delivery's endpoint in `endpoint_id` (so in
-    // `by_event`), an event item with neither an entry there nor a list of endpoints.
-    update_delivery(&stack, &id)
-        .await
-        .update_expression("SET endpoint_id = :ep REMOVE #endpoint")
-        .expression_attribute_names("#endpoint", DELIVERY_ENDPOINT)
-        .expression_attribute_values(":ep", AttributeValue::S(ep.clone()))
-        .send()
-        .await
-        .unwrap();
-    into_scoped(&stack, "acme", "evt-up", |item| {
-        item.remove("endpoint_id");
-        item.remove(EVENT_ENDPOINTS);
-    })
-    .await;
-    assert_eq!(by_event_entries(&stack, "evt-up").await, vec![(DELIVERY_SK.to_string(), ep.clone())]);
-
-    // Attempt 2 is claimed and recorded on the old item; the event, the delivery and the
-    // endpoint's listing show it with its endpoint.
-    let d = stack.wait_status(&id, "delivered", WAIT).await;
-    assert_eq!((d["attempt_count"].clone(), d["endpoint_id"].clone()), (json!(2), json!(ep)));
-    let (status, view) = stack.call(Method::GET, "/v1/events/evt-up", None).await;
-    assert_eq!(status, 200, "{view}");
-    assert_eq!(pairs(&view["deliveries"]), vec![(id.clone(), ep.clone())]);
-    assert_eq!(view["deliveries"][0]["status"], "delivered");
-    let (_, of_endpoint) = stack.call(Method::GET, &format!("/v1/deliveries?endpoint_id={ep}"), None).await;
-    assert_eq!(pairs(&of_endpoint["data"]), vec![(id.clone(), ep.clone())]);
-
-    // A repeat of the old event after an endpoint was added: the new delivery is listed beside
-    // the old one, once each (the event item gets its entry and its list on the repeat).
-    let other = Receiver::start(Reply::Status(200)).await;
-    let ep2 = new_endpoint(&stack, &other.url).await;
-    let (status, again) = stack.call(Method::POST, "/v1/events", Some(body)).await;
-    assert_eq!(status, 202, "{again}");
-    let all = pairs(&again["deliveries"]);
-    assert_eq!(all.len(), 2);
-    assert!(all.contains(&(id.clone(), ep.clone())) && all.iter().any(|(_, e)| *e == ep2), "{again}");
-    let (_, view) = stack.call(Method::GET, "/v1/events/evt-up?tenant_id=acme", None).await;
-    assert_eq!(pairs(&view["deliveries"]), all, "{view:#}");
-    let entries = by_event_entries(&stack, "evt-up").await;
-    assert!(entries.contains(&(EVENT_ITEM_SK.to_string(), EVENT_ENTRY.to_string())), "{entries:?}");
-    let (pk, sk) = event_key("acme", "evt-up");
-    assert!(item_at(&stack, pk, sk).await.is_none(), "the repeat left no item under the event key");
-    stack.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn an_event_under_its_scoped_key_is_found_delivered_and_repeated_as_itself() {
-    use webhooks::store::keys::{EVENT_ENDPOINTS, EVENT_ENTRY};
-    let stack = Stack::start(|_| {}).await;
-    let rx = Receiver::start(Reply::Status(500)).await;
-    let ep = stack.endpoint("acme", &rx.url, json!({"schedule_seconds": [1], "max_attempts": 1})).await["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let first = json!({"tenant_id": "acme", "event_type": "order.paid", "id": "evt-sc", "payload": {"v": "first"}});
-    let (status, accepted) = stack.call(Method::POST, "/v1/events", Some(first)).await;
-    assert_eq!(status, 202, "{accepted}");
-    let id = accepted["deliveries"][0]["id"].as_str().unwrap().to_string();
-    stack.wait_status(&id, "exhausted", WAIT).await;
-
-    // The event item as the release before the event-key change wrote it: under its scoped
-    // key, in `by_event`, listing its endpoint, the payload compressed.
-    into_scoped(&stack, "acme", "evt-sc", |_| {}).await;
-    assert_eq!(by_event_entries(&stack, "evt-sc").await, vec![(EVENT_ITEM_SK.to_string(), EVENT_ENTRY.to_string())]);
-    for path in ["/v1/events/evt-sc", "/v1/events/evt-sc?tenant_id=acme"] {
-        let (status, view) = stack.call(Method::GET, path, None).await;
-        assert_eq!(status, 200, "{view}");
-        assert_eq!(pairs(&view["deliveries"]), vec![(id.clone(), ep.clone())], "{path}");
-    }
-
-    // A repeat of the id, with another payload, after an endpoint was added: the event is the
-    // one stored (no item under the event key, its payload kept), the old delivery is left as
-    // it was, the new endpoint's is written, listed by the scoped item, and posts the first
-    // payload.
-    let other = Receiver::start(Reply::Status(200)).await;
-    let ep2 = new_endpoint(&stack, &other.url).await;
-    let repeat = json!({"tenant_id": "acme", "event_type": "order.paid", "id": "evt-sc", "payload": {"v": "second"}});
-    let (status, again) = stack.call(Method::POST, "/v1/events", Some(repeat)).await;
-    assert_eq!(status, 202, "{again}");
-    let all = pairs(&again["deliveries"]);
-    assert_eq!(all.len(), 2, "{again}");
-    let new_id = webhooks::model::delivery_id("evt-sc", &ep2);
-    assert!(all.contains(&(id.clone(), ep.clone())) && all.contains(&(new_id.clone(), ep2.clone())), "{again}");
-    let (pk, sk) = event_key("acme", "evt-sc");
-    assert!(item_at(&stack, pk, sk).await.is_none(), "the repeat left no item under the event key");
-    let scoped = scoped_event_item(&stack, "acme", "evt-sc").await.expect("the scoped item");
-    let mut listed = scoped.get(EVENT_ENDPOINTS).and_then(|v| v.as_ss().ok()).cloned().unwrap_or_default();
-    listed.sort();
-    let mut both = vec![ep.clone(), ep2.clone()];
-    both.sort();
-    assert_eq!(listed, both);
-    stack.wait_status(&new_id, "delivered", WAIT).await;
-    let posted: serde_json::Value = serde_json::from_slice(&other.hits()[0].body).unwrap();
-    assert_eq!(posted["v"], "first", "the payload first accepted: {posted}");
-    let old = stack.wait_status(&id, "exhausted", WAIT).await;
-    assert_eq!((old["attempt_count"].clone(), rx.count()), (json!(1), 1), "the old delivery is as it was");
-    let (_, view) = stack.call(Method::GET, "/v1/events/evt-sc", None).await;
-    assert_eq!(pairs(&view["deliveries"]), all, "{view:#}");
-    stack.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_scoped_event_past_its_retention_is_not_repeated_there() {
-    use webhooks::store::keys::{EVENT_ENDPOINTS, TTL};
-    let stack = still_stack(|_| {}).await;
-    let rx = Receiver::start(Reply::Status(200)).await;
-    let ep = new_endpoint(&stack, &rx.url).await;
-    let body = json!({"tenant_id": "acme", "event_type": "order.paid", "id": "evt-ttl", "payload": {"n": 1}});
-    let (status, accepted) = stack.call(Method::POST, "/v1/events", Some(body.clone())).await;
-    assert_eq!(status, 202, "{accepted}");
-    // The scoped item of before, its retention over but not yet deleted by TTL (DynamoDB
-    // deletes it some time after), without its endpoint list: a repeat must not take it up.
-    let past = chrono::Utc::now().timestamp() - 60;
-    into_scoped(&stack, "acme", "evt-ttl", |item| {
-        item.insert(TTL.into(), AttributeValue::N(past.to_string()));
-        item.remove(EVENT_ENDPOINTS);
-    })
-    .await;
-    let (status, again) = stack.call(Method::POST, "/v1/events", Some(body)).await;
-    assert_eq!(status, 202, "{again}");
-    // The repeat wrote its item under the event key; the expired one is as it was.
-    let item = event_item(&stack, "acme", "evt-ttl").await;
-    assert_eq!(item.get(EVENT_ENDPOINTS).and_then(|v| v.as_ss().ok()).cloned(), Some(vec![ep]));
-    let scoped = scoped_event_item(&stack, "acme", "evt-ttl").await.expect("the expired item, not deleted yet");
-    assert!(!scoped.contains_key(EVENT_ENDPOINTS) && !scoped.contains_key("promised"), "{:?}", scoped.keys());
-    stack.stop().await;
-}
-
-/// A payload-less attempt (a replay) reads the payload from the event item: under the
-/// event key when there is one there, under the scoped key of before only when not. Both can
-/// exist only when two ingests of one id on different releases meet during a rollover (README
-/// "Upgrading a stack from before the event-key change"); the new key's payload is the one
-/// sent, and an event left only under the scoped key still sends its own.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_payload_is_read_under_the_event_key_first_and_under_the_scoped_key_alone() {
-    use webhooks::store::keys::{EVENT_ENTRY, EVENT_SK};
-    use webhooks::store::payload::compress;
-    let stack = Stack::start(|_| {}).await;
-    let rx = Receiver::start(Reply::Status(500)).await;
-    stack.endpoint("acme", &rx.url, json!({"schedule_seconds": [1], "max_attempts": 1})).await;
-    let body = json!({"tenant_id": "acme", "event_type": "order.paid", "id": "evt-two", "payload": {"v": "new key"}});
-    let (status, accepted) = stack.call(Method::POST, "/v1/events", Some(body)).await;
-    assert_eq!(status, 202, "{accepted}");
-    let id = accepted["deliveries"][0]["id"].as_str().unwrap().to_string();
-    stack.wait_status(&id, "exhausted", WAIT).await;
-
-    // The same event under its scoped key too, as an ingest of the release before wrote it,
-    // with another payload.
-    let mut scoped = event_item(&stack, "acme", "evt-two").await;
-    scoped.insert(PK.into(), AttributeValue::S(scoped_event_pk("acme", "evt-two")));
-    scoped.insert(SK.into(), AttributeValue::S(EVENT_ITEM_SK.into()));
-    scoped.insert(EVENT_SK.into(), AttributeValue::S(EVENT_ENTRY.into()));
-    let frame = compress(r#"{"v": "scoped key"}"#).unwrap();
-    scoped.insert(PAYLOAD_Z.into(), AttributeValue::B(frame.into()));
-    ddb().await.put_item().table_name(&stack.app.config.table).set_item(Some(scoped)).send().await.unwrap();
-
-    let replayed_body = |n: usize| {
-        let hits = rx.hits();
-        assert_eq!(hits.len(), n, "attempts so far");
-        String::from_utf8_lossy(&hits[n - 1].body).into_owned()
-    };
-    let replay = format!("/v1/deliveries/{id}/replay");
-    let (status, answer) = stack.call(Method::POST, &replay, None).await;
-    assert_eq!(status, 202, "{answer}");
-    stack.wait_delivery(&id, WAIT, |d| d["status"] == "exhausted" && d["attempt_count"] == 2).await;
-    let sent: serde_json::Value = serde_json::from_str(&replayed_body(2)).unwrap();
-    assert_eq!(sent, json!({"v": "new key"}), "both keys: the event key's payload");
-
-    // Without the item under the event key, the scoped one's.
-    let (pk, sk) = event_key("acme", "evt-two");
-    delete_at(&stack.app.config.table, pk, sk).await;
-    let (status, answer) = stack.call(Method::POST, &replay, None).await;
-    assert_eq!(status, 202, "{answer}");
-    stack.wait_delivery(&id, WAIT, |d| d["status"] == "exhausted" && d["attempt_count"] == 3).await;
-    assert_eq!(replayed_body(3), r#"{"v": "scoped key"}"#, "the scoped key alone: its payload, byte for byte");
-    stack.stop().await;
-}
-
-/// An SDK interceptor that, right before the first PutItem of the item at `(pk, sk)` is sent,
-/// deletes that item with a client of its own: what a concurrent ingest's take-back does
-/// between another call's read of the item and its put.
-#[derive(Debug)]
-struct DeleteBeforePut {
-    table: String,
-    key: (String, String),
-    done: std::sync::atomic::AtomicBool,
-}
-
-impl aws_smithy_runtime_api::client::interceptors::Intercept for DeleteBeforePut {
-    fn name(&self) -> &'static str {
-        "delete an item right before its put"
-    }
-
-    fn modify_before_serialization(
-        &self,
-        context: &mut aws_smithy_runtime_api::client::interceptors::context::BeforeSerializationInterceptorContextMut<
-            '_,
-        >,
-        _rc: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
-        _cfg: &mut aws_smithy_types::config_bag::ConfigBag,
-    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
-        use aws_sdk_dynamodb::operation::put_item::PutItemInput;
-        let Some(put) = context.input().downcast_ref::<PutItemInput>() else {
-            return Ok(());
-        };
-        let text = |attr: &str| put.item().and_then(|i| i.get(attr)).and_then(|v| v.as_s().ok()).cloned();
-        let ours = text(PK).as_ref() == Some(&self.key.0) && text(SK).as_ref() == Some(&self.key.1);
-        if !ours || self.done.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            return Ok(());
-        }
-        let (table, (pk, sk)) = (self.table.clone(), self.key.clone());
-        // The interceptor is synchronous: the delete runs to its end on a runtime of its own.
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-            rt.block_on(delete_at(&table, pk, sk));
-        })
-        .join()
-        .map_err(|_| "the delete before the put panicked".into())
-    }
-}
-
-/// A repeat that found an event's scoped item (of before the event-key change) and then meets
-/// it gone (the ingest of the release before that wrote it took it back, during a rollover)
-/// writes it again under the scoped key, as that release would: with its `by_event` entry, so
-/// that `GET /v1/events/{id}` without a tenant finds it, its endpoint listed, its own payload.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_scoped_event_taken_back_meanwhile_is_written_again_under_its_scoped_key() {
-    use webhooks::store::keys::{EVENT_ENDPOINTS, EVENT_ENTRY, EVENT_SK};
-    use webhooks_tests::{call_at, faulty_api_with};
-    let stack = still_stack(|_| {}).await;
-    let rx = Receiver::start(Reply::Status(200)).await;
-    let ep = new_endpoint(&stack, &rx.url).await;
-    let first = json!({"tenant_id": "acme", "event_type": "order.paid", "id": "evt-back", "payload": {"v": "first"}});
-    let (status, accepted) = stack.call(Method::POST, "/v1/events", Some(first)).await;
-    assert_eq!(status, 202, "{accepted}");
-    let id = accepted["deliveries"][0]["id"].as_str().unwrap().to_string();
-    // The state of an ingest of the release before, failing and half through its take-back:
-    // its delivery deleted, its scoped event item not yet.
-    into_scoped(&stack, "acme", "evt-back", |_| {}).await;
-    let table = stack.app.config.table.clone();
-    delete_at(&table, webhooks::store::keys::delivery_pk(&id), webhooks::store::keys::DELIVERY_SK.into()).await;
-
-    // A repeat reads the scoped item; the take-back deletes it before the repeat's put.
-    let scoped_key = (scoped_event_pk("acme", "evt-back"), EVENT_ITEM_SK.to_string());
-    let interleave =
-        DeleteBeforePut { table: table.clone(), key: scoped_key, done: std::sync::atomic::AtomicBool::new(false) };
-    let api = faulty_api_with(&stack, interleave).await;
-    let repeat = json!({"tenant_id": "acme", "event_type": "order.paid", "id": "evt-back", "payload": {"v": "second"}});
-    let (status, again) = call_at(&reqwest::Client::new(), &api, Method::POST, "/v1/events", Some(repeat)).await;
-    assert_eq!(status, 202, "{again}");
-    assert_eq!(pairs(&again["deliveries"]), vec![(id.clone(), ep.clone())], "{again}");
-
-    let scoped = scoped_event_item(&stack, "acme", "evt-back").await.expect("written again under the scoped key");
-    assert_eq!(scoped.get(EVENT_SK).and_then(|v| v.as_s().ok()).map(String::as_str), Some(EVENT_ENTRY), "{scoped:?}");
-    assert_eq!(scoped.get(EVENT_ENDPOINTS).and_then(|v| v.as_ss().ok()).cloned(), Some(vec![ep.clone()]));
-    let (pk, sk) = event_key("acme", "evt-back");
-    assert!(item_at(&stack, pk, sk).await.is_none(), "nothing under the event key");
-    assert_eq!(by_event_entries(&stack, "evt-back").await, vec![(EVENT_ITEM_SK.to_string(), EVENT_ENTRY.to_string())]);
-    for path in ["/v1/events/evt-back", "/v1/events/evt-back?tenant_id=acme"] {
-        let (status, view) = stack.call(Method::GET, path, None).await;
-        assert_eq!(status, 200, "{path}: {view}");
-        assert_eq!(pairs(&view["deliveries"]), vec![(id.clone(), ep.clone())], "{path}");
-    }
-    let frame = scoped.get(PAYLOAD_Z).and_then(|v| v.as_b().ok()).expect("the payload, compressed");
-    let stored: serde_json::Value =
-        serde_json::from_str(&webhooks::store::payload::decompress(frame.as_ref()).unwrap()).unwrap();
-    assert_eq!(stored, json!({"v": "second"}), "the repeat's own payload: the first went with its take-back");
-    stack.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_delivery_in_the_due_index_of_before_is_swept_and_moves_to_due_keys() {
-    use webhooks::store::keys::{DUE_AT, DUE_KEYS_AT, DUE_PK};
-    let stack = still_stack(|c| c.redrive_after_seconds = 1).await;
-    let rx = Receiver::start(Reply::Status(200)).await;
-    stack.endpoint("acme", &rx.url, serde_json::Value::Null).await;
-    let accepted = stack.event("acme", "order.paid", json!({"n": 1})).await;
-    let id = accepted["deliveries"][0]["id"].as_str().unwrap().to_string();
-    let item = delivery_item(&stack, &id).await;
-    assert!(item.contains_key(DUE_KEYS_AT) && !item.contains_key(DUE_AT), "new deliveries are in due_keys");
-
-    // The item as today's main wrote it: in `due` (with its projection), not in `due_keys`.
-    into_old_due(&stack, &id, None).await;
-    // Its message waits (no poller): past the redrive time the sweeper finds it in `due`,
-    // re-drives it, and its new due time is in `due_keys`.
-    let mut swept = 0;
-    for _ in 0..100 {
-        swept += webhooks::service::sweep::sweep(&stack.app).await.unwrap().enqueued;
-        if swept > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(swept, 1, "the sweeper re-drove the delivery from the old index");
-    let item = delivery_item(&stack, &id).await;
-    assert!(item.contains_key(DUE_KEYS_AT) && !item.contains_key(DUE_AT) && !item.contains_key(DUE_PK), "{item:?}");
-    // Both messages (the original and the re-drive): one POST, the second claim turned away.
-    let mut handled = 0;
-    for _ in 0..20 {
-        handled += webhooks_local::poll_once(&stack.app, &stack.sqs, 1).await.unwrap();
-        if handled >= 2 {
-            break;
-        }
-    }
-    assert_eq!(handled, 2, "the original message and the re-drive");
-    let d = stack.wait_status(&id, "delivered", WAIT).await;
-    assert_eq!(d["attempt_count"], 1);
-    assert_eq!(rx.count(), 1);
-    let item = delivery_item(&stack, &id).await;
-    assert!(!item.contains_key(DUE_KEYS_AT) && !item.contains_key(DUE_AT), "delivered: out of both: {item:?}");
-    stack.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn the_due_read_merges_both_due_indexes_in_due_order_page_by_page() {
+async fn the_due_read_gives_due_deliveries_and_jobs_in_due_order_page_by_page() {
     use webhooks::model::StoredEvent;
     use webhooks::store::{Due, DynamoStore, Store as _};
     // No sweeper of the stack's own: it would re-drive what this test reads.
@@ -908,10 +459,6 @@ async fn the_due_read_merges_both_due_indexes_in_due_order_page_by_page() {
             at.timestamp_millis()
         };
         store.insert_event(&event, &[(&d, Some(due_at))]).await.unwrap();
-        if i % 2 == 1 {
-            // As the release before wrote it: in `due`.
-            into_old_due(&stack, &d.id, None).await;
-        }
         if i < 9 {
             due.push(d.id);
         }
@@ -929,7 +476,73 @@ async fn the_due_read_merges_both_due_indexes_in_due_order_page_by_page() {
         }));
         after = Some(last);
     }
-    assert_eq!(read, due, "every due delivery once, in due order, from both indexes");
+    assert_eq!(read, due, "every due delivery once, in due order");
+    // Jobs are in the same index, their own partition: an entry gives the job's id and due
+    // time (keys only), and a job that is not due yet is not read.
+    let job = |id: &str, run_at: chrono::DateTime<chrono::Utc>| webhooks::model::Job {
+        id: id.into(),
+        kind: webhooks::model::JobKind::Release,
+        tenant_id: "acme".into(),
+        endpoint_id: "ep-due".into(),
+        status: "running".into(),
+        since: None,
+        until: None,
+        cursor: None,
+        processed: 0,
+        run_at: Some(run_at),
+        created_at: t0,
+        updated_at: t0,
+    };
+    store.create_job(&job("job_due", t0)).await.unwrap();
+    store.create_job(&job("job_later", chrono::Utc::now() + chrono::Duration::hours(1))).await.unwrap();
+    let jobs = store.due(webhooks::store::keys::JOB_SHARD, until, 10, None).await.unwrap();
+    assert_eq!(jobs, vec![Due::Job { id: "job_due".into(), due_at: t0.timestamp_millis() }]);
+    stack.stop().await;
+}
+
+/// Review finding (issue #33): `put_job` was an unconditional PutItem, so a job step that
+/// outlived its lease (an inline hold run from deliver has no timeout) overwrote the newer
+/// step's progress: a finished job came back, a recover cursor moved back and replayed dead
+/// letters twice. A step's write now holds only while its own lease does.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_step_that_outlived_its_lease_does_not_overwrite_the_later_steps_progress() {
+    use webhooks::model::{Job, JobKind};
+    use webhooks::store::StoreError;
+    let stack = still_stack(|_| {}).await;
+    let store = &stack.app.store;
+    let t0 = chrono::Utc::now() - chrono::Duration::minutes(5);
+    let job = Job {
+        id: "job_slow_step".into(),
+        kind: JobKind::Recover,
+        tenant_id: "acme".into(),
+        endpoint_id: "ep-jobs".into(),
+        status: "running".into(),
+        since: None,
+        until: None,
+        cursor: None,
+        processed: 0,
+        run_at: Some(t0),
+        created_at: t0,
+        updated_at: t0,
+    };
+    store.create_job(&job).await.unwrap();
+    assert!(matches!(store.create_job(&job).await, Err(StoreError::AlreadyExists)), "a job id is created once");
+    // Step A takes the job with a lease; it runs past the lease, and the sweeper's next tick
+    // (step B) takes the job from A's lease, pages on and finishes it.
+    let due = t0.timestamp_millis();
+    let (lease_a, lease_b) = (due + 40_000, due + 80_000);
+    assert!(store.claim_job(&job.id, due, lease_a).await.unwrap());
+    assert!(store.claim_job(&job.id, lease_a, lease_b).await.unwrap(), "the sweeper takes the expired step");
+    let done = Job { status: "done".into(), processed: 7, run_at: None, cursor: None, ..job.clone() };
+    assert!(store.save_job(&done, lease_b).await.unwrap(), "step B writes under its own lease");
+    // Step A comes back with its older page: refused, B's outcome stands.
+    let stale = Job { processed: 3, cursor: Some("page-2".into()), ..job.clone() };
+    assert!(!store.save_job(&stale, lease_a).await.unwrap(), "the late step's write is refused");
+    let stored = store.get_job(&job.id).await.unwrap().expect("the job");
+    assert_eq!((stored.status.as_str(), stored.processed, stored.cursor), ("done", 7, None));
+    // A finished job is out of the due index: nothing takes it again.
+    let due_jobs = store.due(webhooks::store::keys::JOB_SHARD, i64::MAX, 10, None).await.unwrap();
+    assert!(!due_jobs.iter().any(|d| matches!(d, webhooks::store::Due::Job { id, .. } if id == &job.id)));
     stack.stop().await;
 }
 
@@ -966,58 +579,6 @@ async fn a_repeat_that_fails_leaves_no_delivery_its_event_does_not_list() {
     assert_eq!(view["deliveries"].as_array().unwrap().len(), 2);
     stack.stop().await;
 }
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_lost_claim_in_the_due_index_of_before_is_recovered_at_its_lease_end() {
-    use webhooks::lifecycle::{self, AttemptMessage, Field};
-    use webhooks::store::Applied;
-    use webhooks::store::keys::{DUE_AT, DUE_KEYS_AT};
-    let stack = still_stack(|c| {
-        c.request_timeout = Duration::from_millis(1000);
-        c.lease_margin = Duration::from_millis(1000);
-    })
-    .await;
-    let rx = Receiver::start(Reply::Status(200)).await;
-    stack.endpoint("acme", &rx.url, serde_json::Value::Null).await;
-    let accepted = stack.event("acme", "order.paid", json!({"n": 1})).await;
-    let id = accepted["deliveries"][0]["id"].as_str().unwrap().to_string();
-    // A worker of the previous release claims attempt 1 (its claim moved the entry to the
-    // lease's end, in `due`) and dies.
-    let claim = lifecycle::claim(&stack.app.config, chrono::Utc::now(), &AttemptMessage::new(id.clone(), 1));
-    assert!(matches!(stack.app.store.apply(&id, &claim, false).await.unwrap(), Applied::Done(_)));
-    let Field::Set(lease_until) = claim.lease_until else { panic!("a claim without a lease") };
-    into_old_due(&stack, &id, Some(lease_until.timestamp_millis())).await;
-    let mut recovered = 0;
-    for _ in 0..100 {
-        let r = webhooks::service::sweep::sweep(&stack.app).await.unwrap();
-        if r.recovered_leases > 0 {
-            assert!(chrono::Utc::now() >= lease_until, "recovered before its lease's end");
-        }
-        recovered += r.recovered_leases;
-        if recovered > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(recovered, 1);
-    let item = delivery_item(&stack, &id).await;
-    assert!(item.contains_key(DUE_KEYS_AT) && !item.contains_key(DUE_AT), "moved to due_keys: {item:?}");
-    let mut handled = 0;
-    for _ in 0..20 {
-        handled += webhooks_local::poll_once(&stack.app, &stack.sqs, 1).await.unwrap();
-        if rx.count() > 0 {
-            break;
-        }
-    }
-    assert!(handled >= 1);
-    let d = stack.wait_status(&id, "delivered", WAIT).await;
-    assert_eq!(d["attempts"][0]["error"], "lease_expired");
-    assert_eq!(d["attempt_count"], 2);
-    assert_eq!(rx.count(), 1);
-    stack.stop().await;
-}
-
-// ---------------------------------------------------------------- endpoint copies (issue #14)
 
 /// A key (an event or delivery id) that reads copy `copy` of 3.
 fn key_reading(copy: u32) -> String {
@@ -1387,20 +948,6 @@ async fn a_slow_marker_mirror_older_than_the_copys_marker_is_refused() {
     stack.stop().await;
 }
 
-/// Moves delivery `id` from `by_endpoint_keys` to `by_endpoint`, as the release before wrote
-/// it (the same partition and sort key under `ep_pk`, `ep_sk`).
-async fn into_old_endpoint_index(stack: &Stack, id: &str) {
-    let item = delivery_item(stack, id).await;
-    update_delivery(stack, id)
-        .await
-        .update_expression("SET ep_pk = :p, ep_sk = :s REMOVE ek_pk, ek_sk")
-        .expression_attribute_values(":p", item["ek_pk"].clone())
-        .expression_attribute_values(":s", item["ek_sk"].clone())
-        .send()
-        .await
-        .unwrap();
-}
-
 /// An UpdateItem of delivery `id`'s item, its expression to be given.
 async fn update_delivery(
     stack: &Stack,
@@ -1427,125 +974,15 @@ async fn move_on_to_held(stack: &Stack, id: &str) {
         .unwrap();
 }
 
-/// Which endpoint index holds delivery `id`'s entry, and its sort key: (`by_endpoint_keys`?,
-/// sort key). Panics when it is in both or neither.
-async fn endpoint_entry(stack: &Stack, id: &str) -> (bool, String) {
-    let item = delivery_item(stack, id).await;
-    let text = |a: &str| item.get(a).and_then(|v| v.as_s().ok()).cloned();
-    match (text("ek_pk").zip(text("ek_sk")), text("ep_pk").zip(text("ep_sk"))) {
-        (Some((_, sk)), None) => (true, sk),
-        (None, Some((_, sk))) => (false, sk),
-        other => panic!("{id}: endpoint index attributes {other:?} in {item:?}"),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread")]
-async fn listings_and_counts_read_both_endpoint_indexes_and_a_new_bucket_moves_an_old_entry() {
-    use webhooks::lifecycle::{self, EndpointEntry};
-    use webhooks::model::DeliveryStatus;
-    use webhooks::store::{Applied, DeliveryQuery, DynamoStore, Store as _};
-    let stack = still_stack(|_| {}).await;
-    let table = stack.app.config.table.clone();
-    let store = DynamoStore::new(ddb().await, &table, 8);
-    let t0 = chrono::Utc::now() - chrono::Duration::minutes(5);
-    let mut all = Vec::new();
-    for i in 0..8i64 {
-        let at = t0 + chrono::Duration::milliseconds(i * 10);
-        let id = write_delivery(&stack, &store, &format!("both-{i:02}"), "ep-both", at, false).await;
-        assert!(endpoint_entry(&stack, &id).await.0, "a new delivery is in by_endpoint_keys");
-        if i % 2 == 0 {
-            // Half as today's main wrote them.
-            into_old_endpoint_index(&stack, &id).await;
-        }
-        all.push(id);
-    }
-    // One claimed in each index: sending, still in the `open` range where it was.
-    let now = chrono::Utc::now();
-    for id in [&all[2], &all[3]] {
-        let claim = lifecycle::claim(&stack.app.config, now, &lifecycle::AttemptMessage::new(id.clone(), 1));
-        assert!(matches!(store.apply(id, &claim, false).await.unwrap(), Applied::Done(_)));
-    }
-    assert!(!endpoint_entry(&stack, &all[2]).await.0, "a claim keeps an old entry where it is");
-    assert!(endpoint_entry(&stack, &all[3]).await.0);
-    // One of each ended (a new bucket): both now in by_endpoint_keys, under `exhausted`.
-    for id in [&all[4], &all[5]] {
-        let d = store.get_delivery(id).await.unwrap().unwrap();
-        let t = lifecycle::abandon(&stack.app.config, now, d.status, d.attempt_count, EndpointEntry::of(&d), "test");
-        assert!(matches!(store.apply(id, &t, false).await.unwrap(), Applied::Done(_)));
-        let (keys, sk) = endpoint_entry(&stack, id).await;
-        assert!(keys && sk.starts_with("exhausted#"), "{id}: {sk}");
-    }
-
-    let q = DeliveryQuery { endpoint_id: Some("ep-both".into()), limit: 3, oldest_first: true, ..Default::default() };
-    assert_eq!(list_all(&store, q.clone()).await, all, "every status, oldest first, 3 a page");
-    let mut newest = all.clone();
-    newest.reverse();
-    assert_eq!(list_all(&store, DeliveryQuery { oldest_first: false, ..q.clone() }).await, newest);
-    let of = |status| DeliveryQuery { status: Some(status), limit: 2, ..q.clone() };
-    let pick = |ix: &[usize]| ix.iter().map(|&i| all[i].clone()).collect::<Vec<_>>();
-    assert_eq!(list_all(&store, of(DeliveryStatus::Scheduled)).await, pick(&[0, 1, 6, 7]));
-    assert_eq!(list_all(&store, of(DeliveryStatus::Sending)).await, pick(&[2, 3]));
-    assert_eq!(list_all(&store, of(DeliveryStatus::Exhausted)).await, pick(&[4, 5]));
-    // Summaries read from the items carry what the projected ones do.
-    let page = store.list_deliveries(&of(DeliveryStatus::Sending)).await.unwrap();
-    for d in &page.data {
-        assert_eq!((d.endpoint_id.as_str(), d.attempt_count, d.status), ("ep-both", 1, DeliveryStatus::Sending));
-    }
-    for (status, n) in [
-        (DeliveryStatus::Scheduled, 4),
-        (DeliveryStatus::Sending, 2),
-        (DeliveryStatus::Exhausted, 2),
-        (DeliveryStatus::Held, 0),
-        (DeliveryStatus::Delivered, 0),
-    ] {
-        assert_eq!(store.count_deliveries("ep-both", status).await.unwrap(), n, "{status:?}");
-    }
-    stack.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_delivery_in_the_endpoint_index_of_before_is_delivered_and_moves_to_the_keys_index() {
-    use webhooks::model::DeliveryStatus;
-    use webhooks::store::DeliveryQuery;
-    let stack = still_stack(|_| {}).await;
-    let rx = Receiver::start(Reply::Status(200)).await;
-    let ep = new_endpoint(&stack, &rx.url).await;
-    let accepted = stack.event("acme", "order.paid", json!({"n": 1})).await;
-    let id = accepted["deliveries"][0]["id"].as_str().unwrap().to_string();
-    into_old_endpoint_index(&stack, &id).await;
-    let listed = |status| DeliveryQuery { endpoint_id: Some(ep.clone()), status: Some(status), ..Default::default() };
-    let ids = |page: webhooks::store::Page<webhooks::store::DeliverySummary>| {
-        page.data.into_iter().map(|d| d.id).collect::<Vec<_>>()
-    };
-    assert_eq!(
-        ids(stack.app.store.list_deliveries(&listed(DeliveryStatus::Scheduled)).await.unwrap()),
-        vec![id.clone()]
-    );
-    // Its message (no poller): claimed and recorded as on any other item.
-    let msg = webhooks::lifecycle::AttemptMessage::new(id.clone(), 1);
-    let handled = webhooks::service::deliver::deliver_message(&stack.app, &msg).await;
-    assert!(matches!(handled, Ok(webhooks::service::deliver::Handled::Attempted(..))), "{handled:?}");
-    assert_eq!(rx.count(), 1);
-    let (keys, sk) = endpoint_entry(&stack, &id).await;
-    assert!(keys && sk.starts_with("delivered#"), "delivered: its entry moved to by_endpoint_keys: {sk}");
-    assert_eq!(
-        ids(stack.app.store.list_deliveries(&listed(DeliveryStatus::Delivered)).await.unwrap()),
-        vec![id.clone()]
-    );
-    assert!(stack.app.store.list_deliveries(&listed(DeliveryStatus::Scheduled)).await.unwrap().data.is_empty());
-    assert_eq!(stack.app.store.count_deliveries(&ep, DeliveryStatus::Delivered).await.unwrap(), 1);
-    stack.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_sharded_listing_of_both_endpoint_indexes_reads_only_the_items_it_lists_and_each_once() {
+async fn a_sharded_listing_reads_only_the_items_it_lists_and_each_once() {
     use std::sync::atomic::Ordering;
     use webhooks::lifecycle;
     use webhooks::model::DeliveryStatus;
     use webhooks::store::{Applied, DeliveryQuery, DynamoStore, Store as _};
     let stack = still_stack(|_| {}).await;
     let table = stack.app.config.table.clone();
-    // 4 shards of each endpoint index, on a client that counts the items it reads.
+    // 4 shards of `by_endpoint`, on a client that counts the items it reads.
     let reads = webhooks_tests::QueryReads::default();
     let sdk = webhooks::app::aws_sdk_config().await;
     let conf = aws_sdk_dynamodb::config::Builder::from(&sdk).interceptor(reads.clone()).build();
@@ -1554,30 +991,24 @@ async fn a_sharded_listing_of_both_endpoint_indexes_reads_only_the_items_it_list
     let mut all = Vec::new();
     for i in 0..40i64 {
         let at = t0 + chrono::Duration::milliseconds(i * 10);
-        let id = write_delivery(&stack, &store, &format!("many-{i:02}"), "ep-many", at, false).await;
-        if i % 2 == 0 {
-            into_old_endpoint_index(&stack, &id).await;
-        }
-        all.push(id);
+        all.push(write_delivery(&stack, &store, &format!("many-{i:02}"), "ep-many", at, false).await);
     }
-    let (moved, twice, claimed) = (all[5].clone(), all[7].clone(), all[9].clone());
-    // One whose item has moved on (held) while its keys-only entry still says `open`.
+    let (moved, claimed) = (all[5].clone(), all[9].clone());
+    // One whose item has moved on (held) while its entry still says `open`.
     move_on_to_held(&stack, &moved).await;
     let claim =
         lifecycle::claim(&stack.app.config, chrono::Utc::now(), &lifecycle::AttemptMessage::new(claimed.clone(), 1));
     assert!(matches!(store.apply(&claimed, &claim, false).await.unwrap(), Applied::Done(_)));
     let scheduled: Vec<String> = all.iter().filter(|id| **id != moved && **id != claimed).cloned().collect();
-    // Scheduled and sending counted in one read of the `open` range's items (20 of them in
-    // by_endpoint_keys); the moved one is in neither, nor held (its entry is not there).
+    // Scheduled and sending counted in one read of the `open` range's items (40 of them); the
+    // moved one is in neither, nor held (its entry is not there).
     reads.items.store(0, Ordering::SeqCst);
     let counts = store
         .count_deliveries_in("ep-many", &[DeliveryStatus::Scheduled, DeliveryStatus::Sending, DeliveryStatus::Held])
         .await
         .unwrap();
     assert_eq!(counts, vec![u64::try_from(scheduled.len()).unwrap(), 1, 0]);
-    assert_eq!(reads.items.load(Ordering::SeqCst), 20, "each keys-only entry of the open range read once");
-    // One in both indexes (an old entry not yet gone from by_endpoint).
-    update_delivery(&stack, &twice).await.update_expression("SET ep_pk = ek_pk, ep_sk = ek_sk").send().await.unwrap();
+    assert_eq!(reads.items.load(Ordering::SeqCst), 40, "each entry of the open range read once");
 
     let listed: Vec<String> = all.iter().filter(|id| **id != moved).cloned().collect();
     let q = DeliveryQuery { endpoint_id: Some("ep-many".into()), limit: 5, oldest_first: true, ..Default::default() };
@@ -1592,7 +1023,7 @@ async fn a_sharded_listing_of_both_endpoint_indexes_reads_only_the_items_it_list
     let page = store.list_deliveries(&of_scheduled).await.unwrap();
     assert_eq!(page.data.len(), 5);
     let items = reads.items.load(Ordering::SeqCst);
-    assert!(items <= 5, "{items} items read for a page of 5 over 4 shards of 2 indexes");
+    assert!(items <= 5, "{items} items read for a page of 5 over 4 shards");
     stack.stop().await;
 }
 

@@ -522,14 +522,13 @@ pub struct EndpointStats {
 /// Counts an endpoint's deliveries by status without reading its history:
 /// - `delivered`: the per-day delivered counters of the last `WEBHOOKS_DELIVERED_RETENTION_DAYS`
 ///   days (UTC days: a delivered delivery is kept that long), one Query per counter partition
-///   ([`crate::store::Store::delivered_tally`]); an endpoint created before the counters
-///   existed (no `delivered_counted_from`) has its `delivered` index range counted instead;
+///   ([`crate::store::Store::delivered_tally`]);
 /// - the others: one `Select=COUNT` Query each of their `by_endpoint` key range, which holds
 ///   only unfinished deliveries (`scheduled`, `sending`, `held`) or dead letters
 ///   (`exhausted`, kept `WEBHOOKS_EXHAUSTED_RETENTION_DAYS`), never delivered ones;
 /// - the last success: the counters' `last_delivered_at` (the time a delivered delivery was
-///   counted), or one entry of the `delivered` range when that is later (successes counted
-///   before the counters kept the time).
+///   counted), or one entry of the `delivered` range when that is later (a count is best
+///   effort, after the delivery's record: one lost to a failure leaves the time as it was).
 ///
 /// # Errors
 /// [`ServiceError::NotFound`].
@@ -539,30 +538,19 @@ pub async fn endpoint_stats(app: &App, id: &str) -> Result<EndpointStats, Servic
         [DeliveryStatus::Scheduled, DeliveryStatus::Sending, DeliveryStatus::Exhausted, DeliveryStatus::Held];
     let now = app.clock.now();
     let retention = chrono::Duration::days(i64::from(app.config.delivered_retention_days));
-    let counted_from = match ep.delivered_counted_from {
-        Some(from) => Some(from),
-        None => app.store.mark_delivered_counting(&ep.tenant_id, &ep.id, now).await?,
-    };
-    // The counters hold every delivery delivered since `counted_from` (deliver counts every
-    // endpoint's): whole for an endpoint counted from its creation, or once that is a
-    // retention ago; until then the index is counted.
-    let whole = counted_from.is_some_and(|from| from <= ep.created_at || from <= now - retention);
     // The last `delivered_retention_days` UTC days, today included.
     let first_day = now - retention + chrono::Duration::days(1);
-    // The counters are read in any case: they keep the time of the latest success.
     let delivered = async {
         let tally = app.store.delivered_tally(&ep.id, first_day).await?;
-        let delivered =
-            if whole { tally.delivered } else { app.store.count_deliveries(&ep.id, DeliveryStatus::Delivered).await? };
-        Ok::<_, crate::store::StoreError>((delivered, tally.last_delivered_at))
+        Ok::<_, crate::store::StoreError>((tally.delivered, tally.last_delivered_at))
     };
     let (counted, (delivered, last_counted)) =
         futures::future::try_join(app.store.count_deliveries_in(&ep.id, &statuses), delivered).await?;
     let mut counts: std::collections::BTreeMap<String, u64> =
         statuses.iter().zip(&counted).map(|(st, n)| (st.as_str().to_string(), *n)).collect();
     counts.insert(DeliveryStatus::Delivered.as_str().to_string(), delivered);
-    // The latest success is the counters' `last_delivered_at`; for successes counted before
-    // the counters kept it, the newest delivery that was delivered (newest by acceptance; its
+    // The latest success is the counters' `last_delivered_at`; for a success whose count was
+    // lost, the newest delivery that was delivered (newest by acceptance; its
     // last change is when it was delivered, which a replay of an older one can pass): one
     // item of the delivered range. The later of the two.
     let newest = app

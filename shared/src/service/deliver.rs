@@ -138,9 +138,9 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
             return Ok(Handled::Duplicate);
         }
     };
-    // From the message, else from a delivery written before payload items, else the event's
-    // payload item; copied once into the body every send and the next message share.
-    let payload: Option<Bytes> = match msg.payload.as_ref().or(delivery.payload.as_ref()) {
+    // From the message, else the event's payload item; copied once into the body every send
+    // and the next message share.
+    let payload: Option<Bytes> = match msg.payload.as_ref() {
         Some(p) => Some(Bytes::from(p.clone())),
         None => app.store.get_payload(&delivery.tenant_id, &delivery.event_id).await?.map(Bytes::from),
     };

@@ -175,7 +175,7 @@ pub async fn start_job(
 ) -> Result<Job, ServiceError> {
     let now = app.clock.now();
     let job = Job { since, until, ..endpoint_lifecycle::new_job(&app.random, endpoint, kind, now, run_at) };
-    app.store.put_job(&job).await?;
+    app.store.create_job(&job).await?;
     Ok(job)
 }
 
@@ -194,7 +194,7 @@ pub async fn run_job_step(app: &App, id: &str, due_at: i64) -> Result<Vec<Enqueu
     if !app.store.claim_job(id, due_at, lease).await? {
         return Ok(Vec::new());
     }
-    match job_step(app, id, now).await {
+    match job_step(app, id, now, lease).await {
         Ok(out) => Ok(out),
         Err(e) => {
             // Due again at once rather than after the lease (best effort: the lease is the
@@ -205,7 +205,9 @@ pub async fn run_job_step(app: &App, id: &str, due_at: i64) -> Result<Vec<Enqueu
     }
 }
 
-async fn job_step(app: &App, id: &str, now: DateTime<Utc>) -> Result<Vec<Enqueue>, ServiceError> {
+/// One step of job `id`, taken with the lease `lease` (due time, milliseconds): its work, then
+/// its outcome written only while the lease still holds ([`crate::store::Store::save_job`]).
+async fn job_step(app: &App, id: &str, now: DateTime<Utc>, lease: i64) -> Result<Vec<Enqueue>, ServiceError> {
     let Some(mut job) = app.store.get_job(id).await? else { return Ok(Vec::new()) };
     let endpoint = app.store.get_endpoint(&job.tenant_id, &job.endpoint_id).await?;
     let mut out = Vec::new();
@@ -282,7 +284,11 @@ async fn job_step(app: &App, id: &str, now: DateTime<Utc>) -> Result<Vec<Enqueue
         job.run_at = None;
     }
     job.updated_at = now;
-    app.store.put_job(&job).await?;
+    if !app.store.save_job(&job, lease).await? {
+        // The step outlived its lease and a later one took the job: its progress stands. What
+        // this step changed is written (guarded transitions), so its messages still go out.
+        tracing::warn!(job_id = %job.id, "job step outlived its lease; the later step's progress stands");
+    }
     Ok(out)
 }
 

@@ -105,7 +105,8 @@ impl DynamoStore {
     /// `endpoint_ids` (a string set, [`EVENT_ENDPOINTS`]).
     fn event_item(event: &StoredEvent, endpoint_ids: &[&str]) -> Result<Item, StoreError> {
         let mut item = to_item(event)?;
-        item.remove(payload::PAYLOAD_TEXT);
+        // The payload is stored compressed, not as the struct's text.
+        item.remove("payload");
         item.insert(payload::PAYLOAD_Z.into(), AttributeValue::B(payload::compress(&event.payload)?.into()));
         let (pk, sk) = event_key(&event.tenant_id, &event.event_id);
         item.insert(PK.into(), s(pk));
@@ -195,26 +196,6 @@ impl DynamoStore {
         self.batch_get(&keys, None, true).await?.into_iter().map(from_item).collect()
     }
 
-    /// Gives summaries from an index that does not project the delivery's endpoint (items
-    /// written since 2026-12-01 keep it in [`DELIVERY_ENDPOINT`]) their endpoint id: `endpoint`
-    /// when the listing was of one endpoint, otherwise read from the items.
-    async fn fill_endpoints(&self, data: &mut [DeliverySummary], endpoint: Option<&str>) -> Result<(), StoreError> {
-        let missing: Vec<String> = data.iter().filter(|d| d.endpoint_id.is_empty()).map(|d| d.id.clone()).collect();
-        if missing.is_empty() {
-            return Ok(());
-        }
-        let found: HashMap<String, String> = match endpoint {
-            Some(ep) => missing.into_iter().map(|id| (id, ep.to_string())).collect(),
-            None => self.delivery_summaries(&missing).await?.into_iter().map(|d| (d.id, d.endpoint_id)).collect(),
-        };
-        for d in data.iter_mut().filter(|d| d.endpoint_id.is_empty()) {
-            if let Some(ep) = found.get(&d.id) {
-                d.endpoint_id.clone_from(ep);
-            }
-        }
-        Ok(())
-    }
-
     /// Marks the event item `promised` (UpdateItem, conditional on it existing): from then on
     /// no ingest's take-back deletes the event or any of its deliveries. False when the event
     /// item is gone (another ingest of the id took it back).
@@ -232,76 +213,26 @@ impl DynamoStore {
         conditional(result)
     }
 
-    /// Adds this call's endpoints to an event item another call (or an earlier release)
-    /// wrote: its `endpoint_ids` (a repeat of the id can find an endpoint created since, and
-    /// write its delivery), and, on an item under [`scoped_event_pk`] (before the event-key
-    /// change), its `by_event` entry when it has none (an item from before the entry). Made
+    /// Adds this call's endpoints to an event item another call wrote: its `endpoint_ids` (a
+    /// repeat of the id can find an endpoint created since, and write its delivery). Made
     /// before this call writes any delivery, so no delivery exists that its event does not
     /// list (a listed endpoint without a delivery is left out of the event's view).
     /// UpdateItem, conditional on the item existing: false when it is gone (taken back by the
     /// ingest that wrote it).
     async fn list_endpoints(&self, event_item: &Item) -> Result<bool, StoreError> {
         let endpoints = event_item.get(EVENT_ENDPOINTS).cloned().unwrap_or_else(|| AttributeValue::Ss(Vec::new()));
-        let scoped = is_scoped_event(event_item);
-        let mut req = self
+        let result = self
             .client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(key_of(event_item)))
             .condition_expression("attribute_exists(pk)")
+            .update_expression("ADD #endpoints :endpoints")
             .expression_attribute_names("#endpoints", EVENT_ENDPOINTS)
-            .expression_attribute_values(":endpoints", endpoints);
-        req = if scoped {
-            req.update_expression("SET #entry = if_not_exists(#entry, :entry) ADD #endpoints :endpoints")
-                .expression_attribute_names("#entry", EVENT_SK)
-                .expression_attribute_values(":entry", s(EVENT_ENTRY))
-        } else {
-            req.update_expression("ADD #endpoints :endpoints")
-        };
-        conditional(req.send().await)
-    }
-
-    /// `ours` (an event item as [`Self::event_item`] builds it for `event`, under
-    /// [`event_key`]) under the event's scoped key, when the event was accepted before the
-    /// event-key change and is still kept: a repeat of it goes on with that item, as the
-    /// release before did (the payload first accepted stays the one sent, and every call
-    /// repeating it meets the others on one item, which is what keeps a take-back from
-    /// deleting a delivery another call answered 202 for). `None` when there is none, the
-    /// case of every event accepted since, or when its retention is over at `event`'s
-    /// acceptance (`expires_at`, unix seconds, not after `created_at`): DynamoDB's TTL deletes
-    /// such an item at some time after that, so every call treats it as gone from then on,
-    /// not each from the moment it happens to see it go.
-    ///
-    /// One eventually consistent GetItem of the scoped key (half a read unit). Outside a
-    /// deploy's rollover, a scoped item is one the release before wrote, and it only changes
-    /// by gaining endpoints and the `promised` mark until it expires, so every call sees the
-    /// same answer.
-    async fn scoped_event(&self, event: &StoredEvent, ours: &Item) -> Result<Option<Item>, StoreError> {
-        let (scoped_pk, scoped_sk) = scoped_event_key(&event.tenant_id, &event.event_id);
-        let found = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(PK, s(&scoped_pk))
-            .key(SK, s(&scoped_sk))
-            .projection_expression("#pk, #ttl")
-            .expression_attribute_names("#pk", PK)
-            .expression_attribute_names("#ttl", TTL)
+            .expression_attribute_values(":endpoints", endpoints)
             .send()
-            .await
-            .map_err(aws)?;
-        let Some(item) = found.item else {
-            return Ok(None);
-        };
-        let expires_at = item.get(TTL).and_then(|v| v.as_n().ok()).and_then(|v| v.parse::<i64>().ok());
-        if expires_at.is_some_and(|at| at <= event.created_at.timestamp()) {
-            return Ok(None);
-        }
-        let mut scoped = ours.clone();
-        scoped.insert(PK.into(), s(scoped_pk));
-        scoped.insert(SK.into(), s(scoped_sk));
-        scoped.insert(EVENT_SK.into(), s(EVENT_ENTRY));
-        Ok(Some(scoped))
+            .await;
+        conditional(result)
     }
 
     /// After a failed write of an event's items: takes back what this call wrote and returns
@@ -457,19 +388,15 @@ impl DynamoStore {
         out.item.map(from_item).transpose()
     }
 
-    /// A delivery as an item, with its index attributes: in `due_keys` at `due_at`, in
-    /// `by_status` when exhausted or held, and in `by_endpoint_keys`.
+    /// A delivery as an item, with its index attributes: in `due` at `due_at`, in
+    /// `by_status` when exhausted or held, and in `by_endpoint`.
     fn delivery_item(&self, delivery: &Delivery, due_at: Option<i64>) -> Result<Item, StoreError> {
         let mut item = to_item(delivery)?;
-        // Not under `endpoint_id`: that would put the delivery in `by_event` (see keys).
-        if let Some(endpoint) = item.remove(EVENT_SK) {
-            item.insert(DELIVERY_ENDPOINT.into(), endpoint);
-        }
         item.insert(PK.into(), s(delivery_pk(&delivery.id)));
         item.insert(SK.into(), s(DELIVERY_SK));
         if let Some(due_at) = due_at {
-            item.insert(DUE_KEYS_PK.into(), s(due_pk(due_shard(&delivery.id, self.due_shards))));
-            item.insert(DUE_KEYS_AT.into(), n(due_at));
+            item.insert(DUE_PK.into(), s(due_pk(due_shard(&delivery.id, self.due_shards))));
+            item.insert(DUE_AT.into(), n(due_at));
         }
         if matches!(delivery.status, DeliveryStatus::Exhausted | DeliveryStatus::Held) {
             item.insert(
@@ -478,11 +405,8 @@ impl DynamoStore {
             );
             item.insert(STATUS_SK.into(), s(time_sk(delivery.updated_at, &delivery.id)));
         }
-        item.insert(
-            ENDPOINT_KEYS_PK.into(),
-            s(endpoint_partition(&delivery.endpoint_id, &delivery.id, self.endpoint_shards)),
-        );
-        item.insert(ENDPOINT_KEYS_SK.into(), s(endpoint_sk(delivery.status, delivery.created_at, &delivery.id)));
+        item.insert(EP_PK.into(), s(endpoint_partition(&delivery.endpoint_id, &delivery.id, self.endpoint_shards)));
+        item.insert(EP_SK.into(), s(endpoint_sk(delivery.status, delivery.created_at, &delivery.id)));
         Ok(item)
     }
 
@@ -506,16 +430,14 @@ impl DynamoStore {
         u.field("lease_until", &t.lease_until, time);
         u.field(TTL, &t.expires_at, |v| n(v));
         u.field("reason", &t.reason, |v| s(v));
-        // A new due time goes to `due_keys`; an item written before it leaves `due` then.
         match &t.due_at {
             Field::Keep => {}
             Field::Set(at) => {
-                u.set(DUE_KEYS_AT, n(at));
-                u.set(DUE_KEYS_PK, s(due_pk(due_shard(id, self.due_shards))));
-                u.remove.extend([DUE_AT.to_string(), DUE_PK.to_string()]);
+                u.set(DUE_AT, n(at));
+                u.set(DUE_PK, s(due_pk(due_shard(id, self.due_shards))));
             }
             Field::Remove => {
-                u.remove.extend([DUE_AT, DUE_PK, DUE_KEYS_AT, DUE_KEYS_PK].map(String::from));
+                u.remove.extend([DUE_AT, DUE_PK].map(String::from));
             }
         }
         if let Field::Set(list) = &t.attempts {
@@ -524,13 +446,12 @@ impl DynamoStore {
         }
         u.field("attempts_dropped", &t.attempts_dropped, |v| n(v));
         // A transition with the entry (every change of bucket, and deliver's record of an
-        // attempt, a retry's too) writes it to `by_endpoint_keys`, where an unchanged key costs
-        // no index write; an item written before leaves `by_endpoint` then. A claim, a
-        // give-back or the sweeper's re-drive has no entry and leaves either index as it is.
+        // attempt, a retry's too) writes it to `by_endpoint`, where an unchanged key costs no
+        // index write. A claim, a give-back or the sweeper's re-drive has no entry and leaves
+        // the index as it is.
         if let Some(entry) = &t.entry {
-            u.set(ENDPOINT_KEYS_PK, s(endpoint_partition(&entry.endpoint_id, id, self.endpoint_shards)));
-            u.set(ENDPOINT_KEYS_SK, s(endpoint_sk(t.status, entry.created_at, id)));
-            u.remove.extend([EP_PK.to_string(), EP_SK.to_string()]);
+            u.set(EP_PK, s(endpoint_partition(&entry.endpoint_id, id, self.endpoint_shards)));
+            u.set(EP_SK, s(endpoint_sk(t.status, entry.created_at, id)));
         }
         if matches!(t.status, DeliveryStatus::Exhausted | DeliveryStatus::Held) {
             u.set(STATUS_KEY, s(status_partition(t.status.as_str(), id, self.status_shards)));
@@ -555,7 +476,7 @@ impl DynamoStore {
         cond.push("attempt_count = :g_attempt_count".into());
         u.values.insert(":g_attempt_count".into(), n(t.guard.attempt_count));
         if let Some(due) = t.guard.due_at {
-            cond.push(format!("({DUE_KEYS_AT} = :g_due_at OR {DUE_AT} = :g_due_at)"));
+            cond.push(format!("{DUE_AT} = :g_due_at"));
             u.values.insert(":g_due_at".into(), n(due));
         }
         Ok((u.expression(), cond.join(" AND "), u.values))
@@ -645,9 +566,9 @@ impl DynamoStore {
         self.query_items(query).await?.into_iter().map(from_item).collect()
     }
 
-    /// One page of deliveries from the index the query names (`by_endpoint` and
-    /// `by_endpoint_keys`, or `by_status` without an endpoint), as the index projects them
-    /// (see [`Self::fill_endpoints`]) or, from `by_endpoint_keys`, as their items are.
+    /// One page of deliveries from the index the query names: `by_endpoint` (keys only: the
+    /// items of the entries it lists are read), or `by_status` without an endpoint (it
+    /// projects the summary).
     async fn index_page(&self, q: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError> {
         let limit = q.limit.clamp(1, 100);
         match (&q.endpoint_id, q.status) {
@@ -658,25 +579,17 @@ impl DynamoStore {
                 };
                 let sources = self.endpoint_sources(ep, &buckets);
                 let open = status.filter(|st| in_open(*st));
-                // An item read for a keys-only entry is listed while it is still in the entry's
-                // bucket (and in the status asked for): the index lags the table a moment.
+                // An item read for an entry is listed while it is still in the entry's bucket
+                // (and in the status asked for): the index lags the table a moment.
                 let keep = move |src: &Source, d: &DeliverySummary| {
                     endpoint_bucket(d.status) == src.bucket && open.is_none_or(|st| d.status == st)
                 };
-                self.merged_page(&sources, q, limit, &keep, |src, start| self.bucket_page(src, open, q, limit, start))
-                    .await
+                self.merged_page(&sources, q, limit, &keep, |src, start| self.bucket_page(src, q, limit, start)).await
             }
             (None, Some(st)) => {
                 let sources: Vec<Source> = partitions(st.as_str(), self.status_shards)
                     .into_iter()
-                    .enumerate()
-                    .map(|(k, partition)| Source {
-                        name: partition.clone(),
-                        partition,
-                        bucket: "",
-                        shard: k > 0,
-                        keys: false,
-                    })
+                    .map(|partition| Source { name: partition.clone(), partition, bucket: "" })
                     .collect();
                 let status_page = |src: &Source, start: Option<Item>| {
                     let req = self
@@ -689,15 +602,6 @@ impl DynamoStore {
                         .expression_attribute_values(":k", s(&src.partition));
                     self.fill_page(req, src.kind(), limit, start)
                 };
-                if sources.len() == 1 {
-                    let start = q.cursor.as_deref().map(decode_cursor).transpose()?;
-                    if start.as_ref().is_some_and(|k| !start_key_fits(&sources[0], k)) {
-                        return Err(StoreError::InvalidCursor);
-                    }
-                    let (entries, next) = status_page(&sources[0], start).await?;
-                    let data = entries.into_iter().filter_map(|e| e.summary).collect();
-                    return Ok(Page { data, next_cursor: next.map(encode_cursor).transpose()? });
-                }
                 // `by_status` projects the delivery: no entry is read as its item.
                 self.merged_page(&sources, q, limit, &|_, _| true, status_page).await
             }
@@ -705,19 +609,18 @@ impl DynamoStore {
         }
     }
 
-    /// Due items of one shard of `due_keys` (`keys`) or `due`, at most `limit`, in due order,
-    /// after `after`; a `due_keys` entry is read as its item (the index projects keys only).
+    /// Due items of one shard of `due`, at most `limit`, in due order, after `after`. The
+    /// index projects keys only: a job's entry is its id (from its table key) and due time; a
+    /// delivery's is read as its item.
     async fn due_in(
         &self,
-        keys: bool,
         shard: u32,
         until_ms: i64,
         limit: usize,
         after: Option<&Due>,
     ) -> Result<Vec<Due>, StoreError> {
-        let (index_pk, index_at) = if keys { (DUE_KEYS_PK, DUE_KEYS_AT) } else { (DUE_PK, DUE_AT) };
         let mut out = Vec::new();
-        let mut keys_only = Vec::new();
+        let mut deliveries = Vec::new();
         // The index key of the last item read before: the table key and the index key.
         let mut start: Option<Item> = after.map(|due| {
             let (pk, sk, at) = match due {
@@ -727,62 +630,53 @@ impl DynamoStore {
             Item::from([
                 (PK.to_string(), s(pk)),
                 (SK.to_string(), s(sk)),
-                (index_pk.to_string(), s(due_pk(shard))),
-                (index_at.to_string(), n(at)),
+                (DUE_PK.to_string(), s(due_pk(shard))),
+                (DUE_AT.to_string(), n(at)),
             ])
         });
-        while out.len() < limit {
-            // (Each index named by its constant: the IAM test reads which indexes a function
-            // queries from the code.)
-            let query = if keys {
-                self.client.query().index_name(DUE_KEYS_INDEX)
-            } else {
-                self.client.query().index_name(DUE_INDEX)
-            };
-            let page = query
+        while out.len() + deliveries.len() < limit {
+            let page = self
+                .client
+                .query()
+                .index_name(DUE_INDEX)
                 .table_name(&self.table)
                 .key_condition_expression("#p = :p AND #t <= :t")
-                .expression_attribute_names("#p", index_pk)
-                .expression_attribute_names("#t", index_at)
+                .expression_attribute_names("#p", DUE_PK)
+                .expression_attribute_names("#t", DUE_AT)
                 .expression_attribute_values(":p", s(due_pk(shard)))
                 .expression_attribute_values(":t", n(until_ms))
-                .limit(i32::try_from(limit - out.len()).unwrap_or(i32::MAX))
+                .limit(i32::try_from(limit - out.len() - deliveries.len()).unwrap_or(i32::MAX))
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
                 .map_err(aws)?;
             for item in page.items.unwrap_or_default() {
-                // Keys are always projected: a job is told apart by its partition key.
-                if item.get(PK).and_then(|v| v.as_s().ok()).is_some_and(|pk| pk.starts_with(JOB_PREFIX)) {
-                    let id = item.get("id").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+                let pk = item.get(PK).and_then(|v| v.as_s().ok());
+                if let Some(id) = pk.and_then(|pk| pk.strip_prefix(JOB_PREFIX)) {
                     let due_at = item.get(DUE_AT).and_then(|v| v.as_n().ok()).and_then(|v| v.parse().ok()).unwrap_or(0);
-                    out.push(Due::Job { id, due_at });
-                } else if keys {
-                    keys_only.push(item);
+                    out.push(Due::Job { id: id.to_string(), due_at });
                 } else {
-                    out.push(Due::Delivery(from_item::<DueItem>(item)?));
-                }
-            }
-            if !keys_only.is_empty() {
-                // Keys only: the items themselves, read strongly consistent (one that moved
-                // on since, to a later due time or out of the index, is left out).
-                let keys: Vec<Item> = keys_only.drain(..).map(|k: Item| key_of(&k)).collect();
-                let projection = (
-                    "id, #status, attempt_count, next_attempt_at, lease_until, #at",
-                    &[("#status", "status"), ("#at", DUE_KEYS_AT)][..],
-                );
-                for mut item in self.batch_get(&keys, Some(projection), true).await? {
-                    let Some(at) = item.remove(DUE_KEYS_AT) else { continue };
-                    item.insert(DUE_AT.into(), at);
-                    let due: DueItem = from_item(item)?;
-                    if due.due_at <= until_ms {
-                        out.push(Due::Delivery(due));
-                    }
+                    deliveries.push(key_of(&item));
                 }
             }
             match page.last_evaluated_key {
                 Some(k) if !k.is_empty() => start = Some(k),
                 _ => break,
+            }
+        }
+        // The delivery items themselves, read strongly consistent (one that moved on since, to
+        // a later due time or out of the index, is left out).
+        let projection = (
+            "id, #status, attempt_count, next_attempt_at, lease_until, #at",
+            &[("#status", "status"), ("#at", DUE_AT)][..],
+        );
+        for item in self.batch_get(&deliveries, Some(projection), true).await? {
+            if !item.contains_key(DUE_AT) {
+                continue;
+            }
+            let due: DueItem = from_item(item)?;
+            if due.due_at <= until_ms {
+                out.push(Due::Delivery(due));
             }
         }
         out.sort_by_key(due_order);
@@ -835,14 +729,10 @@ const OPTIONAL_ENDPOINT_ATTRIBUTES: [&str; 6] = [
 /// due while it runs: 14 days in seconds (the default retention of a dead letter).
 const JOB_RETENTION_SECONDS: i64 = 14 * 86_400;
 
-/// The condition that an endpoint exists at `version` (items from before versions read as 0).
-/// (condition, names, values); the name `#g_version` stands for `version`.
+/// The condition that an endpoint exists at `version`: (condition, names, values); the name
+/// `#g_version` stands for `version`.
 fn version_guard(version: u64) -> (String, HashMap<String, String>, Item) {
-    let condition = if version == 0 {
-        "attribute_exists(pk) AND (attribute_not_exists(#g_version) OR #g_version = :g_version)"
-    } else {
-        "attribute_exists(pk) AND #g_version = :g_version"
-    };
+    let condition = "attribute_exists(pk) AND #g_version = :g_version";
     let names = HashMap::from([("#g_version".to_string(), "version".to_string())]);
     (condition.to_string(), names, Item::from([(":g_version".to_string(), n(version))]))
 }
@@ -910,12 +800,6 @@ where
         Err(e) if e.as_service_error().and_then(|se| se.code()) == Some("ConditionalCheckFailedException") => Ok(false),
         Err(e) => Err(aws(e)),
     }
-}
-
-/// Whether `item` is an event item under the scoped key of before the event-key change (its
-/// sort key is [`EVENT_ITEM_SK`]; new event items' is `TENANT#...`).
-fn is_scoped_event(item: &Item) -> bool {
-    item.get(SK).and_then(|v| v.as_s().ok()).is_some_and(|sk| sk == EVENT_ITEM_SK)
 }
 
 /// An item's table key as one string (`{pk}\n{sk}`).
@@ -1152,29 +1036,12 @@ impl Store for DynamoStore {
         Ok(())
     }
 
-    async fn mark_delivered_counting(
-        &self,
-        tenant_id: &str,
-        id: &str,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError> {
-        let update = self
-            .endpoint_update(tenant_id, id)
-            .update_expression("SET delivered_counted_from = if_not_exists(delivered_counted_from, :now)")
-            .expression_attribute_values(":now", time(&now));
-        Ok(updated_attribute(update, "delivered_counted_from").await?.and_then(|v| {
-            let at = chrono::DateTime::parse_from_rfc3339(v.as_s().ok()?).ok()?;
-            Some(at.with_timezone(&chrono::Utc))
-        }))
-    }
-
     async fn delivered_tally(
         &self,
         endpoint_id: &str,
         since: chrono::DateTime<chrono::Utc>,
     ) -> Result<super::DeliveredTally, StoreError> {
-        /// A day's counter item as read (`last_delivered_at` absent on items counted before it
-        /// was kept).
+        /// A day's counter item as read.
         #[derive(serde::Deserialize)]
         struct Day {
             #[serde(default)]
@@ -1250,8 +1117,8 @@ impl Store for DynamoStore {
     }
 
     async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError> {
-        // The event items under its id (one per tenant that used it), and `by_event` for what
-        // was written before the event-key change.
+        // The event items under its id (one per tenant that used it), each listing the
+        // endpoints it has deliveries for.
         let events = self
             .client
             .query()
@@ -1261,44 +1128,37 @@ impl Store for DynamoStore {
             .projection_expression("#e")
             .expression_attribute_names("#e", EVENT_ENDPOINTS)
             .consistent_read(true);
-        let index = self
-            .client
-            .query()
-            .table_name(&self.table)
-            .index_name(EVENT_INDEX)
-            .key_condition_expression("event_id = :e")
-            .expression_attribute_values(":e", s(event_id));
-        let (mut listed, entries) = futures::try_join!(self.query_items(events), self.query_items(index))?;
-        // Scoped event items list their endpoints (read from the items: the index does not
-        // project the list); deliveries written before 2026-12-01 are entries of their own.
-        let (scoped, older): (Vec<Item>, Vec<Item>) = entries.into_iter().partition(is_scoped_event);
-        let mut out: Vec<DeliverySummary> = older.into_iter().map(from_item).collect::<Result<_, _>>()?;
-        listed.extend(
-            self.batch_get(
-                &scoped.iter().map(key_of).collect::<Vec<_>>(),
-                Some(("#e", &[("#e", EVENT_ENDPOINTS)])),
-                true,
-            )
-            .await?,
-        );
+        let listed = self.query_items(events).await?;
         let mut ids: Vec<String> = listed
             .iter()
             .filter_map(|item| item.get(EVENT_ENDPOINTS).and_then(|v| v.as_ss().ok()))
             .flatten()
             .map(|endpoint| crate::model::delivery_id(event_id, endpoint))
-            .filter(|id| !out.iter().any(|d| &d.id == id))
             .collect();
         ids.sort();
         ids.dedup();
-        out.extend(self.delivery_summaries(&ids).await?);
+        let mut out = self.delivery_summaries(&ids).await?;
         out.sort_by(|a, b| (&a.endpoint_id, &a.id).cmp(&(&b.endpoint_id, &b.id)));
         Ok(out)
     }
 
-    async fn put_job(&self, job: &Job) -> Result<(), StoreError> {
+    async fn create_job(&self, job: &Job) -> Result<(), StoreError> {
         let item = self.job_item(job)?;
-        self.client.put_item().table_name(&self.table).set_item(Some(item)).send().await.map_err(aws)?;
-        Ok(())
+        if self.put_new(item).await? { Ok(()) } else { Err(StoreError::AlreadyExists) }
+    }
+
+    async fn save_job(&self, job: &Job, lease_due_at: i64) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(self.job_item(job)?))
+            .condition_expression("#at = :lease")
+            .expression_attribute_names("#at", DUE_AT)
+            .expression_attribute_values(":lease", n(lease_due_at))
+            .send()
+            .await;
+        conditional(result)
     }
 
     async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError> {
@@ -1351,11 +1211,7 @@ impl Store for DynamoStore {
         // every take-back, and putting again any delivery a take-back removed before that.
         // No delivery is visible to deliver before the call returns (its message is sent
         // after), nor to the sweeper before its due time (`redrive_after` later).
-        let mut event_item = items.remove(0);
-        // An event accepted before the event-key change is repeated under its scoped key.
-        if let Some(scoped) = self.scoped_event(event, &event_item).await? {
-            event_item = scoped;
-        }
+        let event_item = items.remove(0);
         let fence = &items[..items.len().min(DELIVERIES_PER_CHECK)];
         let mut created = vec![false; items.len()];
         let mut event_new = false;
@@ -1437,36 +1293,23 @@ impl Store for DynamoStore {
     }
 
     async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError> {
-        // Under the event's key; an event from before the event-key change, under its scoped
-        // key (a second read, for those only).
-        let mut found = None;
-        for (pk, sk) in [event_key(tenant_id, event_id), scoped_event_key(tenant_id, event_id)] {
-            let out = self
-                .client
-                .get_item()
-                .table_name(&self.table)
-                .key(PK, s(pk))
-                .key(SK, s(sk))
-                .projection_expression("#z, #t")
-                .expression_attribute_names("#z", payload::PAYLOAD_Z)
-                .expression_attribute_names("#t", payload::PAYLOAD_TEXT)
-                .consistent_read(true)
-                .send()
-                .await
-                .map_err(aws)?;
-            if out.item.is_some() {
-                found = out.item;
-                break;
-            }
-        }
-        let Some(mut item) = found else {
-            return Ok(None);
-        };
-        // Compressed since the storage cost change; as text on items written before it.
-        match (item.remove(payload::PAYLOAD_Z), item.remove(payload::PAYLOAD_TEXT)) {
-            (Some(AttributeValue::B(frame)), _) => payload::decompress(frame.as_ref()).map(Some),
-            (_, Some(AttributeValue::S(text))) => Ok(Some(text)),
-            _ => Ok(None),
+        let (pk, sk) = event_key(tenant_id, event_id);
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(PK, s(pk))
+            .key(SK, s(sk))
+            .projection_expression("#z")
+            .expression_attribute_names("#z", payload::PAYLOAD_Z)
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(aws)?;
+        match out.item.and_then(|mut item| item.remove(payload::PAYLOAD_Z)) {
+            Some(AttributeValue::B(frame)) => payload::decompress(frame.as_ref()).map(Some),
+            Some(_) => Err(StoreError::Corrupt(format!("event {event_id}: {} is not binary", payload::PAYLOAD_Z))),
+            None => Ok(None),
         }
     }
 
@@ -1585,27 +1428,11 @@ impl Store for DynamoStore {
     }
 
     async fn due(&self, shard: u32, until_ms: i64, limit: usize, after: Option<&Due>) -> Result<Vec<Due>, StoreError> {
-        if shard == JOB_SHARD {
-            return self.due_in(false, shard, until_ms, limit, after).await;
-        }
-        // Deliveries: `due_keys`, and `due` for those written before it, merged in due order
-        // (each read gives at most `limit` after `after`, so the first `limit` of both are the
-        // first `limit` of the union).
-        let (new, old) = futures::try_join!(
-            self.due_in(true, shard, until_ms, limit, after),
-            self.due_in(false, shard, until_ms, limit, after)
-        )?;
-        let mut out: Vec<Due> = new.into_iter().chain(old).collect();
-        out.sort_by_key(due_order);
-        out.dedup_by(|a, b| due_order(a) == due_order(b));
-        out.truncate(limit);
-        Ok(out)
+        self.due_in(shard, until_ms, limit, after).await
     }
 
     async fn list_deliveries(&self, q: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError> {
-        let mut page = self.index_page(q).await?;
-        self.fill_endpoints(&mut page.data, q.endpoint_id.as_deref()).await?;
-        Ok(page)
+        self.index_page(q).await
     }
 
     async fn begin_idempotent(
@@ -1754,42 +1581,33 @@ impl Store for DynamoStore {
 }
 
 impl DynamoStore {
-    /// Every partition of endpoint `ep` in both endpoint indexes (`by_endpoint`, then
-    /// `by_endpoint_keys`), for each of `buckets`. Cursor names: the bucket for the unsplit
-    /// partition (as before sharding), `{bucket}#{k - 1}` for a shard; `keys:` before either
-    /// in `by_endpoint_keys`.
+    /// Every partition of endpoint `ep` in `by_endpoint`, for each of `buckets`. Cursor names:
+    /// the bucket for the unsplit partition, `{bucket}#{k - 1}` for a shard.
     fn endpoint_sources(&self, ep: &str, buckets: &[&'static str]) -> Vec<Source> {
         let mut sources = Vec::new();
-        for keys in [false, true] {
-            for &bucket in buckets {
-                for (k, partition) in partitions(ep, self.endpoint_shards).into_iter().enumerate() {
-                    let name = if k == 0 { bucket.to_string() } else { format!("{bucket}#{}", k - 1) };
-                    let name = if keys { format!("keys:{name}") } else { name };
-                    sources.push(Source { name, partition, bucket, shard: k > 0, keys });
-                }
+        for &bucket in buckets {
+            for (k, partition) in partitions(ep, self.endpoint_shards).into_iter().enumerate() {
+                let name = if k == 0 { bucket.to_string() } else { format!("{bucket}#{}", k - 1) };
+                sources.push(Source { name, partition, bucket });
             }
         }
         sources
     }
 
-    /// A Query of `by_endpoint_keys` (`keys`) or `by_endpoint`.
-    fn endpoint_query(&self, keys: bool) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder {
-        let query = self.client.query().table_name(&self.table);
-        if keys { query.index_name(ENDPOINT_KEYS_INDEX) } else { query.index_name(ENDPOINT_INDEX) }
+    /// A Query of `by_endpoint`.
+    fn endpoint_query(&self) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder {
+        self.client.query().table_name(&self.table).index_name(ENDPOINT_INDEX)
     }
 
     /// See [`Store::count_deliveries_in`]: per status, the sum over the endpoint's partitions
-    /// of both endpoint indexes (`by_endpoint` for deliveries written before
-    /// `by_endpoint_keys`), a Select COUNT of the status's key range in each, but for
-    /// `scheduled` and `sending` in `by_endpoint_keys`: that index projects no status, so the
-    /// items of its one `open` range are read once for both (see [`Self::open_tally`]).
+    /// of `by_endpoint`, a Select COUNT of the status's key range in each, but for
+    /// `scheduled` and `sending`: the index projects no status, so the items of its one
+    /// `open` range are read once for both (see [`Self::open_tally`]).
     async fn counts_in_buckets(&self, ep: &str, statuses: &[DeliveryStatus]) -> Result<Vec<u64>, StoreError> {
-        let sources: Vec<Vec<Source>> =
-            statuses.iter().map(|st| self.endpoint_sources(ep, &[endpoint_bucket(*st)])).collect();
         let mut selects = Vec::new();
-        for (k, (st, srcs)) in statuses.iter().zip(&sources).enumerate() {
-            for src in srcs.iter().filter(|src| !(src.keys && in_open(*st))) {
-                selects.push(self.count_for(k, src, *st));
+        for (k, st) in statuses.iter().enumerate().filter(|(_, st)| !in_open(**st)) {
+            for src in self.endpoint_sources(ep, &[endpoint_bucket(*st)]) {
+                selects.push(self.count_for(k, src));
             }
         }
         let (counted, tally) = futures::future::join(
@@ -1813,36 +1631,29 @@ impl DynamoStore {
         Ok(counts)
     }
 
-    /// [`Self::count_in_partition`], tagged with `k`.
-    async fn count_for(&self, k: usize, src: &Source, status: DeliveryStatus) -> Result<(usize, u64), StoreError> {
-        Ok((k, self.count_in_partition(src, status).await?))
+    /// [`Self::count_in_partition`] of `src`, tagged with `k`.
+    async fn count_for(&self, k: usize, src: Source) -> Result<(usize, u64), StoreError> {
+        Ok((k, self.count_in_partition(&src).await?))
     }
 
-    /// Deliveries of one endpoint index partition in `status`'s bucket (in `status`): a Select
-    /// COUNT of the bucket's key range (filtered by status for the two statuses of the `open`
-    /// bucket, which only `by_endpoint` projects: see [`Self::open_tally`] for
-    /// `by_endpoint_keys`).
-    async fn count_in_partition(&self, src: &Source, status: DeliveryStatus) -> Result<u64, StoreError> {
-        let two_in_bucket = in_open(status);
-        let (pk_attr, sk_attr) = src.key_attributes();
+    /// Entries of one `by_endpoint` partition in `src`'s bucket: a Select COUNT of the
+    /// bucket's key range.
+    async fn count_in_partition(&self, src: &Source) -> Result<u64, StoreError> {
         let mut total = 0u64;
         let mut start: Option<Item> = None;
         loop {
-            let mut req = self
-                .endpoint_query(src.keys)
+            let page = self
+                .endpoint_query()
                 .select(aws_sdk_dynamodb::types::Select::Count)
                 .key_condition_expression("#ipk = :k AND begins_with(#isk, :b)")
-                .expression_attribute_names("#ipk", pk_attr)
-                .expression_attribute_names("#isk", sk_attr)
+                .expression_attribute_names("#ipk", EP_PK)
+                .expression_attribute_names("#isk", EP_SK)
                 .expression_attribute_values(":k", s(&src.partition))
-                .expression_attribute_values(":b", s(format!("{}#", src.bucket)));
-            if two_in_bucket {
-                req = req
-                    .filter_expression("#status = :st")
-                    .expression_attribute_names("#status", "status")
-                    .expression_attribute_values(":st", s(status.as_str()));
-            }
-            let page = req.set_exclusive_start_key(start.take()).send().await.map_err(aws)?;
+                .expression_attribute_values(":b", s(format!("{}#", src.bucket)))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(aws)?;
             total += u64::try_from(page.count).unwrap_or(0);
             match page.last_evaluated_key {
                 Some(k) if !k.is_empty() => start = Some(k),
@@ -1851,7 +1662,7 @@ impl DynamoStore {
         }
     }
 
-    /// How many of endpoint `ep`'s deliveries in `by_endpoint_keys`' `open` range are
+    /// How many of endpoint `ep`'s deliveries in `by_endpoint`'s `open` range are
     /// (scheduled, sending), when `wanted` (else none are read): every entry of the range, in
     /// each partition, read a Query page at a time, and those entries' items, their status
     /// only (BatchGetItem, eventually consistent: half a read unit an item of up to 4 KB),
@@ -1862,7 +1673,7 @@ impl DynamoStore {
             return Ok((0, 0));
         }
         let sources = self.endpoint_sources(ep, &[endpoint_bucket(DeliveryStatus::Scheduled)]);
-        let tallies: Vec<_> = sources.iter().filter(|src| src.keys).map(|src| self.open_tally_in(src)).collect();
+        let tallies: Vec<_> = sources.iter().map(|src| self.open_tally_in(src)).collect();
         let tallies: Vec<Result<(u64, u64), StoreError>> =
             futures::stream::iter(tallies).buffer_unordered(SOURCES_IN_FLIGHT).collect().await;
         tallies.into_iter().try_fold((0, 0), |(a, b), t| t.map(|(x, y)| (a + x, b + y)))
@@ -1870,15 +1681,14 @@ impl DynamoStore {
 
     /// [`Self::open_tally`] of one partition.
     async fn open_tally_in(&self, src: &Source) -> Result<(u64, u64), StoreError> {
-        let (pk_attr, sk_attr) = src.key_attributes();
         let (mut scheduled, mut sending) = (0u64, 0u64);
         let mut start: Option<Item> = None;
         loop {
             let page = self
-                .endpoint_query(true)
+                .endpoint_query()
                 .key_condition_expression("#ipk = :k AND begins_with(#isk, :b)")
-                .expression_attribute_names("#ipk", pk_attr)
-                .expression_attribute_names("#isk", sk_attr)
+                .expression_attribute_names("#ipk", EP_PK)
+                .expression_attribute_names("#isk", EP_SK)
                 .expression_attribute_values(":k", s(&src.partition))
                 .expression_attribute_values(":b", s(format!("{}#", src.bucket)))
                 .set_exclusive_start_key(start.take())
@@ -1900,44 +1710,35 @@ impl DynamoStore {
         }
     }
 
-    /// Up to `limit` entries of one endpoint index partition and bucket (`src`: a key range,
-    /// nothing outside the bucket is read), in `open` when given and the index projects the
-    /// status (`by_endpoint`; the `open` bucket holds two), accepted in the query's window,
-    /// from `start`. Returns them and the key to go on from, if there may be more.
+    /// Up to `limit` entries of one `by_endpoint` partition and bucket (`src`: a key range,
+    /// nothing outside the bucket is read), accepted in the query's window, from `start`.
+    /// Returns them and the key to go on from, if there may be more.
     async fn bucket_page(
         &self,
         src: &Source,
-        open: Option<DeliveryStatus>,
         q: &DeliveryQuery,
         limit: usize,
         start: Option<Item>,
     ) -> Result<EntryPage, StoreError> {
         let bucket = src.bucket;
-        let (pk_attr, sk_attr) = src.key_attributes();
         let from = format!("{bucket}#{}", q.since.map(|t| time_sk(t, "")).unwrap_or_else(|| "0".into()));
         let to = format!("{bucket}#{}", q.until.map(|t| time_sk(t, "")).unwrap_or_else(|| "~".into()));
         if let Some(key) = &start {
             // A cursor from another endpoint, bucket or window would reach DynamoDB as a bad key.
-            let in_window = key.get(sk_attr).and_then(|v| v.as_s().ok()).is_some_and(|sk| *sk >= from && *sk <= to);
+            let in_window = key.get(EP_SK).and_then(|v| v.as_s().ok()).is_some_and(|sk| *sk >= from && *sk <= to);
             if !start_key_fits(src, key) || !in_window {
                 return Err(StoreError::InvalidCursor);
             }
         }
-        let mut req = self
-            .endpoint_query(src.keys)
+        let req = self
+            .endpoint_query()
             .scan_index_forward(q.oldest_first)
             .key_condition_expression("#ipk = :k AND #isk BETWEEN :from AND :to")
-            .expression_attribute_names("#ipk", pk_attr)
-            .expression_attribute_names("#isk", sk_attr)
+            .expression_attribute_names("#ipk", EP_PK)
+            .expression_attribute_names("#isk", EP_SK)
             .expression_attribute_values(":k", s(&src.partition))
             .expression_attribute_values(":from", s(&from))
             .expression_attribute_values(":to", s(&to));
-        if let Some(st) = open.filter(|_| !src.keys) {
-            req = req
-                .filter_expression("#status = :st")
-                .expression_attribute_names("#status", "status")
-                .expression_attribute_values(":st", s(st.as_str()));
-        }
         self.fill_page(req, src.kind(), limit, start).await
     }
 
@@ -1978,17 +1779,15 @@ impl DynamoStore {
     /// A page merged over several index partitions (`sources`): the newest (or oldest) `limit`
     /// of them in the index's order, each source read by `page` from where the cursor says,
     /// up to `limit` entries at a time. The merge runs on the entries' keys; only the entries
-    /// it takes of a keys-only index are read as their items (BatchGetItem, strongly
+    /// it takes of the keys-only `by_endpoint` are read as their items (BatchGetItem, strongly
     /// consistent, about as many as it lists), and listed if `keep` takes them. An item that
     /// has moved on since its entry was read (another status of the `open` range, or another
     /// bucket: the index lags the table) is left out and the merge reads on, so a page
-    /// shorter than `limit` is the last one (job steps take it as "nothing left"). The same
-    /// delivery from both endpoint indexes (an old entry not yet gone from `by_endpoint`) is
-    /// listed once, as `by_endpoint_keys` has it. The cursor names every source: where to go
-    /// on (the index key of the last entry passed), from the start (`{}`), or done (null); a
-    /// source it does not name (a shard added since) starts over. A one-partition cursor (a
-    /// page from before the index was split, such as a running job's) goes on in the
-    /// partition it names, the shards and `by_endpoint_keys` from the start.
+    /// shorter than `limit` is the last one (job steps take it as "nothing left"). A delivery
+    /// with two entries a moment (its old and new bucket while the index catches up) is
+    /// listed once. The cursor names every source: where to go on (the index key of the last
+    /// entry passed), from the start (`{}`), or done (null); a source it does not name (a
+    /// shard added since) starts over.
     async fn merged_page<'s, F, Fut>(
         &self,
         sources: &'s [Source],
@@ -2034,33 +1833,16 @@ impl DynamoStore {
             let json: serde_json::Value =
                 serde_json::from_slice(&B64URL.decode(c).map_err(|_| StoreError::InvalidCursor)?)
                     .map_err(|_| StoreError::InvalidCursor)?;
-            match json.get("buckets").and_then(|b| b.as_object()) {
-                Some(named) => {
-                    for (i, src) in sources.iter().enumerate() {
-                        positions[i] = match named.get(&src.name) {
-                            None => Some(None),
-                            Some(serde_json::Value::Null) => None,
-                            Some(serde_json::Value::Object(o)) if o.is_empty() => Some(None),
-                            Some(other) => {
-                                Some(Some(serde_dynamo::to_item(other.clone()).map_err(|_| StoreError::InvalidCursor)?))
-                            }
-                        };
+            let named = json.get("buckets").and_then(|b| b.as_object()).ok_or(StoreError::InvalidCursor)?;
+            for (i, src) in sources.iter().enumerate() {
+                positions[i] = match named.get(&src.name) {
+                    None => Some(None),
+                    Some(serde_json::Value::Null) => None,
+                    Some(serde_json::Value::Object(o)) if o.is_empty() => Some(None),
+                    Some(other) => {
+                        Some(Some(serde_dynamo::to_item(other.clone()).map_err(|_| StoreError::InvalidCursor)?))
                     }
-                }
-                None => {
-                    let old = decode_cursor(c)?;
-                    let named = sources.iter().position(|src| start_key_fits(src, &old));
-                    let named = named.ok_or(StoreError::InvalidCursor)?;
-                    for (i, src) in sources.iter().enumerate() {
-                        positions[i] = if i == named {
-                            Some(Some(old.clone()))
-                        } else if src.shard || src.keys {
-                            Some(None)
-                        } else {
-                            None
-                        };
-                    }
-                }
+                };
             }
         }
         for (src, at) in sources.iter().zip(&positions) {
@@ -2099,11 +1881,7 @@ impl DynamoStore {
             next_keys.insert(i, next);
             fetched.extend(entries.into_iter().map(|e| (i, e)));
         }
-        fetched.sort_by(|(i, a), (j, b)| {
-            let order = if q.oldest_first { a.order.cmp(&b.order) } else { b.order.cmp(&a.order) };
-            // One delivery in both endpoint indexes: the keys-only entry (its item) first.
-            order.then(sources[*j].keys.cmp(&sources[*i].keys))
-        });
+        fetched.sort_by(|(_, a), (_, b)| if q.oldest_first { a.order.cmp(&b.order) } else { b.order.cmp(&a.order) });
         let placed =
             fetched.iter().take_while(|(_, e)| frontier.as_deref().is_none_or(|f| !before(f, &e.order))).count();
         // Take entries in order, reading the items of keys-only ones a chunk at a time (as
@@ -2146,7 +1924,7 @@ impl DynamoStore {
                 }
             }
         }
-        // The other index's entry of the last one listed is passed with it.
+        // Another entry of the last one listed (see above) is passed with it.
         while passed < fetched.len() && listed.contains(&fetched[passed].1.id) {
             passed += 1;
         }
@@ -2193,7 +1971,7 @@ fn prefixed_id(text: Option<&String>, prefix: &str) -> bool {
 /// (a tampered cursor is refused, not sent to DynamoDB).
 fn start_key_fits(src: &Source, key: &Item) -> bool {
     let text = |name: &str| key.get(name).and_then(|v| v.as_s().ok());
-    let (pk_attr, sk_attr) = src.key_attributes();
+    let (pk_attr, sk_attr) = src.kind().key_attributes();
     key.len() == 4
         && prefixed_id(text(PK), &delivery_pk(""))
         && text(SK).is_some_and(|sk| sk == DELIVERY_SK)
@@ -2228,7 +2006,7 @@ struct Entry {
     order: String,
     /// The delivery's id.
     id: String,
-    /// The delivery as the index projects it; `None` from `by_endpoint_keys`, which projects
+    /// The delivery as `by_status` projects it; `None` from `by_endpoint`, which projects
     /// keys only (the item is read when the entry is taken).
     summary: Option<DeliverySummary>,
 }
@@ -2255,7 +2033,7 @@ impl Entry {
             .into_iter()
             .filter_map(|name| item.get(name).map(|v| (name.to_string(), v.clone())))
             .collect();
-        let summary = if src.keys { None } else { Some(from_item(item)?) };
+        let summary = if src.bucket.is_empty() { Some(from_item(item)?) } else { None };
         Ok(Some(Self { key, order, id, summary }))
     }
 }
@@ -2268,45 +2046,27 @@ struct Source {
     partition: String,
     /// The `by_endpoint` bucket it lists (empty for `by_status`).
     bucket: &'static str,
-    /// A shard (`{key}#{k}`), not the unsplit partition.
-    shard: bool,
-    /// In `by_endpoint_keys` (entries are keys only: the items are read), not `by_endpoint`.
-    keys: bool,
 }
 
 impl Source {
-    /// The key attributes (partition, sort) of the index this source is read from:
-    /// `by_status`, `by_endpoint_keys` or `by_endpoint`.
-    fn key_attributes(&self) -> (&'static str, &'static str) {
-        self.kind().key_attributes()
-    }
-
     /// Which index, and which bucket of it, this source reads.
     fn kind(&self) -> Kind {
-        Kind { bucket: self.bucket, keys: self.keys }
+        Kind { bucket: self.bucket }
     }
 }
 
-/// Which index a [`Source`] reads (`by_status`: no bucket; `by_endpoint_keys`: `keys`; else
-/// `by_endpoint`), and which bucket of it.
+/// Which index a [`Source`] reads (`by_status`: no bucket; else `by_endpoint`), and which
+/// bucket of it.
 #[derive(Debug, Clone, Copy)]
 struct Kind {
     /// The `by_endpoint` bucket (empty for `by_status`).
     bucket: &'static str,
-    /// `by_endpoint_keys`.
-    keys: bool,
 }
 
 impl Kind {
-    /// See [`Source::key_attributes`].
+    /// The key attributes (partition, sort) of the index this reads.
     fn key_attributes(self) -> (&'static str, &'static str) {
-        if self.bucket.is_empty() {
-            (STATUS_KEY, STATUS_SK)
-        } else if self.keys {
-            (ENDPOINT_KEYS_PK, ENDPOINT_KEYS_SK)
-        } else {
-            (EP_PK, EP_SK)
-        }
+        if self.bucket.is_empty() { (STATUS_KEY, STATUS_SK) } else { (EP_PK, EP_SK) }
     }
 }
 

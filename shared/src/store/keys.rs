@@ -6,68 +6,32 @@ use sha2::{Digest, Sha256};
 pub const PK: &str = "pk";
 /// Sort key attribute.
 pub const SK: &str = "sk";
-/// The due GSI's name (jobs, and deliveries written before 2026-12-01; projects what a
-/// [`crate::lifecycle::DueItem`] holds).
+/// The due GSI's name: deliveries in flight and running jobs, keys only (a change of a
+/// delivery's state that keeps its due time, the claim, rewrites no entry; the sweeper reads
+/// the items it finds).
 pub const DUE_INDEX: &str = "due";
-/// Due GSI partition key attribute.
+/// Due GSI partition key attribute: `DUE#{shard}` ([`due_pk`]), `DUE#jobs` for jobs.
 pub const DUE_PK: &str = "due_pk";
 /// Due GSI sort key attribute (number, milliseconds since the epoch).
 pub const DUE_AT: &str = "due_at";
-/// The deliveries' due GSI: the same keys as [`DUE_INDEX`] under [`DUE_KEYS_PK`] and
-/// [`DUE_KEYS_AT`], projecting keys only, so a change of a delivery's state that keeps its
-/// due time (the claim) rewrites no entry; the sweeper reads the items it finds.
-pub const DUE_KEYS_INDEX: &str = "due_keys";
-/// `due_keys` partition key attribute (`DUE#{shard}`, as [`DUE_PK`]).
-pub const DUE_KEYS_PK: &str = "dk_pk";
-/// `due_keys` sort key attribute (number, milliseconds since the epoch, as [`DUE_AT`]).
-pub const DUE_KEYS_AT: &str = "dk_at";
-/// The by-endpoint GSI of deliveries written before 2026-12-02 (projects what a
-/// [`super::DeliverySummary`] shows): each keeps its entry there until a change of its
-/// bucket moves it to [`ENDPOINT_KEYS_INDEX`].
+/// The deliveries' by-endpoint GSI, keys only: partition [`endpoint_partition`], sort key
+/// [`endpoint_sk`] (`{bucket}#{created_at}#{id}`), so a change that keeps the delivery's
+/// bucket (a claim, a retry's new wait) rewrites no entry; listings and counts that need
+/// more than the bucket read the items.
 pub const ENDPOINT_INDEX: &str = "by_endpoint";
-/// By-endpoint GSI partition key attribute.
+/// By-endpoint GSI partition key attribute ([`endpoint_partition`]).
 pub const EP_PK: &str = "ep_pk";
-/// By-endpoint GSI sort key attribute.
+/// By-endpoint GSI sort key attribute ([`endpoint_sk`]).
 pub const EP_SK: &str = "ep_sk";
-/// The deliveries' by-endpoint GSI: the same keys as [`ENDPOINT_INDEX`] under
-/// [`ENDPOINT_KEYS_PK`] and [`ENDPOINT_KEYS_SK`], projecting keys only, so a change that
-/// keeps the delivery's bucket (a claim, a retry's new wait) rewrites no entry; listings
-/// and counts that need more than the bucket read the items.
-pub const ENDPOINT_KEYS_INDEX: &str = "by_endpoint_keys";
-/// `by_endpoint_keys` partition key attribute (as [`EP_PK`]: [`endpoint_partition`]).
-pub const ENDPOINT_KEYS_PK: &str = "ek_pk";
-/// `by_endpoint_keys` sort key attribute (as [`EP_SK`]: [`endpoint_sk`]).
-pub const ENDPOINT_KEYS_SK: &str = "ek_sk";
 /// The by-status (dead letter) GSI's name.
 pub const STATUS_INDEX: &str = "by_status";
 /// By-status GSI partition key attribute.
 pub const STATUS_KEY: &str = "status_key";
 /// By-status GSI sort key attribute.
 pub const STATUS_SK: &str = "status_sk";
-/// The by-event GSI's name: partition key `event_id`, sort key `endpoint_id`. Holds items of
-/// events accepted before the event-key change, read beside the table's `EVENT_ID#`
-/// partitions (see [`event_key`]): event items under [`scoped_event_pk`] (`endpoint_id` =
-/// [`EVENT_ENTRY`], one entry per event, written at ingest, or again by a repeat that finds
-/// it taken back, which outside a deploy's rollover does not happen), and delivery items
-/// written
-/// before 2026-12-01 (their endpoint id was in `endpoint_id`; every claim and record rewrote
-/// their entry). Newer deliveries keep it in [`DELIVERY_ENDPOINT`], newer event items have
-/// no `endpoint_id`, so neither is in it.
-pub const EVENT_INDEX: &str = "by_event";
-/// By-event GSI partition key attribute.
-pub const EVENT_PK: &str = "event_id";
-/// By-event GSI sort key attribute.
-pub const EVENT_SK: &str = "endpoint_id";
-/// `endpoint_id` of an event item under [`scoped_event_pk`]: puts it in `by_event` (its sort
-/// key there).
-pub const EVENT_ENTRY: &str = "~event";
 /// The event item's string set of the endpoint ids it has deliveries for (each delivery's id is
 /// [`crate::model::delivery_id`] of the event id and one of them).
 pub const EVENT_ENDPOINTS: &str = "endpoint_ids";
-/// The delivery item's attribute holding its endpoint id (not `endpoint_id`, which would put
-/// the delivery in `by_event`).
-pub const DELIVERY_ENDPOINT: &str = "endpoint";
-
 /// `IDEMPOTENCY#{tenant}#{key}` (tenant as [`scoped`] writes it): a stored answer to an
 /// `Idempotency-Key`.
 pub fn idempotency_pk(tenant_id: &str, key: &str) -> String {
@@ -133,14 +97,13 @@ pub fn delivery_pk(id: &str) -> String {
     format!("DELIVERY#{id}")
 }
 
-/// The key of an event's item (its payload and the endpoints of its deliveries), as written
-/// since the event-key change (issue #14): partition `EVENT_ID#{event_id}`, sort key
-/// `TENANT#{tenant_id}`. Event ids are the caller's, so two tenants can use one: each has its
-/// own item in the id's partition, and `GET /v1/events/{id}` without a tenant finds them all
-/// with one Query of the table, where the key before it needed an index entry per event
-/// (`by_event`, one GSI write unit). Neither part can be mistaken for the other's (the
-/// partition holds the whole event id, the sort key the whole tenant id), and the prefix
-/// keeps the partition apart from every other item's and from [`scoped_event_pk`]'s.
+/// The key of an event's item (its payload and the endpoints of its deliveries): partition
+/// `EVENT_ID#{event_id}`, sort key `TENANT#{tenant_id}`. Event ids are the caller's, so two
+/// tenants can use one: each has its own item in the id's partition, and
+/// `GET /v1/events/{id}` without a tenant finds them all with one Query of the table, with no
+/// index entry per event. Neither part can be mistaken for the other's (the partition holds
+/// the whole event id, the sort key the whole tenant id), and the prefix keeps the partition
+/// apart from every other item's.
 pub fn event_key(tenant_id: &str, event_id: &str) -> (String, String) {
     (event_id_pk(event_id), format!("TENANT#{tenant_id}"))
 }
@@ -148,23 +111,6 @@ pub fn event_key(tenant_id: &str, event_id: &str) -> (String, String) {
 /// `EVENT_ID#{event_id}`: the partition of the items of an event id (see [`event_key`]).
 pub fn event_id_pk(event_id: &str) -> String {
     format!("EVENT_ID#{event_id}")
-}
-
-/// `EVENT#{tenant}#{event_id}` (tenant as [`scoped`] writes it): the partition of an event
-/// item written before the event-key change (sort key [`EVENT_ITEM_SK`]; found without its
-/// tenant through its `by_event` entry). Ingest looks it up before writing an event: a repeat
-/// of such an event goes on with that item; new events are under [`event_key`].
-pub fn scoped_event_pk(tenant_id: &str, event_id: &str) -> String {
-    format!("EVENT#{}", scoped(tenant_id, event_id))
-}
-
-/// Sort key of an event item under [`scoped_event_pk`].
-pub const EVENT_ITEM_SK: &str = "EVENT";
-
-/// The key of an event item written before the event-key change: ([`scoped_event_pk`],
-/// [`EVENT_ITEM_SK`]).
-pub fn scoped_event_key(tenant_id: &str, event_id: &str) -> (String, String) {
-    (scoped_event_pk(tenant_id, event_id), EVENT_ITEM_SK.to_string())
 }
 
 /// Sort key of a delivery.
@@ -187,8 +133,8 @@ pub fn due_shard(id: &str, shards: u32) -> u32 {
     u32::from_be_bytes([d[0], d[1], d[2], d[3]]) % shards.max(1)
 }
 
-/// The `by_endpoint` partition of a delivery: the endpoint id itself with one shard (the
-/// layout before index sharding), `{endpoint_id}#{k}` with `shards` > 1, `k` the delivery's
+/// The `by_endpoint` partition of a delivery: the endpoint id itself with one shard,
+/// `{endpoint_id}#{k}` with `shards` > 1, `k` the delivery's
 /// [`due_shard`] modulo `shards` (spreads one hot endpoint's entries over `shards`
 /// partitions: issue #14's capacity model derives how many).
 pub fn endpoint_partition(endpoint_id: &str, delivery_id: &str, shards: u32) -> String {
@@ -201,8 +147,9 @@ pub fn status_partition(status: &str, delivery_id: &str, shards: u32) -> String 
     if shards <= 1 { status.to_string() } else { format!("{status}#{}", due_shard(delivery_id, shards)) }
 }
 
-/// Every partition a listing of `base` reads: `base` (items written unsharded, before the
-/// setting was raised) and, with `shards` > 1, `{base}#{k}` for each shard.
+/// Every partition a listing of `base` reads: `base` (entries written while the setting was
+/// one) and, with `shards` above one, `{base}#{k}` for each shard, so raising the setting on
+/// a live table hides nothing.
 pub fn partitions(base: &str, shards: u32) -> Vec<String> {
     let mut out = vec![base.to_string()];
     if shards > 1 {
@@ -213,8 +160,7 @@ pub fn partitions(base: &str, shards: u32) -> Vec<String> {
 
 /// The due-index "shard" of jobs: their own partition, `DUE#jobs`, read apart from the
 /// deliveries' shards so that a backlog of job steps never takes a tick's batch from due
-/// deliveries (jobs written before this partition existed sit in `DUE#{shard}` and are
-/// still found there).
+/// deliveries.
 pub const JOB_SHARD: u32 = u32::MAX;
 
 /// `DUE#{shard}`, or `DUE#jobs` for [`JOB_SHARD`].
@@ -275,10 +221,8 @@ mod tests {
 
     #[test]
     fn ids_under_a_tenant_cannot_collide_across_tenants() {
-        assert_ne!(scoped_event_pk("a#b", "c"), scoped_event_pk("a", "b#c"));
         assert_ne!(event_key("a#b", "c"), event_key("a", "b#c"));
         assert_ne!(idempotency_pk("a#b", "c"), idempotency_pk("a", "b#c"));
-        assert_eq!(scoped_event_pk("acme", "evt_1"), "EVENT#4:acme#evt_1");
         assert_eq!(event_key("acme", "evt_1"), ("EVENT_ID#evt_1".to_string(), "TENANT#acme".to_string()));
     }
 }

@@ -1,62 +1,14 @@
 //! Where endpoints and deliveries live: the [`Store`] trait and its DynamoDB implementation.
 //!
-//! The single-table layout (every key builder is in [`keys`]):
+//! The table's layout (storage version [`version::STORAGE_VERSION`]) is `docs/storage.md`,
+//! included below; every key builder is in [`keys`].
 //!
-//! | item | `pk` | `sk` | indexes |
-//! |---|---|---|---|
-//! | endpoint | `TENANT#{tenant_id}` | `ENDPOINT#{endpoint_id}` | - |
-//! | endpoint pointer | `ENDPOINT#{endpoint_id}` | `ENDPOINT` | - |
-//! | endpoint copy (`WEBHOOKS_ENDPOINT_COPIES` > 1) | `COPY#{j}#TENANT#{tenant_id}` | `ENDPOINT#{endpoint_id}`, and the partition's marker `COPIES` | - (see `dynamo`'s `copies` module) |
-//! | event (payload) | `EVENT_ID#{event_id}` | `TENANT#{tenant_id}` | - (payload zstd-compressed in `payload_z`, [`payload`]; its endpoints in `endpoint_ids`; [`keys::event_key`]) |
-//! | event written before the event-key change | `EVENT#{len(tenant_id)}:{tenant_id}#{event_id}` | `EVENT` | `by_event` (payload as above, or as text in `payload` before compression) |
-//! | delivery | `DELIVERY#{delivery_id}` | `DELIVERY` | `due_keys`, `by_endpoint_keys`, `by_status` (items written before 2026-12-01: `due` instead of `due_keys`, and `by_event`; before 2026-12-02: `by_endpoint` instead of `by_endpoint_keys`) |
-//! | job | `JOB#{job_id}` | `JOB` | `due` (while running, in `DUE#jobs`) |
-//! | delivered counter | `STATS#{endpoint_id}` (`#{k}` when split) | `DAY#{YYYY-MM-DD}` | - (an ADD per delivered delivery, which also sets `last_delivered_at`; TTL) |
-//!
-//! Ingest finds a tenant's endpoints with one strongly consistent Query on the table itself
-//! (not a GSI), so an endpoint created a moment before an event is never missed. The pointer
-//! lets the admin API find an endpoint by id alone; it never changes after creation.
-//!
-//! GSIs (all sparse):
-//! - `due_keys`: `dk_pk` = `DUE#{shard}` (hash of the id, [`keys::due_shard`]), `dk_at` (number,
-//!   milliseconds), keys only. Holds only in-flight deliveries; see [`crate::lifecycle`]. The
-//!   sweeper reads the items it finds (BatchGetItem). A transition that sets a due time
-//!   writes it here.
-//! - `due`: `due_pk`, `due_at`, the same keys with [`crate::lifecycle::DueItem`]'s attributes
-//!   projected: jobs (in `DUE#jobs`), and deliveries written before 2026-12-01 until their next
-//!   due time moves them to `due_keys`. The sweeper reads both and merges them in due order.
-//! - `by_endpoint_keys`: `ek_pk` = endpoint id (or `{endpoint id}#{k}` with
-//!   `WEBHOOKS_ENDPOINT_INDEX_SHARDS` > 1, [`keys::endpoint_partition`]; listings and counts
-//!   read the unsplit partition and every shard), `ek_sk` = `{bucket}#{created_at}#{id}`, where the
-//!   bucket is `open` (scheduled or sending), `held`, `exhausted` or `delivered`
-//!   ([`keys::endpoint_bucket`]): an endpoint's held or unfinished deliveries are a key range
-//!   read without touching its history. Keys only: a claim (scheduled to sending) or a
-//!   retry's new wait keeps the key and so writes no entry; a listing merges the partitions'
-//!   entries on their keys and reads (BatchGetItem, strongly consistent) only the items of
-//!   those it lists, in chunks of as many as the page still wants (an entry whose item has
-//!   moved on is read and skipped); the stats' counts of scheduled and sending read the
-//!   `open` range's items once for both (eventually consistent).
-//! - `by_endpoint`: `ep_pk`, `ep_sk`, the same keys with a summary's attributes projected:
-//!   deliveries written before 2026-12-02, until a change of bucket or a recorded attempt moves the entry to
-//!   `by_endpoint_keys`. Listings and counts read both, merged in the index order.
-//! - `by_status`: `status_key` = `exhausted` or `held` (only those states; the dead-letter
-//!   list; `{status}#{k}` with `WEBHOOKS_STATUS_INDEX_SHARDS` > 1), `status_sk` =
-//!   `{updated_at}#{id}`.
-//! - `by_event`: `event_id`, `endpoint_id`: items written before the event-key change, one
-//!   entry per event, the event item's (`endpoint_id` = [`keys::EVENT_ENTRY`]). An event's
-//!   items are found by its id alone: one Query of its `EVENT_ID#` partition (one item per
-//!   tenant that used the id), and one of `by_event` for those written before. Its
-//!   deliveries are read by their ids (deterministic from the event id and the endpoint ids
-//!   the event items list). A delivery
-//!   keeps its endpoint id in `endpoint` ([`keys::DELIVERY_ENDPOINT`]), so claims and records
-//!   rewrite no `by_event` entry; its index entries (`by_endpoint`, `by_status`) do not
-//!   project it, and listings fill it in (from the query's endpoint, or by reading the items).
-//!   Deliveries written before 2026-12-01 hold `endpoint_id` and are still found through
-//!   their own `by_event` entries.
+#![doc = include_str!("../../../docs/storage.md")]
 
 pub mod dynamo;
 pub mod keys;
 pub mod payload;
+pub mod version;
 
 use crate::endpoint_lifecycle::Change;
 use crate::lifecycle::{DueItem, Transition};
@@ -102,10 +54,7 @@ pub struct DeliverySummary {
     pub event_type: String,
     /// Tenant.
     pub tenant_id: String,
-    /// Endpoint. Index entries of deliveries written since 2026-12-01 do not carry it
-    /// (the item keeps it in `endpoint`, [`keys::DELIVERY_ENDPOINT`]); the store fills it in
-    /// before a summary leaves it.
-    #[serde(default, alias = "endpoint")]
+    /// Endpoint.
     pub endpoint_id: String,
     /// Status.
     pub status: DeliveryStatus,
@@ -267,8 +216,7 @@ impl Writer {
 pub struct DeliveredTally {
     /// Deliveries counted delivered.
     pub delivered: u64,
-    /// The latest time a delivery was counted (the record's time); `None` when none was, or
-    /// only by a release before the counters kept it.
+    /// The latest time a delivery was counted (the record's time); `None` when none was.
     pub last_delivered_at: Option<DateTime<Utc>>,
 }
 
@@ -383,8 +331,7 @@ pub trait Store: Send + Sync {
     /// promised event and its deliveries are never deleted (the error then says to retry with
     /// the id). No delivery is left without its payload item. Says which items this call
     /// created: an item that existed already (the same event id ingested twice) is left as it
-    /// was, payload included (in DynamoStore an event accepted before the event-key change is
-    /// looked up under its scoped key first, and repeated there).
+    /// was, payload included.
     async fn insert_event(
         &self,
         event: &StoredEvent,
@@ -399,8 +346,19 @@ pub trait Store: Send + Sync {
     /// Up to `limit` items of one due-index shard with `due_at <= until_ms`, earliest first;
     /// with `after` (the last item of a previous call on this shard), those after it.
     async fn due(&self, shard: u32, until_ms: i64, limit: usize, after: Option<&Due>) -> Result<Vec<Due>, StoreError>;
-    /// Writes a job, in the due index at `run_at` while it is running.
-    async fn put_job(&self, job: &Job) -> Result<(), StoreError>;
+    /// Creates a job (its id is new: a conditional PutItem), in the due index at `run_at`
+    /// while it is running.
+    ///
+    /// # Errors
+    /// [`StoreError::AlreadyExists`] when a job has the id.
+    async fn create_job(&self, job: &Job) -> Result<(), StoreError>;
+    /// Writes what a job step came to (progress, cursor, next `run_at`, end), guarded like
+    /// every other transition: only while the job's due time is still `lease_due_at`
+    /// (milliseconds), the lease the step took with [`Store::claim_job`]. False when the
+    /// step outlived its lease and a later step took the job: that step's progress stands,
+    /// and this one's is dropped (every step's own writes are guarded transitions, so the
+    /// later step finds what this one did).
+    async fn save_job(&self, job: &Job, lease_due_at: i64) -> Result<bool, StoreError>;
     /// A job by id.
     async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError>;
     /// Takes a job's due step: moves its due time from `expected_due_at` to `lease_due_at`
@@ -408,8 +366,7 @@ pub trait Store: Send + Sync {
     async fn claim_job(&self, id: &str, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError>;
     /// Every delivery of an event id (one per endpoint it went to, of every tenant that used
     /// the id), read by their ids from the endpoints its event items list (a strongly
-    /// consistent Query of the id's `EVENT_ID#` partition), and from the `by_event` index for
-    /// items written before the event-key change (see the layout above).
+    /// consistent Query of the id's `EVENT_ID#` partition).
     async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError>;
     /// A page of deliveries: `query.limit` of them (clamped to 1-100), fewer only on the last
     /// page (`next_cursor` None); job steps take a short page as "nothing left".
@@ -417,8 +374,8 @@ pub trait Store: Send + Sync {
     /// How many of an endpoint's deliveries are in `status`: a `Select=COUNT` Query of that
     /// status's key range in each endpoint index partition (one request per 1 MB of index
     /// entries; nothing outside the range is read, and no item is returned), except for
-    /// `scheduled` and `sending` in `by_endpoint_keys`, which projects no status: the items of
-    /// its `open` range are read (eventually consistent, half a read unit each).
+    /// `scheduled` and `sending`: `by_endpoint` projects no status, so the items of its `open`
+    /// range are read (eventually consistent, half a read unit each).
     async fn count_deliveries(&self, endpoint_id: &str, status: DeliveryStatus) -> Result<u64, StoreError>;
     /// [`Self::count_deliveries`] of each of `statuses`, in their order, in as few reads as
     /// the store can: the DynamoDB store reads the `open` range's items once for both
@@ -443,15 +400,6 @@ pub trait Store: Send + Sync {
         at: DateTime<Utc>,
         expires_at: i64,
     ) -> Result<(), StoreError>;
-    /// Sets the endpoint's `delivered_counted_from` to `now` unless it has one (an
-    /// unversioned marker, see [`crate::model::UNVERSIONED_ENDPOINT_ATTRIBUTES`]); returns
-    /// the value it has after, `None` when the endpoint is gone.
-    async fn mark_delivered_counting(
-        &self,
-        tenant_id: &str,
-        id: &str,
-        now: DateTime<Utc>,
-    ) -> Result<Option<DateTime<Utc>>, StoreError>;
     /// Deliveries of `endpoint_id` counted delivered on the UTC day of `since` and after, and
     /// the latest time one was counted: one Query per counter partition (1, or 1 +
     /// `WEBHOOKS_ENDPOINT_INDEX_SHARDS`), each reading at most one small item per day;
@@ -511,8 +459,7 @@ pub trait Store: Send + Sync {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IdempotencyRecord {
     /// SHA-256 (hex) of the request it was first used with; another request with the same
-    /// key is refused. Empty on records written before fingerprints (they match anything).
-    #[serde(default)]
+    /// key is refused.
     pub fingerprint: String,
     /// The event id this key's request creates, fixed when the key is first claimed so that
     /// a retry after a failure converges on the same event.

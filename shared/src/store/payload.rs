@@ -7,17 +7,12 @@
 //! report has the figures). The payload is still frozen byte for byte: zstd is lossless and
 //! [`decompress`] gives back exactly the string [`compress`] was given.
 //!
-//! Item shapes (both are read, so items written before compression keep working):
-//! - `payload_z` (B): the zstd frame of the payload's UTF-8 bytes (written since the storage
-//!   cost change);
-//! - `payload` (S): the payload as text (items written before it).
+//! Item shape: `payload_z` (B), the zstd frame of the payload's UTF-8 bytes.
 
 use super::StoreError;
 
 /// The event item's attribute holding the zstd-compressed payload (binary).
 pub const PAYLOAD_Z: &str = "payload_z";
-/// The event item's attribute holding the payload as text (items written before compression).
-pub const PAYLOAD_TEXT: &str = "payload";
 
 /// zstd level 9: on the GitHub samples of `make bench` it stores the median payload (9,002
 /// bytes) in 2 KB where level 3 (zstd's default) needs a few percent more, and compresses a

@@ -57,8 +57,7 @@
 //! the next), in order: a copy takes a mirror only over an earlier one (the marker's by its
 //! `slow_seq`, the rate's by its `rate_seq`: each write of the endpoint item adds one), and
 //! the fill's check holds them too, so neither a late mirror nor a fill that read before a
-//! mirror puts back an older marker; `delivered_counted_from` is read from the endpoint item
-//! only.
+//! mirror puts back an older marker.
 
 use super::{DynamoStore, Item, StoreError, aws, from_item, n, s, version_guard};
 use crate::model::Endpoint;
@@ -607,8 +606,7 @@ impl DynamoStore {
 
 /// The unversioned markers the copies mirror (see [`DynamoStore::mirror_marker`]): the
 /// slow-lane marker's sequence number and the adaptive rate's (each written with every change
-/// of its marker), and the marker and the rate's change time (for items from before the
-/// sequence numbers).
+/// of its marker), and the marker and the rate's change time.
 const MIRRORED: [&str; 4] = ["slow_until", super::lanes::SLOW_SEQ, "rate_changed_at_ms", super::lanes::RATE_SEQ];
 
 /// The fill's check of an endpoint item it copies: still at `version` (the version guard),
