@@ -352,7 +352,7 @@ impl Store for FaultyStore {
         &self,
         endpoint_id: &str,
         statuses: &[webhooks::model::DeliveryStatus],
-    ) -> Result<Vec<u64>, StoreError> {
+    ) -> Result<Vec<webhooks::store::Counted>, StoreError> {
         self.faults.run("count_deliveries", self.inner.count_deliveries_in(endpoint_id, statuses), any, aws).await
     }
     async fn begin_idempotent(

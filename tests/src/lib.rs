@@ -786,7 +786,7 @@ impl Store for Serialized {
         &self,
         endpoint_id: &str,
         statuses: &[webhooks::model::DeliveryStatus],
-    ) -> Result<Vec<u64>, StoreError> {
+    ) -> Result<Vec<webhooks::store::Counted>, StoreError> {
         self.before("count_deliveries").await?;
         self.inner.count_deliveries_in(endpoint_id, statuses).await
     }

@@ -1007,7 +1007,8 @@ async fn a_sharded_listing_reads_only_the_items_it_lists_and_each_once() {
         .count_deliveries_in("ep-many", &[DeliveryStatus::Scheduled, DeliveryStatus::Sending, DeliveryStatus::Held])
         .await
         .unwrap();
-    assert_eq!(counts, vec![u64::try_from(scheduled.len()).unwrap(), 1, 0]);
+    let counts: Vec<(u64, bool)> = counts.iter().map(|c| (c.n, c.exact)).collect();
+    assert_eq!(counts, vec![(u64::try_from(scheduled.len()).unwrap(), true), (1, true), (0, true)]);
     assert_eq!(reads.items.load(Ordering::SeqCst), 40, "each entry of the open range read once");
 
     let listed: Vec<String> = all.iter().filter(|id| **id != moved).cloned().collect();
@@ -1024,6 +1025,57 @@ async fn a_sharded_listing_reads_only_the_items_it_lists_and_each_once() {
     assert_eq!(page.data.len(), 5);
     let items = reads.items.load(Ordering::SeqCst);
     assert!(items <= 5, "{items} items read for a page of 5 over 4 shards");
+    stack.stop().await;
+}
+
+/// Review finding (issue #33): the stats read every unfinished delivery's item, so an
+/// endpoint down for a day (millions of them) ran past API Gateway's 30 s and burned
+/// millions of read units. Every count now stops at a cap per index partition and says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endpoints_counts_read_a_bounded_number_of_entries_and_say_when_they_are_not_exact() {
+    use std::sync::atomic::Ordering;
+    use webhooks::model::DeliveryStatus::{Exhausted, Held, Scheduled, Sending};
+    use webhooks::store::{DynamoStore, Store as _};
+    let stack = still_stack(|_| {}).await;
+    let table = stack.app.config.table.clone();
+    let reads = webhooks_tests::QueryReads::default();
+    let sdk = webhooks::app::aws_sdk_config().await;
+    let conf = aws_sdk_dynamodb::config::Builder::from(&sdk).interceptor(reads.clone()).build();
+    let client = aws_sdk_dynamodb::Client::from_conf(conf);
+    let t0 = chrono::Utc::now() - chrono::Duration::minutes(5);
+    // A backlog: 30 unfinished deliveries and 12 dead letters of one endpoint.
+    let ep = stack.endpoint("acme", "http://127.0.0.1:9/", serde_json::Value::Null).await;
+    let ep = ep["id"].as_str().unwrap().to_string();
+    let writer = DynamoStore::new(ddb().await, &table, 8);
+    for i in 0..42i64 {
+        let at = t0 + chrono::Duration::milliseconds(i * 10);
+        write_delivery(&stack, &writer, &format!("backlog-{i:02}"), &ep, at, i >= 30).await;
+    }
+    let statuses = [Scheduled, Sending, Exhausted, Held];
+    // Under the caps, every count is exact.
+    let roomy = DynamoStore::new(client.clone(), &table, 8);
+    let exact: Vec<(u64, bool)> =
+        roomy.count_deliveries_in(&ep, &statuses).await.unwrap().iter().map(|c| (c.n, c.exact)).collect();
+    assert_eq!(exact, vec![(30, true), (0, true), (12, true), (0, true)]);
+    // Caps of 10 entries a status and 5 items of the open range: the backlog is read only
+    // that far, and the counts say they are not exact.
+    let capped = DynamoStore::new(client, &table, 8).with_count_caps(10, 5);
+    reads.items.store(0, Ordering::SeqCst);
+    reads.scanned.store(0, Ordering::SeqCst);
+    let counts = capped.count_deliveries_in(&ep, &statuses).await.unwrap();
+    let counts: Vec<(u64, bool)> = counts.iter().map(|c| (c.n, c.exact)).collect();
+    assert_eq!(counts, vec![(10, false), (0, false), (10, false), (0, true)]);
+    let (items, scanned) = (reads.items.load(Ordering::SeqCst), reads.scanned.load(Ordering::SeqCst));
+    assert!(items <= 5, "{items} delivery items read for the scheduled/sending split (cap 5)");
+    assert!(scanned <= 5 + 10 + 10 + 10, "{scanned} index entries read (caps: 5 + 10 a status)");
+    // The stats answer names what is not exact.
+    let mut app = stack.app.clone();
+    app.store = std::sync::Arc::new(capped);
+    let stats = webhooks::service::admin::endpoint_stats(&app, &ep).await.unwrap();
+    assert_eq!(stats.approximate, ["scheduled", "sending", "exhausted"], "{stats:?}");
+    assert_eq!((stats.counts["scheduled"], stats.counts["exhausted"]), (10, 10), "{stats:?}");
+    let (status, body) = stack.call(Method::GET, &format!("/v1/endpoints/{ep}/stats"), None).await;
+    assert_eq!((status, &body["approximate"]), (200, &json!([])), "exact with the default caps: {body}");
     stack.stop().await;
 }
 

@@ -517,6 +517,12 @@ pub struct EndpointStats {
     pub consecutive_failures: u32,
     /// Deliveries counted (retention bounds this: delivered ones leave after 30 days).
     pub counted: u64,
+    /// The statuses whose count is not exact: reading stopped at a cap, so that the stats of
+    /// an endpoint with a backlog of millions still read a bounded number of entries (see
+    /// [`crate::store::Counted`]): an exhausted or held count is then at least that many;
+    /// scheduled and sending together are the unfinished deliveries counted, split by a
+    /// sample (sending those seen sending). Empty when every count is exact.
+    pub approximate: Vec<String>,
 }
 
 /// Counts an endpoint's deliveries by status without reading its history:
@@ -525,7 +531,9 @@ pub struct EndpointStats {
 ///   ([`crate::store::Store::delivered_tally`]);
 /// - the others: one `Select=COUNT` Query each of their `by_endpoint` key range, which holds
 ///   only unfinished deliveries (`scheduled`, `sending`, `held`) or dead letters
-///   (`exhausted`, kept `WEBHOOKS_EXHAUSTED_RETENTION_DAYS`), never delivered ones;
+///   (`exhausted`, kept `WEBHOOKS_EXHAUSTED_RETENTION_DAYS`), never delivered ones, each read
+///   up to a cap ([`crate::store::Store::count_deliveries_in`]; `approximate` names those
+///   that stopped there);
 /// - the last success: the counters' `last_delivered_at` (the time a delivered delivery was
 ///   counted), or one entry of the `delivered` range when that is later (a count is best
 ///   effort, after the delivery's record: one lost to a failure leaves the time as it was).
@@ -547,7 +555,9 @@ pub async fn endpoint_stats(app: &App, id: &str) -> Result<EndpointStats, Servic
     let (counted, (delivered, last_counted)) =
         futures::future::try_join(app.store.count_deliveries_in(&ep.id, &statuses), delivered).await?;
     let mut counts: std::collections::BTreeMap<String, u64> =
-        statuses.iter().zip(&counted).map(|(st, n)| (st.as_str().to_string(), *n)).collect();
+        statuses.iter().zip(&counted).map(|(st, c)| (st.as_str().to_string(), c.n)).collect();
+    let approximate: Vec<String> =
+        statuses.iter().zip(&counted).filter(|(_, c)| !c.exact).map(|(st, _)| st.as_str().to_string()).collect();
     counts.insert(DeliveryStatus::Delivered.as_str().to_string(), delivered);
     // The latest success is the counters' `last_delivered_at`; for a success whose count was
     // lost, the newest delivery that was delivered (newest by acceptance; its
@@ -569,6 +579,7 @@ pub async fn endpoint_stats(app: &App, id: &str) -> Result<EndpointStats, Servic
         counts,
         last_success_at: newest.data.first().map(|d| d.updated_at).max(last_counted),
         consecutive_failures,
+        approximate,
     })
 }
 

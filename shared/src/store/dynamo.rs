@@ -3,8 +3,8 @@
 use super::keys::*;
 use super::payload;
 use super::{
-    Applied, Committed, DeliveryQuery, DeliverySummary, Due, EndpointWrite, IdempotencyRecord, Inserted, Page, Store,
-    StoreError,
+    Applied, Committed, Counted, DeliveryQuery, DeliverySummary, Due, EndpointWrite, IdempotencyRecord, Inserted, Page,
+    Store, StoreError,
 };
 use crate::endpoint_lifecycle::Change;
 use crate::lifecycle::{DueItem, Field, Transition};
@@ -38,6 +38,8 @@ pub struct DynamoStore {
     read_copies: u32,
     copies_settle: std::time::Duration,
     readable: std::sync::Arc<std::sync::Mutex<Option<(std::time::Instant, u32)>>>,
+    count_cap: i32,
+    split_cap: i32,
 }
 
 impl DynamoStore {
@@ -53,7 +55,20 @@ impl DynamoStore {
             read_copies: 1,
             copies_settle: std::time::Duration::from_secs(copies::DEFAULT_SETTLE_SECONDS),
             readable: std::sync::Arc::default(),
+            count_cap: COUNT_CAP,
+            split_cap: SPLIT_CAP,
         }
+    }
+
+    /// The same store with other caps on what an endpoint's counts read per index partition
+    /// (defaults [`COUNT_CAP`] entries a status, [`SPLIT_CAP`] items of the `open` range; see
+    /// [`Store::count_deliveries_in`]), each at least 1: the tests reach a cap with a small
+    /// backlog.
+    #[must_use]
+    pub fn with_count_caps(mut self, count: u32, split: u32) -> Self {
+        self.count_cap = i32::try_from(count.max(1)).unwrap_or(COUNT_CAP);
+        self.split_cap = i32::try_from(split.max(1)).unwrap_or(SPLIT_CAP);
+        self
     }
 
     /// The same store with the `by_endpoint` index's partitions split `endpoint` ways and
@@ -1544,14 +1559,14 @@ impl Store for DynamoStore {
     }
 
     async fn count_deliveries(&self, endpoint_id: &str, status: DeliveryStatus) -> Result<u64, StoreError> {
-        Ok(self.counts_in_buckets(endpoint_id, &[status]).await?.into_iter().sum())
+        Ok(self.counts_in_buckets(endpoint_id, &[status]).await?.into_iter().map(|c| c.n).sum())
     }
 
     async fn count_deliveries_in(
         &self,
         endpoint_id: &str,
         statuses: &[DeliveryStatus],
-    ) -> Result<Vec<u64>, StoreError> {
+    ) -> Result<Vec<Counted>, StoreError> {
         self.counts_in_buckets(endpoint_id, statuses).await
     }
 
@@ -1600,10 +1615,12 @@ impl DynamoStore {
     }
 
     /// See [`Store::count_deliveries_in`]: per status, the sum over the endpoint's partitions
-    /// of `by_endpoint`, a Select COUNT of the status's key range in each, but for
-    /// `scheduled` and `sending`: the index projects no status, so the items of its one
-    /// `open` range are read once for both (see [`Self::open_tally`]).
-    async fn counts_in_buckets(&self, ep: &str, statuses: &[DeliveryStatus]) -> Result<Vec<u64>, StoreError> {
+    /// of `by_endpoint`, one Select COUNT of the status's key range in each, at most
+    /// [`COUNT_CAP`] entries (exact when the range ends within them); for `scheduled` and
+    /// `sending`, which share the `open` range (the index projects no status), see
+    /// [`Self::open_tally_in`]. A fixed number of requests and read units per partition,
+    /// whatever the backlog.
+    async fn counts_in_buckets(&self, ep: &str, statuses: &[DeliveryStatus]) -> Result<Vec<Counted>, StoreError> {
         let mut selects = Vec::new();
         for (k, st) in statuses.iter().enumerate().filter(|(_, st)| !in_open(**st)) {
             for src in self.endpoint_sources(ep, &[endpoint_bucket(*st)]) {
@@ -1615,99 +1632,103 @@ impl DynamoStore {
             self.open_tally(ep, statuses.iter().any(|st| in_open(*st))),
         )
         .await;
-        let (scheduled, sending) = tally?;
-        let mut counts: Vec<u64> = statuses
+        let open = tally?;
+        let mut counts: Vec<Counted> = statuses
             .iter()
             .map(|st| match st {
-                DeliveryStatus::Scheduled => scheduled,
-                DeliveryStatus::Sending => sending,
-                _ => 0,
+                DeliveryStatus::Scheduled => Counted { n: open.scheduled, exact: open.exact },
+                DeliveryStatus::Sending => Counted { n: open.sending, exact: open.exact },
+                _ => Counted { n: 0, exact: true },
             })
             .collect();
         for c in counted {
-            let (k, n) = c?;
-            counts[k] += n;
+            let (k, n, exact) = c?;
+            counts[k].n += n;
+            counts[k].exact &= exact;
         }
         Ok(counts)
     }
 
     /// [`Self::count_in_partition`] of `src`, tagged with `k`.
-    async fn count_for(&self, k: usize, src: Source) -> Result<(usize, u64), StoreError> {
-        Ok((k, self.count_in_partition(&src).await?))
+    async fn count_for(&self, k: usize, src: Source) -> Result<(usize, u64, bool), StoreError> {
+        let (n, exact) = self.count_in_partition(&src).await?;
+        Ok((k, n, exact))
     }
 
-    /// Entries of one `by_endpoint` partition in `src`'s bucket: a Select COUNT of the
-    /// bucket's key range.
-    async fn count_in_partition(&self, src: &Source) -> Result<u64, StoreError> {
-        let mut total = 0u64;
-        let mut start: Option<Item> = None;
-        loop {
-            let page = self
-                .endpoint_query()
-                .select(aws_sdk_dynamodb::types::Select::Count)
-                .key_condition_expression("#ipk = :k AND begins_with(#isk, :b)")
-                .expression_attribute_names("#ipk", EP_PK)
-                .expression_attribute_names("#isk", EP_SK)
-                .expression_attribute_values(":k", s(&src.partition))
-                .expression_attribute_values(":b", s(format!("{}#", src.bucket)))
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(aws)?;
-            total += u64::try_from(page.count).unwrap_or(0);
-            match page.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => return Ok(total),
-            }
-        }
+    /// Entries of one `by_endpoint` partition in `src`'s bucket, and whether that is all of
+    /// them: one Select COUNT of the bucket's key range, `Limit` [`COUNT_CAP`] (an entry is
+    /// keys only, about 150 bytes, so the page stays under DynamoDB's 1 MB: at most 128 read
+    /// units, eventually consistent).
+    async fn count_in_partition(&self, src: &Source) -> Result<(u64, bool), StoreError> {
+        let page = self
+            .endpoint_query()
+            .select(aws_sdk_dynamodb::types::Select::Count)
+            .key_condition_expression("#ipk = :k AND begins_with(#isk, :b)")
+            .expression_attribute_names("#ipk", EP_PK)
+            .expression_attribute_names("#isk", EP_SK)
+            .expression_attribute_values(":k", s(&src.partition))
+            .expression_attribute_values(":b", s(format!("{}#", src.bucket)))
+            .limit(self.count_cap)
+            .send()
+            .await
+            .map_err(aws)?;
+        let more = page.last_evaluated_key.is_some_and(|k| !k.is_empty());
+        Ok((u64::try_from(page.count).unwrap_or(0), !more))
     }
 
     /// How many of endpoint `ep`'s deliveries in `by_endpoint`'s `open` range are
-    /// (scheduled, sending), when `wanted` (else none are read): every entry of the range, in
-    /// each partition, read a Query page at a time, and those entries' items, their status
-    /// only (BatchGetItem, eventually consistent: half a read unit an item of up to 4 KB),
-    /// one pass for both. An item no longer open (the index lags the table a moment) is in
-    /// neither.
-    async fn open_tally(&self, ep: &str, wanted: bool) -> Result<(u64, u64), StoreError> {
+    /// scheduled and sending, when `wanted` (else none are read): [`Self::open_tally_in`]
+    /// of each partition, summed.
+    async fn open_tally(&self, ep: &str, wanted: bool) -> Result<OpenTally, StoreError> {
         if !wanted {
-            return Ok((0, 0));
+            return Ok(OpenTally { exact: true, ..OpenTally::default() });
         }
         let sources = self.endpoint_sources(ep, &[endpoint_bucket(DeliveryStatus::Scheduled)]);
         let tallies: Vec<_> = sources.iter().map(|src| self.open_tally_in(src)).collect();
-        let tallies: Vec<Result<(u64, u64), StoreError>> =
+        let tallies: Vec<Result<OpenTally, StoreError>> =
             futures::stream::iter(tallies).buffer_unordered(SOURCES_IN_FLIGHT).collect().await;
-        tallies.into_iter().try_fold((0, 0), |(a, b), t| t.map(|(x, y)| (a + x, b + y)))
+        tallies.into_iter().try_fold(OpenTally { exact: true, ..OpenTally::default() }, |sum, t| {
+            t.map(|t| OpenTally {
+                scheduled: sum.scheduled + t.scheduled,
+                sending: sum.sending + t.sending,
+                exact: sum.exact && t.exact,
+            })
+        })
     }
 
-    /// [`Self::open_tally`] of one partition.
-    async fn open_tally_in(&self, src: &Source) -> Result<(u64, u64), StoreError> {
+    /// [`Self::open_tally`] of one partition: the oldest [`SPLIT_CAP`] entries of its `open`
+    /// range and their items' status (BatchGetItem, eventually consistent: half a read unit
+    /// an item of up to 4 KB); an item no longer open (the index lags the table a moment) is
+    /// in neither. When the range holds more, its entries are counted (see
+    /// [`Self::count_in_partition`]): `sending` is those seen sending, `scheduled` the rest,
+    /// and the tally is not exact.
+    async fn open_tally_in(&self, src: &Source) -> Result<OpenTally, StoreError> {
+        let page = self
+            .endpoint_query()
+            .key_condition_expression("#ipk = :k AND begins_with(#isk, :b)")
+            .expression_attribute_names("#ipk", EP_PK)
+            .expression_attribute_names("#isk", EP_SK)
+            .expression_attribute_values(":k", s(&src.partition))
+            .expression_attribute_values(":b", s(format!("{}#", src.bucket)))
+            .limit(self.split_cap)
+            .send()
+            .await
+            .map_err(aws)?;
+        let more = page.last_evaluated_key.is_some_and(|k| !k.is_empty());
+        let keys: Vec<Item> = page.items.unwrap_or_default().iter().map(key_of).collect();
         let (mut scheduled, mut sending) = (0u64, 0u64);
-        let mut start: Option<Item> = None;
-        loop {
-            let page = self
-                .endpoint_query()
-                .key_condition_expression("#ipk = :k AND begins_with(#isk, :b)")
-                .expression_attribute_names("#ipk", EP_PK)
-                .expression_attribute_names("#isk", EP_SK)
-                .expression_attribute_values(":k", s(&src.partition))
-                .expression_attribute_values(":b", s(format!("{}#", src.bucket)))
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(aws)?;
-            let keys: Vec<Item> = page.items.unwrap_or_default().iter().map(key_of).collect();
-            for item in self.batch_get(&keys, Some(("#status", &[("#status", "status")])), false).await? {
-                match item.get("status").and_then(|v| v.as_s().ok()).map(String::as_str) {
-                    Some("scheduled") => scheduled += 1,
-                    Some("sending") => sending += 1,
-                    _ => {}
-                }
-            }
-            match page.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => return Ok((scheduled, sending)),
+        for item in self.batch_get(&keys, Some(("#status", &[("#status", "status")])), false).await? {
+            match item.get("status").and_then(|v| v.as_s().ok()).map(String::as_str) {
+                Some("scheduled") => scheduled += 1,
+                Some("sending") => sending += 1,
+                _ => {}
             }
         }
+        if !more {
+            return Ok(OpenTally { scheduled, sending, exact: true });
+        }
+        let (open, _) = self.count_in_partition(src).await?;
+        Ok(OpenTally { scheduled: open.saturating_sub(sending), sending, exact: false })
     }
 
     /// Up to `limit` entries of one `by_endpoint` partition and bucket (`src`: a key range,
@@ -2073,6 +2094,24 @@ impl Kind {
 /// Whether `status` is one of the two of the `open` bucket.
 fn in_open(status: DeliveryStatus) -> bool {
     matches!(status, DeliveryStatus::Scheduled | DeliveryStatus::Sending)
+}
+
+/// Entries of one `by_endpoint` key range a count reads at most, per partition: one Select
+/// COUNT request (see [`Store::count_deliveries_in`]). A count that stops there is flagged
+/// not exact.
+pub const COUNT_CAP: i32 = 5_000;
+
+/// Items of one partition's `open` range the stats read to split it into scheduled and
+/// sending (see [`Store::count_deliveries_in`]): at most 50 read units a partition.
+pub const SPLIT_CAP: i32 = 100;
+
+/// Scheduled and sending deliveries of an endpoint's `open` range, and whether the split is
+/// exact.
+#[derive(Debug, Clone, Copy, Default)]
+struct OpenTally {
+    scheduled: u64,
+    sending: u64,
+    exact: bool,
 }
 
 /// Index partitions a merged listing queries at once.

@@ -220,6 +220,17 @@ pub struct DeliveredTally {
     pub last_delivered_at: Option<DateTime<Utc>>,
 }
 
+/// How many deliveries are in one status ([`Store::count_deliveries_in`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counted {
+    /// The count.
+    pub n: u64,
+    /// False when reading stopped at a cap: for a final status, `n` is at least that many;
+    /// for `scheduled` and `sending`, their sum is the `open` range counted, split by the
+    /// items read (`sending` those seen sending, `scheduled` the rest).
+    pub exact: bool,
+}
+
 /// What [`Store::count_failure`] came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FailureCount {
@@ -371,21 +382,24 @@ pub trait Store: Send + Sync {
     /// A page of deliveries: `query.limit` of them (clamped to 1-100), fewer only on the last
     /// page (`next_cursor` None); job steps take a short page as "nothing left".
     async fn list_deliveries(&self, query: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError>;
-    /// How many of an endpoint's deliveries are in `status`: a `Select=COUNT` Query of that
-    /// status's key range in each endpoint index partition (one request per 1 MB of index
-    /// entries; nothing outside the range is read, and no item is returned), except for
-    /// `scheduled` and `sending`: `by_endpoint` projects no status, so the items of its `open`
-    /// range are read (eventually consistent, half a read unit each).
+    /// How many of an endpoint's deliveries are in `status` ([`Self::count_deliveries_in`]'s
+    /// count, exact or not).
     async fn count_deliveries(&self, endpoint_id: &str, status: DeliveryStatus) -> Result<u64, StoreError>;
-    /// [`Self::count_deliveries`] of each of `statuses`, in their order, in as few reads as
-    /// the store can: the DynamoDB store reads the `open` range's items once for both
-    /// `scheduled` and `sending`. By default, one `count_deliveries` each.
+    /// How many of an endpoint's deliveries are in each of `statuses`, in their order, with a
+    /// bounded read whatever the backlog: in DynamoStore, per index partition one
+    /// `Select=COUNT` Query of each status's key range, stopping at 5,000 entries, and for
+    /// `scheduled` and `sending` (one `open` range: `by_endpoint` projects no status) the
+    /// items of its oldest 100 entries (eventually consistent, half a read unit each). A count
+    /// that stopped at a cap says so (`exact` false). By default, one exact
+    /// `count_deliveries` each.
     async fn count_deliveries_in(
         &self,
         endpoint_id: &str,
         statuses: &[DeliveryStatus],
-    ) -> Result<Vec<u64>, StoreError> {
-        futures::future::try_join_all(statuses.iter().map(|st| self.count_deliveries(endpoint_id, *st))).await
+    ) -> Result<Vec<Counted>, StoreError> {
+        let counts =
+            futures::future::try_join_all(statuses.iter().map(|st| self.count_deliveries(endpoint_id, *st))).await?;
+        Ok(counts.into_iter().map(|n| Counted { n, exact: true }).collect())
     }
     /// Counts one delivery of `endpoint_id` as delivered on the UTC day of `at`: an atomic
     /// ADD of 1 to a small counter item per (endpoint, day, split), `expires_at` (unix

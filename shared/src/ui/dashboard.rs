@@ -132,6 +132,14 @@ impl IntoResponse for Failure {
     }
 }
 
+/// A status's count from an endpoint's stats answer, `~` before it when the answer names the
+/// status `approximate` (reading stopped at a cap).
+fn counted(stats: &Value, status: &str) -> String {
+    let approximate = stats["approximate"].as_array().is_some_and(|a| a.iter().any(|s| s == status));
+    let n = text(&stats["counts"][status]);
+    if approximate { format!("~{n}") } else { n }
+}
+
 fn enc(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
@@ -249,8 +257,8 @@ async fn home(State(d): State<Dash>, q: Result<Query<HomeParams>, QueryRejection
                     td { (endpoint_badge(ep)) }
                     td { (text(&ep["consecutive_failures"])) }
                     td { (time(&stats["last_success_at"])) }
-                    td { (text(&stats["counts"]["exhausted"])) }
-                    td { (text(&stats["counts"]["held"])) }
+                    td { (counted(stats, "exhausted")) }
+                    td { (counted(stats, "held")) }
                 } } }
             } } }
         }
@@ -475,7 +483,7 @@ async fn endpoint(
             dt { "Failures in a row" } dd { (text(&ep["consecutive_failures"])) " (pauses at " (text(&ep["circuit_breaker_threshold"])) ")" }
             dt { "Last success" } dd { (time(&stats["last_success_at"])) }
             dt { "Retry policy" } dd { (text(&ep["retry_policy"]["preset"])) }
-            dt { "Deliveries" } dd { @for (i, (k, n)) in counts.iter().enumerate() { @if i > 0 { ", " } (k) " " (text(n)) } }
+            dt { "Deliveries" } dd { @for (i, k) in counts.keys().enumerate() { @if i > 0 { ", " } (k) " " (counted(&stats, k)) } }
         }
         div {
             @if ep["enabled"].as_bool().unwrap_or(false) { (d.action(&format!("{base}/disable"), "Disable", "danger")) }
