@@ -684,3 +684,45 @@ async fn answer_to_an_oversized_upload(base: &str, body: Vec<u8>) -> (String, Op
         head.lines().find_map(|l| l.to_ascii_lowercase().strip_prefix("connection:").map(|v| v.trim().to_string()));
     (status, connection, serde_json::from_str(body.trim()).unwrap_or(Value::Null))
 }
+
+/// Issue #35, failing input 4 (and #33's rate slot): an AWS call that fails between the
+/// claim and the POST (here the endpoint read, once) left the delivery `sending`; the sweeper
+/// later recorded attempt 1 as `lease_expired` ("may have reached the receiver") although
+/// nothing was sent, and the receiver's first request said `webhook-attempt: 2`. The claim is
+/// now given back: the receiver's first request is attempt 1, and the history holds no
+/// attempt that never happened.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_call_between_claim_and_post_gives_the_claim_back_and_records_no_attempt() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use webhooks::store::StoreError;
+    use webhooks_tests::{BoxFuture, Hook};
+    let armed = Arc::new(AtomicBool::new(false));
+    let hook: Hook = {
+        let armed = armed.clone();
+        Arc::new(move |call: &'static str| {
+            let armed = armed.clone();
+            Box::pin(async move {
+                if call == "read_endpoint" && armed.swap(false, Ordering::SeqCst) {
+                    return Err(StoreError::Aws("ThrottlingException (injected)".into()));
+                }
+                Ok(())
+            }) as BoxFuture<Result<(), StoreError>>
+        })
+    };
+    let stack = Stack::start_wrapped(|_| {}, Options::default(), |app| Serialized::hooked(&app, Some(hook))).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    stack.endpoint("acme", &rx.url, Value::Null).await;
+    armed.store(true, Ordering::SeqCst);
+    let accepted = stack.event("acme", "order.paid", json!({"n": 1})).await;
+    let id = accepted["deliveries"][0]["id"].as_str().unwrap().to_string();
+    let done = stack.wait_status(&id, "delivered", Duration::from_secs(30)).await;
+    assert!(!armed.load(Ordering::SeqCst), "the endpoint read failed once");
+    assert_eq!(done["attempt_count"], 1, "no attempt was spent on the failed call: {done:#}");
+    let attempts = done["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1, "{done:#}");
+    assert!(attempts[0]["error"].is_null(), "no lease_expired record of an attempt never made: {done:#}");
+    assert_eq!(rx.count(), 1);
+    assert_eq!(rx.hits()[0].header("webhook-attempt"), "1");
+    stack.stop().await;
+}

@@ -103,6 +103,44 @@ pub async fn deliver_message(app: &App, msg: &AttemptMessage) -> Result<Handled,
     attempt(app, msg, Mode::Policy).await
 }
 
+/// After an AWS call between a claim and its POST failed: nothing was sent, so the claim is
+/// given back ([`lane::give_back`]: `scheduled` again, the attempt number not spent) and the
+/// same attempt queued on the message's lane after [`GIVE_BACK_AFTER_ERROR_SECONDS`]. The
+/// message is done then (`Requeued`); when the give-back fails too, the error is returned and
+/// the message goes back to SQS, the delivery left `sending` for the sweeper's lease recovery.
+///
+/// # Errors
+/// `error`, when the claim could not be given back.
+async fn give_back_after_error(
+    app: &App,
+    delivery: &Delivery,
+    msg: &AttemptMessage,
+    lane: Lane,
+    error: ServiceError,
+) -> Result<Handled, ServiceError> {
+    let payload = msg.payload.as_ref().map(|p| Bytes::from(p.clone()));
+    let queue = lane::queue_for(app, lane == Lane::Slow);
+    match lane::give_back(app, delivery, GIVE_BACK_AFTER_ERROR_SECONDS, payload.as_ref(), queue).await {
+        Ok(true) => {
+            tracing::warn!(delivery_id = %delivery.id, error = %error, "call before the POST failed; claim given back, nothing sent");
+            Ok(Handled::Requeued)
+        }
+        Ok(false) => Ok(Handled::Duplicate),
+        Err(e) => {
+            tracing::warn!(delivery_id = %delivery.id, error = %error, give_back = %e, "call before the POST failed and the claim could not be given back");
+            Err(error)
+        }
+    }
+}
+
+/// What an attempt goes on with once claimed: the payload (`None`: retention removed it), the
+/// endpoint as read last (`None`: deleted), and when its rate-limit slot was taken.
+type Ready = (Option<Bytes>, Option<Endpoint>, Option<chrono::DateTime<chrono::Utc>>);
+
+/// Seconds a claim given back after a failed AWS call waits before its attempt is tried
+/// again: long enough that a throttled table is not asked again at once.
+pub const GIVE_BACK_AFTER_ERROR_SECONDS: u32 = 5;
+
 /// How many times a write guarded by the endpoint's version is decided again after the
 /// endpoint changed under it, before the message goes back to SQS.
 const ENDPOINT_TRIES: usize = 5;
@@ -138,57 +176,70 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
             return Ok(Handled::Duplicate);
         }
     };
-    // From the message, else the event's payload item; copied once into the body every send
-    // and the next message share.
-    let payload: Option<Bytes> = match msg.payload.as_ref() {
-        Some(p) => Some(Bytes::from(p.clone())),
-        None => app.store.get_payload(&delivery.tenant_id, &delivery.event_id).await?.map(Bytes::from),
-    };
-    let endpoint = match current_endpoint(app, &delivery).await? {
-        Current::Accepts(ep) => ep.map(|b| *b),
-        Current::Settled(handled) => return Ok(handled),
-    };
-    // With a rate limit, the attempt starts when its slot was taken (the window it counts in).
-    let mut slot_at = None;
-    if let (Some(ep), Mode::Policy) = (&endpoint, mode) {
-        if lane == Lane::Main && app.slow_queue.is_some() && lane::is_slow(ep, app.clock.now()) {
-            let slow = lane::queue_for(app, true);
-            if !lane::give_back(app, &delivery, 0, payload.as_ref(), slow).await? {
-                return Ok(Handled::Duplicate);
-            }
-            tracing::info!(delivery_id = %delivery.id, endpoint_id = %ep.id, "endpoint is slow; attempt moved to the slow lane");
-            return Ok(Handled::Rerouted);
-        }
-        match rate_limit::admit(app, &delivery, ep, payload.as_ref()).await? {
-            rate_limit::Admission::Go(at) => slot_at = at,
-            rate_limit::Admission::Waits => return Ok(Handled::RateLimited),
-            rate_limit::Admission::Lost => return Ok(Handled::Duplicate),
-        }
-    }
-    // Taking the slot was an AWS call after the endpoint read: read it again, so the read the
-    // POST goes on is still the last step before it (a disable or PATCH that answered while
-    // the slot was taken is seen). Only endpoints with a rate limit pay this read.
-    let endpoint = match (slot_at, endpoint) {
-        (Some(_), Some(_)) => match current_endpoint(app, &delivery).await? {
+    // Everything between the claim and the POST: any AWS call here that fails leaves nothing
+    // sent, so the claim is given back (the attempt number not spent) rather than left
+    // `sending` for the sweeper to record as `lease_expired`, an attempt that never reached
+    // the receiver (issue #35).
+    let ready: Result<Result<Ready, Handled>, ServiceError> = async {
+        // From the message, else the event's payload item; copied once into the body every send
+        // and the next message share.
+        let payload: Option<Bytes> = match msg.payload.as_ref() {
+            Some(p) => Some(Bytes::from(p.clone())),
+            None => app.store.get_payload(&delivery.tenant_id, &delivery.event_id).await?.map(Bytes::from),
+        };
+        let endpoint = match current_endpoint(app, &delivery).await? {
             Current::Accepts(ep) => ep.map(|b| *b),
-            Current::Settled(handled) => return Ok(handled),
-        },
-        (_, endpoint) => endpoint,
-    };
-    let lease_left =
-        delivery.lease_until.map(|l| l - app.clock.now()).and_then(|d| d.to_std().ok()).unwrap_or_default();
-    if lease_left < cfg.request_timeout {
-        // The AWS calls since the claim ate into the lease: a POST started now could outlast it
-        // and the sweeper would re-drive a second one. Give the claim back instead, to the
-        // endpoint's lane (a slow endpoint's attempt stays in the slow lane).
-        let slow = endpoint.as_ref().is_some_and(|ep| lane::is_slow(ep, app.clock.now()));
-        if !lane::give_back(app, &delivery, 0, payload.as_ref(), lane::queue_for(app, slow)).await? {
-            tracing::warn!(delivery_id = %delivery.id, "lease lost before the claim was given back");
-            return Ok(Handled::Duplicate);
+            Current::Settled(handled) => return Ok(Err(handled)),
+        };
+        // With a rate limit, the attempt starts when its slot was taken (the window it counts in).
+        let mut slot_at = None;
+        if let (Some(ep), Mode::Policy) = (&endpoint, mode) {
+            if lane == Lane::Main && app.slow_queue.is_some() && lane::is_slow(ep, app.clock.now()) {
+                let slow = lane::queue_for(app, true);
+                if !lane::give_back(app, &delivery, 0, payload.as_ref(), slow).await? {
+                    return Ok(Err(Handled::Duplicate));
+                }
+                tracing::info!(delivery_id = %delivery.id, endpoint_id = %ep.id, "endpoint is slow; attempt moved to the slow lane");
+                return Ok(Err(Handled::Rerouted));
+            }
+            match rate_limit::admit(app, &delivery, ep, payload.as_ref()).await? {
+                rate_limit::Admission::Go(at) => slot_at = at,
+                rate_limit::Admission::Waits => return Ok(Err(Handled::RateLimited)),
+                rate_limit::Admission::Lost => return Ok(Err(Handled::Duplicate)),
+            }
         }
-        tracing::warn!(delivery_id = %delivery.id, lease_left_ms = lease_left.as_millis() as u64, "lease too short to start the POST; claim given back");
-        return Ok(Handled::Requeued);
+        // Taking the slot was an AWS call after the endpoint read: read it again, so the read the
+        // POST goes on is still the last step before it (a disable or PATCH that answered while
+        // the slot was taken is seen). Only endpoints with a rate limit pay this read.
+        let endpoint = match (slot_at, endpoint) {
+            (Some(_), Some(_)) => match current_endpoint(app, &delivery).await? {
+                Current::Accepts(ep) => ep.map(|b| *b),
+                Current::Settled(handled) => return Ok(Err(handled)),
+            },
+            (_, endpoint) => endpoint,
+        };
+        let lease_left =
+            delivery.lease_until.map(|l| l - app.clock.now()).and_then(|d| d.to_std().ok()).unwrap_or_default();
+        if lease_left < cfg.request_timeout {
+            // The AWS calls since the claim ate into the lease: a POST started now could outlast it
+            // and the sweeper would re-drive a second one. Give the claim back instead, to the
+            // endpoint's lane (a slow endpoint's attempt stays in the slow lane).
+            let slow = endpoint.as_ref().is_some_and(|ep| lane::is_slow(ep, app.clock.now()));
+            if !lane::give_back(app, &delivery, 0, payload.as_ref(), lane::queue_for(app, slow)).await? {
+                tracing::warn!(delivery_id = %delivery.id, "lease lost before the claim was given back");
+                return Ok(Err(Handled::Duplicate));
+            }
+            tracing::warn!(delivery_id = %delivery.id, lease_left_ms = lease_left.as_millis() as u64, "lease too short to start the POST; claim given back");
+            return Ok(Err(Handled::Requeued));
+        }
+        Ok(Ok((payload, endpoint, slot_at)))
     }
+    .await;
+    let (payload, endpoint, slot_at) = match ready {
+        Ok(Ok(ready)) => ready,
+        Ok(Err(handled)) => return Ok(handled),
+        Err(e) => return give_back_after_error(app, &delivery, msg, lane, e).await,
+    };
     let probe = endpoint.as_ref().is_some_and(|ep| ep.state() == EndpointState::Probing(&delivery.id));
     let started = slot_at.unwrap_or_else(|| app.clock.now());
     let result = match (&endpoint, &payload) {
