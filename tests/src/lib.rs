@@ -5,6 +5,7 @@
 //! `EMULATOR=moto`, and sets it). A test run without it fails; it does not skip.
 //! `WEBHOOKS_TEST_EMULATOR` names the emulator (see [`emulator_has_atomic_writes`]).
 
+pub mod conformance;
 pub mod faults;
 
 use axum::Router;

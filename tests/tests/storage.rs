@@ -1121,3 +1121,33 @@ async fn a_status_listing_reads_past_the_entries_it_leaves_out_so_a_short_page_i
     assert_eq!(list_all(&store, sending).await, all[..2].to_vec());
     stack.stop().await;
 }
+
+/// The storage conformance suite (`webhooks_tests::conformance`) on DynamoStore, on the
+/// emulator: the store the functions use, at one shard and split.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_store_conformance_suite_holds_on_dynamodb() {
+    let stack = still_stack(|_| {}).await;
+    let config = stack.app.config.clone();
+    webhooks_tests::conformance::run(&*stack.app.store, &config, "c1-").await;
+    let split =
+        webhooks::store::DynamoStore::new(ddb().await, &config.table, config.due_shards).with_index_shards(3, 2);
+    webhooks_tests::conformance::run(&split, &config, "c2-").await;
+    stack.stop().await;
+}
+
+/// The same suite on the simulation's MemStore (its gate open: every call goes through at
+/// once, no faults, no index lag), so the store the simulation checks the services against
+/// behaves as DynamoStore does.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_store_conformance_suite_holds_on_the_simulations_memstore() {
+    let config = webhooks::Config::new("mem", "mem");
+    let store = webhooks_sim::store::MemStore::new(
+        webhooks_sim::sched::Gate::open(),
+        std::sync::Arc::new(webhooks_sim::world::Shared::default()),
+        std::sync::Arc::new(webhooks::clock::SystemClock),
+        7,
+        0,
+        config.due_shards,
+    );
+    webhooks_tests::conformance::run(&store, &config, "m-").await;
+}

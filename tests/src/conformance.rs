@@ -1,0 +1,287 @@
+//! One storage conformance suite over the [`Store`] trait, run against DynamoStore on the
+//! emulator and against the simulation's MemStore (`tests/tests/storage.rs`), so the
+//! simulation's store is checked against the real one instead of described in prose.
+//!
+//! Each check states a behaviour the services rely on: conditional creates, guarded
+//! transitions (the claim, a stale guard), the due index (what is due, and an item that moved
+//! out of it), an event's repeat keeping its first payload, listings (paging with a cursor, a
+//! page shorter than `limit` being the last, status filters), counts, jobs (created once, a
+//! step's write guarded by its lease), an endpoint's version guard, and `Idempotency-Key`
+//! records. Ids carry `prefix` so that several runs can share a table.
+
+use chrono::{DateTime, Duration, Utc};
+use webhooks::Config;
+use webhooks::endpoint_lifecycle;
+use webhooks::lifecycle::{self, AttemptMessage, EndpointEntry};
+use webhooks::model::{DeliveryStatus, Endpoint, Job, JobKind, StoredEvent};
+use webhooks::store::{
+    Applied, Committed, DeliveryQuery, Due, EndpointWrite, IdempotencyRecord, Store, StoreError, collect_deliveries,
+};
+
+/// Runs every check against `store` with `config` (its due shards must be the store's), ids
+/// prefixed with `prefix`; panics naming the first check that fails.
+pub async fn run(store: &dyn Store, config: &Config, prefix: &str) {
+    let now = Utc::now() - Duration::minutes(10);
+    endpoints(store, prefix, now).await;
+    let ep = format!("{prefix}ep");
+    let ids = events_and_deliveries(store, config, prefix, &ep, now).await;
+    transitions_and_due(store, config, &ids, now).await;
+    listings_and_counts(store, &ep, &ids).await;
+    jobs(store, prefix, now).await;
+    idempotency(store, prefix, now).await;
+}
+
+/// Creates are conditional; reads by tenant and id, by id alone, and a tenant's list; an
+/// endpoint write guarded by a version that is no longer the stored one changes nothing.
+async fn endpoints(store: &dyn Store, prefix: &str, now: DateTime<Utc>) {
+    let tenant = format!("{prefix}tenant");
+    let ep = Endpoint::new(
+        format!("{prefix}ep"),
+        &tenant,
+        "https://example.com/hook",
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        now,
+    );
+    store.create_endpoint(&ep).await.expect("create an endpoint");
+    assert!(
+        matches!(store.create_endpoint(&ep).await, Err(StoreError::AlreadyExists)),
+        "conformance: an endpoint id is created once"
+    );
+    let got = store.get_endpoint(&tenant, &ep.id).await.unwrap().expect("conformance: the endpoint by tenant and id");
+    assert_eq!((got.url.as_str(), got.version), (ep.url.as_str(), ep.version));
+    assert_eq!(store.find_endpoint(&ep.id).await.unwrap().map(|e| e.tenant_id), Some(tenant.clone()), "by id alone");
+    assert!(store.get_endpoint("another-tenant", &ep.id).await.unwrap().is_none(), "conformance: another tenant's");
+    let listed = store.tenant_endpoints(&tenant, "key").await.unwrap();
+    assert_eq!(listed.iter().map(|e| e.id.clone()).collect::<Vec<_>>(), vec![ep.id.clone()]);
+    // A version guard: the stored version passes, an older one does not.
+    let stale = EndpointWrite::Unchanged { tenant_id: &tenant, id: &ep.id, version: ep.version + 7 };
+    assert_eq!(store.commit(stale, None).await.unwrap(), Committed::EndpointChanged, "conformance: stale version");
+    let current = EndpointWrite::Unchanged { tenant_id: &tenant, id: &ep.id, version: ep.version };
+    assert_eq!(store.commit(current, None).await.unwrap(), Committed::Done, "conformance: current version");
+    let random = webhooks::clock::Random::seeded(7);
+    let change = endpoint_lifecycle::enable(&got, now, &random);
+    assert_eq!(store.commit(EndpointWrite::Change(&change), None).await.unwrap(), Committed::Done);
+    let after = store.get_endpoint(&tenant, &ep.id).await.unwrap().expect("the endpoint");
+    assert_eq!(after.version, change.endpoint.version, "conformance: a change writes its version");
+    assert_eq!(
+        store.commit(EndpointWrite::Change(&change), None).await.unwrap(),
+        Committed::EndpointChanged,
+        "conformance: the same change twice: the second finds the version moved on"
+    );
+}
+
+/// The ids [`events_and_deliveries`] wrote: (delivery id, created at), oldest first.
+type Written = Vec<(String, DateTime<Utc>)>;
+
+/// An event and its deliveries: created once, a repeat keeps the first payload and reports
+/// nothing new; the event's deliveries are found by its id alone.
+async fn events_and_deliveries(
+    store: &dyn Store,
+    config: &Config,
+    prefix: &str,
+    ep: &str,
+    now: DateTime<Utc>,
+) -> Written {
+    let tenant = format!("{prefix}tenant");
+    let mut written = Vec::new();
+    for i in 0..7i64 {
+        let at = now + Duration::milliseconds(i * 10);
+        let event = StoredEvent {
+            tenant_id: tenant.clone(),
+            event_id: format!("{prefix}evt-{i}"),
+            event_type: "order.paid".into(),
+            payload: format!("{{\"n\":{i}}}"),
+            created_at: at,
+            expires_at: at.timestamp() + 86_400,
+        };
+        let id = webhooks::model::delivery_id(&event.event_id, ep);
+        let (d, due_at, _) =
+            lifecycle::new_delivery(config, at, id.clone(), &event.event_id, "order.paid", &tenant, ep, false);
+        let inserted = store.insert_event(&event, &[(&d, due_at)]).await.expect("insert an event");
+        assert_eq!((inserted.event, inserted.deliveries.clone()), (true, vec![true]), "conformance: a new event");
+        written.push((id, at));
+    }
+    // A repeat of an event id with another payload: nothing new, the first payload kept.
+    let first = format!("{prefix}evt-0");
+    let again = StoredEvent {
+        tenant_id: tenant.clone(),
+        event_id: first.clone(),
+        event_type: "order.paid".into(),
+        payload: "{\"n\":\"other\"}".into(),
+        created_at: now,
+        expires_at: now.timestamp() + 86_400,
+    };
+    let (d, due_at, _) =
+        lifecycle::new_delivery(config, now, written[0].0.clone(), &first, "order.paid", &tenant, ep, false);
+    let inserted = store.insert_event(&again, &[(&d, due_at)]).await.expect("repeat an event");
+    assert_eq!((inserted.event, inserted.deliveries), (false, vec![false]), "conformance: a repeat creates nothing");
+    assert_eq!(store.get_payload(&tenant, &first).await.unwrap().as_deref(), Some("{\"n\":0}"), "the first payload");
+    assert_eq!(store.get_payload(&tenant, &format!("{prefix}no-such-event")).await.unwrap(), None);
+    let found = store.event_deliveries(&first).await.unwrap();
+    assert_eq!(
+        found.iter().map(|d| (d.id.clone(), d.endpoint_id.clone())).collect::<Vec<_>>(),
+        vec![(written[0].0.clone(), ep.to_string())]
+    );
+    written
+}
+
+/// The claim applies once; a second claim of the same attempt loses; a delivery ended is out
+/// of the due index, one still waiting is in it (due when its time has come, not before).
+async fn transitions_and_due(store: &dyn Store, config: &Config, written: &Written, now: DateTime<Utc>) {
+    let (id, created_at) = &written[0];
+    let claim = lifecycle::claim(config, now, &AttemptMessage::new(id.clone(), 1));
+    let claimed = match store.apply(id, &claim, true).await.unwrap() {
+        Applied::Done(Some(d)) => *d,
+        other => panic!("conformance: the claim applies and returns the item: {other:?}"),
+    };
+    assert_eq!((claimed.status, claimed.attempt_count), (DeliveryStatus::Sending, 1));
+    assert!(
+        matches!(store.apply(id, &claim, false).await.unwrap(), Applied::Lost),
+        "conformance: a second claim loses"
+    );
+    // End the claimed one: out of the due index from then on.
+    let end = lifecycle::abandon(
+        config,
+        now,
+        DeliveryStatus::Sending,
+        1,
+        EndpointEntry::new(&claimed.endpoint_id, *created_at),
+        "conformance",
+    );
+    assert!(matches!(store.apply(id, &end, false).await.unwrap(), Applied::Done(_)));
+    assert!(matches!(store.apply(id, &end, false).await.unwrap(), Applied::Lost), "conformance: a stale guard loses");
+    let stored = store.get_delivery(id).await.unwrap().expect("the delivery");
+    assert_eq!((stored.status, stored.reason.as_deref()), (DeliveryStatus::Exhausted, Some("conformance")));
+    // The others are due at their redrive time: not before it, and then in due order.
+    let redrive = i64::from(config.redrive_after_seconds) * 1000;
+    let before = now.timestamp_millis() + redrive - 1;
+    let after = now.timestamp_millis() + redrive + 1_000;
+    let mut early = Vec::new();
+    let mut due = Vec::new();
+    for shard in 0..config.due_shards {
+        early.extend(store.due(shard, before, 100, None).await.unwrap());
+        due.extend(store.due(shard, after, 100, None).await.unwrap());
+    }
+    let mine = |list: &[Due]| -> Vec<String> {
+        let mut ids: Vec<String> = list
+            .iter()
+            .filter_map(|d| match d {
+                Due::Delivery(d) if written.iter().any(|(w, _)| *w == d.id) => Some(d.id.clone()),
+                _ => None,
+            })
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(mine(&early), Vec::<String>::new(), "conformance: nothing is due before its time");
+    let mut waiting: Vec<String> = written[1..].iter().map(|(w, _)| w.clone()).collect();
+    waiting.sort();
+    assert_eq!(mine(&due), waiting, "conformance: every waiting delivery is due once, the ended one not");
+}
+
+/// An endpoint's listing, paged with its cursor in both directions, filtered by status; a
+/// page with a cursor is full; the counts match.
+async fn listings_and_counts(store: &dyn Store, ep: &str, written: &Written) {
+    let ids = |list: Vec<webhooks::store::DeliverySummary>| list.into_iter().map(|d| d.id).collect::<Vec<_>>();
+    let all: Vec<String> = written.iter().map(|(w, _)| w.clone()).collect();
+    let query = DeliveryQuery { endpoint_id: Some(ep.into()), oldest_first: true, limit: 2, ..Default::default() };
+    // Page by page, each page with a cursor full.
+    let mut seen = Vec::new();
+    let mut q = query.clone();
+    loop {
+        let page = store.list_deliveries(&q).await.unwrap();
+        if page.next_cursor.is_some() {
+            assert_eq!(page.data.len(), 2, "conformance: a page with a cursor is full");
+        }
+        seen.extend(ids(page.data));
+        match page.next_cursor {
+            Some(c) => q.cursor = Some(c),
+            None => break,
+        }
+    }
+    assert_eq!(seen, all, "conformance: oldest first, each once");
+    let mut newest = all.clone();
+    newest.reverse();
+    let listed = collect_deliveries(store, DeliveryQuery { oldest_first: false, ..query.clone() }, 100).await.unwrap();
+    assert_eq!(ids(listed), newest, "conformance: newest first");
+    let scheduled =
+        collect_deliveries(store, DeliveryQuery { status: Some(DeliveryStatus::Scheduled), ..query.clone() }, 100)
+            .await
+            .unwrap();
+    assert_eq!(ids(scheduled), all[1..].to_vec(), "conformance: the scheduled ones");
+    let dead =
+        collect_deliveries(store, DeliveryQuery { status: Some(DeliveryStatus::Exhausted), ..query.clone() }, 100)
+            .await
+            .unwrap();
+    assert_eq!(ids(dead), all[..1].to_vec(), "conformance: the exhausted one");
+    let letters = collect_deliveries(
+        store,
+        DeliveryQuery { status: Some(DeliveryStatus::Exhausted), limit: 100, ..Default::default() },
+        1000,
+    )
+    .await
+    .unwrap();
+    assert!(letters.iter().any(|d| d.id == all[0] && d.endpoint_id == ep), "conformance: in the dead-letter list");
+    let statuses =
+        [DeliveryStatus::Scheduled, DeliveryStatus::Sending, DeliveryStatus::Exhausted, DeliveryStatus::Held];
+    let counts: Vec<(u64, bool)> =
+        store.count_deliveries_in(ep, &statuses).await.unwrap().iter().map(|c| (c.n, c.exact)).collect();
+    assert_eq!(counts, vec![(6, true), (0, true), (1, true), (0, true)], "conformance: counts");
+}
+
+/// A job id is created once; a step takes it with `claim_job`, and a step's write holds only
+/// while its lease does.
+async fn jobs(store: &dyn Store, prefix: &str, now: DateTime<Utc>) {
+    let job = Job {
+        id: format!("{prefix}job"),
+        kind: JobKind::Release,
+        tenant_id: format!("{prefix}tenant"),
+        endpoint_id: format!("{prefix}ep"),
+        status: "running".into(),
+        since: None,
+        until: None,
+        cursor: None,
+        processed: 0,
+        run_at: Some(now),
+        created_at: now,
+        updated_at: now,
+    };
+    store.create_job(&job).await.unwrap();
+    assert!(matches!(store.create_job(&job).await, Err(StoreError::AlreadyExists)), "conformance: a job once");
+    let due = now.timestamp_millis();
+    assert!(!store.claim_job(&job.id, due + 1, due + 5).await.unwrap(), "conformance: a claim of another due time");
+    assert!(store.claim_job(&job.id, due, due + 40_000).await.unwrap());
+    assert!(store.claim_job(&job.id, due + 40_000, due + 80_000).await.unwrap(), "the next tick takes it");
+    let late = Job { processed: 1, ..job.clone() };
+    assert!(!store.save_job(&late, due + 40_000).await.unwrap(), "conformance: a step past its lease writes nothing");
+    let done = Job { processed: 2, status: "done".into(), run_at: None, ..job.clone() };
+    assert!(store.save_job(&done, due + 80_000).await.unwrap());
+    let stored = store.get_job(&job.id).await.unwrap().expect("the job");
+    assert_eq!((stored.status.as_str(), stored.processed), ("done", 2));
+}
+
+/// An `Idempotency-Key` is claimed once while its record lives; a lapsed lease is taken over
+/// once; the answer is kept; a forgotten key is free again.
+async fn idempotency(store: &dyn Store, prefix: &str, now: DateTime<Utc>) {
+    let tenant = format!("{prefix}tenant");
+    let record = IdempotencyRecord {
+        fingerprint: "f1".into(),
+        event_id: format!("{prefix}evt-key"),
+        status_code: None,
+        body: None,
+        lease_until: now.timestamp_millis() + 1_000,
+        expires_at: now.timestamp() + 3_600,
+    };
+    assert_eq!(store.begin_idempotent(&tenant, "k1", &record, now).await.unwrap(), None, "conformance: claimed");
+    let live = store.begin_idempotent(&tenant, "k1", &record, now).await.unwrap();
+    assert_eq!(live.map(|r| r.fingerprint), Some("f1".into()), "conformance: the live record, untouched");
+    let lease = record.lease_until;
+    assert!(store.renew_idempotent(&tenant, "k1", lease, lease + 5_000).await.unwrap(), "a lapsed lease taken over");
+    assert!(!store.renew_idempotent(&tenant, "k1", lease, lease + 9_000).await.unwrap(), "conformance: once");
+    store.finish_idempotent(&tenant, "k1", (202, "{\"ok\":true}")).await.unwrap();
+    let answered = store.begin_idempotent(&tenant, "k1", &record, now).await.unwrap().expect("the record");
+    assert_eq!(answered.answer(), Some((202, "{\"ok\":true}")), "conformance: the answer is kept");
+    assert_eq!(store.begin_idempotent(&tenant, "k2", &record, now).await.unwrap(), None);
+    store.release_idempotent(&tenant, "k2", true, now.timestamp_millis()).await.unwrap();
+    assert_eq!(store.begin_idempotent(&tenant, "k2", &record, now).await.unwrap(), None, "conformance: forgotten");
+}
