@@ -1080,7 +1080,7 @@ async fn an_endpoints_counts_read_a_bounded_number_of_entries_and_say_when_they_
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_status_listing_reads_past_the_entries_it_leaves_out_so_a_short_page_is_the_last() {
+async fn a_status_listing_reads_past_the_entries_it_leaves_out() {
     use webhooks::lifecycle;
     use webhooks::model::DeliveryStatus;
     use webhooks::store::{Applied, DeliveryQuery, DynamoStore, Store as _};
@@ -1150,4 +1150,49 @@ async fn the_store_conformance_suite_holds_on_the_simulations_memstore() {
         config.due_shards,
     );
     webhooks_tests::conformance::run(&store, &config, "m-").await;
+}
+
+/// Review finding (issue #33): `GET /v1/deliveries?endpoint_id=X&status=sending&limit=1`
+/// read the whole `open` range (scheduled and sending share it, and the index projects no
+/// status) until it found one: a backlog's worth of item reads for one answer. A request now
+/// reads a bounded number of entries and items and answers a short page with a cursor, as a
+/// filtered Query does; following the cursor finds every one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_status_listing_reads_a_bounded_number_of_items_whatever_the_backlog() {
+    use std::sync::atomic::Ordering;
+    use webhooks::lifecycle;
+    use webhooks::model::DeliveryStatus;
+    use webhooks::store::{Applied, DeliveryQuery, DynamoStore, Store as _, collect_deliveries};
+    let stack = still_stack(|_| {}).await;
+    let table = stack.app.config.table.clone();
+    let reads = webhooks_tests::QueryReads::default();
+    let sdk = webhooks::app::aws_sdk_config().await;
+    let conf = aws_sdk_dynamodb::config::Builder::from(&sdk).interceptor(reads.clone()).build();
+    let store = DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf), &table, 8);
+    let t0 = chrono::Utc::now() - chrono::Duration::minutes(5);
+    let mut all = Vec::new();
+    for i in 0..60i64 {
+        let at = t0 + chrono::Duration::milliseconds(i * 10);
+        all.push(write_delivery(&stack, &store, &format!("backlog-{i:02}"), "ep-backlog", at, false).await);
+    }
+    // The newest is in flight; the 59 before it wait.
+    let sending = all[59].clone();
+    let claim =
+        lifecycle::claim(&stack.app.config, chrono::Utc::now(), &lifecycle::AttemptMessage::new(sending.clone(), 1));
+    assert!(matches!(store.apply(&sending, &claim, false).await.unwrap(), Applied::Done(_)));
+    let q = DeliveryQuery {
+        endpoint_id: Some("ep-backlog".into()),
+        status: Some(DeliveryStatus::Sending),
+        oldest_first: true,
+        limit: 1,
+        ..Default::default()
+    };
+    reads.items.store(0, Ordering::SeqCst);
+    let page = store.list_deliveries(&q).await.unwrap();
+    let items = reads.items.load(Ordering::SeqCst);
+    assert!(items <= 10, "{items} items read for one page of limit 1 (it read the open range until a sending one)");
+    assert!(page.data.is_empty() && page.next_cursor.is_some(), "a short page, with a cursor: {page:?}");
+    let found: Vec<String> = collect_deliveries(&store, q, 10).await.unwrap().into_iter().map(|d| d.id).collect();
+    assert_eq!(found, vec![sending], "following the cursor finds it");
+    stack.stop().await;
 }

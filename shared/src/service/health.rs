@@ -220,9 +220,9 @@ async fn job_step(app: &App, id: &str, now: DateTime<Utc>, lease: i64) -> Result
             // The index settles from the delete, which the first step to find the endpoint
             // gone stands for (the job is written before the delete's own work).
             let gone = *job.since.get_or_insert(now);
-            let found = end_deleted_page(app, &job, limit).await?;
+            let (found, more) = end_deleted_page(app, &job, limit).await?;
             job.processed += u32::try_from(found).unwrap_or(u32::MAX);
-            if found < limit && now - gone >= Duration::seconds(INDEX_SETTLE_SECONDS) {
+            if found < limit && !more && now - gone >= Duration::seconds(INDEX_SETTLE_SECONDS) {
                 job.status = "done".into();
             }
         }
@@ -237,8 +237,8 @@ async fn job_step(app: &App, id: &str, now: DateTime<Utc>, lease: i64) -> Result
         (JobKind::Release, Some(ep)) if !ep.enabled => job.status = "cancelled".into(),
         (JobKind::Release, Some(ep)) => {
             // Released deliveries leave `held`, so each step starts from the oldest again.
-            let (found, _) = release_page(app, &ep, DeliveryStatus::Held, limit, None, &mut job, &mut out).await?;
-            if found < limit && settled {
+            let (found, more) = release_page(app, &ep, DeliveryStatus::Held, limit, None, &mut job, &mut out).await?;
+            if found < limit && more.is_none() && settled {
                 job.status = "done".into();
             }
         }
@@ -253,8 +253,8 @@ async fn job_step(app: &App, id: &str, now: DateTime<Utc>, lease: i64) -> Result
         }
         (JobKind::Hold, Some(ep)) if ep.enabled => job.status = "cancelled".into(),
         (JobKind::Hold, Some(ep)) => {
-            let (found, interrupted) = hold_page(app, &ep, limit, &mut job).await?;
-            if found < limit && settled && !interrupted {
+            let (found, interrupted, more) = hold_page(app, &ep, limit, &mut job).await?;
+            if found < limit && !more && settled && !interrupted {
                 job.status = "done".into();
             }
         }
@@ -293,9 +293,11 @@ async fn job_step(app: &App, id: &str, now: DateTime<Utc>, lease: i64) -> Result
 }
 
 /// Ends up to `limit` unfinished deliveries of the deleted endpoint of `job` as exhausted
-/// (reason `endpoint_deleted`); returns how many it found.
-async fn end_deleted_page(app: &App, job: &Job, limit: usize) -> Result<usize, ServiceError> {
+/// (reason `endpoint_deleted`); returns how many it found, and whether a listing said there
+/// may be more (a page with a cursor: a page can come back short with one).
+async fn end_deleted_page(app: &App, job: &Job, limit: usize) -> Result<(usize, bool), ServiceError> {
     let mut found = 0;
+    let mut more = false;
     for status in crate::service::admin::UNFINISHED {
         let page = app
             .store
@@ -308,6 +310,7 @@ async fn end_deleted_page(app: &App, job: &Job, limit: usize) -> Result<usize, S
             })
             .await?;
         found += page.data.len();
+        more |= page.next_cursor.is_some();
         for d in &page.data {
             crate::service::admin::end_as_deleted(
                 app,
@@ -322,7 +325,7 @@ async fn end_deleted_page(app: &App, job: &Job, limit: usize) -> Result<usize, S
             break;
         }
     }
-    Ok(found)
+    Ok((found, more))
 }
 
 /// Releases the oldest held delivery of a paused endpoint as its half-open probe: the
@@ -385,9 +388,10 @@ const PROBE_PAGE: usize = 100;
 
 /// Holds one page (up to `limit`, oldest first) of a disabled endpoint's scheduled
 /// deliveries, each in a write conditional on the endpoint's version as read (an enable in
-/// between makes it lose, so nothing is held behind an enable). Returns how many it found, and
-/// whether it stopped early because the endpoint changed (then the job goes on next tick).
-async fn hold_page(app: &App, ep: &Endpoint, limit: usize, job: &mut Job) -> Result<(usize, bool), ServiceError> {
+/// between makes it lose, so nothing is held behind an enable). Returns how many it found,
+/// whether it stopped early because the endpoint changed (then the job goes on next tick), and
+/// whether the listing said there may be more (a page can come back short with a cursor).
+async fn hold_page(app: &App, ep: &Endpoint, limit: usize, job: &mut Job) -> Result<(usize, bool, bool), ServiceError> {
     let page = app
         .store
         .list_deliveries(&DeliveryQuery {
@@ -408,10 +412,10 @@ async fn hold_page(app: &App, ep: &Endpoint, limit: usize, job: &mut Job) -> Res
             Committed::Done => job.processed += 1,
             Committed::DeliveryLost => {}
             // Enabled (or changed) meanwhile: stop; the next step reads it again.
-            Committed::EndpointChanged => return Ok((page.data.len(), true)),
+            Committed::EndpointChanged => return Ok((page.data.len(), true, true)),
         }
     }
-    Ok((page.data.len(), false))
+    Ok((page.data.len(), false, page.next_cursor.is_some()))
 }
 
 /// Releases one page (up to `limit`, oldest first) of `ep`'s deliveries in `status`

@@ -1803,8 +1803,11 @@ impl DynamoStore {
     /// it takes of the keys-only `by_endpoint` are read as their items (BatchGetItem, strongly
     /// consistent, about as many as it lists), and listed if `keep` takes them. An item that
     /// has moved on since its entry was read (another status of the `open` range, or another
-    /// bucket: the index lags the table) is left out and the merge reads on, so a page
-    /// shorter than `limit` is the last one (job steps take it as "nothing left"). A delivery
+    /// bucket: the index lags the table) is left out and the merge reads on, for at most
+    /// [`MERGE_STEPS`] reads of every source: a status the `open` range holds few of (such as
+    /// `sending` behind a backlog of scheduled ones) then comes back as a page shorter than
+    /// `limit`, even empty, with a cursor, as a Query with a filter does, so no request reads
+    /// a whole backlog. Only a page without a cursor is the last. A delivery
     /// with two entries a moment (its old and new bucket while the index catches up) is
     /// listed once. The cursor names every source: where to go on (the index key of the last
     /// entry passed), from the start (`{}`), or done (null); a source it does not name (a
@@ -1823,7 +1826,7 @@ impl DynamoStore {
     {
         let mut data = Vec::new();
         let mut step_query = q.clone();
-        loop {
+        for _ in 1..MERGE_STEPS {
             let step = self.merged_step(sources, &step_query, limit - data.len(), keep, &page).await?;
             data.extend(step.data);
             match step.next_cursor {
@@ -1831,6 +1834,9 @@ impl DynamoStore {
                 next_cursor => return Ok(Page { data, next_cursor }),
             }
         }
+        let step = self.merged_step(sources, &step_query, limit - data.len(), keep, &page).await?;
+        data.extend(step.data);
+        Ok(Page { data, next_cursor: step.next_cursor })
     }
 
     /// One merge of [`Self::merged_page`]: up to `limit` deliveries, from the entries every
@@ -2113,6 +2119,10 @@ struct OpenTally {
     sending: u64,
     exact: bool,
 }
+
+/// Reads of every source one listing request makes at most ([`DynamoStore::merged_page`]):
+/// at most this many times `limit` entries of each partition, and as many items.
+const MERGE_STEPS: usize = 10;
 
 /// Index partitions a merged listing queries at once.
 const SOURCES_IN_FLIGHT: usize = 8;

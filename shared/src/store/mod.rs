@@ -379,8 +379,11 @@ pub trait Store: Send + Sync {
     /// the id), read by their ids from the endpoints its event items list (a strongly
     /// consistent Query of the id's `EVENT_ID#` partition).
     async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError>;
-    /// A page of deliveries: `query.limit` of them (clamped to 1-100), fewer only on the last
-    /// page (`next_cursor` None); job steps take a short page as "nothing left".
+    /// A page of deliveries: up to `query.limit` of them (clamped to 1-100). A page can be
+    /// shorter than the limit, even empty, and still have a `next_cursor`: every request reads
+    /// a bounded number of index entries and items, whatever the backlog (a status filter on
+    /// the `open` range reads past the entries of the other status only so far). Only a page
+    /// without `next_cursor` is the last.
     async fn list_deliveries(&self, query: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError>;
     /// How many of an endpoint's deliveries are in `status` ([`Self::count_deliveries_in`]'s
     /// count, exact or not).
