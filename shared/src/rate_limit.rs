@@ -6,7 +6,9 @@
 //! read deliver makes anyway), an attempt of a limited endpoint takes a slot in the current
 //! one-second window: one atomic `ADD` on a counter item (`RATE#{endpoint}`, `S#{unix
 //! second}`, TTL two minutes; see [`crate::store::Store::take_rate_slot`]). A count within the
-//! limit goes ahead. Over it, the attempt waits: the claim is given back without an attempt
+//! limit goes ahead. Above [`SLOTS_PER_COUNTER`] attempts a second the window is split over
+//! several counters, each its own partition key with its share of the slots ([`counter`]), so
+//! no counter item takes more writes than a partition allows. Over it, the attempt waits: the claim is given back without an attempt
 //! (the attempt number not spent, so waiting never counts toward the retry schedule,
 //! `max_attempts` or the circuit breaker) and the message sent again with `DelaySeconds` =
 //! the window its place in line falls into (`ceil((count - limit) / limit)` seconds), so a
@@ -82,6 +84,29 @@ pub fn slots(ep: &Endpoint) -> Option<u64> {
     effective(ep).map(|r| (r.floor() as u64).max(1))
 }
 
+/// Attempts a second one counter item takes at most: 500, half of the 1,000 write units a
+/// second DynamoDB takes on one partition key value (developer guide, "partition key design"),
+/// the 50% the capacity model (`make bench`, section 2b) keeps every key under.
+pub const SLOTS_PER_COUNTER: u64 = 500;
+
+/// The counter an attempt of `delivery_id` on endpoint `endpoint_id` takes its slot on, and
+/// that counter's share of a window of `slots`: with at most [`SLOTS_PER_COUNTER`] slots, one
+/// counter (the endpoint id); above, `n = ceil(slots / SLOTS_PER_COUNTER)` counters
+/// `{endpoint_id}#{k}`, `k` from the delivery id's hash, splitting `slots` between them (the
+/// first `slots % n` one more each), so their shares add up to `slots` exactly and none takes
+/// more than [`SLOTS_PER_COUNTER`] admitted attempts a second: at the highest limit accepted
+/// ([`MAX_RATE_LIMIT`], 10,000) 20 counters. Each counter is its own partition key
+/// (`RATE#{counter}`), so the limiter's writes spread like the attempts.
+pub fn counter(endpoint_id: &str, delivery_id: &str, slots: u64) -> (String, u64) {
+    let n = slots.div_ceil(SLOTS_PER_COUNTER).max(1);
+    if n == 1 {
+        return (endpoint_id.to_string(), slots);
+    }
+    let k = u64::from(crate::store::keys::due_shard(delivery_id, u32::try_from(n).unwrap_or(u32::MAX)));
+    let share = slots / n + u64::from(k < slots % n);
+    (format!("{endpoint_id}#{k}"), share)
+}
+
 /// Seconds an attempt that got place `count` in a window of `slots` waits: the window its
 /// place falls into (`ceil((count - slots) / slots)`), 0 within the limit.
 pub fn wait_seconds(count: u64, slots: u64) -> u64 {
@@ -116,7 +141,8 @@ pub async fn admit(
 ) -> Result<Admission, ServiceError> {
     let Some(slots) = slots(ep) else { return Ok(Admission::Go(None)) };
     let now = app.clock.now();
-    let count = app.store.take_rate_slot(&ep.id, now.timestamp()).await?;
+    let (counter, slots) = counter(&ep.id, &delivery.id, slots);
+    let count = app.store.take_rate_slot(&counter, now.timestamp()).await?;
     let wait = wait_seconds(count, slots);
     if wait == 0 {
         return Ok(Admission::Go(Some(now)));
@@ -181,6 +207,22 @@ pub async fn observe(app: &App, ep: &Endpoint, outcome: Outcome, retry_after: Op
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_limiters_counters_each_take_at_most_half_a_partitions_writes_and_add_up_to_the_limit() {
+        for slots in [1, 499, 500, 501, 1001, 2000, 9_999, MAX_RATE_LIMIT] {
+            let n = slots.div_ceil(SLOTS_PER_COUNTER);
+            let mut shares = std::collections::BTreeMap::new();
+            for i in 0..20_000 {
+                let (counter, share) = counter("ep_1", &format!("dlv_{i}"), slots);
+                assert!(share <= SLOTS_PER_COUNTER, "{slots}: {counter} takes {share}");
+                shares.insert(counter, share);
+            }
+            assert_eq!(shares.len() as u64, n, "{slots} slots: {shares:?}");
+            assert_eq!(shares.values().sum::<u64>(), slots, "{slots}: the shares add up to the limit");
+        }
+        assert_eq!(counter("ep_1", "dlv_1", 500), ("ep_1".to_string(), 500), "one counter up to 500");
+    }
     use chrono::{TimeZone, Utc};
 
     fn ep(limit: Option<u32>, rate: Option<f64>, at: Option<i64>) -> Endpoint {

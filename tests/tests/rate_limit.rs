@@ -4,12 +4,10 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // test helpers fail loudly
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::Duration;
-use webhooks::store::keys;
 use webhooks_local::Options;
 use webhooks_tests::{Receiver, Reply, Stack};
 
@@ -151,60 +149,5 @@ async fn rate_limit_fields_are_validated_and_patchable() {
     assert_eq!(status, 200, "{ep}");
     assert_eq!((ep["rate_limit_per_second"].clone(), ep["rate_limit_adaptive"].clone()), (Value::Null, json!(false)));
     assert_eq!(get_endpoint(&stack, ep["id"].as_str().unwrap()).await["rate_limit_per_second"], Value::Null);
-    stack.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn an_endpoint_item_written_before_rate_limits_keeps_delivering() {
-    let stack = Stack::start_with(|_| {}, Options { sweeper: false, ..Options::default() }).await;
-    let rx = Receiver::start(Reply::Status(200)).await;
-    let ep = stack.endpoint("acme", &rx.url, Value::Null).await;
-    let id = ep["id"].as_str().unwrap().to_string();
-
-    // The item as today's main writes it: none of the new attributes.
-    let ddb = aws_sdk_dynamodb::Client::new(&webhooks::app::aws_sdk_config().await);
-    let key = |k: &str| AttributeValue::S(k.to_string());
-    let item = ddb
-        .get_item()
-        .table_name(&stack.app.config.table)
-        .key(keys::PK, key(&keys::tenant_pk("acme")))
-        .key(keys::SK, key(&keys::endpoint_key(&id)))
-        .send()
-        .await
-        .unwrap()
-        .item
-        .unwrap();
-    let mut old = item.clone();
-    for attr in [
-        "rate_limit_per_second",
-        "rate_limit_adaptive",
-        "effective_rate_per_second",
-        "rate_changed_at_ms",
-        "slow_until",
-    ] {
-        old.remove(attr);
-    }
-    assert_eq!(item.len() - old.len(), 1, "a new endpoint carries only rate_limit_adaptive of the new attributes");
-    ddb.put_item().table_name(&stack.app.config.table).set_item(Some(old)).send().await.unwrap();
-    // Today's main wrote no copies of it either: the first event fills them from this item.
-    for copy in 1..stack.app.config.endpoint_copies {
-        ddb.delete_item()
-            .table_name(&stack.app.config.table)
-            .key(keys::PK, key(&keys::endpoint_copy_pk("acme", copy)))
-            .key(keys::SK, key(&keys::endpoint_key(&id)))
-            .send()
-            .await
-            .unwrap();
-    }
-
-    let ep = get_endpoint(&stack, &id).await;
-    assert_eq!((ep["rate_limit_per_second"].clone(), ep["rate_limit_adaptive"].clone()), (Value::Null, json!(true)));
-    let d = ids(&stack.event("acme", "order.paid", json!({"old": true})).await);
-    stack.wait_status(&d, "delivered", Duration::from_secs(30)).await;
-    assert_eq!(rx.count(), 1);
-    // And takes a limit like any other.
-    let (status, ep) =
-        stack.call(Method::PATCH, &format!("/v1/endpoints/{id}"), Some(json!({"rate_limit_per_second": 2}))).await;
-    assert_eq!((status, ep["effective_rate_per_second"].as_f64()), (200, Some(2.0)), "{ep}");
     stack.stop().await;
 }
