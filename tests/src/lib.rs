@@ -439,6 +439,10 @@ pub enum Fault {
     /// After DynamoDB has answered: the write happened, the caller sees an error (as after a
     /// timeout).
     LoseAnswer,
+    /// After DynamoDB has answered: the write happened, and its answer is replaced by a 500
+    /// `InternalServerError`, which the SDK retries: the retry meets the first try's effect
+    /// (a guarded write then fails its condition).
+    LoseAnswerRetried,
     /// DynamoDB's answer is replaced by a 400 `ValidationException`, as DynamoDB answers a
     /// request it refuses as malformed (an oversized key, a bad expression).
     ValidationException,
@@ -505,6 +509,20 @@ impl aws_smithy_runtime_api::client::interceptors::Intercept for FailNth {
     ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
         match self.fault {
             Fault::LoseAnswer if self.hit(cfg) => Err(self.injected()),
+            Fault::LoseAnswerRetried if self.hit(cfg) => {
+                let body = json!({
+                    "__type": "com.amazonaws.dynamodb.v20120810#InternalServerError",
+                    "message": "injected: the answer was lost",
+                });
+                let status = aws_smithy_runtime_api::http::StatusCode::try_from(500u16)?;
+                let mut answer = aws_smithy_runtime_api::http::Response::new(
+                    status,
+                    aws_smithy_types::body::SdkBody::from(body.to_string()),
+                );
+                answer.headers_mut().insert("content-type", "application/x-amz-json-1.0");
+                *context.response_mut() = answer;
+                Ok(())
+            }
             Fault::ValidationException if self.hit(cfg) => {
                 let body = json!({
                     "__type": "com.amazon.coral.validate#ValidationException",

@@ -1196,3 +1196,51 @@ async fn a_status_listing_reads_a_bounded_number_of_items_whatever_the_backlog()
     assert_eq!(found, vec![sending], "following the cursor finds it");
     stack.stop().await;
 }
+
+/// Issue #35, failing input 1: a guarded transition applied, its answer lost, the SDK's retry
+/// failing the guard the first try moved on: the claim was taken for someone else's ("claim
+/// lost; duplicate message dropped") and the delivery sat in `sending` until the re-drive,
+/// later recorded as a `lease_expired` attempt that never happened; a retry's record the same
+/// ("lease lost before the attempt was recorded"). A transition now knows its own write.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_transition_whose_answer_was_lost_is_known_as_its_own_not_someone_elses() {
+    use webhooks::lifecycle::{self, AttemptMessage, EndpointEntry};
+    use webhooks::model::DeliveryStatus;
+    use webhooks::store::{Applied, DynamoStore, Store as _};
+    use webhooks_tests::{FailNth, Fault};
+    let stack = still_stack(|_| {}).await;
+    let config = stack.app.config.clone();
+    let t0 = chrono::Utc::now() - chrono::Duration::minutes(1);
+    let plain = DynamoStore::new(ddb().await, &config.table, config.due_shards);
+    let id = write_delivery(&stack, &plain, "lost-answer", "ep-lost", t0, false).await;
+    // The next UpdateItem's answer lost once: the first try applies, the SDK retries.
+    let sdk = webhooks::app::aws_sdk_config().await;
+    let table = config.table.clone();
+    let lossy = || {
+        let conf = aws_sdk_dynamodb::config::Builder::from(&sdk)
+            .interceptor(FailNth::new("UpdateItem", 1, Fault::LoseAnswerRetried))
+            .build();
+        DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf), &table, config.due_shards)
+    };
+    let claim = lifecycle::claim(&config, chrono::Utc::now(), &AttemptMessage::new(id.clone(), 1));
+    let claimed = match lossy().apply(&id, &claim, true).await.unwrap() {
+        Applied::Done(Some(d)) => *d,
+        other => panic!("the claim is ours, its answer lost: {other:?}"),
+    };
+    assert_eq!((claimed.status, claimed.attempt_count), (DeliveryStatus::Sending, 1));
+    // Someone else's claim of the same attempt still loses.
+    assert!(matches!(plain.apply(&id, &claim, false).await.unwrap(), Applied::Lost), "a duplicate still loses");
+    // The record of the attempt, its answer lost: recorded, not "lease lost".
+    let end = lifecycle::abandon(
+        &config,
+        chrono::Utc::now(),
+        DeliveryStatus::Sending,
+        1,
+        EndpointEntry::new("ep-lost", t0),
+        "recorded",
+    );
+    assert!(matches!(lossy().apply(&id, &end, false).await.unwrap(), Applied::Done(None)), "the record is ours");
+    let stored = plain.get_delivery(&id).await.unwrap().expect("the delivery");
+    assert_eq!((stored.status, stored.reason.as_deref()), (DeliveryStatus::Exhausted, Some("recorded")));
+    stack.stop().await;
+}

@@ -836,6 +836,12 @@ fn key_of(item: &Item) -> Item {
     [PK, SK].iter().filter_map(|k| item.get(*k).map(|v| (k.to_string(), v.clone()))).collect()
 }
 
+/// The delivery item's attribute holding a random mark of the last guarded transition written
+/// to it (128 bits, hex): a transition whose answer was lost and whose retry fails the guard
+/// reads the item back with the failure (`ReturnValuesOnConditionCheckFailure`) and, finding
+/// its own mark, knows it applied (issue #35: a lost answer was taken for a lost claim).
+pub const WRITE_TOKEN: &str = "write_token";
+
 /// PutItems of one event's deliveries in flight at once (ingest of a large fan-out).
 const PUTS_IN_FLIGHT: usize = 16;
 
@@ -1333,18 +1339,30 @@ impl Store for DynamoStore {
     }
 
     async fn apply(&self, id: &str, t: &Transition, return_new: bool) -> Result<Applied, StoreError> {
-        let (update, condition, values) = self.transition_parts(id, t)?;
+        use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+        let (update, condition, mut values) = self.transition_parts(id, t)?;
+        // This call's mark on the item (see [`WRITE_TOKEN`]): the SDK's retry of a write whose
+        // answer was lost sends the same request, mark included, and fails the guard the
+        // first try moved on; the item it is shown then carries this mark, so the write is
+        // known to be ours, not someone else's.
+        let token = s(format!("{:032x}", rand::random::<u128>()));
+        values.insert(":write_token".into(), token.clone());
         let result = self
             .client
             .update_item()
             .table_name(&self.table)
             .key(PK, s(delivery_pk(id)))
             .key(SK, s(DELIVERY_SK))
-            .update_expression(update)
+            // Every transition sets its status, so the expression has its SET clause.
+            .update_expression(update.replacen("SET ", "SET #write_token = :write_token, ", 1))
             .condition_expression(condition)
             .expression_attribute_names("#status", "status")
+            .expression_attribute_names("#write_token", WRITE_TOKEN)
             .set_expression_attribute_values(Some(values))
             .return_values(if return_new { ReturnValue::AllNew } else { ReturnValue::None })
+            .return_values_on_condition_check_failure(
+                aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
+            )
             .send()
             .await;
         match result {
@@ -1352,10 +1370,20 @@ impl Store for DynamoStore {
                 Some(item) if return_new => Ok(Applied::Done(Some(Box::new(from_item(item)?)))),
                 _ => Ok(Applied::Done(None)),
             },
-            Err(e) if e.as_service_error().is_some_and(|se| se.is_conditional_check_failed_exception()) => {
-                Ok(Applied::Lost)
-            }
-            Err(e) => Err(aws(e)),
+            Err(e) => match e.as_service_error() {
+                Some(UpdateItemError::ConditionalCheckFailedException(failed)) => {
+                    match failed.item().filter(|item| item.get(WRITE_TOKEN) == Some(&token)) {
+                        // Our own write, applied by an earlier try whose answer was lost.
+                        Some(item) => {
+                            tracing::info!(delivery_id = %id, "a transition's answer was lost and its retry found it applied");
+                            let item = if return_new { Some(Box::new(from_item(item.clone())?)) } else { None };
+                            Ok(Applied::Done(item))
+                        }
+                        None => Ok(Applied::Lost),
+                    }
+                }
+                _ => Err(aws(e)),
+            },
         }
     }
 
