@@ -148,21 +148,31 @@ fn is_refused(e: &reqwest::Error) -> bool {
     false
 }
 
-/// `url` as logs, notifications and metrics may show it: any userinfo (`user:password@`)
-/// replaced by `***`, so credentials in an endpoint URL never leave the endpoint's record.
-/// Something that does not parse as a URL is shown as `<unparseable url>`.
+/// `url` as logs, notifications, error bodies and metrics may show it: any userinfo
+/// (`user:password@`) replaced by `***`, every query value by `***` (receivers put tokens
+/// there: `?token=...`), and the fragment dropped, so credentials in an endpoint URL never
+/// leave the endpoint's record except in the POST itself. Query names stay, to tell URLs
+/// apart. Something that does not parse as a URL is shown as `<unparseable url>`.
 ///
-/// `https://user:pw@example.com/hook` becomes `https://***@example.com/hook`.
+/// `https://user:pw@example.com/hook?token=abc` becomes `https://***@example.com/hook?token=***`.
 pub fn redact_url(url: &str) -> String {
     let Ok(mut parsed) = url::Url::parse(url) else {
         return "<unparseable url>".into();
     };
-    if parsed.username().is_empty() && parsed.password().is_none() {
-        return parsed.into();
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        // Both setters fail only for URLs that cannot have userinfo (no host).
+        let _ = parsed.set_password(None);
+        let _ = parsed.set_username("***");
     }
-    // Both setters fail only for URLs that cannot have userinfo (no host), handled above.
-    let _ = parsed.set_password(None);
-    let _ = parsed.set_username("***");
+    if parsed.query().is_some() {
+        let names: Vec<String> = parsed.query_pairs().map(|(name, _)| name.into_owned()).collect();
+        if names.is_empty() {
+            parsed.set_query(None);
+        } else {
+            parsed.query_pairs_mut().clear().extend_pairs(names.iter().map(|name| (name.as_str(), "***")));
+        }
+    }
+    parsed.set_fragment(None);
     parsed.into()
 }
 
@@ -248,10 +258,35 @@ mod tests {
 
     #[test]
     fn credentials_in_urls_are_redacted() {
-        assert_eq!(redact_url("https://user:s3cret@example.com/hook?a=1"), "https://***@example.com/hook?a=1");
+        assert_eq!(redact_url("https://user:s3cret@example.com/hook?a=1"), "https://***@example.com/hook?a=***");
         assert_eq!(redact_url("http://s3cret@127.0.0.1:9/x"), "http://***@127.0.0.1:9/x");
         assert_eq!(redact_url("https://example.com/hook"), "https://example.com/hook");
         assert!(!redact_url("not a url s3cret").contains("s3cret"));
+    }
+
+    /// Issue #34, failing input 6: `redact_url` kept query strings, so a receiver's
+    /// `?token=...` reached SNS and e-mail notifications, logs and error bodies.
+    #[test]
+    fn a_receivers_query_token_is_redacted_wherever_a_url_leaves_the_process() {
+        let url = "https://hooks.example.com/in?token=s3cret&team=blue&sig=abc%20def#frag-s3cret";
+        assert_eq!(redact_url(url), "https://hooks.example.com/in?token=***&team=***&sig=***");
+        assert_eq!(redact_url("https://example.com/in?s3cret"), "https://example.com/in?s3cret=***");
+        assert_eq!(redact_url("https://example.com/in?"), "https://example.com/in");
+        let now = chrono::Utc::now();
+        let ep = crate::model::Endpoint::new("ep_1", "acme", url, "whsec_x", now);
+        let disabled =
+            crate::model::Disabled { reason: "gone".into(), status_code: Some(410), delivery_id: None, at: now };
+        let message = crate::notify::message(&ep, &disabled).to_string();
+        assert!(!message.contains("s3cret") && !message.contains("abc"), "{message}");
+    }
+
+    /// The same for the error body of an endpoint URL refused at registration.
+    #[tokio::test]
+    async fn a_refused_urls_error_body_carries_no_query_token() {
+        let cfg = crate::config::Config::new("t", "q");
+        let refused = crate::destination::check_registration(&cfg, "http://127.0.0.1/in?token=s3cret").await;
+        let text = refused.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(text.contains("not allowed") && !text.contains("s3cret"), "{text}");
     }
 
     #[test]
