@@ -271,14 +271,10 @@ async fn dashboard(client: Client, listen: std::net::SocketAddr) -> Result<Strin
     let api = client.base.clone();
     // Only pages asked for by this address (or localhost): a page of another site that
     // rebinds its DNS name to 127.0.0.1 cannot read the dashboard with your credentials.
-    let allowed = [addr.to_string(), format!("localhost:{}", addr.port())];
     let router = webhooks::ui::dashboard::router(std::sync::Arc::new(HttpAdmin(client))).layer(
         axum::middleware::from_fn(move |request: axum::extract::Request, next: axum::middleware::Next| {
-            let host_ok = request
-                .headers()
-                .get(http::header::HOST)
-                .and_then(|h| h.to_str().ok())
-                .is_some_and(|h| allowed.iter().any(|a| a == h));
+            let host = request.headers().get(http::header::HOST).and_then(|h| h.to_str().ok());
+            let host_ok = webhooks::api::is_local_host(host, addr);
             async move {
                 if host_ok {
                     next.run(request).await

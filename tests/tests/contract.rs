@@ -926,3 +926,35 @@ async fn unknown_and_misspelt_fields_are_named() {
     assert_eq!((status, message(&answer)), (422, "body: must be a JSON object"), "{answer}");
     stack.stop().await;
 }
+
+/// Issue #34, failing input 7: the local runtime (`make run`) served its unauthenticated
+/// admin API and dashboard to any Host, so a page on another site could read the dead
+/// letters by DNS rebinding (`Host: attacker.example` got 200). It answers loopback names only.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_local_runtime_refuses_a_request_addressed_to_another_host() {
+    let stack = Stack::start(|_| {}).await;
+    for path in ["/v1/deliveries?status=exhausted", "/dashboard"] {
+        let answer = stack
+            .http
+            .get(format!("{}{path}", stack.base))
+            .header("host", "attacker.example")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status().as_u16(), 421, "{path}");
+        let body: Value = answer.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "misdirected_request", "{path}: {body}");
+    }
+    let port = stack.base.rsplit(':').next().unwrap().to_string();
+    let answer = stack
+        .http
+        .get(format!("{}/v1/deliveries?status=exhausted", stack.base))
+        .header("host", format!("localhost:{port}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 200, "localhost is this server");
+    let (status, _) = stack.call(Method::GET, "/v1/deliveries?status=exhausted", None).await;
+    assert_eq!(status, 200, "its own address");
+    stack.stop().await;
+}

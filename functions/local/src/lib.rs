@@ -114,10 +114,17 @@ pub async fn start_with(app: App, inbox: Arc<dyn Inbox>, options: Options) -> Re
     let (stop, stopped) = watch::channel(false);
     let mut tasks = Vec::new();
 
-    // The API, and the two screens (`/portal`, `/dashboard`) on the same port.
+    // The API, and the two screens (`/portal`, `/dashboard`) on the same port, answering only
+    // requests addressed to this server by a loopback name: the local API has no auth, so a
+    // page of another site that rebinds its DNS name to 127.0.0.1 must not reach it.
     let router = webhooks::api::router(app.clone())
         .merge(webhooks::ui::routes(app.clone()))
-        .layer(axum::middleware::map_response(close_after_413));
+        .layer(axum::middleware::map_response(close_after_413))
+        .layer(axum::middleware::from_fn(move |request: axum::extract::Request, next: axum::middleware::Next| {
+            let host = request.headers().get(axum::http::header::HOST).and_then(|h| h.to_str().ok());
+            let local = webhooks::api::is_local_host(host, addr);
+            async move { if local { next.run(request).await } else { webhooks::api::misdirected(addr) } }
+        }));
     let mut rx = stopped.clone();
     tasks.push(tokio::spawn(async move {
         let shutdown = async move {
