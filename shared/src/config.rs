@@ -103,6 +103,11 @@ pub struct Config {
     /// exhausted deliveries one recover job replays per tick (`WEBHOOKS_RELEASE_PER_TICK`,
     /// default 100).
     pub release_per_tick: usize,
+    /// Most endpoints one tenant may have (`WEBHOOKS_MAX_ENDPOINTS_PER_TENANT`, default
+    /// [`DEFAULT_MAX_ENDPOINTS_PER_TENANT`]): every event of a tenant reads and fans out to
+    /// all of its endpoints, so without a bound one portal session could turn each event
+    /// into thousands of signed POSTs at one victim URL.
+    pub max_endpoints_per_tenant: u32,
     /// Multiplies every retry wait before it is scheduled (`WEBHOOKS_WAIT_SCALE`, default 1).
     /// For tests and demos only: `0.0001` runs the 36-hour `standard` schedule in seconds.
     /// Attempt records keep the unscaled wait the policy chose.
@@ -158,6 +163,11 @@ pub struct ConfigError {
     pub problem: String,
 }
 
+/// The default most endpoints per tenant: 50. Stripe allows 16 webhook endpoints per account
+/// and GitHub 20 webhooks per repository (their docs); 50 leaves a SaaS's tenants room for
+/// staging, production and a few integrations, while one event fans out to at most 50 POSTs.
+pub const DEFAULT_MAX_ENDPOINTS_PER_TENANT: u32 = 50;
+
 impl Config {
     /// A configuration with every default, for the given table and queue.
     pub fn new(table: impl Into<String>, queue_url: impl Into<String>) -> Self {
@@ -187,6 +197,7 @@ impl Config {
             stack_name: "local".to_string(),
             notify_topic_arn: None,
             release_per_tick: 100,
+            max_endpoints_per_tenant: DEFAULT_MAX_ENDPOINTS_PER_TENANT,
             wait_scale: 1.0,
             secret_rotation: Duration::from_secs(24 * 3600),
             idempotency_window: Duration::from_secs(24 * 3600),
@@ -279,6 +290,14 @@ impl Config {
         }
         c.notify_topic_arn = get("WEBHOOKS_NOTIFY_TOPIC_ARN").filter(|v| !v.is_empty());
         c.release_per_tick = parse(&get, "WEBHOOKS_RELEASE_PER_TICK", 100)?;
+        c.max_endpoints_per_tenant =
+            parse(&get, "WEBHOOKS_MAX_ENDPOINTS_PER_TENANT", DEFAULT_MAX_ENDPOINTS_PER_TENANT)?;
+        if c.max_endpoints_per_tenant == 0 {
+            return Err(ConfigError {
+                name: "WEBHOOKS_MAX_ENDPOINTS_PER_TENANT",
+                problem: "must be at least 1".into(),
+            });
+        }
         c.wait_scale = parse(&get, "WEBHOOKS_WAIT_SCALE", 1.0)?;
         if !(c.wait_scale > 0.0 && c.wait_scale <= 1.0) {
             return Err(ConfigError { name: "WEBHOOKS_WAIT_SCALE", problem: "must be above 0 and at most 1".into() });

@@ -470,3 +470,35 @@ async fn a_function_refuses_to_start_on_a_table_of_another_storage_version_namin
 
     let _ = ddb.delete_table().table_name(&table).send().await;
 }
+
+/// Issue #34, failing input 5: a portal session could create endpoints without limit (1,100
+/// for one tenant were accepted), and every event of the tenant then fans out to all of them:
+/// pointed at one victim URL, one event became thousands of signed POSTs. A tenant has at
+/// most `WEBHOOKS_MAX_ENDPOINTS_PER_TENANT` endpoints (default 50), refused with 422 naming it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenant_cannot_create_more_endpoints_than_the_limit_names() {
+    assert_eq!(webhooks::config::DEFAULT_MAX_ENDPOINTS_PER_TENANT, 50);
+    let stack = Stack::start(|c| c.max_endpoints_per_tenant = 3).await;
+    let body = |tenant: &str| json!({"tenant_id": tenant, "url": "https://example.com/hook"});
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let (status, ep) = stack.call(Method::POST, "/v1/endpoints", Some(body("acme"))).await;
+        assert_eq!(status, 201, "{ep}");
+        ids.push(ep["id"].as_str().unwrap().to_string());
+    }
+    let (status, refused) = stack.call(Method::POST, "/v1/endpoints", Some(body("acme"))).await;
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(refused["error"]["code"], "validation_error", "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("WEBHOOKS_MAX_ENDPOINTS_PER_TENANT = 3"), "names the limit: {refused}");
+    let (status, listed) = stack.call(Method::GET, "/v1/endpoints?tenant_id=acme", None).await;
+    assert_eq!((status, listed["data"].as_array().map(Vec::len)), (200, Some(3)), "nothing created: {listed}");
+    // Another tenant has its own count; a deleted endpoint frees its place.
+    let (status, _) = stack.call(Method::POST, "/v1/endpoints", Some(body("globex"))).await;
+    assert_eq!(status, 201);
+    let (status, _) = stack.call(Method::DELETE, &format!("/v1/endpoints/{}", ids[0]), None).await;
+    assert_eq!(status, 200);
+    let (status, ep) = stack.call(Method::POST, "/v1/endpoints", Some(body("acme"))).await;
+    assert_eq!(status, 201, "{ep}");
+    stack.stop().await;
+}

@@ -614,7 +614,8 @@ fn message_of(answer: &Value) -> &str {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fan_out_whose_put_fails_is_all_or_nothing() {
-    let stack = Stack::start(|_| {}).await;
+    // 150 endpoints and more for one tenant: above the default limit (50).
+    let stack = Stack::start(|c| c.max_endpoints_per_tenant = 1_000).await;
     let rx = Receiver::start(Reply::Status(200)).await;
     for _ in 0..150 {
         stack.endpoint("big", &rx.url, Value::Null).await;
@@ -677,7 +678,8 @@ async fn delivered_exactly_once_each(stack: &Stack, rx: &Receiver, id: &str, n: 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fan_out_whose_write_went_through_but_answered_an_error_is_taken_back() {
-    let stack = Stack::start(|_| {}).await;
+    // 150 endpoints and more for one tenant: above the default limit (50).
+    let stack = Stack::start(|c| c.max_endpoints_per_tenant = 1_000).await;
     let rx = Receiver::start(Reply::Status(200)).await;
     for _ in 0..150 {
         stack.endpoint("big", &rx.url, Value::Null).await;
@@ -703,7 +705,8 @@ async fn a_fan_out_whose_write_went_through_but_answered_an_error_is_taken_back(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failed_repeat_of_an_event_takes_back_only_its_own_items() {
-    let stack = Stack::start(|_| {}).await;
+    // 150 endpoints and more for one tenant: above the default limit (50).
+    let stack = Stack::start(|c| c.max_endpoints_per_tenant = 1_000).await;
     let rx = Receiver::start(Reply::Status(200)).await;
     for _ in 0..150 {
         stack.endpoint("big", &rx.url, Value::Null).await;
@@ -934,13 +937,8 @@ async fn unknown_and_misspelt_fields_are_named() {
 async fn the_local_runtime_refuses_a_request_addressed_to_another_host() {
     let stack = Stack::start(|_| {}).await;
     for path in ["/v1/deliveries?status=exhausted", "/dashboard"] {
-        let answer = stack
-            .http
-            .get(format!("{}{path}", stack.base))
-            .header("host", "attacker.example")
-            .send()
-            .await
-            .unwrap();
+        let answer =
+            stack.http.get(format!("{}{path}", stack.base)).header("host", "attacker.example").send().await.unwrap();
         assert_eq!(answer.status().as_u16(), 421, "{path}");
         let body: Value = answer.json().await.unwrap();
         assert_eq!(body["error"]["code"], "misdirected_request", "{path}: {body}");

@@ -261,6 +261,19 @@ pub async fn create_endpoint(app: &App, body: &Map<String, Value>) -> Result<End
     let mut endpoint = Endpoint::new(format!("ep_{}", app.random.ulid(now)), tenant_id, "", secret, now);
     apply_settings(&mut endpoint, body, &["tenant_id", "secret"])?;
     destination::check_registration(&app.config, &endpoint.url).await?;
+    // The tenant's endpoints (one strongly consistent Query, at most the limit's worth):
+    // concurrent creations can each pass this count, so a tenant can end a few over it,
+    // never unboundedly.
+    let max = app.config.max_endpoints_per_tenant;
+    let have = app.store.tenant_endpoints(tenant_id, &endpoint.id).await?.len();
+    if have >= usize::try_from(max).unwrap_or(usize::MAX) {
+        return Err(invalid(
+            "tenant_id",
+            format!(
+                "tenant {tenant_id} has {have} endpoints, the most a tenant may have (WEBHOOKS_MAX_ENDPOINTS_PER_TENANT = {max}): delete one first"
+            ),
+        ));
+    }
     app.store.create_endpoint(&endpoint).await.map_err(|e| match e {
         StoreError::AlreadyExists => ServiceError::Conflict("endpoint id already exists; retry".into()),
         other => other.into(),
