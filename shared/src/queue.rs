@@ -95,14 +95,10 @@ impl Queue for SqsQueue {
                         .map_err(|e| QueueError(e.to_string()))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            let out = self
-                .client
-                .send_message_batch()
-                .queue_url(&self.url)
-                .set_entries(Some(entries))
-                .send()
-                .await
-                .map_err(|e| QueueError(DisplayErrorContext(e).to_string()))?;
+            let out =
+                self.client.send_message_batch().queue_url(&self.url).set_entries(Some(entries)).send().await.map_err(
+                    |e| QueueError(crate::error::aws_detail_logged("SQS", &DisplayErrorContext(e).to_string(), false)),
+                )?;
             if let Some(f) = out.failed.first() {
                 return Err(QueueError(format!(
                     "{} of {} messages failed, first: {} {}",

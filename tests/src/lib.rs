@@ -446,7 +446,14 @@ pub enum Fault {
     /// DynamoDB's answer is replaced by a 400 `ValidationException`, as DynamoDB answers a
     /// request it refuses as malformed (an oversized key, a bad expression).
     ValidationException,
+    /// DynamoDB's answer is replaced by a 400 `AccessDeniedException` naming an account, a role
+    /// ARN and a table ARN ([`INJECTED_ACCESS_DENIED_MESSAGE`]), as IAM answers a call the
+    /// role may not make.
+    AccessDenied,
 }
+
+/// The message of the `AccessDeniedException` [`Fault::AccessDenied`] answers.
+pub const INJECTED_ACCESS_DENIED_MESSAGE: &str = "User: arn:aws:sts::123456789012:assumed-role/webhooks-AdminRole-1A2B/webhooks-admin is not authorized to perform: dynamodb:GetItem on resource: arn:aws:dynamodb:eu-west-1:123456789012:table/webhooks-Table-XYZ";
 
 /// The message of the `ValidationException` [`Fault::ValidationException`] answers.
 pub const INJECTED_VALIDATION_MESSAGE: &str = "1 validation error detected: injected by the test";
@@ -523,10 +530,14 @@ impl aws_smithy_runtime_api::client::interceptors::Intercept for FailNth {
                 *context.response_mut() = answer;
                 Ok(())
             }
-            Fault::ValidationException if self.hit(cfg) => {
+            Fault::ValidationException | Fault::AccessDenied if self.hit(cfg) => {
+                let (kind, message) = match self.fault {
+                    Fault::AccessDenied => ("AccessDeniedException", INJECTED_ACCESS_DENIED_MESSAGE),
+                    _ => ("ValidationException", INJECTED_VALIDATION_MESSAGE),
+                };
                 let body = json!({
-                    "__type": "com.amazon.coral.validate#ValidationException",
-                    "message": INJECTED_VALIDATION_MESSAGE,
+                    "__type": format!("com.amazon.coral.validate#{kind}"),
+                    "message": message,
                 });
                 let status = aws_smithy_runtime_api::http::StatusCode::try_from(400u16)?;
                 let mut answer = aws_smithy_runtime_api::http::Response::new(
@@ -534,7 +545,7 @@ impl aws_smithy_runtime_api::client::interceptors::Intercept for FailNth {
                     aws_smithy_types::body::SdkBody::from(body.to_string()),
                 );
                 answer.headers_mut().insert("content-type", "application/x-amz-json-1.0");
-                answer.headers_mut().insert("x-amzn-errortype", "ValidationException");
+                answer.headers_mut().insert("x-amzn-errortype", kind);
                 *context.response_mut() = answer;
                 Ok(())
             }

@@ -752,15 +752,16 @@ fn version_guard(version: u64) -> (String, HashMap<String, String>, Item) {
     (condition.to_string(), names, Item::from([(":g_version".to_string(), n(version))]))
 }
 
+/// An SDK error as a [`StoreError`]: the SDK's text logged under an error id, the error saying
+/// what failed with that id (see [`crate::error::aws_detail_logged`]).
 fn aws<E: std::error::Error + 'static>(e: E) -> StoreError {
     let text = DisplayErrorContext(e).to_string();
     // DynamoDB's error code for a request it refuses as malformed (an oversized key, a bad
     // expression, a key of the wrong shape): ours to fix, not the caller's to retry.
     if text.contains("ValidationException") {
-        tracing::error!(error = %text, "dynamodb refused a request we built");
-        StoreError::Invalid(text)
+        StoreError::Invalid(crate::error::aws_detail_logged("DynamoDB", &text, true))
     } else {
-        StoreError::Aws(text)
+        StoreError::Aws(crate::error::aws_detail_logged("DynamoDB", &text, false))
     }
 }
 
@@ -975,8 +976,7 @@ impl Store for DynamoStore {
             Err(e) if cancelled_by_condition(&e) => Err(StoreError::AlreadyExists),
             Err(e) if cancelled_as_invalid(&e) => {
                 let text = DisplayErrorContext(e).to_string();
-                tracing::error!(error = %text, "dynamodb refused a request we built");
-                Err(StoreError::Invalid(text))
+                Err(StoreError::Invalid(crate::error::aws_detail_logged("DynamoDB", &text, true)))
             }
             Err(e) => Err(aws(e)),
         }
