@@ -830,11 +830,9 @@ def run(fns, ddb, sqs, table, queue_url, queue_arn, dlq_url, receiver, stack_nam
     item = get_item(ddb, table, f"DELIVERY#{dlv_eb}", "DELIVERY") if dlv_eb else None
     check("EventBridge delivery item written, scheduled", item is not None and item["status"]["S"] == "scheduled",
           str(item))
-    # The event item's key: partition EVENT_ID#{event_id}, sort key TENANT#{tenant_id} (found by the
-    # event id alone; nothing under the scoped key of before the event-key change).
+    # The event item's key (docs/storage.md): partition EVENT_ID#{event_id}, sort key
+    # TENANT#{tenant_id}, found by the event id alone.
     item = get_item(ddb, table, f"EVENT_ID#{eb_id}", "TENANT#acme")
-    check("no event item under the key of before the event-key change",
-          get_item(ddb, table, f"EVENT#4:acme#{eb_id}", "EVENT") is None)
     # The payload is stored zstd-compressed (binary `payload_z`, a zstd frame: magic 28 b5 2f fd);
     # its bytes come back through deliver below (the body posted) and the re-driven attempt (read back).
     frame = (item or {}).get("payload_z", {}).get("B", b"")

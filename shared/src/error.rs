@@ -119,6 +119,9 @@ impl From<crate::store::StoreError> for ServiceError {
             // DynamoDB refused a request we built: validation belongs before any AWS call, so
             // this is our bug, and retrying will not help.
             crate::store::StoreError::Invalid(m) => Self::Internal(format!("internal error: {m}")),
+            // An item we cannot read back (a payload frame that does not decompress): ours to
+            // fix; a retry reads the same item.
+            e @ crate::store::StoreError::Corrupt(_) => Self::Internal(format!("internal error: {e}")),
             other => Self::Unavailable(other.to_string()),
         }
     }

@@ -75,9 +75,10 @@ impl Notifier for SnsNotifier {
             .send()
             .await;
         result.map(|_| ()).map_err(|e| {
-            let e = aws_sdk_sns::error::DisplayErrorContext(e).to_string();
+            let detail = aws_sdk_sns::error::DisplayErrorContext(e).to_string();
+            let e = crate::error::aws_detail_logged("SNS", &detail, false);
             tracing::error!(error = %e, "notification publish failed; the notify job runs again");
-            format!("sns: {e}")
+            e
         })
     }
 }

@@ -100,13 +100,11 @@ impl Queue for SqsQueue {
                     |e| QueueError(crate::error::aws_detail_logged("SQS", &DisplayErrorContext(e).to_string(), false)),
                 )?;
             if let Some(f) = out.failed.first() {
-                return Err(QueueError(format!(
-                    "{} of {} messages failed, first: {} {}",
-                    out.failed.len(),
-                    chunk.len(),
-                    f.code,
-                    f.message.as_deref().unwrap_or("")
-                )));
+                // The entry's code and message can name AWS internals (a KMS key's ARN): logged
+                // under an error id, not answered.
+                let detail = format!("{} {}", f.code, f.message.as_deref().unwrap_or(""));
+                let what = format!("{} of {} messages failed; SQS", out.failed.len(), chunk.len());
+                return Err(QueueError(crate::error::aws_detail_logged(&what, &detail, false)));
             }
         }
         Ok(())

@@ -151,8 +151,10 @@ fn is_refused(e: &reqwest::Error) -> bool {
 /// `url` as logs, notifications, error bodies and metrics may show it: any userinfo
 /// (`user:password@`) replaced by `***`, every query value by `***` (receivers put tokens
 /// there: `?token=...`), and the fragment dropped, so credentials in an endpoint URL never
-/// leave the endpoint's record except in the POST itself. Query names stay, to tell URLs
-/// apart. Something that does not parse as a URL is shown as `<unparseable url>`.
+/// leave the endpoint's record except in the POST itself. Query names with a value stay, to
+/// tell URLs apart; a name without one can be a token and goes too. A token in the path
+/// (`/services/T0/B0/XXXX`, as Slack's incoming webhooks have) is not recognised: the path
+/// is shown as it is. Something that does not parse as a URL is shown as `<unparseable url>`.
 ///
 /// `https://user:pw@example.com/hook?token=abc` becomes `https://***@example.com/hook?token=***`.
 pub fn redact_url(url: &str) -> String {
@@ -165,7 +167,11 @@ pub fn redact_url(url: &str) -> String {
         let _ = parsed.set_username("***");
     }
     if parsed.query().is_some() {
-        let names: Vec<String> = parsed.query_pairs().map(|(name, _)| name.into_owned()).collect();
+        // A name without a value can be a token itself (`?s3cret`): it goes too.
+        let names: Vec<String> = parsed
+            .query_pairs()
+            .map(|(name, value)| if value.is_empty() { "***".to_string() } else { name.into_owned() })
+            .collect();
         if names.is_empty() {
             parsed.set_query(None);
         } else {
@@ -270,7 +276,7 @@ mod tests {
     fn a_receivers_query_token_is_redacted_wherever_a_url_leaves_the_process() {
         let url = "https://hooks.example.com/in?token=s3cret&team=blue&sig=abc%20def#frag-s3cret";
         assert_eq!(redact_url(url), "https://hooks.example.com/in?token=***&team=***&sig=***");
-        assert_eq!(redact_url("https://example.com/in?s3cret"), "https://example.com/in?s3cret=***");
+        assert_eq!(redact_url("https://example.com/in?s3cret"), "https://example.com/in?***=***");
         assert_eq!(redact_url("https://example.com/in?"), "https://example.com/in");
         let now = chrono::Utc::now();
         let ep = crate::model::Endpoint::new("ep_1", "acme", url, "whsec_x", now);

@@ -517,7 +517,8 @@ async fn a_repeated_event_id_reaches_only_endpoints_added_since_with_the_first_p
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_event_for_more_endpoints_than_one_transaction_holds_reaches_them_all() {
-    let stack = Stack::start(|_| {}).await;
+    // 105 endpoints for one tenant: above the default limit (50).
+    let stack = Stack::start(|c| c.max_endpoints_per_tenant = 1_000).await;
     let rx = Receiver::start(Reply::Status(200)).await;
     // 105 deliveries and the payload item: 106 conditional PutItems, 16 in flight at a time.
     for _ in 0..105 {

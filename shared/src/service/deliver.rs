@@ -106,11 +106,16 @@ pub async fn deliver_message(app: &App, msg: &AttemptMessage) -> Result<Handled,
 /// After an AWS call between a claim and its POST failed: nothing was sent, so the claim is
 /// given back ([`lane::give_back`]: `scheduled` again, the attempt number not spent) and the
 /// same attempt queued on the message's lane after [`GIVE_BACK_AFTER_ERROR_SECONDS`]. The
-/// message is done then (`Requeued`); when the give-back fails too, the error is returned and
-/// the message goes back to SQS, the delivery left `sending` for the sweeper's lease recovery.
+/// message is done then (`Requeued`). Only for a failed AWS call
+/// ([`ServiceError::Unavailable`], which a later try can get past): an error of ours (an item
+/// that does not decode, a request DynamoDB refuses as malformed) would fail every try the
+/// same way, so it takes the lease path as before (the message goes back to SQS, the sweeper
+/// records the lapsed attempt, and the retry policy ends the delivery in time). When the
+/// give-back fails or finds the claim moved on (a give-back inside whose send failed), the
+/// error is returned and the message goes back to SQS.
 ///
 /// # Errors
-/// `error`, when the claim could not be given back.
+/// `error`, when it is not a failed AWS call or the claim could not be given back.
 async fn give_back_after_error(
     app: &App,
     delivery: &Delivery,
@@ -118,6 +123,9 @@ async fn give_back_after_error(
     lane: Lane,
     error: ServiceError,
 ) -> Result<Handled, ServiceError> {
+    if !matches!(error, ServiceError::Unavailable(_)) {
+        return Err(error);
+    }
     let payload = msg.payload.as_ref().map(|p| Bytes::from(p.clone()));
     let queue = lane::queue_for(app, lane == Lane::Slow);
     match lane::give_back(app, delivery, GIVE_BACK_AFTER_ERROR_SECONDS, payload.as_ref(), queue).await {
@@ -125,7 +133,7 @@ async fn give_back_after_error(
             tracing::warn!(delivery_id = %delivery.id, error = %error, "call before the POST failed; claim given back, nothing sent");
             Ok(Handled::Requeued)
         }
-        Ok(false) => Ok(Handled::Duplicate),
+        Ok(false) => Err(error),
         Err(e) => {
             tracing::warn!(delivery_id = %delivery.id, error = %error, give_back = %e, "call before the POST failed and the claim could not be given back");
             Err(error)

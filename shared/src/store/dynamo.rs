@@ -626,7 +626,9 @@ impl DynamoStore {
 
     /// Due items of one shard of `due`, at most `limit`, in due order, after `after`. The
     /// index projects keys only: a job's entry is its id (from its table key) and due time; a
-    /// delivery's is read as its item.
+    /// delivery's is read as its item, page by page, and only an item still due counts toward
+    /// `limit` (an entry whose item moved on, the index lagging the table, is passed over and
+    /// the read goes on), so a short answer means the shard has no more due now.
     async fn due_in(
         &self,
         shard: u32,
@@ -635,7 +637,7 @@ impl DynamoStore {
         after: Option<&Due>,
     ) -> Result<Vec<Due>, StoreError> {
         let mut out = Vec::new();
-        let mut deliveries = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         // The index key of the last item read before: the table key and the index key.
         let mut start: Option<Item> = after.map(|due| {
             let (pk, sk, at) = match due {
@@ -649,7 +651,7 @@ impl DynamoStore {
                 (DUE_AT.to_string(), n(at)),
             ])
         });
-        while out.len() + deliveries.len() < limit {
+        while out.len() < limit {
             let page = self
                 .client
                 .query()
@@ -660,38 +662,41 @@ impl DynamoStore {
                 .expression_attribute_names("#t", DUE_AT)
                 .expression_attribute_values(":p", s(due_pk(shard)))
                 .expression_attribute_values(":t", n(until_ms))
-                .limit(i32::try_from(limit - out.len() - deliveries.len()).unwrap_or(i32::MAX))
+                .limit(i32::try_from(limit - out.len()).unwrap_or(i32::MAX))
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
                 .map_err(aws)?;
+            let mut deliveries = Vec::new();
             for item in page.items.unwrap_or_default() {
                 let pk = item.get(PK).and_then(|v| v.as_s().ok());
                 if let Some(id) = pk.and_then(|pk| pk.strip_prefix(JOB_PREFIX)) {
                     let due_at = item.get(DUE_AT).and_then(|v| v.as_n().ok()).and_then(|v| v.parse().ok()).unwrap_or(0);
                     out.push(Due::Job { id: id.to_string(), due_at });
-                } else {
+                } else if seen.insert(key_text(&item)) {
+                    // Each delivery once: its entry can show twice while the index catches up
+                    // with a new due time, and a BatchGetItem refuses a key given twice.
                     deliveries.push(key_of(&item));
+                }
+            }
+            // This page's delivery items, read strongly consistent (one that moved on since,
+            // to a later due time or out of the index, is left out).
+            let projection = (
+                "id, #status, attempt_count, next_attempt_at, lease_until, #at",
+                &[("#status", "status"), ("#at", DUE_AT)][..],
+            );
+            for item in self.batch_get(&deliveries, Some(projection), true).await? {
+                if !item.contains_key(DUE_AT) {
+                    continue;
+                }
+                let due: DueItem = from_item(item)?;
+                if due.due_at <= until_ms {
+                    out.push(Due::Delivery(due));
                 }
             }
             match page.last_evaluated_key {
                 Some(k) if !k.is_empty() => start = Some(k),
                 _ => break,
-            }
-        }
-        // The delivery items themselves, read strongly consistent (one that moved on since, to
-        // a later due time or out of the index, is left out).
-        let projection = (
-            "id, #status, attempt_count, next_attempt_at, lease_until, #at",
-            &[("#status", "status"), ("#at", DUE_AT)][..],
-        );
-        for item in self.batch_get(&deliveries, Some(projection), true).await? {
-            if !item.contains_key(DUE_AT) {
-                continue;
-            }
-            let due: DueItem = from_item(item)?;
-            if due.due_at <= until_ms {
-                out.push(Due::Delivery(due));
             }
         }
         out.sort_by_key(due_order);
@@ -1417,6 +1422,14 @@ impl Store for DynamoStore {
         }];
         if let Some((id, t)) = delivery {
             let (update, condition, values) = self.transition_parts(id, t)?;
+            // A transaction is idempotent by its client token, so it needs no write token; it
+            // clears the one a plain transition left, so that mark always names the last
+            // guarded write (see [`WRITE_TOKEN`]).
+            let update = if update.contains(" REMOVE ") {
+                format!("{update}, #write_token")
+            } else {
+                format!("{update} REMOVE #write_token")
+            };
             let update = aws_sdk_dynamodb::types::Update::builder()
                 .table_name(&self.table)
                 .key(PK, s(delivery_pk(id)))
@@ -1424,6 +1437,7 @@ impl Store for DynamoStore {
                 .update_expression(update)
                 .condition_expression(condition)
                 .expression_attribute_names("#status", "status")
+                .expression_attribute_names("#write_token", WRITE_TOKEN)
                 .set_expression_attribute_values(Some(values))
                 .build()
                 .map_err(aws)?;
