@@ -77,7 +77,19 @@ pub struct Guard {
     pub attempt_count: u32,
     /// `due_at` equal to this (milliseconds), when set: the sweeper acts only on what it read.
     pub due_at: Option<i64>,
+    /// `next_attempt_at` at or before this, when set: a claim never starts an attempt before
+    /// its time, whatever message asks for it (see [`CLAIM_CLOCK_ALLOWANCE_SECONDS`]).
+    pub next_attempt_by: Option<DateTime<Utc>>,
 }
+
+/// How long before its `next_attempt_at` a claim may still start an attempt, in seconds: an
+/// allowance for the clocks of the function that scheduled the attempt and the one that
+/// claims it (Lambda hosts keep NTP time, milliseconds apart). DynamoDB compares the stored
+/// time as text against this bound cut to whole seconds, which can admit up to one second
+/// more: an attempt starts at most 2 seconds early. A message that comes earlier (one sent to
+/// the queue by hand, issue #34) loses its claim and is dropped; the delivery's own message
+/// or the sweeper's re-drive makes the attempt on time.
+pub const CLAIM_CLOCK_ALLOWANCE_SECONDS: i64 = 1;
 
 /// What a delivery's entry in its endpoint's index is built from (see
 /// [`crate::store::keys::endpoint_partition`] and [`crate::store::keys::endpoint_sk`]): its
@@ -229,6 +241,7 @@ pub fn new_delivery(
         updated_at: now,
         reason: None,
         expires_at: None,
+        payload_sha256: None,
     };
     if held {
         return (d, None, None);
@@ -241,8 +254,12 @@ pub fn new_delivery(
 /// Claim a scheduled delivery for attempt `msg.attempt`, leasing it until `now + lease`.
 pub fn claim(cfg: &Config, now: DateTime<Utc>, msg: &AttemptMessage) -> Transition {
     let lease_until = now + Duration::from_std(cfg.lease()).unwrap_or(Duration::seconds(15));
-    let guard =
-        Guard { status: vec![DeliveryStatus::Scheduled], attempt_count: msg.attempt.saturating_sub(1), due_at: None };
+    let guard = Guard {
+        status: vec![DeliveryStatus::Scheduled],
+        attempt_count: msg.attempt.saturating_sub(1),
+        due_at: None,
+        next_attempt_by: Some(now + Duration::seconds(CLAIM_CLOCK_ALLOWANCE_SECONDS)),
+    };
     // The due entry stays where it is (see the module docs): no re-key on the hot path.
     Transition {
         attempt_count: Some(msg.attempt),
@@ -267,7 +284,12 @@ pub enum Next {
 }
 
 fn finished(claimed: &Delivery) -> Guard {
-    Guard { status: vec![DeliveryStatus::Sending], attempt_count: claimed.attempt_count, due_at: None }
+    Guard {
+        status: vec![DeliveryStatus::Sending],
+        attempt_count: claimed.attempt_count,
+        due_at: None,
+        next_attempt_by: None,
+    }
 }
 
 /// Record the attempt on a claimed delivery and move it on.
@@ -359,7 +381,12 @@ pub fn sweep(
     if item.due_at > ms(now) {
         return None;
     }
-    let guard = Guard { status: vec![item.status], attempt_count: item.attempt_count, due_at: Some(item.due_at) };
+    let guard = Guard {
+        status: vec![item.status],
+        attempt_count: item.attempt_count,
+        due_at: Some(item.due_at),
+        next_attempt_by: None,
+    };
     let redrive_due = ms(now) + i64::from(cfg.redrive_after_seconds) * 1000;
     match item.status {
         DeliveryStatus::Scheduled => {
@@ -438,7 +465,11 @@ pub fn release(
         expires_at: Field::Remove,
         reason: Field::Remove,
         entry: Some(entry),
-        ..kept(Guard { status: vec![status], attempt_count, due_at: None }, DeliveryStatus::Scheduled, now)
+        ..kept(
+            Guard { status: vec![status], attempt_count, due_at: None, next_attempt_by: None },
+            DeliveryStatus::Scheduled,
+            now,
+        )
     };
     Some((t, enqueue))
 }
@@ -496,14 +527,18 @@ pub fn abandon(
         entry: Some(entry),
         expires_at: Field::Set(now.timestamp() + i64::from(cfg.exhausted_retention_days) * 86_400),
         reason: Field::Set(reason.to_string()),
-        ..settled(Guard { status: vec![status], attempt_count, due_at: None }, DeliveryStatus::Exhausted, now)
+        ..settled(
+            Guard { status: vec![status], attempt_count, due_at: None, next_attempt_by: None },
+            DeliveryStatus::Exhausted,
+            now,
+        )
     }
 }
 
 /// Hold a scheduled delivery of a disabled or paused endpoint: kept, not attempted, out of
 /// the due index.
 pub fn hold_scheduled(now: DateTime<Utc>, attempt_count: u32, entry: EndpointEntry) -> Transition {
-    let guard = Guard { status: vec![DeliveryStatus::Scheduled], attempt_count, due_at: None };
+    let guard = Guard { status: vec![DeliveryStatus::Scheduled], attempt_count, due_at: None, next_attempt_by: None };
     Transition { entry: Some(entry), ..settled(guard, DeliveryStatus::Held, now) }
 }
 
@@ -511,7 +546,12 @@ pub fn hold_scheduled(now: DateTime<Utc>, attempt_count: u32, entry: EndpointEnt
 /// probe) the attempt is recorded; without (the endpoint was found disabled at claim time) the
 /// claim is undone and no attempt is counted.
 pub fn hold_claimed(now: DateTime<Utc>, claimed: &Delivery, attempt: Option<Attempt>) -> Transition {
-    let guard = Guard { status: vec![DeliveryStatus::Sending], attempt_count: claimed.attempt_count, due_at: None };
+    let guard = Guard {
+        status: vec![DeliveryStatus::Sending],
+        attempt_count: claimed.attempt_count,
+        due_at: None,
+        next_attempt_by: None,
+    };
     let undo = attempt.is_none();
     let (attempts, attempts_dropped) = match attempt {
         Some(a) => record(claimed, a),

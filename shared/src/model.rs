@@ -358,6 +358,12 @@ pub struct Delivery {
     /// When DynamoDB TTL will remove it, unix seconds (final states only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<i64>,
+    /// The digest of the payload stored at ingest ([`crate::signing::payload_digest`], 44
+    /// characters): deliver signs a payload that rides in a queue message only when it
+    /// matches, and otherwise reads the stored one, so a message sent to the queue by anyone
+    /// else cannot choose what is signed (issue #34).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_sha256: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -37,6 +37,13 @@ pub fn secret_key(secret: &str) -> Result<Vec<u8>, InvalidSecret> {
     if (24..=64).contains(&key.len()) { Ok(key) } else { Err(InvalidSecret) }
 }
 
+/// The digest a delivery keeps of its event's stored payload: base64 of SHA-256 of the bytes
+/// (44 characters). See [`crate::model::Delivery::payload_sha256`].
+pub fn payload_digest(payload: &[u8]) -> String {
+    use sha2::Digest as _;
+    B64.encode(Sha256::digest(payload))
+}
+
 /// A new secret: `whsec_` + base64 of 32 random bytes.
 pub fn generate_secret(rng: &Random) -> String {
     let mut key = [0u8; 32];

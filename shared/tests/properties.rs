@@ -110,6 +110,7 @@ fn claimed(attempt_count: u32, kept: usize, dropped: u32, now: DateTime<Utc>) ->
         updated_at: now,
         reason: None,
         expires_at: None,
+        payload_sha256: None,
     }
 }
 

@@ -19,7 +19,7 @@
 //!
 //! The condition expressions mirrored are those of [`webhooks::store::DynamoStore`]: a
 //! transition's guard (exists, status in the list, `attempt_count` equal, `due_at` equal when
-//! given), an endpoint's version guard, `attribute_not_exists(pk)` on creates and jobs, a job
+//! given, `next_attempt_at` at or before a claim's bound), an endpoint's version guard, `attribute_not_exists(pk)` on creates and jobs, a job
 //! claim's `due_at = :expected`.
 
 use crate::sched::{Fault, Gate};
@@ -152,6 +152,7 @@ fn guard_holds(row: Option<&DeliveryRow>, t: &Transition) -> bool {
     t.guard.status.contains(&r.d.status)
         && r.d.attempt_count == t.guard.attempt_count
         && t.guard.due_at.is_none_or(|g| r.due_at == Some(g))
+        && t.guard.next_attempt_by.is_none_or(|by| r.d.next_attempt_at.is_some_and(|at| at <= by))
 }
 
 /// A transition's update expression, on a row.

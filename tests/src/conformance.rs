@@ -125,7 +125,8 @@ async fn events_and_deliveries(
     written
 }
 
-/// The claim applies once; a second claim of the same attempt loses; a delivery ended is out
+/// The claim applies once; a second claim of the same attempt loses, and so does one made
+/// before the attempt's time; a delivery ended is out
 /// of the due index, one still waiting is in it (due when its time has come, not before).
 async fn transitions_and_due(store: &dyn Store, config: &Config, written: &Written, now: DateTime<Utc>) {
     let (id, created_at) = &written[0];
@@ -139,6 +140,16 @@ async fn transitions_and_due(store: &dyn Store, config: &Config, written: &Writt
         matches!(store.apply(id, &claim, false).await.unwrap(), Applied::Lost),
         "conformance: a second claim loses"
     );
+    // A claim made well before a delivery's next attempt is due loses (a message that came
+    // early, or one sent to the queue by hand), and changes nothing.
+    let (early_id, _) = &written[1];
+    let early_claim = lifecycle::claim(config, now - Duration::minutes(5), &AttemptMessage::new(early_id.clone(), 1));
+    assert!(
+        matches!(store.apply(early_id, &early_claim, false).await.unwrap(), Applied::Lost),
+        "conformance: no claim before the attempt's time"
+    );
+    let unclaimed = store.get_delivery(early_id).await.unwrap().expect("the delivery");
+    assert_eq!((unclaimed.status, unclaimed.attempt_count), (DeliveryStatus::Scheduled, 0));
     // End the claimed one: out of the due index from then on.
     let end = lifecycle::abandon(
         config,

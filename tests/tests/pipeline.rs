@@ -727,3 +727,92 @@ async fn a_failed_call_between_claim_and_post_gives_the_claim_back_and_records_n
     assert_eq!(rx.hits()[0].header("webhook-attempt"), "1");
     stack.stop().await;
 }
+
+/// The next attempt message on the stack's queue, waiting for it to become visible (its
+/// delay), left invisible for the queue's visibility timeout (30 s).
+async fn eventually_message(stack: &Stack) -> AttemptMessage {
+    for _ in 0..10 {
+        let out = stack
+            .sqs
+            .receive_message()
+            .queue_url(&stack.app.config.queue_url)
+            .wait_time_seconds(2)
+            .send()
+            .await
+            .unwrap();
+        if let Some(m) = out.messages().first() {
+            return webhooks::queue::decode(m.body().unwrap()).unwrap();
+        }
+    }
+    panic!("no message on the queue within 20 s")
+}
+
+/// Sends `body` to the stack's attempt queue as anyone with `sqs:SendMessage` could.
+async fn send_to_queue(stack: &Stack, body: &Value) {
+    stack
+        .sqs
+        .send_message()
+        .queue_url(&stack.app.config.queue_url)
+        .message_body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_queue_message_cannot_start_an_attempt_before_its_scheduled_time() {
+    let stack = Stack::start_with(|_| {}, no_pollers()).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    rx.script([Reply::Status(500)]);
+    // Attempt 2 waits an hour (longer than SQS's delay: the sweeper would send its message then).
+    stack.endpoint("acme", &rx.url, json!({"schedule_seconds": [3600], "max_attempts": 3})).await;
+    let id = delivery_id(&stack.event("acme", "order.paid", json!({"n": 1})).await, 0);
+    deliver::deliver_message(&stack.app, &next_message(&stack).await).await.unwrap();
+    let d = stack.delivery(&id).await;
+    assert_eq!((d["status"].as_str(), d["attempt_count"].as_u64()), (Some("scheduled"), Some(1)), "{d}");
+
+    // A message for attempt 2, sent to the queue now, with a payload of its own.
+    send_to_queue(&stack, &json!({"delivery_id": id, "attempt": 2, "payload": "{\"forged\":true}"})).await;
+    eventually("the message to be taken", WAIT, || async {
+        webhooks_local::poll_once(&stack.app, &stack.sqs, 1).await.unwrap() > 0
+    })
+    .await;
+    assert_eq!(rx.count(), 1, "no request before the attempt's time");
+    let after = stack.delivery(&id).await;
+    assert_eq!(after["status"], "scheduled", "{after}");
+    assert_eq!(after["attempt_count"], 1, "{after}");
+    assert_eq!(after["next_attempt_at"], d["next_attempt_at"], "the schedule stands");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_queue_message_cannot_choose_the_payload_that_is_signed() {
+    let stack = Stack::start_with(|_| {}, no_pollers()).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    rx.script([Reply::Status(500)]);
+    let ep = stack.endpoint("acme", &rx.url, json!({"schedule_seconds": [1], "max_attempts": 3})).await;
+    let id = delivery_id(&stack.event("acme", "order.paid", json!({"n": 1})).await, 0);
+    deliver::deliver_message(&stack.app, &next_message(&stack).await).await.unwrap();
+
+    // Attempt 2 is due in a second. Its own message is taken off the queue (and left
+    // invisible), then a message for it with another payload is sent: that one makes attempt 2,
+    // and what is signed and sent is the stored payload.
+    let own = eventually_message(&stack).await;
+    assert_eq!((own.delivery_id.as_str(), own.attempt), (id.as_str(), 2));
+    send_to_queue(&stack, &json!({"delivery_id": id, "attempt": 2, "payload": "{\"forged\":true}"})).await;
+    eventually("attempt 2", WAIT, || async {
+        webhooks_local::poll_once(&stack.app, &stack.sqs, 1).await.unwrap();
+        rx.count() >= 2
+    })
+    .await;
+    let d = stack.wait_status(&id, "delivered", WAIT).await;
+    assert_eq!(d["attempt_count"], 2, "{d}");
+    let hits = rx.hits();
+    assert_eq!(hits.len(), 2);
+    assert_eq!(&hits[1].body[..], br#"{"n":1}"#, "the stored payload, byte for byte");
+    let key = webhooks::signing::secret_key(ep["secret"].as_str().unwrap()).unwrap();
+    let timestamp: i64 = hits[1].header("webhook-timestamp").parse().unwrap();
+    let expected = webhooks::signing::sign(&key, &hits[1].header("webhook-id"), timestamp, br#"{"n":1}"#);
+    assert!(hits[1].header("webhook-signature").contains(&expected), "signed over the stored payload");
+    stack.stop().await;
+}

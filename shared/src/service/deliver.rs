@@ -141,6 +141,19 @@ async fn give_back_after_error(
     }
 }
 
+/// Whether `payload`, carried in an attempt message, is the one stored at ingest: its digest
+/// is the delivery's `payload_sha256`. A message anyone else sent to the queue (SQS does not
+/// say who sent it) cannot make deliver sign another body: a payload that does not match is
+/// logged and left, and the stored one is read (issue #34).
+fn rides_along_intact(delivery: &Delivery, payload: &str) -> bool {
+    let intact =
+        delivery.payload_sha256.as_deref() == Some(crate::signing::payload_digest(payload.as_bytes()).as_str());
+    if !intact {
+        tracing::warn!(delivery_id = %delivery.id, "a queue message carried a payload that is not the one stored; the stored payload is sent");
+    }
+    intact
+}
+
 /// What an attempt goes on with once claimed: the payload (`None`: retention removed it), the
 /// endpoint as read last (`None`: deleted), and when its rate-limit slot was taken.
 type Ready = (Option<Bytes>, Option<Endpoint>, Option<chrono::DateTime<chrono::Utc>>);
@@ -180,7 +193,7 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
         Applied::Done(Some(d)) => *d,
         Applied::Done(None) => return Err(ServiceError::Unavailable("claim returned no item".into())),
         Applied::Lost => {
-            tracing::info!(delivery_id = %msg.delivery_id, attempt = msg.attempt, "claim lost; duplicate message dropped");
+            tracing::info!(delivery_id = %msg.delivery_id, attempt = msg.attempt, "claim lost (a duplicate, or a message ahead of its attempt's time); message dropped");
             return Ok(Handled::Duplicate);
         }
     };
@@ -189,11 +202,12 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
     // `sending` for the sweeper to record as `lease_expired`, an attempt that never reached
     // the receiver (issue #35).
     let ready: Result<Result<Ready, Handled>, ServiceError> = async {
-        // From the message, else the event's payload item; copied once into the body every send
+        // From the message when it is the payload stored at ingest (its digest is the one the
+        // delivery keeps), else the event's payload item; copied once into the body every send
         // and the next message share.
         let payload: Option<Bytes> = match msg.payload.as_ref() {
-            Some(p) => Some(Bytes::from(p.clone())),
-            None => app.store.get_payload(&delivery.tenant_id, &delivery.event_id).await?.map(Bytes::from),
+            Some(p) if rides_along_intact(&delivery, p) => Some(Bytes::from(p.clone())),
+            _ => app.store.get_payload(&delivery.tenant_id, &delivery.event_id).await?.map(Bytes::from),
         };
         let endpoint = match current_endpoint(app, &delivery).await? {
             Current::Accepts(ep) => ep.map(|b| *b),

@@ -135,10 +135,11 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
         created_at: now,
         expires_at: now.timestamp() + i64::from(app.config.event_retention_days) * 86_400,
     };
+    let digest = crate::signing::payload_digest(stored.payload.as_bytes());
     let planned: Vec<_> = targets
         .iter()
         .map(|ep| {
-            lifecycle::new_delivery(
+            let (mut d, due_at, enqueue) = lifecycle::new_delivery(
                 &app.config,
                 now,
                 delivery_id(&event_id, &ep.id),
@@ -151,7 +152,9 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
                 // delivery written `held` here could race an enable whose release job had
                 // already run, and stay held on an enabled endpoint.)
                 false,
-            )
+            );
+            d.payload_sha256 = Some(digest.clone());
+            (d, due_at, enqueue)
         })
         .collect();
     let rows: Vec<_> = planned.iter().map(|(d, due_at, _)| (d, *due_at)).collect();

@@ -494,6 +494,12 @@ impl DynamoStore {
             cond.push(format!("{DUE_AT} = :g_due_at"));
             u.values.insert(":g_due_at".into(), n(due));
         }
+        if let Some(by) = t.guard.next_attempt_by {
+            // Compared as text (RFC 3339 in UTC with `Z`, as every time is stored): the bound
+            // cut to whole seconds, see lifecycle::CLAIM_CLOCK_ALLOWANCE_SECONDS.
+            cond.push("next_attempt_at <= :g_next_by".into());
+            u.values.insert(":g_next_by".into(), s(by.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)));
+        }
         Ok((u.expression(), cond.join(" AND "), u.values))
     }
 
