@@ -94,6 +94,10 @@ pub struct Tables {
     rate_windows: BTreeMap<(String, i64), u64>,
     /// Delivered counters by (endpoint id, day key [`stats_day_sk`]).
     delivered_days: BTreeMap<(String, String), DeliveredTally>,
+    /// The last delivery counted on each day's counter (DynamoStore's `last_counted`).
+    delivered_marks: BTreeMap<(String, String), String>,
+    /// The last (delivery, attempt) counted on each endpoint's failures (`last_failure`).
+    failure_marks: BTreeMap<(String, String), String>,
     /// Per item key, its versions as the GSIs will see them: (visible from, ms; item or gone).
     gsi: BTreeMap<String, Vec<(i64, Option<Indexed>)>>,
 }
@@ -453,14 +457,20 @@ impl Store for MemStore {
         &self,
         tenant_id: &str,
         id: &str,
-        _key: &str,
+        key: &str,
+        attempt: u32,
         threshold: u32,
     ) -> Result<Option<FailureCount>, StoreError> {
+        let mark = format!("{key}#{attempt}");
         self.call("store.count_failure", |_, t| {
-            Ok(t.endpoints.get_mut(&(tenant_id.to_string(), id.to_string())).map(|e| {
+            let k = (tenant_id.to_string(), id.to_string());
+            let Some(e) = t.endpoints.get_mut(&k) else { return Ok(None) };
+            // DynamoStore's mark: the same (key, attempt) as the last counted adds nothing.
+            if t.failure_marks.get(&k) != Some(&mark) {
                 e.consecutive_failures += 1;
-                FailureCount::single(e.consecutive_failures, threshold)
-            }))
+                t.failure_marks.insert(k, mark);
+            }
+            Ok(Some(FailureCount::single(e.consecutive_failures, threshold)))
         })
         .await
     }
@@ -468,14 +478,19 @@ impl Store for MemStore {
     async fn count_delivered(
         &self,
         endpoint_id: &str,
-        _delivery_id: &str,
+        delivery_id: &str,
         at: chrono::DateTime<chrono::Utc>,
         _expires_at: i64,
     ) -> Result<(), StoreError> {
         self.call("store.count_delivered", |_, t| {
             let day = t.delivered_days.entry((endpoint_id.to_string(), stats_day_sk(at))).or_default();
-            day.delivered += 1;
-            day.last_delivered_at = Some(at);
+            // DynamoStore's `last_counted`: the same delivery again adds nothing.
+            let last = t.delivered_marks.entry((endpoint_id.to_string(), stats_day_sk(at))).or_default();
+            if last != delivery_id {
+                day.delivered += 1;
+                day.last_delivered_at = Some(at);
+                *last = delivery_id.to_string();
+            }
             Ok(())
         })
         .await

@@ -262,9 +262,12 @@ impl Store for FaultyStore {
         tenant_id: &str,
         id: &str,
         key: &str,
+        attempt: u32,
         threshold: u32,
     ) -> Result<Option<webhooks::store::FailureCount>, StoreError> {
-        self.faults.run("count_failure", self.inner.count_failure(tenant_id, id, key, threshold), any, aws).await
+        self.faults
+            .run("count_failure", self.inner.count_failure(tenant_id, id, key, attempt, threshold), any, aws)
+            .await
     }
     async fn count_delivered(
         &self,

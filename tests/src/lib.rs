@@ -699,11 +699,12 @@ impl Store for Serialized {
         tenant_id: &str,
         id: &str,
         key: &str,
+        attempt: u32,
         threshold: u32,
     ) -> Result<Option<webhooks::store::FailureCount>, StoreError> {
         self.before("count_failure").await?;
         let _one = self.one().await;
-        self.inner.count_failure(tenant_id, id, key, threshold).await
+        self.inner.count_failure(tenant_id, id, key, attempt, threshold).await
     }
     async fn count_delivered(
         &self,

@@ -814,17 +814,17 @@ async fn the_failures_counter_is_split_over_the_copies_and_summed_at_a_copys_sha
     let id = new_endpoint(&stack, "https://fails.example/hook").await;
     let (k0, k1, k2) = (key_reading(0), key_reading(1), key_reading(2));
     // Threshold 4 over 3 copies: a copy's share is 2. Below it, each copy counts alone.
-    let count = |k: String| {
+    let count = |k: String, attempt: u32| {
         let store = store.clone();
         let id = id.clone();
-        async move { store.count_failure("acme", &id, &k, 4).await.unwrap().unwrap() }
+        async move { store.count_failure("acme", &id, &k, attempt, 4).await.unwrap().unwrap() }
     };
     for k in [&k0, &k1, &k2] {
-        let n = count(k.clone()).await;
+        let n = count(k.clone(), 1).await;
         assert_eq!((n.in_a_row, n.opens_breaker), (1, false));
     }
     // Copy 0 reaches its share: the sum is read (2 + 1 + 1 = 4) and the breaker opens.
-    let n = count(k0.clone()).await;
+    let n = count(k0.clone(), 2).await;
     assert_eq!((n.in_a_row, n.opens_breaker), (2, true));
     let shown =
         || async { webhooks::service::admin::get_endpoint(&stack.app, &id).await.unwrap().consecutive_failures };
@@ -838,26 +838,29 @@ async fn the_failures_counter_is_split_over_the_copies_and_summed_at_a_copys_sha
     assert_eq!(shown().await, 3);
     assert_eq!(text(&copy_item(&stack, "acme", &id, 1).await.unwrap(), "consecutive_failures"), "0");
     assert_eq!(text(&copy_item(&stack, "acme", &id, 2).await.unwrap(), "consecutive_failures"), "1");
-    let n = count(k1.clone()).await;
+    let n = count(k1.clone(), 2).await;
     assert_eq!((n.in_a_row, n.opens_breaker), (1, false), "copy 1 starts again, under its share");
+    // The same attempt's failure again (a retry of the write whose answer was lost) adds nothing.
+    let n = count(k1.clone(), 2).await;
+    assert_eq!(n.in_a_row, 1, "one attempt's failure is counted once");
     // One delivery retrying alone reads one copy: it opens the breaker at the threshold.
     let lone = new_endpoint(&stack, "https://lone.example/hook").await;
     let opened: Vec<bool> = {
         let mut v = Vec::new();
-        for _ in 0..4 {
-            v.push(store.count_failure("acme", &lone, &k2, 4).await.unwrap().unwrap().opens_breaker);
+        for attempt in 1..=4 {
+            v.push(store.count_failure("acme", &lone, &k2, attempt, 4).await.unwrap().unwrap().opens_breaker);
         }
         v
     };
     assert_eq!(opened, [false, false, false, true]);
     // A listing (the API's, the dashboard's and the portal's) shows each endpoint's copies
     // summed too, each its own: `fails` 2 + 1 + 1, `lone` 1 + 0 + 4 (their items count 2 and 1).
-    store.count_failure("acme", &lone, &k0, 4).await.unwrap();
+    store.count_failure("acme", &lone, &k0, 1, 4).await.unwrap();
     let listed = webhooks::service::admin::list_endpoints(&stack.app, "acme", 100, None).await.unwrap();
     let listed_of = |id: &str| listed.data.iter().find(|e| e.id == id).map(|e| e.consecutive_failures);
     assert_eq!((listed_of(&id), listed_of(&lone)), (Some(4), Some(5)), "{:?}", listed.data);
     // Gone: nothing counted, nothing created.
-    assert_eq!(store.count_failure("acme", "ep_missing", &k1, 4).await.unwrap(), None);
+    assert_eq!(store.count_failure("acme", "ep_missing", &k1, 1, 4).await.unwrap(), None);
     assert!(copy_item(&stack, "acme", "ep_missing", 1).await.is_none());
     stack.stop().await;
 }
@@ -1249,5 +1252,38 @@ async fn a_transition_whose_answer_was_lost_is_known_as_its_own_not_someone_else
     assert!(matches!(lossy().apply(&id, &end, false).await.unwrap(), Applied::Done(None)), "the record is ours");
     let stored = plain.get_delivery(&id).await.unwrap().expect("the delivery");
     assert_eq!((stored.status, stored.reason.as_deref()), (DeliveryStatus::Exhausted, Some("recorded")));
+    stack.stop().await;
+}
+
+/// Issue #35, failing input 3: the endpoint's delivered counter and its failures in a row were
+/// unconditional ADDs, so an answer lost once the write applied, and the SDK's retry, counted
+/// twice (stats off by one per lost answer; the breaker opening early). Each is now counted
+/// once per delivery (per attempt for failures).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_count_whose_answer_was_lost_is_counted_once() {
+    use webhooks::store::{DynamoStore, Store as _};
+    use webhooks_tests::{FailNth, Fault};
+    let stack = still_stack(|c| c.endpoint_copies = 1).await;
+    let config = stack.app.config.clone();
+    let sdk = webhooks::app::aws_sdk_config().await;
+    let lossy = || {
+        let conf = aws_sdk_dynamodb::config::Builder::from(&sdk)
+            .interceptor(FailNth::new("UpdateItem", 1, Fault::LoseAnswerRetried))
+            .build();
+        DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf), &config.table, config.due_shards)
+    };
+    let ep = new_endpoint(&stack, "https://counted.example/hook").await;
+    let now = chrono::Utc::now();
+    let ttl = now.timestamp() + 86_400;
+    lossy().count_delivered(&ep, "dlv_a", now, ttl).await.unwrap();
+    stack.app.store.count_delivered(&ep, "dlv_b", now, ttl).await.unwrap();
+    let stats = webhooks::service::admin::endpoint_stats(&stack.app, &ep).await.unwrap();
+    assert_eq!(stats.counts.get("delivered"), Some(&2), "two deliveries, each counted once: {stats:?}");
+
+    let first = lossy().count_failure("acme", &ep, "dlv_a", 1, 100).await.unwrap().unwrap();
+    assert_eq!(first.in_a_row, 1, "the retry of the same attempt's count finds its own mark");
+    let second = lossy().count_failure("acme", &ep, "dlv_a", 2, 100).await.unwrap().unwrap();
+    assert_eq!(second.in_a_row, 2, "the next attempt counts");
+    assert_eq!(webhooks::service::admin::get_endpoint(&stack.app, &ep).await.unwrap().consecutive_failures, 2);
     stack.stop().await;
 }

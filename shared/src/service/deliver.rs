@@ -319,7 +319,17 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
     let failed = matches!(verdict, Verdict::Retry | Verdict::Final) && !probe && ours.is_none();
     let failures = match (&endpoint, failed) {
         (Some(ep), true) => {
-            match app.store.count_failure(&ep.tenant_id, &ep.id, &delivery.id, ep.circuit_breaker_threshold).await {
+            match app
+                .store
+                .count_failure(
+                    &ep.tenant_id,
+                    &ep.id,
+                    &delivery.id,
+                    delivery.attempt_count,
+                    ep.circuit_breaker_threshold,
+                )
+                .await
+            {
                 Ok(n) => n.unwrap_or_default(),
                 Err(e) => {
                     tracing::warn!(endpoint_id = %ep.id, error = %e, "failure not counted; the breaker counts the next one");

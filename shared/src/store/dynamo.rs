@@ -1041,9 +1041,10 @@ impl Store for DynamoStore {
         tenant_id: &str,
         id: &str,
         key: &str,
+        attempt: u32,
         threshold: u32,
     ) -> Result<Option<super::FailureCount>, StoreError> {
-        self.count_copy_failure(tenant_id, id, key, threshold).await
+        self.count_copy_failure(tenant_id, id, key, attempt, threshold).await
     }
 
     async fn count_delivered(
@@ -1053,18 +1054,23 @@ impl Store for DynamoStore {
         at: chrono::DateTime<chrono::Utc>,
         expires_at: i64,
     ) -> Result<(), StoreError> {
-        self.client
+        let result = self
+            .client
             .update_item()
             .table_name(&self.table)
             .key(PK, s(stats_partition(endpoint_id, delivery_id, self.endpoint_shards)))
             .key(SK, s(stats_day_sk(at)))
-            .update_expression("ADD delivered :one SET expires_at = :ttl, last_delivered_at = :at")
+            .update_expression("ADD delivered :one SET expires_at = :ttl, last_delivered_at = :at, last_counted = :id")
+            .condition_expression("attribute_not_exists(last_counted) OR last_counted <> :id")
             .expression_attribute_values(":one", n(1))
             .expression_attribute_values(":ttl", n(expires_at))
             .expression_attribute_values(":at", time(&at))
+            .expression_attribute_values(":id", s(delivery_id))
             .send()
-            .await
-            .map_err(aws)?;
+            .await;
+        // A failed condition: this delivery is the last one counted there (a retry of this
+        // same write, whose first try applied).
+        conditional(result)?;
         Ok(())
     }
 

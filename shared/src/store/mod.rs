@@ -284,11 +284,20 @@ pub trait Store: Send + Sync {
     /// `threshold`. With R copies: this copy's count, and the breaker opens when the counts
     /// summed over the copies reach `threshold` (read once this copy holds its share; see
     /// [`dynamo`]'s endpoint copies). A counter, not state: no version check, no version bump.
+    ///
+    /// Counted once per (`key`, `attempt`): the write marks the counter with them and is
+    /// conditional on the mark being another, so a retry of the same write (the SDK's, after
+    /// an answer lost once the write applied) finds its own mark and counts nothing again. It
+    /// returns the count as the first write left it. (Only the last mark is kept: a retry
+    /// that comes after another attempt's failure was counted on the same item counts again;
+    /// SDK retries come within milliseconds, so that takes a lost answer and a second failure
+    /// of the same endpoint in that window.)
     async fn count_failure(
         &self,
         tenant_id: &str,
         id: &str,
         key: &str,
+        attempt: u32,
         threshold: u32,
     ) -> Result<Option<FailureCount>, StoreError>;
     /// Zeroes the endpoint's failures in a row, on the copy an attempt keyed by `key` read (a
@@ -410,6 +419,10 @@ pub trait Store: Send + Sync {
     /// write: a count that lands late, after a newer one, leaves its earlier time). Best
     /// effort, after the delivery's record: a failure or a crash in between leaves the count
     /// one short and the time as it was, never a delivery unrecorded.
+    ///
+    /// Counted once per `delivery_id`, as [`Store::count_failure`] is per attempt: the
+    /// counter keeps the last delivery it counted (`last_counted`) and the ADD is conditional
+    /// on it being another, so a retry of the same write after a lost answer counts nothing.
     async fn count_delivered(
         &self,
         endpoint_id: &str,

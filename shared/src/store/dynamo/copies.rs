@@ -65,7 +65,11 @@ use crate::store::keys::{
     COPIES_MARKER_SK, COPY_CHECKED, PK, SK, endpoint_copy, endpoint_copy_pk, endpoint_key, tenant_pk,
 };
 use crate::store::{FailureCount, Writer};
-use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Delete, Put, ReturnValue, TransactWriteItem, Update};
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ConditionCheck, Delete, Put, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+    Update,
+};
 use futures::StreamExt;
 use std::collections::HashMap;
 
@@ -447,11 +451,13 @@ impl DynamoStore {
         tenant_id: &str,
         id: &str,
         key: &str,
+        attempt: u32,
         threshold: u32,
     ) -> Result<Option<FailureCount>, StoreError> {
         let readable = self.readable_copies().await;
         let j = endpoint_copy(key, readable);
-        let Some(own) = self.copy_failures_add(tenant_id, id, j).await? else { return Ok(None) };
+        let mark = format!("{key}#{attempt}");
+        let Some(own) = self.copy_failures_add(tenant_id, id, j, &mark).await? else { return Ok(None) };
         if readable <= 1 {
             return Ok(Some(FailureCount::single(own, threshold)));
         }
@@ -462,16 +468,44 @@ impl DynamoStore {
         Ok(Some(FailureCount { in_a_row: own, opens_breaker: sum >= threshold }))
     }
 
-    /// ADD 1 to copy `j`'s counter (the endpoint item's when `j` is 0 or the copy is missing);
-    /// `None` when the endpoint is gone.
-    async fn copy_failures_add(&self, tenant_id: &str, id: &str, j: u32) -> Result<Option<u32>, StoreError> {
+    /// ADD 1 to copy `j`'s counter (the endpoint item's when `j` is 0 or the copy is missing),
+    /// marked with `mark` (`{key}#{attempt}`, see [`crate::store::Store::count_failure`]): a
+    /// write that finds its own mark already there (its first try applied, the answer was
+    /// lost) adds nothing and returns the count as it stands. `None` when the endpoint is gone.
+    async fn copy_failures_add(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        j: u32,
+        mark: &str,
+    ) -> Result<Option<u32>, StoreError> {
+        let count =
+            |item: &Item| item.get("consecutive_failures").and_then(|v| v.as_n().ok()).and_then(|v| v.parse().ok());
         for copy in copy_then_original(j) {
-            let update = self
+            let result = self
                 .copy_update(tenant_id, id, copy)
-                .update_expression("ADD consecutive_failures :one")
-                .expression_attribute_values(":one", n(1));
-            if let Some(v) = super::updated_attribute(update, "consecutive_failures").await? {
-                return Ok(v.as_n().ok().and_then(|v| v.parse().ok()));
+                .update_expression("SET last_failure = :mark ADD consecutive_failures :one")
+                .condition_expression(
+                    "attribute_exists(pk) AND (attribute_not_exists(last_failure) OR last_failure <> :mark)",
+                )
+                .expression_attribute_values(":one", n(1))
+                .expression_attribute_values(":mark", s(mark))
+                .return_values(ReturnValue::UpdatedNew)
+                .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+                .send()
+                .await;
+            match result {
+                Ok(out) => return Ok(out.attributes.as_ref().and_then(count)),
+                Err(e) => match e.as_service_error() {
+                    Some(UpdateItemError::ConditionalCheckFailedException(failed)) => {
+                        if let Some(old) = failed.item.as_ref() {
+                            // Our own mark: this failure was counted by the try whose answer was lost.
+                            return Ok(Some(count(old).unwrap_or(0)));
+                        }
+                        // No such item: the copy is missing, try the next.
+                    }
+                    _ => return Err(aws(e)),
+                },
             }
         }
         Ok(None)
