@@ -94,9 +94,6 @@ def function_env(template, logical_id, refs):
                 v = params[ref]["Default"]
             else:
                 raise SystemExit(f"{logical_id}: {k} refers to {ref}, which the smoke test cannot resolve")
-        elif isinstance(v, dict) and "{{resolve:secretsmanager:" in str(v.get("Fn::Sub", "")):
-            # A secret CloudFormation resolves at deploy time (the portal token key): a test value.
-            v = "smoke-test-portal-token-key-0123456789abcdef"
         elif isinstance(v, dict):
             raise SystemExit(f"{logical_id}: {k} is {v}, which the smoke test cannot resolve")
         out[k] = str(v)
@@ -149,7 +146,7 @@ def check_template_against_code(template, root):
     names = set()
     for lid, res in template["Resources"].items():
         if res["Type"] == "AWS::Serverless::Function":
-            names |= set(function_env(template, lid, {"Table": "t", "Queue": "q", "SlowQueue": "sq",
+            names |= set(function_env(template, lid, {"Table": "t", "Queue": "q", "SlowQueue": "sq", "PortalTokenKey": "k",
                                                       "NotificationTopic": "n", "AWS::StackName": "s"}))
     unknown = sorted(n for n in names if n.startswith("WEBHOOKS_") and n not in known)
     check("template: every WEBHOOKS_* variable is read by shared/src/config.rs", not unknown,
@@ -184,7 +181,105 @@ def check_template_against_code(template, root):
           any(g[0] == "WithIngestFunctionUrl" and "lambda:InvokeFunctionUrl" in g[1]["Action"] for g in url_grants),
           f"{url_grants}")
 
+    check_secure_defaults(template)
     check_alarms_and_dashboard(template, emitted_metrics(root))
+
+
+def _arn_of(value):
+    """`!GetAtt X.Arn` -> 'X'; anything else -> None."""
+    if isinstance(value, dict) and "Fn::GetAtt" in value:
+        att = value["Fn::GetAtt"]
+        att = att if isinstance(att, str) else ".".join(att)
+        return att[:-4] if att.endswith(".Arn") else None
+    return None
+
+
+def _as_list(value):
+    return value if isinstance(value, list) else [value]
+
+
+def check_secure_defaults(template):
+    """Issue #34: who may make a webhook, who may send to the queues, under which key."""
+    res = template["Resources"]
+    params = template["Parameters"]
+
+    # 1. The stack's own bus: the default rule reads it, producers may put events on it only,
+    # and another bus is read only for an explicit list of sources.
+    check("template: the stack creates its own event bus",
+          res.get("EventBus", {}).get("Type") == "AWS::Events::EventBus")
+    check("template: the default rule reads the stack's own bus",
+          res["IngestEventRule"]["Properties"]["EventBusName"] == {"Ref": "EventBus"})
+    puts = [st for st in res["ProducerPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+            if isinstance(st, dict) and "events:PutEvents" in _as_list(st.get("Action", []))]
+    check("template: producers may put events on the stack's bus only",
+          len(puts) == 1 and puts[0]["Resource"] == {"Fn::GetAtt": "EventBus.Arn"}, f"{puts}")
+    outputs = template["Outputs"]
+    check("template: outputs EventBusName and EventBusArn",
+          outputs.get("EventBusName", {}).get("Value") == {"Ref": "EventBus"}
+          and outputs.get("EventBusArn", {}).get("Value") == {"Fn::GetAtt": "EventBus.Arn"})
+    external = res.get("ExternalEventRule", {})
+    check("template: another bus is read only when named, for the listed sources only",
+          external.get("Condition") == "WithExternalBus"
+          and external["Properties"]["EventPattern"] == {"source": {"Ref": "ExternalEventSources"}}
+          and params["ExternalEventSources"].get("Default") == ""
+          and "ExternalBusNeedsSources" in template.get("Rules", {}), f"{external}")
+    check("template: the default bus is no longer the default",
+          "EventBusName" not in params and params["ExternalEventBusName"]["Default"] == "")
+
+    # 3. Who may send to each attempt queue: exactly the roles granted sqs:SendMessage on it
+    # (an explicit Deny for every other principal with an ARN), TLS only; nobody sends to the
+    # dead-letter queues (SQS's redrive is not a SendMessage).
+    senders = {}
+    for lid, r in res.items():
+        if r["Type"] != "AWS::IAM::Role":
+            continue
+        for pol in r["Properties"].get("Policies", []):
+            for st in pol["PolicyDocument"]["Statement"]:
+                if "sqs:SendMessage" in _as_list(st.get("Action", [])):
+                    for q in _as_list(st["Resource"]):
+                        senders.setdefault(_arn_of(q), set()).add(lid)
+    policies = {}
+    for lid, r in res.items():
+        if r["Type"] != "AWS::SQS::QueuePolicy":
+            continue
+        for q in r["Properties"]["Queues"]:
+            policies[q["Ref"]] = r["Properties"]["PolicyDocument"]["Statement"]
+    queues = [lid for lid, r in res.items() if r["Type"] == "AWS::SQS::Queue"]
+    for q in queues:
+        statements = policies.get(q, [])
+        denies = [st for st in statements if st.get("Effect") == "Deny" and st.get("Action") == "sqs:SendMessage"
+                  and q in [_arn_of(x) for x in _as_list(st["Resource"])]]
+        allowed = set()
+        for st in denies:
+            cond = st.get("Condition", {})
+            allowed |= {_arn_of(a) for a in _as_list(cond.get("ArnNotEquals", {}).get("aws:PrincipalArn", []))}
+        bounded = len(denies) == 1 and denies[0].get("Principal") == "*" \
+            and denies[0]["Condition"].get("Null") == {"aws:PrincipalArn": "false"}
+        check(f"template: {q} takes SendMessage only from the roles granted it",
+              bounded and allowed - {None} == senders.get(q, set()),
+              f"policy allows {sorted(a for a in allowed if a)}, roles granted {sorted(senders.get(q, set()))}")
+        tls = [st for st in statements if st.get("Effect") == "Deny"
+               and st.get("Condition", {}).get("Bool", {}).get("aws:SecureTransport") == "false"]
+        check(f"template: {q} refuses requests without TLS", len(tls) == 1)
+
+    # 8. A customer-managed key, when given, encrypts the table, every queue and the topic, and
+    # every function's role may use it.
+    check("template: KmsKeyArn defaults to empty (each service's own encryption)",
+          params.get("KmsKeyArn", {}).get("Default") == "")
+    sse = res["Table"]["Properties"]["SSESpecification"]
+    check("template: the table takes the key",
+          sse.get("Fn::If", [None])[0] == "WithKmsKey"
+          and sse["Fn::If"][1].get("KMSMasterKeyId") == {"Ref": "KmsKeyArn"}, f"{sse}")
+    with_key = {"Fn::If": ["WithKmsKey", {"Ref": "KmsKeyArn"}, {"Ref": "AWS::NoValue"}]}
+    for lid, r in res.items():
+        if r["Type"] in ("AWS::SQS::Queue", "AWS::SNS::Topic", "AWS::SecretsManager::Secret"):
+            attr = "KmsKeyId" if r["Type"] == "AWS::SecretsManager::Secret" else "KmsMasterKeyId"
+            check(f"template: {lid} takes the key", r["Properties"].get(attr) == with_key, f"{r['Properties']}")
+    roles = {_arn_of(r["Properties"]["Role"]) for r in res.values() if r["Type"] == "AWS::Serverless::Function"}
+    kms = res.get("KmsKeyUsePolicy", {})
+    attached = {x["Ref"] for x in kms.get("Properties", {}).get("Roles", [])}
+    check("template: every function's role may use the key", kms.get("Condition") == "WithKmsKey"
+          and attached == roles, f"roles {sorted(roles)}, attached {sorted(attached)}")
 
 
 # Metrics AWS publishes that the template may alarm on or chart, per namespace (AWS/Lambda:
@@ -721,9 +816,13 @@ def main():
         "VisibilityTimeout": str(template["Resources"]["SlowQueue"]["Properties"]["VisibilityTimeout"]),
     })["QueueUrl"]
     topic_arn = sns.create_topic(Name=f"webhooks-smoke-{suffix}")["TopicArn"]
+    # The portal token key: admin and portal read it from Secrets Manager by its ARN.
+    secrets = boto3.client("secretsmanager", region_name=region)
+    portal_key_arn = secrets.create_secret(Name=f"webhooks-smoke-portal-{suffix}",
+                                           SecretString="smoke-test-portal-token-key-0123456789abcdef")["ARN"]
     stack_name = f"webhooks-smoke-{suffix}"
     refs = {"Table": table, "Queue": queue_url, "SlowQueue": slow_queue_url, "NotificationTopic": topic_arn,
-            "AWS::StackName": stack_name}
+            "PortalTokenKey": portal_key_arn, "AWS::StackName": stack_name}
 
     def env_of(logical_id, **overrides):
         env = function_env(template, logical_id, refs)

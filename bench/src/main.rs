@@ -476,6 +476,30 @@ fn section_requests(
     }
 }
 
+/// Issue #34 input 3, what it costs per attempt that a queue message cannot choose what is
+/// signed: the delivery item's `payload_sha256` (its bytes against the 1 KB write unit, at
+/// `largest_item` bytes as measured) and one SHA-256 of the payload per attempt that carries
+/// it (timed here over `payload_bytes` bytes, priced at Lambda's GB-second).
+fn payload_digest_note(body: &mut String, payload_bytes: usize, largest_item: usize) {
+    let payload = vec![b'x'; payload_bytes.max(1)];
+    let rounds = 2000u32;
+    let start = std::time::Instant::now();
+    for _ in 0..rounds {
+        std::hint::black_box(webhooks::signing::payload_digest(std::hint::black_box(&payload)));
+    }
+    let seconds = start.elapsed().as_secs_f64() / f64::from(rounds);
+    let attr = "payload_sha256".len() + webhooks::signing::payload_digest(b"").len();
+    let dollars = seconds * cost::LAMBDA_MB / 1024.0 * cost::LAMBDA_GBS * 1e6;
+    let _ = writeln!(
+        body,
+        "A queue message cannot choose what is signed (issue #34): every delivery item carries `payload_sha256` ({attr} bytes of attribute name and value), included in the {largest_item} bytes above, so the delivery's writes stay {} WRU each; deliver hashes a payload that rides in a message once per attempt, {} µs at {payload_bytes} bytes on this machine: ${} per million attempts at {} MB (the claim's `next_attempt_at` bound is one more term of the condition it already had, no unit). The first try's figure rises by that, well under the issue's $0.20 per million.\n",
+        largest_item.div_ceil(count::WRITE_UNIT),
+        f(seconds * 1e6, 1),
+        f(dollars, 4),
+        cost::LAMBDA_MB,
+    );
+}
+
 /// What the counts show of the design: ingest's conditional PutItems, the payload riding in
 /// the attempt message, the endpoint read before every POST, the event item read where they did not. Every figure from
 /// the counts.
@@ -514,6 +538,7 @@ fn design_notes(body: &mut String, scenarios: &[requests::Scenario]) {
             f(updates.wru, 0),
             updates.calls,
         );
+        payload_digest_note(body, event_item.payload_raw, delivery_item.max(updates.max_item_bytes));
     }
     if let Some(c) = scenarios.first() {
         // Deliver's endpoint reads (strongly consistent).

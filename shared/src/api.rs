@@ -695,7 +695,8 @@ async fn portal_session(
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty());
     let host = header("x-forwarded-host").or_else(|| header("host")).unwrap_or("127.0.0.1");
     let scheme = header("x-forwarded-proto").unwrap_or("http");
-    let session = crate::ui::token::create_session(&app, &tenant_id, b.ttl_seconds, &format!("{scheme}://{host}"))?;
+    let base = format!("{scheme}://{host}");
+    let session = crate::ui::token::create_session(&app, &tenant_id, b.ttl_seconds, &base).await?;
     Ok((StatusCode::CREATED, Json(session)).into_response())
 }
 

@@ -6,6 +6,7 @@ use crate::notify::{LogNotifier, Notifier, SnsNotifier};
 use crate::queue::{Queue, SqsQueue};
 use crate::sender::{HttpSender, Sender};
 use crate::store::{DynamoStore, Store, version};
+use crate::ui::token_keys::{PortalKeys, Rotation};
 use std::sync::Arc;
 
 /// The service context. Cheap to clone (every field is shared).
@@ -28,6 +29,9 @@ pub struct App {
     /// The slow lane's queue, when there is one (see [`crate::lane`]; set with
     /// [`App::with_slow_queue`], or by [`App::from_clients`] from `config.slow_queue_url`).
     pub slow_queue: Option<Arc<dyn Queue>>,
+    /// The keys of tenant portal tokens: the Secrets Manager secret of
+    /// `config.portal_secret_arn` ([`App::from_aws`]), else a random key per process.
+    pub portal_keys: Arc<PortalKeys>,
 }
 
 /// The AWS clients could not be set up.
@@ -54,6 +58,7 @@ impl App {
             random,
             notifier: Arc::new(LogNotifier),
             slow_queue: None,
+            portal_keys: Arc::new(PortalKeys::process()),
         }
     }
 
@@ -68,6 +73,12 @@ impl App {
         self
     }
 
+    /// The same app with other portal token keys.
+    pub fn with_portal_keys(mut self, keys: PortalKeys) -> Self {
+        self.portal_keys = Arc::new(keys);
+        self
+    }
+
     /// The same app with another notifier.
     pub fn with_notifier(mut self, notifier: Arc<dyn Notifier>) -> Self {
         self.notifier = notifier;
@@ -76,7 +87,9 @@ impl App {
 
     /// The real thing: DynamoDB, SQS and HTTP clients from the SDK's standard configuration
     /// (region, credentials and `AWS_ENDPOINT_URL` from the environment), the system clock
-    /// and an OS-seeded random source, once the table's storage version is this release's
+    /// and an OS-seeded random source, the portal token keys from the Secrets Manager secret
+    /// `config.portal_secret_arn` names (read on first use, see [`crate::ui::token_keys`]),
+    /// once the table's storage version is this release's
     /// ([`version::ensure`]: read, or written on a table without one). Every Lambda and the
     /// local runtime start through here, so none starts on a table of another storage version.
     ///
@@ -89,7 +102,16 @@ impl App {
         let sns = config.notify_topic_arn.as_ref().map(|_| aws_sdk_sns::Client::new(&sdk));
         let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
         version::ensure(&dynamodb, &config.table).await.map_err(|e| SetupError(e.to_string()))?;
-        Self::from_clients(config, dynamodb, aws_sdk_sqs::Client::new(&sdk), sns)
+        let rotation = Rotation { refresh: config.portal_key_refresh, overlap: config.portal_key_overlap };
+        let portal_keys = config
+            .portal_secret_arn
+            .clone()
+            .map(|arn| PortalKeys::secret(aws_sdk_secretsmanager::Client::new(&sdk), arn, rotation));
+        let app = Self::from_clients(config, dynamodb, aws_sdk_sqs::Client::new(&sdk), sns)?;
+        Ok(match portal_keys {
+            Some(keys) => app.with_portal_keys(keys),
+            None => app,
+        })
     }
 
     /// As [`App::from_aws`], over the given SDK clients (the bench passes clients that count
@@ -185,11 +207,13 @@ mod tests {
         let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
         let sqs = aws_sdk_sqs::Client::new(&sdk);
         let sns = aws_sdk_sns::Client::new(&sdk);
+        let secrets = aws_sdk_secretsmanager::Client::new(&sdk);
         let clients = [
             ("sdk config", sdk.timeout_config()),
             ("dynamodb", dynamodb.config().timeout_config()),
             ("sqs", sqs.config().timeout_config()),
             ("sns", sns.config().timeout_config()),
+            ("secretsmanager", secrets.config().timeout_config()),
         ];
         for (name, timeouts) in clients {
             let timeouts = timeouts.unwrap_or_else(|| panic!("{name}: no timeout config"));

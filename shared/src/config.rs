@@ -118,11 +118,23 @@ pub struct Config {
     /// How long an `Idempotency-Key` answer is replayed (`WEBHOOKS_IDEMPOTENCY_HOURS`, hours,
     /// default 24).
     pub idempotency_window: std::time::Duration,
-    /// The key that signs tenant portal tokens (`WEBHOOKS_PORTAL_SECRET`, at least 32
-    /// characters). Unset: a random key made once per process (see
-    /// [`crate::ui::token::portal_key`]), enough where one process mints and checks tokens (the
-    /// local runtime, tests); the SAM template passes a generated secret to admin and portal.
-    pub portal_secret: Option<String>,
+    /// The Secrets Manager secret holding the key that signs tenant portal tokens
+    /// (`WEBHOOKS_PORTAL_SECRET_ARN`, an ARN or name; the SAM template passes its
+    /// `PortalTokenKey` to admin and portal). The key itself is never in the environment: the
+    /// functions read it at cold start and again every `portal_key_refresh` (see
+    /// [`crate::ui::token_keys`]). Unset: a random key made once per process, enough where one
+    /// process mints and checks tokens (the local runtime, tests).
+    pub portal_secret_arn: Option<String>,
+    /// How long a process uses its copy of the portal token keys before reading the secret
+    /// again (`WEBHOOKS_PORTAL_KEY_REFRESH_SECONDS`, seconds, default
+    /// [`DEFAULT_PORTAL_KEY_REFRESH_SECONDS`]): a rotation reaches every process within it.
+    pub portal_key_refresh: Duration,
+    /// How long after the secret's current version was created (its `CreatedDate`) the
+    /// previous version still verifies portal tokens and forms
+    /// (`WEBHOOKS_PORTAL_KEY_OVERLAP_SECONDS`, seconds, default
+    /// [`DEFAULT_PORTAL_KEY_OVERLAP_SECONDS`]; more than twice `portal_key_refresh`, the time
+    /// the previous version still signs). After it the old key stops.
+    pub portal_key_overlap: Duration,
     /// The slow lane's SQS queue URL (`WEBHOOKS_SLOW_QUEUE_URL`, optional; without it there
     /// is no slow lane and every attempt goes through `queue_url`). See [`crate::lane`].
     pub slow_queue_url: Option<String>,
@@ -149,6 +161,19 @@ pub const MAX_ENDPOINT_COPIES: u32 = 50;
 /// The smallest `WEBHOOKS_LEASE_MARGIN_MS`: 1000 milliseconds, room for the AWS calls between
 /// a claim and its POST and for the record after it.
 pub const MIN_LEASE_MARGIN_MS: u64 = 1_000;
+
+/// The default `WEBHOOKS_PORTAL_KEY_REFRESH_SECONDS`: 300 seconds. Every process verifies with
+/// a rotated portal token key within 5 minutes of the rotation and signs with it from 10
+/// minutes on ([`crate::ui::token_keys`]), for 12 to 24 Secrets Manager reads an hour per warm
+/// admin or portal instance.
+pub const DEFAULT_PORTAL_KEY_REFRESH_SECONDS: u64 = 300;
+
+/// The default `WEBHOOKS_PORTAL_KEY_OVERLAP_SECONDS`: 4200 seconds (70 minutes), the default
+/// portal session lifetime (3600 s, [`crate::ui::token::DEFAULT_TTL_SECONDS`]) plus two refresh
+/// intervals (600 s), during which processes still sign with the previous key: a session
+/// minted with it just before the switch lives its whole default hour. A longer session
+/// signed with it ends at the overlap.
+pub const DEFAULT_PORTAL_KEY_OVERLAP_SECONDS: u64 = 4_200;
 
 /// Largest accepted event payload in bytes (256 KiB, SQS's and EventBridge's own limit).
 pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
@@ -201,7 +226,9 @@ impl Config {
             wait_scale: 1.0,
             secret_rotation: Duration::from_secs(24 * 3600),
             idempotency_window: Duration::from_secs(24 * 3600),
-            portal_secret: None,
+            portal_secret_arn: None,
+            portal_key_refresh: Duration::from_secs(DEFAULT_PORTAL_KEY_REFRESH_SECONDS),
+            portal_key_overlap: Duration::from_secs(DEFAULT_PORTAL_KEY_OVERLAP_SECONDS),
             slow_queue_url: None,
             slow_lane_threshold: Duration::from_millis(2_000),
             slow_lane_hold: Duration::from_secs(600),
@@ -304,11 +331,23 @@ impl Config {
         }
         c.secret_rotation = Duration::from_secs(3600 * parse::<u64>(&get, "WEBHOOKS_SECRET_ROTATION_HOURS", 24)?);
         c.idempotency_window = Duration::from_secs(3600 * parse::<u64>(&get, "WEBHOOKS_IDEMPOTENCY_HOURS", 24)?);
-        c.portal_secret = get("WEBHOOKS_PORTAL_SECRET").filter(|v| !v.is_empty());
-        if c.portal_secret.as_ref().is_some_and(|s| s.len() < 32) {
+        c.portal_secret_arn = get("WEBHOOKS_PORTAL_SECRET_ARN").filter(|v| !v.is_empty());
+        c.portal_key_refresh = Duration::from_secs(parse(
+            &get,
+            "WEBHOOKS_PORTAL_KEY_REFRESH_SECONDS",
+            DEFAULT_PORTAL_KEY_REFRESH_SECONDS,
+        )?);
+        c.portal_key_overlap = Duration::from_secs(parse(
+            &get,
+            "WEBHOOKS_PORTAL_KEY_OVERLAP_SECONDS",
+            DEFAULT_PORTAL_KEY_OVERLAP_SECONDS,
+        )?);
+        if c.portal_key_overlap <= c.portal_key_refresh.saturating_mul(2) {
+            // Processes sign with the previous key until the current one is two refresh
+            // intervals old (so each has read it first): the previous key must verify longer.
             return Err(ConfigError {
-                name: "WEBHOOKS_PORTAL_SECRET",
-                problem: "must be at least 32 characters".into(),
+                name: "WEBHOOKS_PORTAL_KEY_OVERLAP_SECONDS",
+                problem: "must be more than twice WEBHOOKS_PORTAL_KEY_REFRESH_SECONDS".into(),
             });
         }
         c.slow_queue_url = get("WEBHOOKS_SLOW_QUEUE_URL").filter(|v| !v.is_empty());
@@ -389,6 +428,30 @@ mod tests {
         for bad in ["0", "51"] {
             assert_eq!(with(&[("WEBHOOKS_ENDPOINT_COPIES", bad)]).unwrap_err().name, "WEBHOOKS_ENDPOINT_COPIES");
         }
+    }
+
+    #[test]
+    fn the_portal_key_is_named_by_its_secret_and_its_overlap_outlasts_two_refreshes() {
+        let with = |pairs: &[(&str, &str)]| {
+            let mut all = vec![("WEBHOOKS_TABLE", "t"), ("WEBHOOKS_QUEUE_URL", "q")];
+            all.extend_from_slice(pairs);
+            Config::from_lookup(lookup(&all))
+        };
+        let c = with(&[]).unwrap();
+        assert_eq!(c.portal_secret_arn, None);
+        assert_eq!((c.portal_key_refresh, c.portal_key_overlap), (Duration::from_secs(300), Duration::from_secs(4200)));
+        let arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:portal-AbCdEf";
+        let c = with(&[
+            ("WEBHOOKS_PORTAL_SECRET_ARN", arn),
+            ("WEBHOOKS_PORTAL_KEY_REFRESH_SECONDS", "2"),
+            ("WEBHOOKS_PORTAL_KEY_OVERLAP_SECONDS", "5"),
+        ])
+        .unwrap();
+        assert_eq!(c.portal_secret_arn.as_deref(), Some(arn));
+        assert_eq!((c.portal_key_refresh, c.portal_key_overlap), (Duration::from_secs(2), Duration::from_secs(5)));
+        let e = with(&[("WEBHOOKS_PORTAL_KEY_REFRESH_SECONDS", "300"), ("WEBHOOKS_PORTAL_KEY_OVERLAP_SECONDS", "600")])
+            .unwrap_err();
+        assert_eq!(e.name, "WEBHOOKS_PORTAL_KEY_OVERLAP_SECONDS");
     }
 
     #[test]

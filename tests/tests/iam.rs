@@ -3,14 +3,23 @@
 //!
 //! "Needs" is read from the code: the Rust source of the function's crate
 //! (`functions/<Binary>/src`) and of the library (`shared/src`) is parsed with `syn`, and
-//! every function reachable from the crate's own functions by name (methods and free
-//! functions alike; a call through the `Store` or `Notifier` trait reaches every
-//! implementation of that name) is searched for AWS SDK operations: `.get_item()`,
-//! `.transact_write_items()`, `.send_message_batch()`, `.publish()`, ... and the items of a
-//! transaction (`Put::builder()` and its kin, which IAM authorises as `PutItem` and so on).
-//! Resolving by name over-approximates (two functions of one name are both reached), never
-//! under-approximates, so a missing grant is always found; an extra grant is found unless
-//! a same-named function elsewhere uses it. Test code (`#[cfg(test)]`) is left out.
+//! every function reachable from the crate's own functions by name (a method call reaches
+//! every method of that name, so a call through the `Store` or `Notifier` trait reaches every
+//! implementation; a free function call reaches the one of that name in the module its path
+//! names, `portal::router` or an unqualified `router` in the same module, else every free
+//! function of that name) is searched for AWS SDK operations: `.get_item()`,
+//! `.transact_write_items()`, `.send_message_batch()`, `.publish()`, `.get_secret_value()`,
+//! ... and the items of a transaction (`Put::builder()` and its kin, which IAM authorises as
+//! `PutItem` and so on). Resolving by name over-approximates (two functions of one name are
+//! both reached), never under-approximates, so a missing grant is always found; an extra
+//! grant is found unless a same-named function elsewhere uses it. Test code (`#[cfg(test)]`)
+//! is left out.
+//!
+//! One binary, two functions: the admin binary serves the admin API, or with
+//! `WEBHOOKS_SERVE=portal` in the function's environment the tenant portal alone (its `main`
+//! picks the router). Each function's needs are read from its own entry: `main` without the
+//! router of the other ([`SERVES`]), so the internet-facing PortalFunction's role is checked
+//! against what the portal's routes call, not what the admin API calls.
 //!
 //! Added to what the code calls, from the template itself: writing logs (every function),
 //! polling an SQS event source (`ReceiveMessage`, `DeleteMessage`, `GetQueueAttributes`, the
@@ -33,16 +42,6 @@ enum Callee {
 }
 
 impl Callee {
-    /// The function a path names when called or passed as a value.
-    fn of_path(path: &syn::Path) -> Option<Self> {
-        let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
-        match segments.as_slice() {
-            [.., owner, f] if owner.starts_with(char::is_uppercase) => Some(Callee::Method(f.clone())),
-            [.., f] => Some(Callee::Free(f.clone())),
-            [] => None,
-        }
-    }
-
     fn name(&self) -> &str {
         match self {
             Callee::Method(n) | Callee::Free(n) => n,
@@ -50,12 +49,41 @@ impl Callee {
     }
 }
 
-/// Records the paths among `args` (functions passed as values: `.map_err(aws)`, `post(h)`).
-fn fn_arguments<'a>(args: impl IntoIterator<Item = &'a syn::Expr>, calls: &mut BTreeSet<Callee>) {
-    for a in args {
-        if let syn::Expr::Path(p) = a {
-            calls.extend(Callee::of_path(&p.path));
+/// A call (or a function named as a value): the callee, and for a free function the module
+/// segment its path names (`portal` in `portal::router(..)`; none for a bare `router(..)`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct Call {
+    callee: Callee,
+    scope: Option<String>,
+}
+
+impl Call {
+    /// The function a path names when called or passed as a value.
+    fn of_path(path: &syn::Path) -> Option<Self> {
+        let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+        match segments.as_slice() {
+            [.., owner, f] if owner.starts_with(char::is_uppercase) => {
+                Some(Call { callee: Callee::Method(f.clone()), scope: None })
+            }
+            [.., module, f] => Some(Call { callee: Callee::Free(f.clone()), scope: Some(module.clone()) }),
+            [f] => Some(Call { callee: Callee::Free(f.clone()), scope: None }),
+            [] => None,
         }
+    }
+
+    fn method(name: String) -> Self {
+        Call { callee: Callee::Method(name), scope: None }
+    }
+}
+
+/// The names a pattern binds (`x`, `(a, b)`, `Some(x)`).
+#[derive(Default)]
+struct Bindings(BTreeSet<String>);
+
+impl<'ast> Visit<'ast> for Bindings {
+    fn visit_pat_ident(&mut self, p: &'ast syn::PatIdent) {
+        self.0.insert(p.ident.to_string());
+        syn::visit::visit_pat_ident(self, p);
     }
 }
 
@@ -87,6 +115,7 @@ const SDK_OPERATIONS: &[(&str, &str)] = &[
     ("create_queue", "sqs:CreateQueue"),
     ("publish", "sns:Publish"),
     ("create_topic", "sns:CreateTopic"),
+    ("get_secret_value", "secretsmanager:GetSecretValue"),
 ];
 
 /// The items of a `TransactWriteItems` (`aws_sdk_dynamodb::types::X::builder()`), each
@@ -110,19 +139,86 @@ fn root() -> PathBuf {
 
 // ---------------------------------------------------------------- the code
 
-/// One function's body: the names it calls (or names as a value) and the IAM actions of the
-/// SDK operations in it. A DynamoDB `Query` is on the index named by an `.index_name(X)` in
-/// the same body (every index Query in the store chains it onto `.query()`), else on the
-/// table.
+/// One function's body: the module it is defined in (`ui::portal`; `bin` for the function
+/// crate's root), the names it calls (or names as a value) and the IAM actions of the SDK
+/// operations in it. A DynamoDB `Query` is on the index named by an `.index_name(X)` in the
+/// same body (every index Query in the store chains it onto `.query()`), else on the table.
 #[derive(Default, Debug, Clone)]
 struct Body {
-    calls: BTreeSet<Callee>,
+    module: String,
+    /// While visiting: the names parameters, `let`s, closure parameters and match arms bind,
+    /// by block, so a local `router` passed along (`run(router)`) is not the function
+    /// `router`.
+    scopes: Vec<BTreeSet<String>>,
+    calls: BTreeSet<Call>,
     actions: BTreeSet<&'static str>,
     /// The arguments of `.index_name(..)`: a constant's name or a string literal.
     indexes: BTreeSet<String>,
 }
 
+impl Body {
+    fn bind(&mut self, pat: &syn::Pat) {
+        let mut names = Bindings::default();
+        names.visit_pat(pat);
+        if let Some(scope) = self.scopes.last_mut() {
+            scope.extend(names.0);
+        }
+    }
+
+    /// Whether `path` is a name bound in scope (a variable, not a function).
+    fn is_local(&self, path: &syn::Path) -> bool {
+        path.leading_colon.is_none()
+            && path.segments.len() == 1
+            && self.scopes.iter().any(|s| s.contains(&path.segments[0].ident.to_string()))
+    }
+
+    /// Records the paths among `args` (functions passed as values: `.map_err(aws)`, `post(h)`),
+    /// except variables.
+    fn fn_arguments<'a>(&mut self, args: impl IntoIterator<Item = &'a syn::Expr>) {
+        for a in args {
+            if let syn::Expr::Path(p) = a
+                && !self.is_local(&p.path)
+            {
+                self.calls.extend(Call::of_path(&p.path));
+            }
+        }
+    }
+}
+
 impl<'ast> Visit<'ast> for Body {
+    fn visit_block(&mut self, b: &'ast syn::Block) {
+        self.scopes.push(BTreeSet::new());
+        syn::visit::visit_block(self, b);
+        self.scopes.pop();
+    }
+
+    fn visit_local(&mut self, l: &'ast syn::Local) {
+        // The value first: in `let router = router(app)` the call is the function's.
+        if let Some(init) = &l.init {
+            self.visit_local_init(init);
+        }
+        self.bind(&l.pat);
+    }
+
+    fn visit_expr_closure(&mut self, c: &'ast syn::ExprClosure) {
+        self.scopes.push(BTreeSet::new());
+        for p in &c.inputs {
+            self.bind(p);
+        }
+        self.visit_expr(&c.body);
+        self.scopes.pop();
+    }
+
+    fn visit_arm(&mut self, a: &'ast syn::Arm) {
+        self.scopes.push(BTreeSet::new());
+        self.bind(&a.pat);
+        if let Some((_, guard)) = &a.guard {
+            self.visit_expr(guard);
+        }
+        self.visit_expr(&a.body);
+        self.scopes.pop();
+    }
+
     fn visit_expr_method_call(&mut self, m: &'ast syn::ExprMethodCall) {
         let name = m.method.to_string();
         if name == "index_name"
@@ -139,16 +235,18 @@ impl<'ast> Visit<'ast> for Body {
         {
             self.actions.insert(action);
         }
-        self.calls.insert(Callee::Method(name));
-        fn_arguments(&m.args, &mut self.calls);
+        self.calls.insert(Call::method(name));
+        self.fn_arguments(&m.args);
         syn::visit::visit_expr_method_call(self, m);
     }
 
     fn visit_expr_call(&mut self, c: &'ast syn::ExprCall) {
-        if let syn::Expr::Path(p) = &*c.func {
-            self.calls.extend(Callee::of_path(&p.path));
+        if let syn::Expr::Path(p) = &*c.func
+            && !self.is_local(&p.path)
+        {
+            self.calls.extend(Call::of_path(&p.path));
         }
-        fn_arguments(&c.args, &mut self.calls);
+        self.fn_arguments(&c.args);
         syn::visit::visit_expr_call(self, c);
     }
 
@@ -188,27 +286,38 @@ fn is_test(attrs: &[syn::Attribute]) -> bool {
     })
 }
 
+/// One function definition: its name and which of that name's bodies it is.
+type Def = (Callee, usize);
+
 impl Functions {
-    fn add(&mut self, name: Callee, block: &syn::Block) {
-        let mut body = Body::default();
+    fn add(&mut self, name: Callee, module: &str, sig: &syn::Signature, block: &syn::Block) -> Def {
+        let mut body = Body { module: module.to_string(), scopes: vec![BTreeSet::new()], ..Body::default() };
+        for input in &sig.inputs {
+            if let syn::FnArg::Typed(t) = input {
+                body.bind(&t.pat);
+            }
+        }
         body.visit_block(block);
-        self.by_name.entry(name).or_default().push(body);
+        body.scopes.clear();
+        let bodies = self.by_name.entry(name.clone()).or_default();
+        bodies.push(body);
+        (name, bodies.len() - 1)
     }
 
-    fn items(&mut self, items: &[syn::Item], own: &mut BTreeSet<Callee>) {
+    /// Adds the functions among `items`, of `module`, to the code and their definitions to
+    /// `own`.
+    fn items(&mut self, items: &[syn::Item], module: &str, own: &mut BTreeSet<Def>) {
         for item in items {
             match item {
                 syn::Item::Fn(f) if !is_test(&f.attrs) => {
-                    own.insert(Callee::Free(f.sig.ident.to_string()));
-                    self.add(Callee::Free(f.sig.ident.to_string()), &f.block);
+                    own.insert(self.add(Callee::Free(f.sig.ident.to_string()), module, &f.sig, &f.block));
                 }
                 syn::Item::Impl(i) if !is_test(&i.attrs) => {
                     for it in &i.items {
                         if let syn::ImplItem::Fn(f) = it
                             && !is_test(&f.attrs)
                         {
-                            own.insert(Callee::Method(f.sig.ident.to_string()));
-                            self.add(Callee::Method(f.sig.ident.to_string()), &f.block);
+                            own.insert(self.add(Callee::Method(f.sig.ident.to_string()), module, &f.sig, &f.block));
                         }
                     }
                 }
@@ -217,7 +326,7 @@ impl Functions {
                         if let syn::TraitItem::Fn(f) = it
                             && let Some(block) = &f.default
                         {
-                            self.add(Callee::Method(f.sig.ident.to_string()), block);
+                            own.insert(self.add(Callee::Method(f.sig.ident.to_string()), module, &f.sig, block));
                         }
                     }
                 }
@@ -228,7 +337,11 @@ impl Functions {
                 }
                 syn::Item::Mod(m) if !is_test(&m.attrs) => {
                     if let Some((_, inner)) = &m.content {
-                        self.items(inner, own);
+                        let inner_module = match module {
+                            "" => m.ident.to_string(),
+                            outer => format!("{outer}::{}", m.ident),
+                        };
+                        self.items(inner, &inner_module, own);
                     }
                 }
                 _ => {}
@@ -236,8 +349,10 @@ impl Functions {
         }
     }
 
-    /// Parses every `.rs` file under `dir`; returns the names of the functions defined there.
-    fn parse_tree(&mut self, dir: &Path) -> BTreeSet<Callee> {
+    /// Parses every `.rs` file under `dir`, the crate root's module being `root` (`""` for
+    /// the library, whose modules are then `api`, `ui::portal`, ...); returns the functions
+    /// defined there.
+    fn parse_tree(&mut self, dir: &Path, root: &str) -> BTreeSet<Def> {
         let mut own = BTreeSet::new();
         let mut stack = vec![dir.to_path_buf()];
         while let Some(d) = stack.pop() {
@@ -248,11 +363,42 @@ impl Functions {
                 } else if path.extension().is_some_and(|e| e == "rs") {
                     let text = std::fs::read_to_string(&path).unwrap();
                     let file = syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-                    self.items(&file.items, &mut own);
+                    // src/ui/portal.rs is `ui::portal`, src/ui/mod.rs `ui`, src/lib.rs the root.
+                    let mut module: Vec<String> =
+                        root.split("::").filter(|s| !s.is_empty()).map(String::from).collect();
+                    let relative = path.strip_prefix(dir).unwrap().with_extension("");
+                    module.extend(relative.iter().map(|c| c.to_string_lossy().into_owned()));
+                    if module.last().is_some_and(|m| ["mod", "lib", "main"].contains(&m.as_str())) {
+                        module.pop();
+                    }
+                    self.items(&file.items, &module.join("::"), &mut own);
                 }
             }
         }
         own
+    }
+
+    /// The definitions a call made in `module` may reach (see the module docs).
+    fn targets(&self, call: &Call, module: &str) -> Vec<Def> {
+        let Some(bodies) = self.by_name.get(&call.callee) else { return Vec::new() };
+        let all: Vec<Def> = (0..bodies.len()).map(|i| (call.callee.clone(), i)).collect();
+        if matches!(call.callee, Callee::Method(_)) {
+            return all;
+        }
+        let named: Vec<Def> = all
+            .iter()
+            .filter(|(_, i)| {
+                let defined_in = bodies[*i].module.as_str();
+                match call.scope.as_deref() {
+                    None => defined_in == module,
+                    // A path through `crate`, `super` or `self` is left to the by-name rule.
+                    Some("crate" | "super" | "self") => false,
+                    Some(scope) => defined_in.rsplit("::").next() == Some(scope),
+                }
+            })
+            .cloned()
+            .collect();
+        if named.is_empty() { all } else { named }
     }
 
     /// What a body needs: its IAM actions, DynamoDB ones with their resource
@@ -277,30 +423,49 @@ impl Functions {
     /// The IAM actions of every SDK operation reachable from `roots` (as [`Functions::needs`]
     /// writes them), each with one chain of function names that reaches it (for the failure
     /// message).
-    fn actions_from(&self, roots: &BTreeSet<Callee>) -> BTreeMap<String, Vec<String>> {
-        let mut seen: HashMap<Callee, Vec<String>> = HashMap::new();
-        let mut queue: std::collections::VecDeque<Callee> = roots.iter().cloned().collect();
+    fn actions_from(&self, roots: &BTreeSet<Def>) -> BTreeMap<String, Vec<String>> {
+        let mut seen: HashMap<Def, Vec<String>> = HashMap::new();
+        let mut queue: std::collections::VecDeque<Def> = roots.iter().cloned().collect();
         for r in roots {
-            seen.insert(r.clone(), vec![r.name().to_string()]);
+            seen.insert(r.clone(), vec![r.0.name().to_string()]);
         }
         let mut out = BTreeMap::new();
-        while let Some(name) = queue.pop_front() {
-            let chain = seen[&name].clone();
-            for body in self.by_name.get(&name).into_iter().flatten() {
-                for action in self.needs(body) {
-                    out.entry(action).or_insert_with(|| chain.clone());
-                }
-                for call in &body.calls {
-                    if self.by_name.contains_key(call) && !seen.contains_key(call) {
+        while let Some(def) = queue.pop_front() {
+            let chain = seen[&def].clone();
+            let body = &self.by_name[&def.0][def.1];
+            for action in self.needs(body) {
+                out.entry(action).or_insert_with(|| chain.clone());
+            }
+            for call in &body.calls {
+                for target in self.targets(call, &body.module) {
+                    if !seen.contains_key(&target) {
                         let mut c = chain.clone();
-                        c.push(call.name().to_string());
-                        seen.insert(call.clone(), c);
-                        queue.push_back(call.clone());
+                        c.push(target.0.name().to_string());
+                        seen.insert(target.clone(), c);
+                        queue.push_back(target);
                     }
                 }
             }
         }
         out
+    }
+
+    /// Removes from the bodies of `main` in `module` the calls to the free functions `names`.
+    fn drop_calls(&mut self, module: &str, names: &[&str]) {
+        for body in self.by_name.get_mut(&Callee::Free("main".into())).into_iter().flatten() {
+            if body.module == module {
+                body.calls.retain(|c| !matches!(&c.callee, Callee::Free(n) if names.contains(&n.as_str())));
+            }
+        }
+    }
+
+    /// Whether a `main` in `module` calls the free function `name`.
+    fn main_calls(&self, module: &str, name: &str) -> bool {
+        self.by_name
+            .get(&Callee::Free("main".into()))
+            .into_iter()
+            .flatten()
+            .any(|b| b.module == module && b.calls.iter().any(|c| c.callee == Callee::Free(name.into())))
     }
 }
 
@@ -364,10 +529,17 @@ fn granted(template: &Value, role: &str) -> BTreeMap<String, Vec<String>> {
     out
 }
 
+/// The router the admin binary's `main` serves for each `WEBHOOKS_SERVE` of the function's
+/// environment (functions/admin/src/main.rs, `webhooks::config::SERVE_VAR`): the tenant
+/// portal alone, else the admin API.
+const SERVES: &[(Option<&str>, &str)] = &[(Some("portal"), "standalone"), (None, "admin_router")];
+
 struct Function {
     logical_id: String,
     binary: String,
     role: String,
+    /// Its `WEBHOOKS_SERVE`, if its environment sets one.
+    serve: Option<String>,
     /// Actions Lambda needs for this function whatever its code does, and why.
     platform: BTreeMap<&'static str, &'static str>,
 }
@@ -396,7 +568,8 @@ fn functions(template: &Value) -> Vec<Function> {
         if res["Properties"]["EventInvokeConfig"]["DestinationConfig"]["OnFailure"]["Type"].as_str() == Some("SQS") {
             platform.insert("sqs:SendMessage", "the on-failure destination is an SQS queue");
         }
-        out.push(Function { logical_id, binary, role, platform });
+        let serve = res["Properties"]["Environment"]["Variables"]["WEBHOOKS_SERVE"].as_str().map(String::from);
+        out.push(Function { logical_id, binary, role, serve, platform });
     }
     out
 }
@@ -415,16 +588,32 @@ fn every_granted_action_is_one_the_function_needs_and_every_need_is_granted() {
     );
     let mut problems = Vec::new();
     let mut shared = Functions::default();
-    shared.parse_tree(&root().join("shared/src"));
+    shared.parse_tree(&root().join("shared/src"), "");
     for f in &fns {
         let mut code = shared.clone();
-        let roots = code.parse_tree(&root().join("functions").join(&f.binary).join("src"));
+        let roots = code.parse_tree(&root().join("functions").join(&f.binary).join("src"), "bin");
         assert!(
-            roots.contains(&Callee::Free("main".into())),
+            roots.iter().any(|(c, _)| *c == Callee::Free("main".into())),
             "{}: functions/{}/src has a main",
             f.logical_id,
             f.binary
         );
+        // A binary whose main picks a router by WEBHOOKS_SERVE: this function's entry is main
+        // without the other routers.
+        if SERVES.iter().any(|(_, router)| code.main_calls("bin", router)) {
+            let (_, own) = SERVES
+                .iter()
+                .find(|(serve, _)| *serve == f.serve.as_deref())
+                .unwrap_or_else(|| panic!("{}: WEBHOOKS_SERVE={:?} serves no known router", f.logical_id, f.serve));
+            assert!(
+                code.main_calls("bin", own),
+                "{}: main serves {own} for WEBHOOKS_SERVE={:?}",
+                f.logical_id,
+                f.serve
+            );
+            let others: Vec<&str> = SERVES.iter().map(|(_, r)| *r).filter(|r| r != own).collect();
+            code.drop_calls("bin", &others);
+        }
         let called = code.actions_from(&roots);
         let grants = granted(&template, &f.role);
 
@@ -501,8 +690,9 @@ fn every_queue_a_function_is_given_it_may_send_to() {
 /// The analysis itself finds calls, through a trait and a transaction, and leaves tests out.
 #[test]
 fn the_call_analysis_follows_calls_and_transactions_and_skips_tests() {
-    // `commit()` (a free function) is not the method `.commit()`; the variable `router` is not
-    // the function `router`; `unused` and the test module are not reached.
+    // `commit()` (a free function) is not the method `.commit()`; the variables `router` (a
+    // receiver, an argument) are not the function `router`; `unused` and the test module are
+    // not reached.
     let src = r#"
         trait Store { async fn commit(&self); }
         impl Store for Dynamo {
@@ -511,7 +701,8 @@ fn the_call_analysis_follows_calls_and_transactions_and_skips_tests() {
                 self.client.transact_write_items().transact_items(TransactWriteItem::builder().put(put).build()).send().await;
             }
         }
-        fn handler(app: &App) { helper(app); }
+        fn handler(app: &App) { helper(app); let router = build(); serve(router); }
+        fn build() {}
         fn helper(app: &App) { app.store.commit(); format!("{}", app.sns.publish()); due(app); wrap(r); }
         const DUE_INDEX: &str = "due";
         fn due(app: &App) { app.client.query().index_name(DUE_INDEX).send(); }
@@ -524,11 +715,114 @@ fn the_call_analysis_follows_calls_and_transactions_and_skips_tests() {
     "#;
     let mut code = Functions::default();
     let file = syn::parse_file(src).unwrap();
-    code.items(&file.items, &mut BTreeSet::new());
-    let found = code.actions_from(&BTreeSet::from([Callee::Free("handler".into())]));
+    code.items(&file.items, "", &mut BTreeSet::new());
+    let found = code.actions_from(&BTreeSet::from([(Callee::Free("handler".into()), 0)]));
     assert_eq!(
         found.keys().map(String::as_str).collect::<Vec<_>>(),
         ["dynamodb:PutItem on table", "dynamodb:Query on index/due", "sns:Publish"]
     );
     assert_eq!(found["dynamodb:PutItem on table"], ["handler", "helper", "commit"]);
+}
+
+/// A free function call reaches the function of that name in the module its path names, or in
+/// its own module when the path is bare, and every one of the name when no module matches:
+/// the portal's `router` is not the admin API's.
+#[test]
+fn free_functions_resolve_to_the_module_their_path_names() {
+    let src = r#"
+        mod ui {
+            mod portal {
+                fn standalone() { router(); }
+                fn router() { c.get_item(); }
+            }
+            fn routes() { portal::router(); api::router(); }
+            fn elsewhere() { reexported::router(); }
+        }
+        mod api {
+            fn router() { c.delete_item(); }
+        }
+    "#;
+    let mut code = Functions::default();
+    code.items(&syn::parse_file(src).unwrap().items, "", &mut BTreeSet::new());
+    let from = |name: &str| {
+        let found = code.actions_from(&BTreeSet::from([(Callee::Free(name.into()), 0)]));
+        found.into_keys().collect::<Vec<_>>()
+    };
+    assert_eq!(from("standalone"), ["dynamodb:GetItem on table"]);
+    assert_eq!(from("routes"), ["dynamodb:DeleteItem on table", "dynamodb:GetItem on table"]);
+    assert_eq!(from("elsewhere"), ["dynamodb:DeleteItem on table", "dynamodb:GetItem on table"]);
+}
+
+/// Every string under `v`, tags' values included.
+fn all_strings(v: &Value) -> Vec<String> {
+    match v {
+        Value::String(s) => vec![s.clone()],
+        Value::Tagged(t) => all_strings(&t.value),
+        Value::Sequence(seq) => seq.iter().flat_map(all_strings).collect(),
+        Value::Mapping(m) => m.iter().flat_map(|(k, v)| all_strings(k).into_iter().chain(all_strings(v))).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Issue #34 input 2: no function's environment holds a secret, since whoever may call
+/// `lambda:GetFunctionConfiguration` (AWS's ReadOnlyAccess) reads it: no dynamic reference
+/// (`{{resolve:secretsmanager:...}}`, `{{resolve:ssm-secure:...}}`) in the Globals' or any
+/// function's variables. The portal token key goes to admin and portal as its secret's ARN
+/// (`WEBHOOKS_PORTAL_SECRET_ARN: !Ref PortalTokenKey`), and Secrets Manager is granted on
+/// that secret alone, read only.
+#[test]
+fn no_function_environment_holds_a_secret_and_the_portal_key_is_read_from_its_own_secret_only() {
+    let template = template();
+    let mut problems = Vec::new();
+    let mut environments = vec![("Globals".to_string(), &template["Globals"]["Function"]["Environment"])];
+    for f in functions(&template) {
+        let env = &template["Resources"][f.logical_id.as_str()]["Properties"]["Environment"];
+        environments.push((f.logical_id, env));
+    }
+    for (who, env) in &environments {
+        for text in all_strings(env) {
+            if text.contains("{{resolve:") {
+                problems.push(format!("{who}: its environment resolves a secret at deploy: {text}"));
+            }
+            if text == "WEBHOOKS_PORTAL_SECRET" {
+                problems.push(format!("{who}: WEBHOOKS_PORTAL_SECRET is no longer read"));
+            }
+        }
+    }
+    let mut readers = BTreeSet::new();
+    for (who, env) in &environments {
+        let value = &env["Variables"]["WEBHOOKS_PORTAL_SECRET_ARN"];
+        if value.is_null() {
+            continue;
+        }
+        readers.insert(who.as_str());
+        let is_ref = matches!(value, Value::Tagged(t) if t.tag == "Ref" && t.value.as_str() == Some("PortalTokenKey"));
+        if !is_ref {
+            problems.push(format!("{who}: WEBHOOKS_PORTAL_SECRET_ARN is {value:?}, not !Ref PortalTokenKey"));
+        }
+    }
+    assert_eq!(readers, BTreeSet::from(["AdminFunction", "PortalFunction"]), "the functions given the portal key");
+    let resources = template["Resources"].as_mapping().expect("Resources");
+    for (id, res) in resources {
+        if res["Type"].as_str() != Some("AWS::IAM::Role") {
+            continue;
+        }
+        for policy in res["Properties"]["Policies"].as_sequence().into_iter().flatten() {
+            for st in policy["PolicyDocument"]["Statement"].as_sequence().into_iter().flatten() {
+                let actions = strings(&st["Action"]);
+                if !actions.iter().any(|a| a.starts_with("secretsmanager:")) {
+                    continue;
+                }
+                let on_key = matches!(&st["Resource"], Value::Tagged(t) if t.tag == "Ref" && t.value.as_str() == Some("PortalTokenKey"));
+                if actions != ["secretsmanager:GetSecretValue"] || !on_key {
+                    problems.push(format!(
+                        "{}: {actions:?} on {:?}: only secretsmanager:GetSecretValue on !Ref PortalTokenKey",
+                        id.as_str().unwrap_or("?"),
+                        st["Resource"]
+                    ));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

@@ -12,6 +12,7 @@
 pub mod dashboard;
 pub mod portal;
 pub mod token;
+pub mod token_keys;
 
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};

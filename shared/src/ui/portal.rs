@@ -17,9 +17,11 @@
 //! Every handler takes the tenant from the verified session token only, and every endpoint or
 //! delivery id it is given must belong to that tenant: another tenant's id answers the same
 //! 404 page as a missing one. Every POST carries the session's form token (CSRF). A missing,
-//! tampered or expired token gets a 401 page that shows no data.
+//! tampered or expired token gets a 401 page that shows no data; a token key that cannot be
+//! read from Secrets Manager ([`super::token_keys`]), a 503 page.
 
 use super::token::{self, Claims, TokenError};
+use super::token_keys::KeySet;
 use super::{endpoint_badge, error_page, page, see_other, status_badge, text, time, timeline};
 use crate::App;
 use crate::error::ServiceError;
@@ -73,6 +75,8 @@ struct Session {
     token: String,
     /// The form token every POST must carry.
     form: String,
+    /// The token keys in force when the request came.
+    keys: KeySet,
 }
 
 fn unauthorized(e: TokenError) -> Response {
@@ -140,19 +144,25 @@ fn cookie_token(headers: &HeaderMap) -> Option<String> {
         .map(|c| c.value().to_string())
 }
 
-/// The verified session of a request, or the page that refuses it (boxed: a response is large).
-fn session(app: &App, headers: &HeaderMap) -> Result<Session, Box<Response>> {
-    let token = cookie_token(headers).ok_or_else(|| Box::new(no_session()))?;
-    let key = token::portal_key(&app.config);
-    let claims = token::verify(&key, &token, app.clock.now()).map_err(|e| Box::new(unauthorized(e)))?;
-    let form = token::form_token(&key, &token);
-    Ok(Session { claims, token, form })
+/// The token keys in force, or the 503 page when their secret cannot be read.
+async fn keys_in_force(app: &App) -> Result<KeySet, Box<Response>> {
+    app.portal_keys.in_force(app.clock.now()).await.map_err(|e| Box::new(problem(&e)))
 }
 
-/// A session whose POST carried its form token, or the page that refuses it.
-fn posted(app: &App, headers: &HeaderMap, csrf: &str) -> Result<Session, Box<Response>> {
-    let s = session(app, headers)?;
-    if token::form_token_ok(&token::portal_key(&app.config), &s.token, csrf) {
+/// The verified session of a request, or the page that refuses it (boxed: a response is large).
+async fn session(app: &App, headers: &HeaderMap) -> Result<Session, Box<Response>> {
+    let token = cookie_token(headers).ok_or_else(|| Box::new(no_session()))?;
+    let keys = keys_in_force(app).await?;
+    let claims = token::verify_with(&keys, &token, app.clock.now()).map_err(|e| Box::new(unauthorized(e)))?;
+    let form = token::form_token(keys.signing(), &token);
+    Ok(Session { claims, token, form, keys })
+}
+
+/// A session whose POST carried its form token (under any key in force), or the page that
+/// refuses it.
+async fn posted(app: &App, headers: &HeaderMap, csrf: &str) -> Result<Session, Box<Response>> {
+    let s = session(app, headers).await?;
+    if token::form_token_ok_with(&s.keys, &s.token, csrf) {
         Ok(s)
     } else {
         Err(Box::new(error_page(
@@ -219,8 +229,11 @@ async fn home(
 ) -> Response {
     let Ok(Query(q)) = query else { return unauthorized(TokenError::Invalid) };
     if let Some(t) = q.token {
-        let key = token::portal_key(&app.config);
-        return match token::verify(&key, &t, app.clock.now()) {
+        let keys = match keys_in_force(&app).await {
+            Ok(k) => k,
+            Err(r) => return *r,
+        };
+        return match token::verify_with(&keys, &t, app.clock.now()) {
             Ok(claims) => {
                 let max_age = (claims.expires_at - app.clock.now()).num_seconds().max(0);
                 let c = cookie::Cookie::build((COOKIE, t))
@@ -239,7 +252,7 @@ async fn home(
             Err(e) => unauthorized(e),
         };
     }
-    let s = match session(&app, &headers) {
+    let s = match session(&app, &headers).await {
         Ok(s) => s,
         Err(r) => return *r,
     };
@@ -358,7 +371,7 @@ async fn create(
         Ok(f) => f,
         Err(e) => return form_problem(e),
     };
-    let s = match posted(&app, &headers, &f.csrf) {
+    let s = match posted(&app, &headers, &f.csrf).await {
         Ok(s) => s,
         Err(r) => return *r,
     };
@@ -399,7 +412,7 @@ fn secret_box(secret: &str) -> Markup {
 }
 
 async fn endpoint_page(State(app): State<App>, Path(id): Path<String>, headers: HeaderMap) -> Response {
-    let s = match session(&app, &headers) {
+    let s = match session(&app, &headers).await {
         Ok(s) => s,
         Err(r) => return *r,
     };
@@ -463,7 +476,7 @@ async fn edit(
         Ok(f) => f,
         Err(e) => return form_problem(e),
     };
-    let s = match posted(&app, &headers, &f.csrf) {
+    let s = match posted(&app, &headers, &f.csrf).await {
         Ok(s) => s,
         Err(r) => return *r,
     };
@@ -492,7 +505,7 @@ where
     F: FnOnce(App, Session, Endpoint) -> Fut,
     Fut: std::future::Future<Output = Result<Response, ServiceError>>,
 {
-    let s = match posted(app, headers, csrf) {
+    let s = match posted(app, headers, csrf).await {
         Ok(s) => s,
         Err(r) => return *r,
     };
@@ -640,7 +653,7 @@ pub async fn send_test(app: &App, ep: &Endpoint) -> Result<crate::model::Attempt
 }
 
 async fn delivery_page(State(app): State<App>, Path(id): Path<String>, headers: HeaderMap) -> Response {
-    let s = match session(&app, &headers) {
+    let s = match session(&app, &headers).await {
         Ok(s) => s,
         Err(r) => return *r,
     };
@@ -672,7 +685,7 @@ async fn resend(
     headers: HeaderMap,
     form: Result<Form<CsrfForm>, FormRejection>,
 ) -> Response {
-    let s = match posted(&app, &headers, &csrf_of(form)) {
+    let s = match posted(&app, &headers, &csrf_of(form)).await {
         Ok(s) => s,
         Err(r) => return *r,
     };

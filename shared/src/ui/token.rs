@@ -9,9 +9,14 @@
 //! Forms in the portal carry a CSRF field: [`form_token`], an HMAC of the session token
 //! under the same key with another label, so a page of another site can neither read nor
 //! guess it (the session cookie is also `HttpOnly; SameSite=Strict`).
+//!
+//! The key comes from [`super::token_keys`]: a Secrets Manager secret read at cold start and
+//! again every 300 s, so a rotation takes effect without a redeploy; around one, tokens and
+//! form tokens verify under either key of the [`KeySet`] until the overlap ends (4200 s after
+//! the new version's creation).
 
+use super::token_keys::KeySet;
 use crate::App;
-use crate::config::Config;
 use crate::error::ServiceError;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
@@ -19,7 +24,6 @@ use chrono::{DateTime, Utc};
 use hmac::{Hmac, Mac};
 use serde::Serialize;
 use sha2::Sha256;
-use std::sync::OnceLock;
 
 /// Default lifetime of a portal session: 3600 seconds (1 hour).
 pub const DEFAULT_TTL_SECONDS: i64 = 3600;
@@ -50,23 +54,6 @@ pub enum TokenError {
     /// Signed by us, but past its expiry.
     #[error("this portal link has expired; ask for a new one")]
     Expired,
-}
-
-/// The HMAC key that signs portal tokens: `config.portal_secret` when set, else a random
-/// 32-byte key made once per process (tokens then work only in the process that made them:
-/// the local runtime and tests, where one process mints and checks them).
-pub fn portal_key(config: &Config) -> Vec<u8> {
-    static DEV_KEY: OnceLock<Vec<u8>> = OnceLock::new();
-    match &config.portal_secret {
-        Some(secret) => secret.as_bytes().to_vec(),
-        None => DEV_KEY
-            .get_or_init(|| {
-                let mut key = vec![0u8; 32];
-                crate::clock::Random::from_os().fill(&mut key);
-                key
-            })
-            .clone(),
-    }
 }
 
 fn mac(key: &[u8], label: &[u8], data: &[u8]) -> Hmac<Sha256> {
@@ -116,6 +103,22 @@ pub fn verify(key: &[u8], token: &str, now: DateTime<Utc>) -> Result<Claims, Tok
     Ok(Claims { tenant_id: tenant.to_string(), expires_at })
 }
 
+/// As [`verify`], under each key of `keys` that verifies (the signing one first): the first
+/// answer other than [`TokenError::Invalid`], else `Invalid`.
+///
+/// # Errors
+/// As [`verify`].
+pub fn verify_with(keys: &KeySet, token: &str, now: DateTime<Utc>) -> Result<Claims, TokenError> {
+    let mut answer = Err(TokenError::Invalid);
+    for key in keys.verifying() {
+        answer = verify(key, token, now);
+        if answer != Err(TokenError::Invalid) {
+            break;
+        }
+    }
+    answer
+}
+
 /// The CSRF field of the portal's forms for the session `token`.
 pub fn form_token(key: &[u8], token: &str) -> String {
     B64.encode(mac(key, FORM_LABEL, token.as_bytes()).finalize().into_bytes())
@@ -127,6 +130,12 @@ pub fn form_token_ok(key: &[u8], token: &str, given: &str) -> bool {
         Ok(bytes) => mac(key, FORM_LABEL, token.as_bytes()).verify_slice(&bytes).is_ok(),
         Err(_) => false,
     }
+}
+
+/// Whether `given` is the CSRF field of session `token` under any key of `keys` that verifies
+/// (a form rendered just before a rotation is still accepted during the overlap).
+pub fn form_token_ok_with(keys: &KeySet, token: &str, given: &str) -> bool {
+    keys.verifying().any(|key| form_token_ok(key, token, given))
 }
 
 /// The answer to `POST /v1/tenants/{tenant_id}/portal-sessions`.
@@ -143,13 +152,14 @@ pub struct PortalSession {
 }
 
 /// Mints a portal session for `tenant_id` lasting `ttl_seconds` (default
-/// [`DEFAULT_TTL_SECONDS`]), its URL under `base` (scheme and host, no trailing slash).
-/// Reads and writes nothing.
+/// [`DEFAULT_TTL_SECONDS`]), its URL under `base` (scheme and host, no trailing slash),
+/// signed with the signing key in force ([`crate::ui::token_keys`]). Writes nothing.
 ///
 /// # Errors
 /// [`ServiceError::Validation`] for a tenant id outside the id rule or a `ttl_seconds`
-/// outside [`MIN_TTL_SECONDS`]..=[`MAX_TTL_SECONDS`].
-pub fn create_session(
+/// outside [`MIN_TTL_SECONDS`]..=[`MAX_TTL_SECONDS`]; [`ServiceError::Unavailable`] when the
+/// key's secret must be read and cannot be.
+pub async fn create_session(
     app: &App,
     tenant_id: &str,
     ttl_seconds: Option<i64>,
@@ -162,10 +172,12 @@ pub fn create_session(
             "ttl_seconds: must be from {MIN_TTL_SECONDS} to {MAX_TTL_SECONDS} seconds"
         )));
     }
-    let expires_at = app.clock.now() + chrono::Duration::seconds(ttl);
+    let now = app.clock.now();
+    let keys = app.portal_keys.in_force(now).await?;
+    let expires_at = now + chrono::Duration::seconds(ttl);
     let mut nonce = [0u8; 12];
     app.random.fill(&mut nonce);
-    let token = sign(&portal_key(&app.config), tenant_id, expires_at, &nonce);
+    let token = sign(keys.signing(), tenant_id, expires_at, &nonce);
     Ok(PortalSession {
         tenant_id: tenant_id.to_string(),
         url: format!("{base}/portal?token={token}"),
@@ -211,5 +223,27 @@ mod tests {
         assert!(form_token_ok(&key, "session-a", &f));
         assert!(!form_token_ok(&key, "session-b", &f));
         assert!(!form_token_ok(&key, "session-a", "garbage"));
+    }
+
+    #[test]
+    fn during_an_overlap_tokens_and_forms_of_either_key_verify_and_after_it_only_the_new_ones() {
+        use crate::ui::token_keys::{Rotation, keys_at};
+        let (old, new) = (b"o".repeat(32), b"n".repeat(32));
+        let rotation =
+            Rotation { refresh: std::time::Duration::from_secs(300), overlap: std::time::Duration::from_secs(4200) };
+        let (by_old, by_new) = (sign(&old, "acme", at(9_000), b"n"), sign(&new, "acme", at(9_000), b"n"));
+        let during = keys_at(&new, at(1_000), Some(&old), at(2_000), rotation);
+        let after = keys_at(&new, at(1_000), Some(&old), at(5_200), rotation);
+        for token in [&by_old, &by_new] {
+            assert_eq!(verify_with(&during, token, at(2_000)).unwrap().tenant_id, "acme");
+        }
+        assert_eq!(verify_with(&after, &by_old, at(5_200)), Err(TokenError::Invalid));
+        assert_eq!(verify_with(&after, &by_new, at(5_200)).unwrap().tenant_id, "acme");
+        // Expired under the old key is still told as expired, not invalid.
+        assert_eq!(verify_with(&during, &sign(&old, "acme", at(1_500), b"n"), at(2_000)), Err(TokenError::Expired));
+        let old_form = form_token(&old, &by_old);
+        assert!(form_token_ok_with(&during, &by_old, &old_form));
+        assert!(!form_token_ok_with(&after, &by_old, &old_form));
+        assert!(!form_token_ok_with(&during, &by_old, &form_token(&[9u8; 32], &by_old)));
     }
 }
