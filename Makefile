@@ -26,6 +26,12 @@ clean:
 	cargo clean
 	rm -rf .venv .local
 
+# The fault harness at size (issue #35; `make test` runs it with 40 events at 5%): 300 events
+# to 4 endpoints, 10% of the app's DynamoDB and SQS tries struck. About 4 minutes.
+.PHONY: faults
+faults:
+	WEBHOOKS_FAULT_EVENTS=300 WEBHOOKS_FAULT_RATE=0.1 bash scripts/test.sh -- under_aws_faults --nocapture
+
 # Deterministic simulation (README "Simulation"): `make sim SEEDS=N` runs seeds 0..N,
 # `make sim SEED=1234` replays one seed with its trace.
 .PHONY: sim

@@ -256,7 +256,8 @@ pub enum Sweeper {
         /// The job is finished after this step.
         finished: bool,
     },
-    /// The tick's send (`queue.send(&to_send)` at the end of `sweep::sweep`).
+    /// The send of the tick's messages (`send_now` in `sweep::sweep`, once their transitions
+    /// are written).
     Send {
         /// The messages.
         out: Vec<Msg>,

@@ -566,6 +566,19 @@ pub fn hold_claimed(now: DateTime<Utc>, claimed: &Delivery, attempt: Option<Atte
     }
 }
 
+/// End a claimed delivery without an attempt (deliver found its endpoint deleted before the
+/// POST): `exhausted` with `reason`, the claim's attempt number given back and nothing added
+/// to the history, since nothing was sent.
+pub fn end_claimed(cfg: &Config, now: DateTime<Utc>, claimed: &Delivery, reason: &str) -> Transition {
+    Transition {
+        attempt_count: Some(claimed.attempt_count.saturating_sub(1)),
+        entry: Some(EndpointEntry::of(claimed)),
+        expires_at: Field::Set(now.timestamp() + i64::from(cfg.exhausted_retention_days) * 86_400),
+        reason: Field::Set(reason.to_string()),
+        ..settled(finished(claimed), DeliveryStatus::Exhausted, now)
+    }
+}
+
 /// Give back a claim without an attempt (deliver found its lease too short to start the POST
 /// within it): `scheduled` again, due now, the attempt number not spent; with the message
 /// for that same attempt.

@@ -408,6 +408,13 @@ impl Store for MemStore {
         self.call("store.create_endpoint", |s, t| {
             s.check_size("endpoint", size_of(endpoint))?;
             let key = (endpoint.tenant_id.clone(), endpoint.id.clone());
+            // DynamoStore's: the very same endpoint (an earlier try of this create) is success.
+            if let Some(found) = t.endpoints.get(&key)
+                && found.secret == endpoint.secret
+                && found.created_at == endpoint.created_at
+            {
+                return Ok(());
+            }
             if t.endpoints.contains_key(&key) || t.pointers.contains_key(&endpoint.id) {
                 return Err(StoreError::AlreadyExists);
             }

@@ -2,7 +2,8 @@
 //! emulator and against the simulation's MemStore (`tests/tests/storage.rs`), so the
 //! simulation's store is checked against the real one instead of described in prose.
 //!
-//! Each check states a behaviour the services rely on: conditional creates, guarded
+//! Each check states a behaviour the services rely on: conditional creates (a retry of the
+//! same create is no conflict), guarded
 //! transitions (the claim, a stale guard), the due index (what is due, and an item that moved
 //! out of it), an event's repeat keeping its first payload, listings (paging with a cursor, a
 //! page shorter than `limit` being the last, status filters), counts, jobs (created once, a
@@ -43,8 +44,10 @@ async fn endpoints(store: &dyn Store, prefix: &str, now: DateTime<Utc>) {
         now,
     );
     store.create_endpoint(&ep).await.expect("create an endpoint");
+    store.create_endpoint(&ep).await.expect("conformance: the same create again (a retry) is no conflict");
+    let other = Endpoint { secret: "whsec_b3RoZXItc2VjcmV0LW9mLTI0LWJ5dGVzISE=".into(), ..ep.clone() };
     assert!(
-        matches!(store.create_endpoint(&ep).await, Err(StoreError::AlreadyExists)),
+        matches!(store.create_endpoint(&other).await, Err(StoreError::AlreadyExists)),
         "conformance: an endpoint id is created once"
     );
     let got = store.get_endpoint(&tenant, &ep.id).await.unwrap().expect("conformance: the endpoint by tenant and id");

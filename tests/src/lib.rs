@@ -554,6 +554,232 @@ impl aws_smithy_runtime_api::client::interceptors::Intercept for FailNth {
     }
 }
 
+/// An SDK interceptor that answers DynamoDB's `ThrottlingException` (HTTP 400, which the SDK
+/// retries) to the first `times` tries of `operation` calls whose request body contains
+/// `needle` (e.g. `attempts = :attempts`, a delivery's record), every try of the SDK's retries
+/// counted. Nothing it throttles reaches the emulator. Clones share the count.
+#[derive(Debug, Clone)]
+pub struct Throttle {
+    operation: &'static str,
+    needle: &'static str,
+    left: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// What [`Throttle`] decided for one try, kept in the try's configuration bag.
+#[derive(Debug, Clone)]
+struct Throttled;
+
+impl aws_smithy_types::config_bag::Storable for Throttled {
+    type Storer = aws_smithy_types::config_bag::StoreReplace<Self>;
+}
+
+impl Throttle {
+    /// Throttles the first `times` tries of `operation` calls whose body contains `needle`.
+    pub fn new(operation: &'static str, needle: &'static str, times: usize) -> Self {
+        Self { operation, needle, left: Arc::new(std::sync::atomic::AtomicUsize::new(times)) }
+    }
+
+    /// Tries still to throttle.
+    pub fn left(&self) -> usize {
+        self.left.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl aws_smithy_runtime_api::client::interceptors::Intercept for Throttle {
+    fn name(&self) -> &'static str {
+        "throttle matching calls"
+    }
+
+    fn modify_before_transmit(
+        &self,
+        context: &mut aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextMut<'_>,
+        _rc: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        cfg: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        use aws_smithy_runtime_api::client::orchestrator::Metadata;
+        let ours = cfg.load::<Metadata>().is_some_and(|m| m.name() == self.operation);
+        let body = context.request().body().bytes().unwrap_or_default();
+        let matches = body.windows(self.needle.len()).any(|w| w == self.needle.as_bytes());
+        let take = ours
+            && matches
+            && self
+                .left
+                .fetch_update(std::sync::atomic::Ordering::SeqCst, std::sync::atomic::Ordering::SeqCst, |n| {
+                    n.checked_sub(1)
+                })
+                .is_ok();
+        if take {
+            // The try must not reach the table: it becomes a harmless DescribeLimits.
+            let request = context.request_mut();
+            request.headers_mut().insert("x-amz-target", "DynamoDB_20120810.DescribeLimits");
+            *request.body_mut() = aws_smithy_types::body::SdkBody::from("{}");
+            request.headers_mut().insert("content-length", "2");
+            cfg.interceptor_state().store_put(Throttled);
+        } else {
+            cfg.interceptor_state().unset::<Throttled>();
+        }
+        Ok(())
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        context: &mut aws_smithy_runtime_api::client::interceptors::context::BeforeDeserializationInterceptorContextMut<
+            '_,
+        >,
+        _rc: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        cfg: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        if cfg.load::<Throttled>().is_none() {
+            return Ok(());
+        }
+        let body = json!({
+            "__type": "com.amazonaws.dynamodb.v20120810#ThrottlingException",
+            "message": "injected: rate of requests exceeds the allowed throughput",
+        });
+        let status = aws_smithy_runtime_api::http::StatusCode::try_from(400u16)?;
+        let mut answer = aws_smithy_runtime_api::http::Response::new(
+            status,
+            aws_smithy_types::body::SdkBody::from(body.to_string()),
+        );
+        answer.headers_mut().insert("content-type", "application/x-amz-json-1.0");
+        *context.response_mut() = answer;
+        Ok(())
+    }
+}
+
+/// What [`Chaos`] did to one try of an AWS call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ChaosFault {
+    /// Never reached the service (it went as a harmless read); answered a throttling error
+    /// (HTTP 400 `ThrottlingException`, which the SDK retries).
+    Throttled,
+    /// Never reached the service; answered HTTP 500 (retried by the SDK).
+    ServerError,
+    /// Reached the service and took effect; its answer replaced by HTTP 500, as when the
+    /// connection drops after the write (the SDK retries the same request).
+    AnswerLost,
+}
+
+impl aws_smithy_types::config_bag::Storable for ChaosFault {
+    type Storer = aws_smithy_types::config_bag::StoreReplace<Self>;
+}
+
+/// An SDK interceptor for DynamoDB and SQS clients (the AWS JSON protocol both speak) that,
+/// while switched on, strikes each try of every operation with probability `rate`: a
+/// throttle or a 500 before the request reaches the service, or an answer lost after it took
+/// effect (see [`ChaosFault`]). The SDK's own retries meet it too, so a call can fail on all
+/// its tries. Clones share the switch, the random source and the tally.
+#[derive(Debug, Clone)]
+pub struct Chaos {
+    rate: f64,
+    on: Arc<std::sync::atomic::AtomicBool>,
+    rng: Arc<Mutex<rand::rngs::StdRng>>,
+    tally: Arc<Mutex<std::collections::BTreeMap<(String, ChaosFault), usize>>>,
+}
+
+impl Chaos {
+    /// Strikes a try with probability `rate` (0 to 1) once switched on; `seed` makes the
+    /// choices repeatable for one order of calls.
+    pub fn new(rate: f64, seed: u64) -> Self {
+        use rand::SeedableRng as _;
+        Self {
+            rate,
+            on: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            rng: Arc::new(Mutex::new(rand::rngs::StdRng::seed_from_u64(seed))),
+            tally: Arc::default(),
+        }
+    }
+
+    /// Switches the faults on or off.
+    pub fn set(&self, on: bool) {
+        self.on.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// How many tries of each operation met each fault so far.
+    pub fn tally(&self) -> std::collections::BTreeMap<(String, ChaosFault), usize> {
+        self.tally.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn error_answer(
+        status: u16,
+        kind: &str,
+    ) -> Result<aws_smithy_runtime_api::http::Response, aws_smithy_runtime_api::box_error::BoxError> {
+        let body = json!({"__type": kind, "message": "injected by the fault harness"});
+        let mut answer = aws_smithy_runtime_api::http::Response::new(
+            aws_smithy_runtime_api::http::StatusCode::try_from(status)?,
+            aws_smithy_types::body::SdkBody::from(body.to_string()),
+        );
+        answer.headers_mut().insert("content-type", "application/x-amz-json-1.0");
+        answer.headers_mut().insert("x-amzn-query-error", format!("{kind};Sender"));
+        Ok(answer)
+    }
+}
+
+impl aws_smithy_runtime_api::client::interceptors::Intercept for Chaos {
+    fn name(&self) -> &'static str {
+        "fault harness"
+    }
+
+    fn modify_before_transmit(
+        &self,
+        context: &mut aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextMut<'_>,
+        _rc: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        cfg: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        use aws_smithy_runtime_api::client::orchestrator::Metadata;
+        use rand::Rng as _;
+        cfg.interceptor_state().unset::<ChaosFault>();
+        if !self.on.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(());
+        }
+        let fault = {
+            let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
+            if !rng.random_bool(self.rate) {
+                return Ok(());
+            }
+            match rng.random_range(0..3) {
+                0 => ChaosFault::Throttled,
+                1 => ChaosFault::ServerError,
+                _ => ChaosFault::AnswerLost,
+            }
+        };
+        let (operation, service) =
+            cfg.load::<Metadata>().map(|m| (m.name().to_string(), m.service().to_string())).unwrap_or_default();
+        if fault != ChaosFault::AnswerLost {
+            // The try must not reach the service: it goes as a harmless read.
+            let target = if service.to_lowercase().contains("sqs") {
+                "AmazonSQS.ListQueues"
+            } else {
+                "DynamoDB_20120810.DescribeLimits"
+            };
+            let request = context.request_mut();
+            request.headers_mut().insert("x-amz-target", target);
+            *request.body_mut() = aws_smithy_types::body::SdkBody::from("{}");
+            request.headers_mut().insert("content-length", "2");
+        }
+        *self.tally.lock().unwrap_or_else(|e| e.into_inner()).entry((operation, fault)).or_default() += 1;
+        cfg.interceptor_state().store_put(fault);
+        Ok(())
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        context: &mut aws_smithy_runtime_api::client::interceptors::context::BeforeDeserializationInterceptorContextMut<
+            '_,
+        >,
+        _rc: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        cfg: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        let answer = match cfg.load::<ChaosFault>() {
+            None => return Ok(()),
+            Some(ChaosFault::Throttled) => Self::error_answer(400, "ThrottlingException")?,
+            Some(_) => Self::error_answer(500, "InternalServerError")?,
+        };
+        *context.response_mut() = answer;
+        Ok(())
+    }
+}
+
 /// The API of `stack`'s table and queue, served on its own port by an app whose DynamoDB
 /// client fails the `nth` call of `operation` once, before it is sent (see [`FailNth`]).
 /// Returns its base URL (`http://127.0.0.1:PORT`).

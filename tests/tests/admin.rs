@@ -502,3 +502,177 @@ async fn a_tenant_cannot_create_more_endpoints_than_the_limit_names() {
     assert_eq!(status, 201, "{ep}");
     stack.stop().await;
 }
+
+/// How [`CreateFault`] plays a TransactWriteItems (an endpoint create).
+#[derive(Debug, Clone, Copy)]
+enum CreateFaultKind {
+    /// Every try goes without its client token (`ClientRequestToken`), as moto 5.2.5 ignores
+    /// it; the first try is applied and its answer replaced by a 500 (as when it outlived the
+    /// SDK's 10 s attempt timeout on a stalled emulator), so the SDK's retry meets the first
+    /// try's item. DynamoDB, and DynamoDB Local in LocalStack, answer a retry with the same
+    /// token as its first try.
+    LostAnswerTokenIgnored,
+    /// The first call writes nothing and is answered a `TransactionCanceledException` with
+    /// these cancellation reason codes, by position.
+    Cancelled(&'static [&'static str]),
+}
+
+/// An SDK interceptor that plays [`CreateFaultKind`] on TransactWriteItems calls.
+#[derive(Debug)]
+struct CreateFault {
+    kind: CreateFaultKind,
+    /// TransactWriteItems tries so far.
+    tries: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// Marks the try [`CreateFault`] answers itself.
+#[derive(Debug, Clone)]
+struct Answered;
+
+impl aws_smithy_types::config_bag::Storable for Answered {
+    type Storer = aws_smithy_types::config_bag::StoreReplace<Self>;
+}
+
+impl CreateFault {
+    fn new(kind: CreateFaultKind) -> Self {
+        Self { kind, tries: std::sync::Arc::default() }
+    }
+}
+
+impl aws_smithy_runtime_api::client::interceptors::Intercept for CreateFault {
+    fn name(&self) -> &'static str {
+        "play an endpoint create's lost answer or cancellation"
+    }
+
+    fn modify_before_signing(
+        &self,
+        context: &mut aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextMut<'_>,
+        _rc: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        cfg: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        use aws_smithy_runtime_api::client::orchestrator::Metadata;
+        if cfg.load::<Metadata>().is_none_or(|m| m.name() != "TransactWriteItems") {
+            return Ok(());
+        }
+        let first = self.tries.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+        let request = context.request_mut();
+        let mut body: Value = serde_json::from_slice(request.body().bytes().unwrap_or_default())?;
+        match self.kind {
+            CreateFaultKind::LostAnswerTokenIgnored => {
+                body.as_object_mut().map(|b| b.remove("ClientRequestToken"));
+            }
+            CreateFaultKind::Cancelled(_) if first => body = json!({"TransactItems": []}),
+            CreateFaultKind::Cancelled(_) => {}
+        }
+        if first {
+            cfg.interceptor_state().store_put(Answered);
+        } else {
+            cfg.interceptor_state().unset::<Answered>();
+        }
+        let body = body.to_string();
+        request.headers_mut().insert("content-length", body.len().to_string());
+        *request.body_mut() = aws_smithy_types::body::SdkBody::from(body);
+        Ok(())
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        context: &mut aws_smithy_runtime_api::client::interceptors::context::BeforeDeserializationInterceptorContextMut<
+            '_,
+        >,
+        _rc: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        cfg: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        if cfg.load::<Answered>().is_none() {
+            return Ok(());
+        }
+        let (status, body) = match self.kind {
+            CreateFaultKind::LostAnswerTokenIgnored => (
+                500u16,
+                json!({
+                    "__type": "com.amazonaws.dynamodb.v20120810#InternalServerError",
+                    "message": "injected: the answer was lost",
+                }),
+            ),
+            CreateFaultKind::Cancelled(codes) => (
+                400,
+                json!({
+                    "__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
+                    "Message": format!("Transaction cancelled, please refer cancellation reasons for specific reasons [{}]", codes.join(", ")),
+                    "CancellationReasons": codes.iter().map(|c| json!({"Code": c})).collect::<Vec<_>>(),
+                }),
+            ),
+        };
+        let mut answer = aws_smithy_runtime_api::http::Response::new(
+            aws_smithy_runtime_api::http::StatusCode::try_from(status)?,
+            aws_smithy_types::body::SdkBody::from(body.to_string()),
+        );
+        answer.headers_mut().insert("content-type", "application/x-amz-json-1.0");
+        *context.response_mut() = answer;
+        Ok(())
+    }
+}
+
+/// The ids of a tenant's endpoints (one page: the tests make a few).
+async fn endpoint_ids(stack: &Stack, tenant: &str) -> BTreeSet<String> {
+    let (status, page) = stack.call(Method::GET, &format!("/v1/endpoints?tenant_id={tenant}&limit=100"), None).await;
+    assert_eq!(status, 200, "{page}");
+    page["data"].as_array().unwrap().iter().map(|ep| ep["id"].as_str().unwrap().to_string()).collect()
+}
+
+/// Issue #35, failing input 8: creating endpoints in a loop under `make run` (moto), a few
+/// answered 409 "endpoint id already exists; retry", each id new. moto had stalled for 11 s;
+/// the create's transaction outlived the SDK's 10 s attempt timeout and was applied, and the
+/// SDK's retry (moto ignores the client token that makes it the same transaction on DynamoDB)
+/// failed the endpoint item's condition on that item: the endpoint was made and the caller
+/// told it was a conflict. The create now knows its own item.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endpoint_create_whose_answer_was_lost_answers_201_with_the_endpoint_it_made() {
+    let stack = Stack::start_with(|_| {}, quiet()).await;
+    let fault = CreateFault::new(CreateFaultKind::LostAnswerTokenIgnored);
+    let tries = fault.tries.clone();
+    let api = webhooks_tests::faulty_api_with(&stack, fault).await;
+    let body = json!({"tenant_id": "acme", "url": "http://127.0.0.1:9/hook"});
+    let (status, ep) = webhooks_tests::call_at(&stack.http, &api, Method::POST, "/v1/endpoints", Some(body)).await;
+    assert_eq!(tries.load(std::sync::atomic::Ordering::SeqCst), 2, "the SDK retried the create once");
+    assert_eq!(status, 201, "{ep}");
+    let id = ep["id"].as_str().unwrap().to_string();
+    assert_eq!(endpoint_ids(&stack, "acme").await, BTreeSet::from([id.clone()]), "the endpoint answered, and no other");
+    let (status, shown) = stack.call(Method::GET, &format!("/v1/endpoints/{id}"), None).await;
+    assert_eq!((status, &shown["url"]), (200, &json!("http://127.0.0.1:9/hook")), "{shown}");
+    stack.stop().await;
+}
+
+/// Issue #35, failing input 8: a create's transaction cancelled is a 409 only when the id is
+/// the caller's to choose, and it never is: an id found taken is replaced by a fresh one; any
+/// other cancellation (a conflicting transaction, throttling) is a retryable 503 that creates
+/// nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endpoint_create_cancelled_is_never_a_conflict_of_the_callers() {
+    let stack = Stack::start_with(|_| {}, quiet()).await;
+    let cases: [(&'static [&'static str], u16); 5] = [
+        // The endpoint item's condition (its id taken), or its id pointer's: a fresh id.
+        (&["ConditionalCheckFailed", "None"], 201),
+        (&["ConditionalCheckFailed", "ConditionalCheckFailed"], 201),
+        (&["None", "ConditionalCheckFailed"], 201),
+        // Not a condition: nothing of the caller's.
+        (&["TransactionConflict", "None"], 503),
+        (&["None", "ThrottlingError"], 503),
+    ];
+    for (n, (codes, want)) in cases.into_iter().enumerate() {
+        let tenant = format!("tenant-{n}");
+        let api = webhooks_tests::faulty_api_with(&stack, CreateFault::new(CreateFaultKind::Cancelled(codes))).await;
+        let body = json!({"tenant_id": tenant, "url": "http://127.0.0.1:9/hook"});
+        let (status, answer) =
+            webhooks_tests::call_at(&stack.http, &api, Method::POST, "/v1/endpoints", Some(body)).await;
+        assert_eq!(status, want, "cancelled for {codes:?}: {answer}");
+        let made = endpoint_ids(&stack, &tenant).await;
+        if want == 201 {
+            assert_eq!(made, BTreeSet::from([answer["id"].as_str().unwrap().to_string()]), "{codes:?}");
+        } else {
+            assert_eq!(answer["error"]["code"], "unavailable", "{codes:?}: {answer}");
+            assert!(made.is_empty(), "{codes:?}: {made:?}");
+        }
+    }
+    stack.stop().await;
+}

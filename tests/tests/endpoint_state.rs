@@ -971,3 +971,63 @@ async fn a_probe_passes_over_held_deliveries_the_filter_no_longer_takes() {
         .await;
     stack.stop().await;
 }
+
+/// Issue #35, failing input 6: a probe's record met a changed endpoint on every try (a PATCH
+/// or a rotation racing it, five times), its outcome was recorded without the endpoint's move,
+/// and the endpoint stayed `probing` with every delivery held until someone enabled it by
+/// hand. Now the probe's message goes back: its lease runs out, the sweeper re-drives it as
+/// the probe again, and that record moves the endpoint.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_probe_whose_record_keeps_meeting_a_changed_endpoint_is_not_left_probing() {
+    // Armed: the next commits each find the endpoint's version moved (a raw write before them).
+    let bumps = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let endpoint_id = Arc::new(Mutex::new(String::new()));
+    let table = Arc::new(Mutex::new(String::new()));
+    let (b, e, t) = (bumps.clone(), endpoint_id.clone(), table.clone());
+    let hook: Hook = Arc::new(move |call| {
+        let (b, e, t) = (b.clone(), e.clone(), t.clone());
+        Box::pin(async move {
+            if call == "commit" && b.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+                let ddb = aws_sdk_dynamodb::Client::new(&webhooks::app::aws_sdk_config().await);
+                let (table, id) = (t.lock().unwrap().clone(), e.lock().unwrap().clone());
+                ddb.update_item()
+                    .table_name(table)
+                    .key("pk", aws_sdk_dynamodb::types::AttributeValue::S(webhooks::store::keys::tenant_pk("acme")))
+                    .key("sk", aws_sdk_dynamodb::types::AttributeValue::S(webhooks::store::keys::endpoint_key(&id)))
+                    .update_expression("SET version = version + :one")
+                    .expression_attribute_values(":one", aws_sdk_dynamodb::types::AttributeValue::N("1".into()))
+                    .send()
+                    .await
+                    .expect("bump the endpoint's version");
+            }
+            Ok(())
+        }) as BoxFuture<Result<(), StoreError>>
+    });
+    let stack = Stack::start_wrapped(
+        |c| {
+            c.request_timeout = Duration::from_millis(2000);
+            c.lease_margin = Duration::from_millis(1000);
+            // A claimed delivery's lease is looked at from its message's redrive time.
+            c.redrive_after_seconds = 2;
+        },
+        Options::default(),
+        |app| Serialized::hooked(&app, Some(hook)),
+    )
+    .await;
+    *table.lock().unwrap() = stack.app.config.table.clone();
+    let rx = Receiver::start(Reply::Status(503)).await;
+    let (ep_id, id) = paused_endpoint(&stack, &rx, json!({"schedule_seconds": [1], "max_attempts": 5})).await;
+    *endpoint_id.lock().unwrap() = ep_id.clone();
+    // The probe's POST takes a second; its record's five tries each meet a moved endpoint.
+    rx.set_default(Reply::Hang(Duration::from_millis(1000)));
+    let hits = rx.count();
+    eventually("the probe's POST", WITHIN, || async { rx.count() > hits }).await;
+    bumps.store(5, Ordering::SeqCst);
+    eventually("the endpoint enabled again", WITHIN, || async {
+        get_endpoint(&stack, &ep_id).await["enabled"] == true
+    })
+    .await;
+    let d = stack.wait_status(&id, "delivered", WITHIN).await;
+    assert_eq!(bumps.load(Ordering::SeqCst), 0, "the record met a moved endpoint five times: {d:#}");
+    stack.stop().await;
+}

@@ -239,7 +239,8 @@ fn validate_url(url: &str) -> Result<(), ServiceError> {
 ///
 /// # Errors
 /// [`ServiceError::Validation`] naming the field; [`ServiceError::DestinationNotAllowed`] for
-/// a URL whose host is, or now resolves to, a non-public address (see [`crate::destination`]).
+/// a URL whose host is, or now resolves to, a non-public address (see [`crate::destination`]);
+/// [`ServiceError::Unavailable`] when the store failed (nothing of the caller's: retry).
 pub async fn create_endpoint(app: &App, body: &Map<String, Value>) -> Result<EndpointView, ServiceError> {
     let tenant_id = match body.get("tenant_id") {
         None | Some(Value::Null) => return Err(invalid("tenant_id", "is required")),
@@ -274,10 +275,20 @@ pub async fn create_endpoint(app: &App, body: &Map<String, Value>) -> Result<End
             ),
         ));
     }
-    app.store.create_endpoint(&endpoint).await.map_err(|e| match e {
-        StoreError::AlreadyExists => ServiceError::Conflict("endpoint id already exists; retry".into()),
-        other => other.into(),
-    })?;
+    // The id is ours, not the caller's: one found taken (80 random bits: never seen, short of
+    // a store that is not what it should be) is no conflict of theirs, so the create takes a
+    // fresh id, once; taken again, a retryable 503.
+    match app.store.create_endpoint(&endpoint).await {
+        Err(StoreError::AlreadyExists) => {
+            tracing::warn!(endpoint_id = %endpoint.id, "a new endpoint's id was taken; creating it under a fresh id");
+            endpoint.id = format!("ep_{}", app.random.ulid(app.clock.now()));
+            app.store.create_endpoint(&endpoint).await.map_err(|e| match e {
+                StoreError::AlreadyExists => ServiceError::Unavailable("no free endpoint id found; retry".into()),
+                other => other.into(),
+            })?;
+        }
+        other => other?,
+    }
     Ok(EndpointView::of(endpoint, true))
 }
 
@@ -487,6 +498,12 @@ async fn unfinished_deliveries(app: &App, endpoint_id: &str, max: usize) -> Resu
 /// the state it was listed in or, when it moved on meanwhile (an attempt finished), from the
 /// state it is in now; a delivery that finished meanwhile is left as it is.
 ///
+/// A delivery `sending` under a lease that has not run out is left too: its POST may be in
+/// flight, and ending it would report `exhausted` while the receiver logs a 200. Its worker
+/// records what the receiver answered (finding the endpoint gone, without a retry); a worker
+/// that died leaves the lease to run out, the sweeper re-drives it, and deliver, finding the
+/// endpoint gone, ends it then with reason `endpoint_deleted` (issue #35 input 5).
+///
 /// # Errors
 /// [`ServiceError::Unavailable`] when DynamoDB failed.
 pub async fn end_as_deleted(
@@ -497,10 +514,15 @@ pub async fn end_as_deleted(
     entry: EndpointEntry,
 ) -> Result<(), ServiceError> {
     let now = app.clock.now();
+    let in_flight = |d: &Delivery| d.status == DeliveryStatus::Sending && d.lease_until.is_some_and(|l| l > now);
+    if status == DeliveryStatus::Sending && app.store.get_delivery(id).await?.is_some_and(|d| in_flight(&d)) {
+        return Ok(());
+    }
     let t = lifecycle::abandon(&app.config, now, status, attempt_count, entry, REASON_ENDPOINT_DELETED);
     if let Applied::Lost = app.store.apply(id, &t, false).await?
         && let Some(cur) = app.store.get_delivery(id).await?
         && UNFINISHED.contains(&cur.status)
+        && !in_flight(&cur)
     {
         let t = lifecycle::abandon(
             &app.config,

@@ -49,6 +49,9 @@ pub enum Handled {
     /// The claim was given back without an attempt, to wait for the endpoint's rate limit
     /// (see [`crate::rate_limit`]); not an attempt, not a failure.
     RateLimited,
+    /// The endpoint was deleted: the delivery ended as a dead letter with reason
+    /// `endpoint_deleted`, no attempt made or recorded.
+    Ended,
 }
 
 /// How many attempts this call may make.
@@ -262,7 +265,18 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
         Ok(Err(handled)) => return Ok(handled),
         Err(e) => return give_back_after_error(app, &delivery, msg, lane, e).await,
     };
-    let probe = endpoint.as_ref().is_some_and(|ep| ep.state() == EndpointState::Probing(&delivery.id));
+    let Some(current) = endpoint.as_ref() else {
+        // Deleted: nothing is sent, so no attempt is recorded (the claim's number is given
+        // back) and the retry policy has no say: a dead letter with reason `endpoint_deleted`,
+        // not counted as exhausted (no `Exhausted` metric for the alarm). Issue #35 input 5.
+        let t = lifecycle::end_claimed(cfg, app.clock.now(), &delivery, REASON_ENDPOINT_DELETED);
+        if !apply_or_lost(app, &delivery, &t).await? {
+            return Ok(Handled::Duplicate);
+        }
+        tracing::info!(delivery_id = %delivery.id, endpoint_id = %delivery.endpoint_id, "endpoint deleted; delivery ended, nothing sent");
+        return Ok(Handled::Ended);
+    };
+    let probe = current.state() == EndpointState::Probing(&delivery.id);
     let started = slot_at.unwrap_or_else(|| app.clock.now());
     let result = match (&endpoint, &payload) {
         (None, _) => not_sent(REASON_ENDPOINT_DELETED),
@@ -540,6 +554,18 @@ async fn record_with_health(
                 }
             },
         }
+    }
+    // A probe's outcome is the endpoint's move (enabled again, or paused for another
+    // cool-down): recorded without it, the endpoint would stay `probing` with this delivery,
+    // every other one held, and no job left to move it (issue #35 input 6). The message goes
+    // back instead: the delivery stays `sending` under its lease, which runs out, and the
+    // sweeper records the attempt as `lease_expired` (it may have reached the receiver) and
+    // re-drives it as the probe again, whose record then moves the endpoint.
+    if effect.probe {
+        return Err(ServiceError::Unavailable(format!(
+            "endpoint {} kept changing while its probe's outcome was recorded",
+            read.id
+        )));
     }
     // The attempt was made: record it as the policy says rather than not at all (deliver
     // holds the delivery when it comes up, if the endpoint does not accept it by then).

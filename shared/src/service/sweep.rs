@@ -5,15 +5,20 @@
 
 use crate::App;
 use crate::error::ServiceError;
-use crate::lifecycle;
+use crate::lifecycle::{self, DueItem, Enqueue};
 use crate::model::DeliveryStatus;
 use crate::service::health;
-use crate::store::keys::JOB_SHARD;
+use crate::store::keys::{JOB_SHARD, due_pk};
 use crate::store::{Applied, Due, StoreError};
+use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use serde::Serialize;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What one tick did.
+///
+/// Of the due deliveries read, each is counted once: in `enqueued` or `unsent` (its
+/// transition written, with a message), `leases_pending`, `lost`, `failed` or `deferred`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct SweepReport {
     /// Items read from the due index: due deliveries (at most `sweep_batch`) and job steps
@@ -21,9 +26,9 @@ pub struct SweepReport {
     pub examined: usize,
     /// Of those, job steps.
     pub examined_jobs: usize,
-    /// Messages sent.
+    /// Messages sent (re-drives, and job steps' messages).
     pub enqueued: usize,
-    /// Of those, expired leases recovered.
+    /// Of the deliveries re-driven, expired leases recovered.
     pub recovered_leases: usize,
     /// Items another tick or worker changed first.
     pub lost: usize,
@@ -34,16 +39,44 @@ pub struct SweepReport {
     /// deleted).
     pub jobs_run: usize,
     /// Due job steps left for the next tick because the tick's budget
-    /// (`WEBHOOKS_SWEEP_BUDGET_SECONDS`) was spent.
+    /// (`WEBHOOKS_SWEEP_BUDGET_SECONDS`) was spent, or a send failed.
     pub jobs_deferred: usize,
+    /// Due-index reads that failed (one shard's, or the job partition's): logged, and the
+    /// tick goes on without them and ends in the error; their items wait for the next tick.
+    pub failed_reads: usize,
+    /// Due deliveries whose read or transition failed (logged; they stay due).
+    pub failed: usize,
+    /// Messages whose send failed (their transitions were written: those deliveries wait for
+    /// their re-drive, `WEBHOOKS_REDRIVE_AFTER_SECONDS`). A send of more than one
+    /// SendMessageBatch call may have sent its first part.
+    pub unsent: usize,
+    /// Due deliveries left untouched for the next tick because a send had failed.
+    pub deferred: usize,
+}
+
+/// Re-drives (transitions and their reads) in flight at once.
+const IN_FLIGHT: usize = 16;
+
+/// Most messages of one send: SQS's SendMessageBatch limit (10). Each batch is sent as soon as
+/// its transitions are written, so a tick that dies (its Lambda timing out) leaves at most the
+/// transitions in flight and one batch without their message, waiting for their re-drive.
+const SEND_BATCH: usize = 10;
+
+/// A due-index read that failed: logged and counted; the tick goes on without it and ends in
+/// the first error (so the sweeper's error alarm sees it).
+fn failed_read(shard: u32, e: StoreError, report: &mut SweepReport, error: &mut Option<ServiceError>) {
+    tracing::warn!(partition = %due_pk(shard), error = %e, "due index partition not read; its items wait for the next tick");
+    report.failed_reads += 1;
+    error.get_or_insert(e.into());
 }
 
 /// Up to `sweep_batch` due items over all shards, never more: an even share of each shard
 /// first, then what is left of the cap to the shards that had more (hashing spreads items
 /// evenly only on average), for at most four rounds; once fewer items are left than shards
 /// with more, those shards are asked one after another, from a random one, for all that is
-/// left. Every item is read once.
-async fn read_due(app: &App, until_ms: i64) -> Result<Vec<Due>, ServiceError> {
+/// left. Every item is read once. A shard whose read fails is passed over for the rest of the
+/// tick ([`failed_read`]); its share goes to the others.
+async fn read_due(app: &App, until_ms: i64, report: &mut SweepReport, error: &mut Option<ServiceError>) -> Vec<Due> {
     let cfg = &app.config;
     let mut items = Vec::new();
     // Shards that filled their share, with the last item read from each.
@@ -66,7 +99,10 @@ async fn read_due(app: &App, until_ms: i64) -> Result<Vec<Due>, ServiceError> {
                 if left == 0 {
                     break;
                 }
-                items.extend(app.store.due(*shard, until_ms, left, after.as_ref()).await?);
+                match app.store.due(*shard, until_ms, left, after.as_ref()).await {
+                    Ok(page) => items.extend(page),
+                    Err(e) => failed_read(*shard, e, report, error),
+                }
             }
             break;
         }
@@ -75,7 +111,13 @@ async fn read_due(app: &App, until_ms: i64) -> Result<Vec<Due>, ServiceError> {
         let pages = futures::future::join_all(reads).await;
         let mut still_open = Vec::new();
         for ((shard, _), page) in open.iter().zip(pages) {
-            let page = page?;
+            let page = match page {
+                Ok(page) => page,
+                Err(e) => {
+                    failed_read(*shard, e, report, error);
+                    continue;
+                }
+            };
             if page.len() >= share {
                 still_open.push((*shard, page.last().cloned()));
             }
@@ -83,95 +125,158 @@ async fn read_due(app: &App, until_ms: i64) -> Result<Vec<Due>, ServiceError> {
         }
         open = still_open;
     }
-    Ok(items)
+    items
+}
+
+/// What re-driving one due delivery came to.
+enum Redrive {
+    /// Its transition is written; this message is to be sent (and whether it recovered an
+    /// expired lease).
+    Send(Enqueue, bool),
+    /// A `sending` item whose lease is not over: its due time moved to the lease's end.
+    LeasePending,
+    /// It moved on since the due read, or another tick or worker changed it first.
+    Lost,
+    /// Not touched: a send had failed.
+    Deferred,
+}
+
+/// Re-drives one due delivery: its guarded transition ([`lifecycle::sweep`]), the message to
+/// send once it is written. Touches nothing once `stopped` is set.
+async fn redrive(app: &App, now: DateTime<Utc>, item: DueItem, stopped: &AtomicBool) -> Result<Redrive, StoreError> {
+    if stopped.load(Ordering::SeqCst) {
+        return Ok(Redrive::Deferred);
+    }
+    // An expired lease is recorded on the item's history, trimmed to the same bound as every
+    // record (see lifecycle::sweep): read it first.
+    let read = match item.status {
+        DeliveryStatus::Sending => app.store.get_delivery(&item.id).await?,
+        _ => None,
+    };
+    let Some((t, enqueue)) = lifecycle::sweep(&app.config, now, &item, read.as_ref()) else {
+        // It moved on since the due read.
+        return Ok(Redrive::Lost);
+    };
+    let recovered = t.forgive_attempt;
+    Ok(match app.store.apply(&item.id, &t, false).await? {
+        Applied::Done(_) => match enqueue {
+            Some(e) => Redrive::Send(e, recovered),
+            None => Redrive::LeasePending,
+        },
+        Applied::Lost => Redrive::Lost,
+    })
+}
+
+/// Sends `messages` now, in batches of [`SEND_BATCH`], counting them in `report`. Once a send
+/// failed (`stopped`), nothing more is sent this tick: the tick starts no new transition,
+/// and the deliveries whose messages were not sent wait for their re-drive.
+async fn send_now(
+    app: &App,
+    messages: &[Enqueue],
+    report: &mut SweepReport,
+    error: &mut Option<ServiceError>,
+    stopped: &AtomicBool,
+) {
+    for batch in messages.chunks(SEND_BATCH) {
+        if stopped.load(Ordering::SeqCst) {
+            report.unsent += batch.len();
+            continue;
+        }
+        match app.queue.send(batch).await {
+            Ok(()) => report.enqueued += batch.len(),
+            Err(e) => {
+                tracing::warn!(messages = batch.len(), error = %e, "messages not sent; their deliveries wait for their re-drive, and the tick starts nothing more");
+                report.unsent += batch.len();
+                stopped.store(true, Ordering::SeqCst);
+                error.get_or_insert(e.into());
+            }
+        }
+    }
 }
 
 /// One sweeper tick.
 ///
+/// It goes on past what fails: a due-index read (that partition's items wait for the next
+/// tick), a delivery's transition (it stays due), a job step (it runs again after its lease).
+/// Each delivery's message is sent as soon as its transition is written, a batch at a time;
+/// once a send failed, the tick starts nothing more (what it did not touch stays due for the
+/// next tick, sooner than a re-drive).
+///
 /// # Errors
-/// [`ServiceError::Unavailable`] when a query or the final send failed; whatever was not
-/// enqueued stays in the due index for the next tick.
+/// [`ServiceError::Unavailable`] (after the tick has done all it could, its report logged)
+/// when a read, a transition or a send failed: the first such error.
 pub async fn sweep(app: &App) -> Result<SweepReport, ServiceError> {
     let cfg = &app.config;
     let started = std::time::Instant::now();
     let now = app.clock.now();
-    let mut items = read_due(app, now.timestamp_millis()).await?;
+    let now_ms = now.timestamp_millis();
+    let mut report = SweepReport::default();
+    let mut error: Option<ServiceError> = None;
+    let mut items = read_due(app, now_ms, &mut report, &mut error).await;
     // Job steps come from their own partition, with their own cap: however many are due,
     // they never take the deliveries' share of the batch.
     // A failed read of it leaves the jobs for the next tick, not the deliveries.
-    let job_steps = match app.store.due(JOB_SHARD, now.timestamp_millis(), cfg.sweep_batch, None).await {
+    let job_steps = match app.store.due(JOB_SHARD, now_ms, cfg.sweep_batch, None).await {
         Ok(steps) => steps,
         Err(e) => {
-            tracing::warn!(error = %e, "due job steps not read; they run next tick");
+            failed_read(JOB_SHARD, e, &mut report, &mut error);
             Vec::new()
         }
     };
-    let examined_jobs = job_steps.len();
+    report.examined_jobs = job_steps.len();
     items.extend(job_steps);
-    let mut report = SweepReport { examined: items.len(), examined_jobs, ..SweepReport::default() };
-    let mut to_send = Vec::new();
+    report.examined = items.len();
     let mut due = Vec::new();
     let mut jobs = Vec::new();
-    for item in &items {
+    for item in items {
         match item {
-            Due::Delivery(d) if d.due_at <= now.timestamp_millis() => due.push(d.clone()),
+            Due::Delivery(d) if d.due_at <= now_ms => due.push(d),
             Due::Delivery(_) => {}
-            Due::Job { id, due_at } => jobs.push((id, *due_at)),
+            Due::Job { id, due_at } => jobs.push((id, due_at)),
         }
     }
-    let applied: Vec<_> = futures::stream::iter(due.into_iter().map(|item| {
-        let app = app.clone();
-        async move {
-            // An expired lease is recorded on the item's history, trimmed to the same bound
-            // as every record (see lifecycle::sweep): read it first.
-            let read = match item.status {
-                DeliveryStatus::Sending => app.store.get_delivery(&item.id).await?,
-                _ => None,
-            };
-            let Some((t, enqueue)) = lifecycle::sweep(&app.config, now, &item, read.as_ref()) else {
-                // It moved on since the due read.
-                return Ok(None);
-            };
-            let recovered = t.forgive_attempt;
-            match app.store.apply(&item.id, &t, false).await? {
-                Applied::Done(_) => Ok(Some((enqueue, recovered))),
-                Applied::Lost => Ok(None),
+    // Set once a send failed.
+    let stopped = AtomicBool::new(false);
+    let mut redriven = futures::stream::iter(due.into_iter().map(|item| redrive(app, now, item, &stopped)))
+        .buffer_unordered(IN_FLIGHT)
+        .ready_chunks(SEND_BATCH);
+    while let Some(done) = redriven.next().await {
+        let mut batch = Vec::new();
+        for r in done {
+            match r {
+                Ok(Redrive::Send(e, recovered)) => {
+                    report.recovered_leases += usize::from(recovered);
+                    batch.push(e);
+                }
+                Ok(Redrive::LeasePending) => report.leases_pending += 1,
+                Ok(Redrive::Lost) => report.lost += 1,
+                Ok(Redrive::Deferred) => report.deferred += 1,
+                Err(e) => {
+                    tracing::warn!(error = %e, "due delivery not re-driven; it stays due");
+                    report.failed += 1;
+                    error.get_or_insert(e.into());
+                }
             }
         }
-    }))
-    .buffer_unordered(16)
-    .collect()
-    .await;
-    let mut first_error: Option<StoreError> = None;
-    for r in applied {
-        match r {
-            Ok(Some((Some(e), recovered))) => {
-                report.recovered_leases += usize::from(recovered);
-                to_send.push(e);
-            }
-            Ok(Some((None, _))) => report.leases_pending += 1,
-            Ok(None) => report.lost += 1,
-            Err(e) => {
-                first_error.get_or_insert(e);
-            }
-        }
+        send_now(app, &batch, &mut report, &mut error, &stopped).await;
     }
+    drop(redriven);
     // Job steps after the due deliveries, while the tick's budget lasts: a busy job cannot
     // starve re-drives and long waits, and what is left runs next tick.
     for (id, due_at) in jobs {
-        if started.elapsed() >= cfg.sweep_budget {
+        if stopped.load(Ordering::SeqCst) || started.elapsed() >= cfg.sweep_budget {
             report.jobs_deferred += 1;
             continue;
         }
         match tokio::time::timeout(
             cfg.sweep_budget.saturating_sub(started.elapsed()),
-            health::run_job_step(app, id, due_at),
+            health::run_job_step(app, &id, due_at),
         )
         .await
         {
             Ok(Ok(messages)) => {
                 report.jobs_run += 1;
-                to_send.extend(messages);
+                send_now(app, &messages, &mut report, &mut error, &stopped).await;
             }
             Ok(Err(e)) => tracing::warn!(job_id = %id, error = %e, "job step failed; it runs again after its lease"),
             Err(_) => {
@@ -179,21 +284,19 @@ pub async fn sweep(app: &App) -> Result<SweepReport, ServiceError> {
             }
         }
     }
-    report.enqueued = to_send.len();
-    app.queue.send(&to_send).await?;
-    if let Some(e) = first_error {
-        return Err(e.into());
-    }
     crate::metrics::emit(
         cfg,
-        now.timestamp_millis(),
+        now_ms,
         &[
             ("SweepEnqueued", report.enqueued as f64, "Count"),
             ("SweepRecoveredLeases", report.recovered_leases as f64, "Count"),
         ],
     );
-    if report.examined > 0 {
+    if report.examined > 0 || error.is_some() {
         tracing::info!(?report, "sweep");
     }
-    Ok(report)
+    match error {
+        Some(e) => Err(e),
+        None => Ok(report),
+    }
 }

@@ -687,15 +687,25 @@ impl DynamoStore {
             }
             // This page's delivery items, read strongly consistent (one that moved on since,
             // to a later due time or out of the index, is left out).
+            // Its key too, to name an item that does not read as a delivery.
             let projection = (
-                "id, #status, attempt_count, next_attempt_at, lease_until, #at",
-                &[("#status", "status"), ("#at", DUE_AT)][..],
+                "#pk, #sk, id, #status, attempt_count, next_attempt_at, lease_until, #at",
+                &[("#pk", PK), ("#sk", SK), ("#status", "status"), ("#at", DUE_AT)][..],
             );
             for item in self.batch_get(&deliveries, Some(projection), true).await? {
                 if !item.contains_key(DUE_AT) {
                     continue;
                 }
-                let due: DueItem = from_item(item)?;
+                let key = key_text(&item);
+                let due: DueItem = match from_item(item) {
+                    Ok(due) => due,
+                    // One item that does not decode is passed over (logged with its key, every
+                    // tick until someone mends or deletes it), not the whole page, nor the tick.
+                    Err(e) => {
+                        tracing::error!(key = %key.replace('\n', " "), error = %e, "due index item is not a delivery; passed over");
+                        continue;
+                    }
+                };
                 if due.due_at <= until_ms {
                     out.push(Due::Delivery(due));
                 }
@@ -861,23 +871,11 @@ const PUTS_IN_FLIGHT: usize = 16;
 /// in one TransactWriteItems, less the delete).
 const DELIVERIES_PER_CHECK: usize = 99;
 
-/// Whether a TransactWriteItems was cancelled because an item's condition failed (and for no
-/// other reason, such as a conflicting transaction).
-fn cancelled_by_condition(
-    e: &aws_sdk_dynamodb::error::SdkError<
-        aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError,
-        aws_sdk_dynamodb::config::http::HttpResponse,
-    >,
-) -> bool {
-    use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-    match e.as_service_error() {
-        Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
-            let codes: Vec<_> = c.cancellation_reasons().iter().filter_map(|r| r.code()).collect();
-            codes.contains(&"ConditionalCheckFailed")
-                && codes.iter().all(|c| matches!(*c, "ConditionalCheckFailed" | "None"))
-        }
-        _ => false,
-    }
+/// Whether `found`, the endpoint item an endpoint create's condition met, is `ours`, the item
+/// that create writes: the same secret and creation time (only an earlier try of the same
+/// call has both; a rotation since would make it look like another endpoint's).
+fn same_endpoint(found: &Item, ours: &Item) -> bool {
+    ["secret", "created_at"].iter().all(|attr| found.get(*attr).is_some() && found.get(*attr) == ours.get(*attr))
 }
 
 /// Whether a TransactWriteItems was cancelled because DynamoDB refused one of its items as
@@ -949,6 +947,40 @@ async fn updated_attribute(
     }
 }
 
+/// Tries of a write that records an attempt already made (the receiver has seen it): 10, with
+/// exponential backoff from 200 ms up to 2 s (about 7 s in all, jittered), where the SDK's
+/// default is 3 tries in about 2 s. A throttled table then does not make deliver give up a
+/// 2xx's record, the sweeper later reporting it as `lease_expired` and sending the event
+/// again (issue #35 input 2): the record's guard keeps it right however late it lands (it
+/// applies while the delivery is still this claim's, and loses once the sweeper moved it
+/// on). Every other write keeps the SDK's default.
+pub const RECORD_MAX_ATTEMPTS: u32 = 10;
+
+/// Whether `t` writes an attempt to the delivery's history (a record, not a claim or a
+/// re-drive).
+fn records_attempt(t: &Transition) -> bool {
+    matches!(t.attempts, Field::Set(_)) && t.status != crate::model::DeliveryStatus::Sending
+}
+
+fn retry_for(t: &Transition) -> aws_sdk_dynamodb::config::Builder {
+    retry_for_record(records_attempt(t))
+}
+
+/// The SDK configuration override of a write: [`RECORD_MAX_ATTEMPTS`] for a record, nothing
+/// changed otherwise.
+fn retry_for_record(record: bool) -> aws_sdk_dynamodb::config::Builder {
+    let builder = aws_sdk_dynamodb::config::Builder::default();
+    if !record {
+        return builder;
+    }
+    builder.retry_config(
+        aws_sdk_dynamodb::config::retry::RetryConfig::standard()
+            .with_max_attempts(RECORD_MAX_ATTEMPTS)
+            .with_initial_backoff(std::time::Duration::from_millis(200))
+            .with_max_backoff(std::time::Duration::from_secs(2)),
+    )
+}
+
 fn time(t: &chrono::DateTime<chrono::Utc>) -> AttributeValue {
     s(t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
 }
@@ -967,11 +999,14 @@ impl Store for DynamoStore {
         pointer.insert(PK.into(), s(endpoint_key(&endpoint.id)));
         pointer.insert(SK.into(), s(ENDPOINT_POINTER_SK));
         pointer.insert("tenant_id".into(), s(&endpoint.tenant_id));
-        let put = |item: Item| {
+        // The endpoint item's put returns the item its condition meets, to tell our own earlier
+        // try from another endpoint.
+        let put = |item: Item, old: Option<aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure>| {
             Put::builder()
                 .table_name(&self.table)
                 .set_item(Some(item))
                 .condition_expression("attribute_not_exists(pk)")
+                .set_return_values_on_condition_check_failure(old)
                 .build()
                 .map(|p| TransactWriteItem::builder().put(p).build())
                 .map_err(aws)
@@ -979,18 +1014,40 @@ impl Store for DynamoStore {
         // The copies (see [`copies`]) go in unconditionally: the endpoint item's condition
         // decides, and an id is never reused.
         let copies = self.copy_puts(&item, &endpoint.tenant_id).await?;
-        let mut items = vec![put(item)?, put(pointer)?];
+        let ours = item.clone();
+        let all_old = Some(aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld);
+        let mut items = vec![put(item, all_old)?, put(pointer, None)?];
         items.extend(copies);
         let result = self.client.transact_write_items().set_transact_items(Some(items)).send().await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(e) if cancelled_by_condition(&e) => Err(StoreError::AlreadyExists),
-            Err(e) if cancelled_as_invalid(&e) => {
-                let text = DisplayErrorContext(e).to_string();
-                Err(StoreError::Invalid(crate::error::aws_detail_logged("DynamoDB", &text, true)))
+        let Err(e) = result else { return Ok(()) };
+        use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+        if let Some(TransactWriteItemsError::TransactionCanceledException(c)) = e.as_service_error() {
+            // Read by position: the endpoint item, then its id's pointer. Only their own
+            // condition says the id is taken; any other reason (a conflicting transaction,
+            // throttling) is a failure to retry, not the caller's doing.
+            let reason = |i: usize| c.cancellation_reasons().get(i);
+            let failed = |i: usize| reason(i).and_then(|r| r.code()) == Some("ConditionalCheckFailed");
+            if failed(0) {
+                if reason(0).and_then(|r| r.item()).is_some_and(|found| same_endpoint(found, &ours)) {
+                    // An earlier try of this call applied and its answer was lost (a try cut
+                    // at the SDK's attempt timeout, say): DynamoDB answers the retry, which
+                    // carries the same client token, as the first try, but an emulator that
+                    // ignores the token (moto) cancels it on the first try's item.
+                    tracing::info!(endpoint_id = %endpoint.id, "an endpoint create's answer was lost and its retry found it applied");
+                    return Ok(());
+                }
+                return Err(StoreError::AlreadyExists);
             }
-            Err(e) => Err(aws(e)),
+            if failed(1) {
+                // Another tenant's endpoint has the id.
+                return Err(StoreError::AlreadyExists);
+            }
         }
+        if cancelled_as_invalid(&e) {
+            let text = DisplayErrorContext(e).to_string();
+            return Err(StoreError::Invalid(crate::error::aws_detail_logged("DynamoDB", &text, true)));
+        }
+        Err(aws(e))
     }
 
     async fn get_endpoint(&self, tenant_id: &str, id: &str) -> Result<Option<Endpoint>, StoreError> {
@@ -1380,6 +1437,8 @@ impl Store for DynamoStore {
             .return_values_on_condition_check_failure(
                 aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
             )
+            .customize()
+            .config_override(retry_for(t))
             .send()
             .await;
         match result {
@@ -1472,7 +1531,14 @@ impl Store for DynamoStore {
         // is tried again after a short pause; a failed condition is an answer, not an error.
         let mut pause = std::time::Duration::from_millis(20);
         for _ in 0..4 {
-            let result = self.client.transact_write_items().set_transact_items(Some(items.clone())).send().await;
+            let result = self
+                .client
+                .transact_write_items()
+                .set_transact_items(Some(items.clone()))
+                .customize()
+                .config_override(retry_for_record(delivery.is_some_and(|(_, t)| records_attempt(t))))
+                .send()
+                .await;
             let e = match result {
                 Ok(_) => return Ok(Committed::Done),
                 Err(e) => e,

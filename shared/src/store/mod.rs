@@ -261,10 +261,12 @@ pub enum Applied {
 /// Persistence of endpoints and deliveries.
 #[async_trait]
 pub trait Store: Send + Sync {
-    /// Creates an endpoint (and its id pointer).
+    /// Creates an endpoint (and its id pointer). Finding the very same endpoint there (its
+    /// secret and creation time: an earlier try of this create, whose answer was lost) is
+    /// success, not a conflict.
     ///
     /// # Errors
-    /// [`StoreError::AlreadyExists`] when the id is taken.
+    /// [`StoreError::AlreadyExists`] when the id is taken by another endpoint.
     async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError>;
     /// An endpoint by tenant and id (strongly consistent).
     async fn get_endpoint(&self, tenant_id: &str, id: &str) -> Result<Option<Endpoint>, StoreError>;
@@ -364,7 +366,9 @@ pub trait Store: Send + Sync {
     /// Applies a guarded transition; with `return_new`, the item after it.
     async fn apply(&self, id: &str, transition: &Transition, return_new: bool) -> Result<Applied, StoreError>;
     /// Up to `limit` items of one due-index shard with `due_at <= until_ms`, earliest first;
-    /// with `after` (the last item of a previous call on this shard), those after it.
+    /// with `after` (the last item of a previous call on this shard), those after it. An
+    /// item that does not read as a due delivery is logged with its key and left out, not
+    /// an error.
     async fn due(&self, shard: u32, until_ms: i64, limit: usize, after: Option<&Due>) -> Result<Vec<Due>, StoreError>;
     /// Creates a job (its id is new: a conditional PutItem), in the due index at `run_at`
     /// while it is running.
