@@ -517,17 +517,11 @@ impl aws_smithy_runtime_api::client::interceptors::Intercept for FailNth {
         match self.fault {
             Fault::LoseAnswer if self.hit(cfg) => Err(self.injected()),
             Fault::LoseAnswerRetried if self.hit(cfg) => {
-                let body = json!({
-                    "__type": "com.amazonaws.dynamodb.v20120810#InternalServerError",
-                    "message": "injected: the answer was lost",
-                });
-                let status = aws_smithy_runtime_api::http::StatusCode::try_from(500u16)?;
-                let mut answer = aws_smithy_runtime_api::http::Response::new(
-                    status,
-                    aws_smithy_types::body::SdkBody::from(body.to_string()),
-                );
-                answer.headers_mut().insert("content-type", "application/x-amz-json-1.0");
-                *context.response_mut() = answer;
+                *context.response_mut() = injected_answer(
+                    500,
+                    "com.amazonaws.dynamodb.v20120810#InternalServerError",
+                    "injected: the answer was lost",
+                )?;
                 Ok(())
             }
             Fault::ValidationException | Fault::AccessDenied if self.hit(cfg) => {
@@ -535,16 +529,7 @@ impl aws_smithy_runtime_api::client::interceptors::Intercept for FailNth {
                     Fault::AccessDenied => ("AccessDeniedException", INJECTED_ACCESS_DENIED_MESSAGE),
                     _ => ("ValidationException", INJECTED_VALIDATION_MESSAGE),
                 };
-                let body = json!({
-                    "__type": format!("com.amazon.coral.validate#{kind}"),
-                    "message": message,
-                });
-                let status = aws_smithy_runtime_api::http::StatusCode::try_from(400u16)?;
-                let mut answer = aws_smithy_runtime_api::http::Response::new(
-                    status,
-                    aws_smithy_types::body::SdkBody::from(body.to_string()),
-                );
-                answer.headers_mut().insert("content-type", "application/x-amz-json-1.0");
+                let mut answer = injected_answer(400, &format!("com.amazon.coral.validate#{kind}"), message)?;
                 answer.headers_mut().insert("x-amzn-errortype", kind);
                 *context.response_mut() = answer;
                 Ok(())
@@ -552,6 +537,38 @@ impl aws_smithy_runtime_api::client::interceptors::Intercept for FailNth {
             _ => Ok(()),
         }
     }
+}
+
+/// An answer in the AWS JSON protocol DynamoDB and SQS speak: `status` with the error `kind`
+/// (its `__type`, also in `x-amzn-query-error` for SQS) and `message`, as an interceptor puts
+/// in place of the service's.
+///
+/// # Errors
+/// Never in practice: `status` is a valid HTTP status.
+pub fn injected_answer(
+    status: u16,
+    kind: &str,
+    message: &str,
+) -> Result<aws_smithy_runtime_api::http::Response, aws_smithy_runtime_api::box_error::BoxError> {
+    let body = json!({"__type": kind, "message": message});
+    let mut answer = aws_smithy_runtime_api::http::Response::new(
+        aws_smithy_runtime_api::http::StatusCode::try_from(status)?,
+        aws_smithy_types::body::SdkBody::from(body.to_string()),
+    );
+    answer.headers_mut().insert("content-type", "application/x-amz-json-1.0");
+    answer.headers_mut().insert("x-amzn-query-error", format!("{kind};Sender"));
+    Ok(answer)
+}
+
+/// Turns a signed request into a harmless read of the same service (DynamoDB's
+/// `DescribeLimits`, SQS's `ListQueues`), so that a try an interceptor fails never reaches
+/// the table or the queue.
+fn neutralize(request: &mut aws_smithy_runtime_api::http::Request, service: &str) {
+    let target =
+        if service.to_lowercase().contains("sqs") { "AmazonSQS.ListQueues" } else { "DynamoDB_20120810.DescribeLimits" };
+    request.headers_mut().insert("x-amz-target", target);
+    *request.body_mut() = aws_smithy_types::body::SdkBody::from("{}");
+    request.headers_mut().insert("content-length", "2");
 }
 
 /// An SDK interceptor that answers DynamoDB's `ThrottlingException` (HTTP 400, which the SDK
@@ -609,11 +626,7 @@ impl aws_smithy_runtime_api::client::interceptors::Intercept for Throttle {
                 })
                 .is_ok();
         if take {
-            // The try must not reach the table: it becomes a harmless DescribeLimits.
-            let request = context.request_mut();
-            request.headers_mut().insert("x-amz-target", "DynamoDB_20120810.DescribeLimits");
-            *request.body_mut() = aws_smithy_types::body::SdkBody::from("{}");
-            request.headers_mut().insert("content-length", "2");
+            neutralize(context.request_mut(), "DynamoDB");
             cfg.interceptor_state().store_put(Throttled);
         } else {
             cfg.interceptor_state().unset::<Throttled>();
@@ -629,20 +642,9 @@ impl aws_smithy_runtime_api::client::interceptors::Intercept for Throttle {
         _rc: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
         cfg: &mut aws_smithy_types::config_bag::ConfigBag,
     ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
-        if cfg.load::<Throttled>().is_none() {
-            return Ok(());
+        if cfg.load::<Throttled>().is_some() {
+            *context.response_mut() = injected_answer(400, "ThrottlingException", "injected: throttled")?;
         }
-        let body = json!({
-            "__type": "com.amazonaws.dynamodb.v20120810#ThrottlingException",
-            "message": "injected: rate of requests exceeds the allowed throughput",
-        });
-        let status = aws_smithy_runtime_api::http::StatusCode::try_from(400u16)?;
-        let mut answer = aws_smithy_runtime_api::http::Response::new(
-            status,
-            aws_smithy_types::body::SdkBody::from(body.to_string()),
-        );
-        answer.headers_mut().insert("content-type", "application/x-amz-json-1.0");
-        *context.response_mut() = answer;
         Ok(())
     }
 }
@@ -699,20 +701,6 @@ impl Chaos {
     pub fn tally(&self) -> std::collections::BTreeMap<(String, ChaosFault), usize> {
         self.tally.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
-
-    fn error_answer(
-        status: u16,
-        kind: &str,
-    ) -> Result<aws_smithy_runtime_api::http::Response, aws_smithy_runtime_api::box_error::BoxError> {
-        let body = json!({"__type": kind, "message": "injected by the fault harness"});
-        let mut answer = aws_smithy_runtime_api::http::Response::new(
-            aws_smithy_runtime_api::http::StatusCode::try_from(status)?,
-            aws_smithy_types::body::SdkBody::from(body.to_string()),
-        );
-        answer.headers_mut().insert("content-type", "application/x-amz-json-1.0");
-        answer.headers_mut().insert("x-amzn-query-error", format!("{kind};Sender"));
-        Ok(answer)
-    }
 }
 
 impl aws_smithy_runtime_api::client::interceptors::Intercept for Chaos {
@@ -746,16 +734,7 @@ impl aws_smithy_runtime_api::client::interceptors::Intercept for Chaos {
         let (operation, service) =
             cfg.load::<Metadata>().map(|m| (m.name().to_string(), m.service().to_string())).unwrap_or_default();
         if fault != ChaosFault::AnswerLost {
-            // The try must not reach the service: it goes as a harmless read.
-            let target = if service.to_lowercase().contains("sqs") {
-                "AmazonSQS.ListQueues"
-            } else {
-                "DynamoDB_20120810.DescribeLimits"
-            };
-            let request = context.request_mut();
-            request.headers_mut().insert("x-amz-target", target);
-            *request.body_mut() = aws_smithy_types::body::SdkBody::from("{}");
-            request.headers_mut().insert("content-length", "2");
+            neutralize(context.request_mut(), &service);
         }
         *self.tally.lock().unwrap_or_else(|e| e.into_inner()).entry((operation, fault)).or_default() += 1;
         cfg.interceptor_state().store_put(fault);
@@ -772,8 +751,8 @@ impl aws_smithy_runtime_api::client::interceptors::Intercept for Chaos {
     ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
         let answer = match cfg.load::<ChaosFault>() {
             None => return Ok(()),
-            Some(ChaosFault::Throttled) => Self::error_answer(400, "ThrottlingException")?,
-            Some(_) => Self::error_answer(500, "InternalServerError")?,
+            Some(ChaosFault::Throttled) => injected_answer(400, "ThrottlingException", "injected: throttled")?,
+            Some(_) => injected_answer(500, "InternalServerError", "injected by the fault harness")?,
         };
         *context.response_mut() = answer;
         Ok(())
