@@ -564,8 +564,11 @@ pub fn injected_answer(
 /// `DescribeLimits`, SQS's `ListQueues`), so that a try an interceptor fails never reaches
 /// the table or the queue.
 fn neutralize(request: &mut aws_smithy_runtime_api::http::Request, service: &str) {
-    let target =
-        if service.to_lowercase().contains("sqs") { "AmazonSQS.ListQueues" } else { "DynamoDB_20120810.DescribeLimits" };
+    let target = if service.to_lowercase().contains("sqs") {
+        "AmazonSQS.ListQueues"
+    } else {
+        "DynamoDB_20120810.DescribeLimits"
+    };
     request.headers_mut().insert("x-amz-target", target);
     *request.body_mut() = aws_smithy_types::body::SdkBody::from("{}");
     request.headers_mut().insert("content-length", "2");
