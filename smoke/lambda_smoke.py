@@ -262,6 +262,24 @@ def check_secure_defaults(template):
                and st.get("Condition", {}).get("Bool", {}).get("aws:SecureTransport") == "false"]
         check(f"template: {q} refuses requests without TLS", len(tls) == 1)
 
+    # 2. Only the roles granted secretsmanager:GetSecretValue on the portal token key may read
+    # it, whatever other principals' IAM policies grant.
+    readers = set()
+    for lid, r in res.items():
+        if r["Type"] == "AWS::IAM::Role":
+            for pol in r["Properties"].get("Policies", []):
+                for st in pol["PolicyDocument"]["Statement"]:
+                    if "secretsmanager:GetSecretValue" in _as_list(st.get("Action", [])):
+                        readers.add(lid)
+    sp = res.get("PortalTokenKeyPolicy", {}).get("Properties", {})
+    deny = [st for st in sp.get("ResourcePolicy", {}).get("Statement", [])
+            if st.get("Effect") == "Deny" and st.get("Action") == "secretsmanager:GetSecretValue"]
+    allowed = {_arn_of(a) for st in deny
+               for a in _as_list(st.get("Condition", {}).get("ArnNotEquals", {}).get("aws:PrincipalArn", []))}
+    check("template: only the roles granted it may read the portal token key",
+          sp.get("SecretId") == {"Ref": "PortalTokenKey"} and len(deny) == 1 and allowed == readers,
+          f"policy allows {sorted(a for a in allowed if a)}, roles granted {sorted(readers)}")
+
     # 8. A customer-managed key, when given, encrypts the table, every queue and the topic, and
     # every function's role may use it.
     check("template: KmsKeyArn defaults to empty (each service's own encryption)",

@@ -500,9 +500,10 @@ async fn unfinished_deliveries(app: &App, endpoint_id: &str, max: usize) -> Resu
 ///
 /// A delivery `sending` under a lease that has not run out is left too: its POST may be in
 /// flight, and ending it would report `exhausted` while the receiver logs a 200. Its worker
-/// records what the receiver answered (finding the endpoint gone, without a retry); a worker
-/// that died leaves the lease to run out, the sweeper re-drives it, and deliver, finding the
-/// endpoint gone, ends it then with reason `endpoint_deleted` (issue #35 input 5).
+/// records what the receiver answered (a retryable failure is scheduled as the policy says);
+/// its next claim, or the sweeper's re-drive of a worker that died, finds the endpoint gone
+/// and ends it then with reason `endpoint_deleted` (issue #35 input 5). So a delivery can
+/// stay `scheduled` for a deleted endpoint until its next attempt is due.
 ///
 /// # Errors
 /// [`ServiceError::Unavailable`] when DynamoDB failed.

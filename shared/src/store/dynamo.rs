@@ -956,10 +956,11 @@ async fn updated_attribute(
 /// on). Every other write keeps the SDK's default.
 pub const RECORD_MAX_ATTEMPTS: u32 = 10;
 
-/// Whether `t` writes an attempt to the delivery's history (a record, not a claim or a
-/// re-drive).
+/// Whether `t` records an attempt deliver made (not a claim, a re-drive, or the sweeper's
+/// record of a lapsed lease, which keeps the SDK's default so a throttled tick stays within
+/// its budget).
 fn records_attempt(t: &Transition) -> bool {
-    matches!(t.attempts, Field::Set(_)) && t.status != crate::model::DeliveryStatus::Sending
+    matches!(t.attempts, Field::Set(_)) && t.status != crate::model::DeliveryStatus::Sending && !t.forgive_attempt
 }
 
 fn retry_for(t: &Transition) -> aws_sdk_dynamodb::config::Builder {
@@ -973,12 +974,16 @@ fn retry_for_record(record: bool) -> aws_sdk_dynamodb::config::Builder {
     if !record {
         return builder;
     }
-    builder.retry_config(
-        aws_sdk_dynamodb::config::retry::RetryConfig::standard()
-            .with_max_attempts(RECORD_MAX_ATTEMPTS)
-            .with_initial_backoff(std::time::Duration::from_millis(200))
-            .with_max_backoff(std::time::Duration::from_secs(2)),
-    )
+    // Their own retry partition: the standard strategy's retry quota (a token bucket per
+    // partition) spent by other throttled calls does not cut a record's tries short.
+    builder
+        .retry_config(
+            aws_sdk_dynamodb::config::retry::RetryConfig::standard()
+                .with_max_attempts(RECORD_MAX_ATTEMPTS)
+                .with_initial_backoff(std::time::Duration::from_millis(200))
+                .with_max_backoff(std::time::Duration::from_secs(2)),
+        )
+        .retry_partition(aws_sdk_dynamodb::config::retry::RetryPartition::new("webhooks-records"))
 }
 
 fn time(t: &chrono::DateTime<chrono::Utc>) -> AttributeValue {

@@ -131,7 +131,13 @@ struct Versions {
     previous: Option<Vec<u8>>,
     /// When they were read, on the app's clock.
     read_at: DateTime<Utc>,
+    /// After a failed read, when to try reading again (meanwhile these stay in force).
+    retry_at: Option<DateTime<Utc>>,
 }
+
+/// Seconds between tries to read the secret again after a read failed, while the keys read
+/// last stay in force: every request does not wait on a failing read.
+pub const READ_RETRY_SECONDS: i64 = 10;
 
 /// Where the portal token keys come from: [`crate::App`]'s `portal_keys`, built once per
 /// process.
@@ -194,10 +200,25 @@ fn process_key() -> &'static [u8] {
 impl Secret {
     async fn in_force(&self, now: DateTime<Utc>) -> Result<KeySet, ServiceError> {
         let mut cached = self.cached.lock().await;
+        let fresh = |v: &Versions| now >= v.read_at && before(now, v.read_at, self.rotation.refresh());
         let versions = match cached.take() {
-            Some(v) if now >= v.read_at && before(now, v.read_at, self.rotation.refresh()) => v,
-            // None yet, or too old: read again (a failed read leaves nothing kept).
-            _ => self.read_versions(now).await?,
+            Some(v) if fresh(&v) || v.retry_at.is_some_and(|at| now < at) => v,
+            // None yet, or too old: read again.
+            old => match self.read_versions(now).await {
+                Ok(v) => v,
+                // A read that fails (Secrets Manager throttled or away) keeps the keys read last
+                // in force while they are younger than the overlap, and is tried again after
+                // READ_RETRY_SECONDS rather than on every request; keys older than that, or
+                // none, and the request fails (503).
+                Err(e) => match old {
+                    Some(mut v) if now >= v.read_at && before(now, v.read_at, self.rotation.overlap()) => {
+                        tracing::warn!(error = %e, "portal token key not read again; the keys read last stay in force");
+                        v.retry_at = Some(now + TimeDelta::seconds(READ_RETRY_SECONDS));
+                        v
+                    }
+                    _ => return Err(e),
+                },
+            },
         };
         let keys = keys_at(&versions.current, versions.created, versions.previous.as_deref(), now, self.rotation);
         *cached = Some(versions);
@@ -223,7 +244,7 @@ impl Secret {
                 Err(e) => return Err(failed(e)),
             }
         }
-        Ok(Versions { current, created, previous, read_at: now })
+        Ok(Versions { current, created, previous, read_at: now, retry_at: None })
     }
 }
 
