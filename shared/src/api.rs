@@ -32,7 +32,7 @@ use crate::config::MAX_PAYLOAD_BYTES;
 use crate::error::ServiceError;
 use crate::model::DeliveryStatus;
 use crate::service::{admin, ingest};
-use crate::store::{DeliveryQuery, IdempotencyRecord};
+use crate::store::DeliveryQuery;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, MatchedPath, Path, Request, State};
 use axum::http::request::Parts;
@@ -230,42 +230,49 @@ struct EventBody {
     mode: Option<String>,
 }
 
-/// `Idempotency-Key`: a retried POST with the same key (per tenant, for
-/// `config.idempotency_window`, 24 h) and the same request gets the original answer back
-/// (header `idempotent-replayed: true`); the same key with another request is 422
-/// `idempotency_key_reused`; a retry while the first request is still in progress is 409
-/// `in_progress` (not stored). After the window the key is free: a new event.
+/// `Idempotency-Key`: names the event a request creates. Without an `id` in the body the
+/// event id is derived from the tenant and the key ([`keyed_event_id`]), so a retry with the
+/// same key is a repeat of the same event id and creates nothing new (ingest's conditional
+/// writes), whenever it comes, for as long as the event is kept
+/// (`WEBHOOKS_EVENT_RETENTION_DAYS`). The request's [`fingerprint`] is stored with the event:
+/// the same key with another request is 422 `idempotency_key_reused` and writes nothing; the
+/// same request again gets the event's answer with header `idempotent-replayed: true`.
+/// Concurrent retries converge on the one event (a sync retry while the first attempt is in
+/// flight is answered 202 with `deferred`, as any repeat of an event id under way). No
+/// record of its own: the event item is the key's record.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
-/// The fingerprint an `Idempotency-Key` is bound to: SHA-256 (hex) of the request's
-/// `tenant_id`, `event_type`, `id`, `mode` and the payload's bytes as sent, each
-/// length-prefixed so no two requests share one.
-pub fn fingerprint(event: &ingest::NewEvent) -> String {
+/// SHA-256 (hex) of the parts, each length-prefixed (8 bytes, big-endian) so no two lists of
+/// parts share one.
+fn sha256_of(parts: &[&str]) -> String {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
-    let id = event.id.as_deref().unwrap_or("");
-    let mode = if event.sync { "sync" } else { "async" };
-    for part in [event.tenant_id.as_str(), event.event_type.as_str(), id, mode, event.payload.as_str()] {
+    for part in parts {
         h.update((part.len() as u64).to_be_bytes());
         h.update(part.as_bytes());
     }
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// How long a request owns its `Idempotency-Key` before a retry may take it over (its
-/// Lambda died): the request timeout (a sync attempt) plus 30 s.
-fn idempotency_lease(app: &App) -> chrono::Duration {
-    chrono::Duration::from_std(app.config.request_timeout).unwrap_or(chrono::Duration::seconds(30))
-        + chrono::Duration::seconds(30)
+/// The fingerprint an `Idempotency-Key` is bound to: SHA-256 (hex) of the request's
+/// `tenant_id`, `event_type`, `id` (as sent; empty when absent), `mode` and the payload's
+/// bytes as sent, each length-prefixed so no two requests share one.
+pub fn fingerprint(event: &ingest::NewEvent) -> String {
+    let id = event.id.as_deref().unwrap_or("");
+    let mode = if event.sync { "sync" } else { "async" };
+    sha256_of(&[event.tenant_id.as_str(), event.event_type.as_str(), id, mode, event.payload.as_str()])
 }
 
-fn replayed(status: u16, body: &str) -> Response {
-    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::ACCEPTED);
-    let mut response = (status, body.to_string()).into_response();
-    let headers = response.headers_mut();
-    headers.insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/json"));
-    headers.insert("idempotent-replayed", axum::http::HeaderValue::from_static("true"));
-    response
+/// The event id of a request with an `Idempotency-Key` and no `id`: `evt_` and the first 32
+/// hex digits (128 bits) of SHA-256 of the tenant and the key, so the same key in another
+/// tenant is another event.
+pub fn keyed_event_id(tenant_id: &str, key: &str) -> String {
+    let digest = sha256_of(&["idempotency-key", tenant_id, key]);
+    format!("evt_{}", &digest[..32])
+}
+
+fn replayed(response: &mut Response) {
+    response.headers_mut().insert("idempotent-replayed", axum::http::HeaderValue::from_static("true"));
 }
 
 /// The event a `POST /v1/events` body asks for (`{"tenant_id", "event_type", "payload", "id"?,
@@ -289,6 +296,7 @@ pub fn event_request(body: &[u8]) -> Result<ingest::NewEvent, ServiceError> {
         payload: required(b.payload, "payload")?.get().to_string(),
         id: b.id,
         sync,
+        request_sha256: None,
     };
     ingest::check(&event)?;
     Ok(event)
@@ -314,82 +322,19 @@ async fn post_event(
             Some(k.to_string())
         }
     };
-    let Some(key) = key else {
-        let accepted = ingest::ingest(&app, event).await?;
-        let (status, body) = answer(&accepted)?;
-        return Ok((status, Json(body)).into_response());
-    };
-
-    // The key: claim it (in progress, bound to this request's fingerprint and event id), run
-    // the request, store the answer. See [`IDEMPOTENCY_KEY`].
-    let now = app.clock.now();
-    let fp = fingerprint(&event);
-    let window = chrono::Duration::from_std(app.config.idempotency_window).unwrap_or(chrono::Duration::hours(24));
-    let lease_ms = (now + idempotency_lease(&app)).timestamp_millis();
-    let record = IdempotencyRecord {
-        fingerprint: fp.clone(),
-        event_id: event.id.clone().unwrap_or_else(|| format!("evt_{}", app.random.ulid(now))),
-        status_code: None,
-        body: None,
-        lease_until: lease_ms,
-        expires_at: (now + window).timestamp(),
-    };
-    let tenant = event.tenant_id.clone();
-    let event_id = match app.store.begin_idempotent(&tenant, &key, &record, now).await? {
-        None => record.event_id,
-        Some(existing) => {
-            if existing.fingerprint != fp {
-                return Err(ServiceError::IdempotencyKeyReused(format!(
-                    "Idempotency-Key: {key:?} was used with a different request (tenant, event type, id, mode \
-                     or payload) within its window; use a new key for a new request"
-                )));
-            }
-            if let Some((status, body)) = existing.answer() {
-                return Ok(replayed(status, body));
-            }
-            let in_progress = || {
-                ServiceError::InProgress(format!(
-                    "Idempotency-Key: the first request with {key:?} is still in progress; retry later for its answer"
-                ))
-            };
-            if existing.lease_until > now.timestamp_millis() {
-                return Err(in_progress());
-            }
-            // Its owner died or failed: take over, with the same event id.
-            if !app.store.renew_idempotent(&tenant, &key, existing.lease_until, lease_ms).await? {
-                return Err(in_progress());
-            }
-            existing.event_id
-        }
-    };
-    event.id = Some(event_id);
-    let result = match ingest::ingest(&app, event).await {
-        Ok(accepted) => answer(&accepted),
-        Err(e) => Err(e),
-    };
-    match result {
-        Ok((status, body)) => {
-            // The event is accepted whatever happens to the key: a 503 here would read as
-            // "nothing was accepted". A retry meanwhile gets 409 `in_progress` until the key's
-            // lease ends, then takes the key over with the same event id and is answered by
-            // the event's own repeat handling (no second delivery).
-            if let Err(e) = app.store.finish_idempotent(&tenant, &key, (status.as_u16(), &body.to_string())).await {
-                tracing::warn!(error = %e, "idempotency key answer not stored; the event is accepted");
-            }
-            Ok((status, Json(body)).into_response())
-        }
-        Err(e) => {
-            // Refused (4xx): nothing was written, the key is free again. Failed (5xx): keep
-            // the key's event id so the retry converges on the same event.
-            let forget = e.status() < 500;
-            if let Err(release) =
-                app.store.release_idempotent(&tenant, &key, forget, app.clock.now().timestamp_millis()).await
-            {
-                tracing::warn!(error = %release, "idempotency key release failed; it frees itself when its lease ends");
-            }
-            Err(e)
+    if let Some(key) = &key {
+        event.request_sha256 = Some(fingerprint(&event));
+        if event.id.is_none() {
+            event.id = Some(keyed_event_id(&event.tenant_id, key));
         }
     }
+    let accepted = ingest::ingest(&app, event).await?;
+    let (status, body) = answer(&accepted)?;
+    let mut response = (status, Json(body)).into_response();
+    if key.is_some() && accepted.replayed {
+        replayed(&mut response);
+    }
+    Ok(response)
 }
 
 /// The HTTP answer to an accepted event: 202 [`ingest::Accepted`]; sync mode 200 (delivered)

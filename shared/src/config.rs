@@ -115,9 +115,6 @@ pub struct Config {
     /// How long after a rotation the previous secret still signs (`WEBHOOKS_SECRET_ROTATION_HOURS`,
     /// hours, default 24, as Standard Webhooks suggests).
     pub secret_rotation: std::time::Duration,
-    /// How long an `Idempotency-Key` answer is replayed (`WEBHOOKS_IDEMPOTENCY_HOURS`, hours,
-    /// default 24).
-    pub idempotency_window: std::time::Duration,
     /// The Secrets Manager secret holding the key that signs tenant portal tokens
     /// (`WEBHOOKS_PORTAL_SECRET_ARN`, an ARN or name; the SAM template passes its
     /// `PortalTokenKey` to admin and portal). The key itself is never in the environment: the
@@ -225,7 +222,6 @@ impl Config {
             max_endpoints_per_tenant: DEFAULT_MAX_ENDPOINTS_PER_TENANT,
             wait_scale: 1.0,
             secret_rotation: Duration::from_secs(24 * 3600),
-            idempotency_window: Duration::from_secs(24 * 3600),
             portal_secret_arn: None,
             portal_key_refresh: Duration::from_secs(DEFAULT_PORTAL_KEY_REFRESH_SECONDS),
             portal_key_overlap: Duration::from_secs(DEFAULT_PORTAL_KEY_OVERLAP_SECONDS),
@@ -330,7 +326,6 @@ impl Config {
             return Err(ConfigError { name: "WEBHOOKS_WAIT_SCALE", problem: "must be above 0 and at most 1".into() });
         }
         c.secret_rotation = Duration::from_secs(3600 * parse::<u64>(&get, "WEBHOOKS_SECRET_ROTATION_HOURS", 24)?);
-        c.idempotency_window = Duration::from_secs(3600 * parse::<u64>(&get, "WEBHOOKS_IDEMPOTENCY_HOURS", 24)?);
         c.portal_secret_arn = get("WEBHOOKS_PORTAL_SECRET_ARN").filter(|v| !v.is_empty());
         c.portal_key_refresh = Duration::from_secs(parse(
             &get,

@@ -64,10 +64,6 @@ pub enum ServiceError {
     /// there (see [`crate::destination`]).
     #[error("{0}")]
     DestinationNotAllowed(String),
-    /// The first request with this `Idempotency-Key` is still being processed (409
-    /// `in_progress`); retry later to get its answer. Never stored as the key's answer.
-    #[error("{0}")]
-    InProgress(String),
 }
 
 impl ServiceError {
@@ -83,7 +79,6 @@ impl ServiceError {
             Self::Internal(_) => 500,
             Self::IdempotencyKeyReused(_) => 422,
             Self::DestinationNotAllowed(_) => 422,
-            Self::InProgress(_) => 409,
         }
     }
 
@@ -99,7 +94,6 @@ impl ServiceError {
             Self::Internal(_) => "internal",
             Self::IdempotencyKeyReused(_) => "idempotency_key_reused",
             Self::DestinationNotAllowed(_) => "destination_not_allowed",
-            Self::InProgress(_) => "in_progress",
         }
     }
 

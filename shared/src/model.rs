@@ -388,6 +388,12 @@ pub struct StoredEvent {
     /// When DynamoDB TTL removes it, unix seconds: `created_at` + the payload retention
     /// (`WEBHOOKS_EVENT_RETENTION_DAYS`).
     pub expires_at: i64,
+    /// With an `Idempotency-Key`: SHA-256 (hex) of the request it came with
+    /// (`api::fingerprint`). A repeat of the event id whose request has another fingerprint is
+    /// refused (`StoreError::RequestMismatch`) and writes nothing; without a key on either
+    /// side a repeat keeps the first payload, as for any repeated id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_sha256: Option<String>,
 }
 
 /// What a background job does, one bounded step per sweeper tick.

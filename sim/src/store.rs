@@ -34,8 +34,8 @@ use webhooks::lifecycle::{DueItem, Field, Transition};
 use webhooks::model::{Delivery, DeliveryStatus, Endpoint, Job, StoredEvent};
 use webhooks::store::keys::{JOB_SHARD, due_shard, endpoint_bucket, endpoint_sk, stats_day_sk, time_sk};
 use webhooks::store::{
-    Applied, Committed, DeliveredTally, DeliveryQuery, DeliverySummary, Due, EndpointWrite, FailureCount,
-    IdempotencyRecord, Inserted, Page, Store, StoreError,
+    Applied, Committed, DeliveredTally, DeliveryQuery, DeliverySummary, Due, EndpointWrite, FailureCount, Inserted,
+    Page, Store, StoreError,
 };
 
 /// DynamoDB's largest item, bytes (400 KB).
@@ -89,7 +89,6 @@ pub struct Tables {
     pub deliveries: BTreeMap<String, DeliveryRow>,
     /// Jobs by id.
     pub jobs: BTreeMap<String, JobRow>,
-    idempotency: BTreeMap<(String, String), IdempotencyRecord>,
     /// Rate counters by (endpoint id, unix second).
     rate_windows: BTreeMap<(String, i64), u64>,
     /// Delivered counters by (endpoint id, day key [`stats_day_sk`]).
@@ -646,8 +645,12 @@ impl Store for MemStore {
             let put_event = self
                 .call("store.insert_event.put", |s, t| {
                     s.check_size("event", size_of(event))?;
-                    if t.events.contains_key(&ekey) {
-                        return Ok(false);
+                    if let Some(found) = t.events.get(&ekey) {
+                        // As DynamoStore's ADD of the endpoints, conditional on the fingerprint.
+                        return match (&found.request_sha256, &event.request_sha256) {
+                            (Some(theirs), Some(ours)) if theirs != ours => Err(StoreError::RequestMismatch),
+                            _ => Ok(false),
+                        };
                     }
                     t.events.insert(ekey.clone(), event.clone());
                     t.event_tokens.insert(ekey.clone(), (token, false));
@@ -885,77 +888,6 @@ impl Store for MemStore {
                 Ok(true)
             }
             _ => Ok(false),
-        })
-        .await
-    }
-
-    async fn begin_idempotent(
-        &self,
-        tenant_id: &str,
-        key: &str,
-        record: &IdempotencyRecord,
-        now: DateTime<Utc>,
-    ) -> Result<Option<IdempotencyRecord>, StoreError> {
-        self.call("store.begin_idempotent", |_, t| {
-            let k = (tenant_id.to_string(), key.to_string());
-            match t.idempotency.get(&k) {
-                Some(r) if r.expires_at > now.timestamp() => Ok(Some(r.clone())),
-                _ => {
-                    t.idempotency.insert(k, record.clone());
-                    Ok(None)
-                }
-            }
-        })
-        .await
-    }
-
-    async fn renew_idempotent(
-        &self,
-        tenant_id: &str,
-        key: &str,
-        expected_lease_ms: i64,
-        lease_ms: i64,
-    ) -> Result<bool, StoreError> {
-        self.call("store.renew_idempotent", |_, t| {
-            match t.idempotency.get_mut(&(tenant_id.to_string(), key.to_string())) {
-                Some(r) if r.lease_until == expected_lease_ms && r.status_code.is_none() => {
-                    r.lease_until = lease_ms;
-                    Ok(true)
-                }
-                _ => Ok(false),
-            }
-        })
-        .await
-    }
-
-    async fn finish_idempotent(&self, tenant_id: &str, key: &str, answer: (u16, &str)) -> Result<(), StoreError> {
-        self.call("store.finish_idempotent", |_, t| {
-            if let Some(r) = t.idempotency.get_mut(&(tenant_id.to_string(), key.to_string())) {
-                r.status_code = Some(answer.0);
-                r.body = Some(answer.1.to_string());
-            }
-            Ok(())
-        })
-        .await
-    }
-
-    async fn release_idempotent(
-        &self,
-        tenant_id: &str,
-        key: &str,
-        forget: bool,
-        now_ms: i64,
-    ) -> Result<(), StoreError> {
-        self.call("store.release_idempotent", |_, t| {
-            let k = (tenant_id.to_string(), key.to_string());
-            if t.idempotency.get(&k).is_some_and(|r| r.status_code.is_none()) {
-                if forget {
-                    t.idempotency.remove(&k);
-                } else if let Some(r) = t.idempotency.get_mut(&k) {
-                    r.lease_until = now_ms;
-                }
-            }
-            Ok(())
         })
         .await
     }

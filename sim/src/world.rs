@@ -578,9 +578,9 @@ impl World {
                     Kind::Ingest,
                     label,
                     Box::pin(async move {
-                        let answer =
-                            ingest::ingest(&app, ingest::NewEvent { tenant_id: tenant, event_type, payload, id, sync })
-                                .await;
+                        let event =
+                            ingest::NewEvent { tenant_id: tenant, event_type, payload, id, sync, request_sha256: None };
+                        let answer = ingest::ingest(&app, event).await;
                         if let Ok(accepted) = answer {
                             shared.promised(accepted.deliveries.into_iter().map(|d| d.id));
                         }

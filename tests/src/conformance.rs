@@ -7,17 +7,15 @@
 //! transitions (the claim, a stale guard), the due index (what is due, and an item that moved
 //! out of it), an event's repeat keeping its first payload, listings (paging with a cursor, a
 //! page shorter than `limit` being the last, status filters), counts, jobs (created once, a
-//! step's write guarded by its lease), an endpoint's version guard, and `Idempotency-Key`
-//! records. Ids carry `prefix` so that several runs can share a table.
+//! step's write guarded by its lease), an endpoint's version guard, and the fingerprint an
+//! `Idempotency-Key` binds to its event. Ids carry `prefix` so that several runs can share a table.
 
 use chrono::{DateTime, Duration, Utc};
 use webhooks::Config;
 use webhooks::endpoint_lifecycle;
 use webhooks::lifecycle::{self, AttemptMessage, EndpointEntry};
 use webhooks::model::{DeliveryStatus, Endpoint, Job, JobKind, StoredEvent};
-use webhooks::store::{
-    Applied, Committed, DeliveryQuery, Due, EndpointWrite, IdempotencyRecord, Store, StoreError, collect_deliveries,
-};
+use webhooks::store::{Applied, Committed, DeliveryQuery, Due, EndpointWrite, Store, StoreError, collect_deliveries};
 
 /// Runs every check against `store` with `config` (its due shards must be the store's), ids
 /// prefixed with `prefix`; panics naming the first check that fails.
@@ -29,7 +27,7 @@ pub async fn run(store: &dyn Store, config: &Config, prefix: &str) {
     transitions_and_due(store, config, &ids, now).await;
     listings_and_counts(store, &ep, &ids).await;
     jobs(store, prefix, now).await;
-    idempotency(store, prefix, now).await;
+    idempotency(store, config, prefix, now).await;
 }
 
 /// Creates are conditional; reads by tenant and id, by id alone, and a tenant's list; an
@@ -96,6 +94,7 @@ async fn events_and_deliveries(
             payload: format!("{{\"n\":{i}}}"),
             created_at: at,
             expires_at: at.timestamp() + 86_400,
+            request_sha256: None,
         };
         let id = webhooks::model::delivery_id(&event.event_id, ep);
         let (d, due_at, _) =
@@ -113,6 +112,7 @@ async fn events_and_deliveries(
         payload: "{\"n\":\"other\"}".into(),
         created_at: now,
         expires_at: now.timestamp() + 86_400,
+        request_sha256: None,
     };
     let (d, due_at, _) =
         lifecycle::new_delivery(config, now, written[0].0.clone(), &first, "order.paid", &tenant, ep, false);
@@ -274,28 +274,38 @@ async fn jobs(store: &dyn Store, prefix: &str, now: DateTime<Utc>) {
     assert_eq!((stored.status.as_str(), stored.processed), ("done", 2));
 }
 
-/// An `Idempotency-Key` is claimed once while its record lives; a lapsed lease is taken over
-/// once; the answer is kept; a forgotten key is free again.
-async fn idempotency(store: &dyn Store, prefix: &str, now: DateTime<Utc>) {
+/// An event written with a request fingerprint (an `Idempotency-Key` request): a repeat with
+/// the same fingerprint, or with none, is a plain repeat; one with another fingerprint is
+/// refused and writes nothing, not even a delivery to an endpoint the first did not have.
+async fn idempotency(store: &dyn Store, config: &Config, prefix: &str, now: DateTime<Utc>) {
     let tenant = format!("{prefix}tenant");
-    let record = IdempotencyRecord {
-        fingerprint: "f1".into(),
-        event_id: format!("{prefix}evt-key"),
-        status_code: None,
-        body: None,
-        lease_until: now.timestamp_millis() + 1_000,
-        expires_at: now.timestamp() + 3_600,
+    let event = |fingerprint: Option<&str>| StoredEvent {
+        tenant_id: tenant.clone(),
+        event_id: format!("{prefix}evt-keyed"),
+        event_type: "order.paid".into(),
+        payload: "{}".into(),
+        created_at: now,
+        expires_at: now.timestamp() + 86_400,
+        request_sha256: fingerprint.map(str::to_string),
     };
-    assert_eq!(store.begin_idempotent(&tenant, "k1", &record, now).await.unwrap(), None, "conformance: claimed");
-    let live = store.begin_idempotent(&tenant, "k1", &record, now).await.unwrap();
-    assert_eq!(live.map(|r| r.fingerprint), Some("f1".into()), "conformance: the live record, untouched");
-    let lease = record.lease_until;
-    assert!(store.renew_idempotent(&tenant, "k1", lease, lease + 5_000).await.unwrap(), "a lapsed lease taken over");
-    assert!(!store.renew_idempotent(&tenant, "k1", lease, lease + 9_000).await.unwrap(), "conformance: once");
-    store.finish_idempotent(&tenant, "k1", (202, "{\"ok\":true}")).await.unwrap();
-    let answered = store.begin_idempotent(&tenant, "k1", &record, now).await.unwrap().expect("the record");
-    assert_eq!(answered.answer(), Some((202, "{\"ok\":true}")), "conformance: the answer is kept");
-    assert_eq!(store.begin_idempotent(&tenant, "k2", &record, now).await.unwrap(), None);
-    store.release_idempotent(&tenant, "k2", true, now.timestamp_millis()).await.unwrap();
-    assert_eq!(store.begin_idempotent(&tenant, "k2", &record, now).await.unwrap(), None, "conformance: forgotten");
+    let delivery = |ep: &str| {
+        let id = webhooks::model::delivery_id(&format!("{prefix}evt-keyed"), ep);
+        let (d, due_at, _) =
+            lifecycle::new_delivery(config, now, id, &format!("{prefix}evt-keyed"), "order.paid", &tenant, ep, false);
+        (d, due_at)
+    };
+    let (first, first_due) = delivery(&format!("{prefix}ep-k1"));
+    let inserted = store.insert_event(&event(Some("f1")), &[(&first, first_due)]).await.expect("a keyed event");
+    assert_eq!((inserted.event, inserted.deliveries), (true, vec![true]), "conformance: a new keyed event");
+    let inserted = store.insert_event(&event(Some("f1")), &[(&first, first_due)]).await.expect("the same request");
+    assert_eq!((inserted.event, inserted.deliveries), (false, vec![false]), "conformance: the same request repeats");
+    let (other, other_due) = delivery(&format!("{prefix}ep-k2"));
+    let refused = store.insert_event(&event(Some("f2")), &[(&first, first_due), (&other, other_due)]).await;
+    assert!(
+        matches!(refused, Err(StoreError::RequestMismatch)),
+        "conformance: another request is refused: {refused:?}"
+    );
+    assert_eq!(store.get_delivery(&other.id).await.unwrap(), None, "conformance: a refused request writes nothing");
+    let inserted = store.insert_event(&event(None), &[(&first, first_due)]).await.expect("a repeat without a key");
+    assert!(!inserted.event, "conformance: an id repeated without a key is a plain repeat");
 }

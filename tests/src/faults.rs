@@ -21,7 +21,7 @@ use webhooks::App;
 use webhooks::lifecycle::Transition;
 use webhooks::model::{Delivery, Disabled, Endpoint, Job, StoredEvent};
 use webhooks::store::{
-    Applied, Committed, DeliveryQuery, DeliverySummary, Due, EndpointWrite, IdempotencyRecord, Page, Store, StoreError,
+    Applied, Committed, DeliveryQuery, DeliverySummary, Due, EndpointWrite, Page, Store, StoreError,
 };
 
 /// When an injected failure strikes.
@@ -357,39 +357,6 @@ impl Store for FaultyStore {
         statuses: &[webhooks::model::DeliveryStatus],
     ) -> Result<Vec<webhooks::store::Counted>, StoreError> {
         self.faults.run("count_deliveries", self.inner.count_deliveries_in(endpoint_id, statuses), any, aws).await
-    }
-    async fn begin_idempotent(
-        &self,
-        tenant_id: &str,
-        key: &str,
-        record: &IdempotencyRecord,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Option<IdempotencyRecord>, StoreError> {
-        let call = self.inner.begin_idempotent(tenant_id, key, record, now);
-        self.faults.run("begin_idempotent", call, any, aws).await
-    }
-    async fn renew_idempotent(
-        &self,
-        tenant_id: &str,
-        key: &str,
-        expected_lease_ms: i64,
-        lease_ms: i64,
-    ) -> Result<bool, StoreError> {
-        let call = self.inner.renew_idempotent(tenant_id, key, expected_lease_ms, lease_ms);
-        self.faults.run("renew_idempotent", call, any, aws).await
-    }
-    async fn finish_idempotent(&self, tenant_id: &str, key: &str, answer: (u16, &str)) -> Result<(), StoreError> {
-        self.faults.run("finish_idempotent", self.inner.finish_idempotent(tenant_id, key, answer), any, aws).await
-    }
-    async fn release_idempotent(
-        &self,
-        tenant_id: &str,
-        key: &str,
-        forget: bool,
-        now_ms: i64,
-    ) -> Result<(), StoreError> {
-        let call = self.inner.release_idempotent(tenant_id, key, forget, now_ms);
-        self.faults.run("release_idempotent", call, any, aws).await
     }
     async fn set_slow_until(
         &self,

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use webhooks::lifecycle::Transition;
 use webhooks::model::{Delivery, Endpoint, Job, StoredEvent};
 use webhooks::store::{
-    Applied, Committed, DeliveryQuery, DeliverySummary, Due, EndpointWrite, IdempotencyRecord, Page, Store, StoreError,
+    Applied, Committed, DeliveryQuery, DeliverySummary, Due, EndpointWrite, Page, Store, StoreError,
 };
 use webhooks::{App, Config, bootstrap};
 use webhooks_local::{Options, Running};
@@ -1028,38 +1028,6 @@ impl Store for Serialized {
     ) -> Result<Vec<webhooks::store::Counted>, StoreError> {
         self.before("count_deliveries").await?;
         self.inner.count_deliveries_in(endpoint_id, statuses).await
-    }
-    async fn begin_idempotent(
-        &self,
-        tenant_id: &str,
-        key: &str,
-        record: &IdempotencyRecord,
-        now: DateTime<Utc>,
-    ) -> Result<Option<IdempotencyRecord>, StoreError> {
-        let _one = self.one().await;
-        self.inner.begin_idempotent(tenant_id, key, record, now).await
-    }
-    async fn renew_idempotent(
-        &self,
-        tenant_id: &str,
-        key: &str,
-        expected_lease_ms: i64,
-        lease_ms: i64,
-    ) -> Result<bool, StoreError> {
-        let _one = self.one().await;
-        self.inner.renew_idempotent(tenant_id, key, expected_lease_ms, lease_ms).await
-    }
-    async fn finish_idempotent(&self, tenant_id: &str, key: &str, answer: (u16, &str)) -> Result<(), StoreError> {
-        self.inner.finish_idempotent(tenant_id, key, answer).await
-    }
-    async fn release_idempotent(
-        &self,
-        tenant_id: &str,
-        key: &str,
-        forget: bool,
-        now_ms: i64,
-    ) -> Result<(), StoreError> {
-        self.inner.release_idempotent(tenant_id, key, forget, now_ms).await
     }
     async fn set_slow_until(&self, tenant_id: &str, id: &str, until: Option<DateTime<Utc>>) -> Result<(), StoreError> {
         self.before("set_slow_until").await?;

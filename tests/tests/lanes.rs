@@ -120,6 +120,7 @@ async fn a_slow_endpoint_moves_to_the_slow_lane_and_fast_deliveries_are_not_held
         payload: json!({"n": 3}).to_string(),
         id: None,
         sync: false,
+        request_sha256: None,
     };
     let third = ingest::ingest(&old_ingest, event).await.expect("ingest").deliveries[0].id.clone();
     eventually("the forwarded message in the slow queue", Duration::from_secs(20), || async {
@@ -208,6 +209,7 @@ async fn an_attempt_whose_send_to_the_slow_lane_failed_at_ingest_is_re_driven_an
         payload: json!({"n": 2}).to_string(),
         id: None,
         sync: false,
+        request_sha256: None,
     };
     let accepted = ingest::ingest(&refusing, event).await.expect("accepted, though the send failed");
     let id = accepted.deliveries[0].id.clone();

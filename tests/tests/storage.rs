@@ -182,6 +182,7 @@ async fn write_delivery(
         payload: "{}".into(),
         created_at: at,
         expires_at: at.timestamp() + 86_400,
+        request_sha256: None,
     };
     let id = format!("dlv-{name}");
     let (mut d, due_at, _) = webhooks::lifecycle::new_delivery(
@@ -451,6 +452,7 @@ async fn the_due_read_gives_due_deliveries_and_jobs_in_due_order_page_by_page() 
             payload: "{}".into(),
             created_at: at,
             expires_at: at.timestamp() + 86_400,
+            request_sha256: None,
         };
         let (d, _, _) = webhooks::lifecycle::new_delivery(
             &stack.app.config,

@@ -3,8 +3,7 @@
 use super::keys::*;
 use super::payload;
 use super::{
-    Applied, Committed, Counted, DeliveryQuery, DeliverySummary, Due, EndpointWrite, IdempotencyRecord, Inserted, Page,
-    Store, StoreError,
+    Applied, Committed, Counted, DeliveryQuery, DeliverySummary, Due, EndpointWrite, Inserted, Page, Store, StoreError,
 };
 use crate::endpoint_lifecycle::Change;
 use crate::lifecycle::{DueItem, Field, Transition};
@@ -232,11 +231,14 @@ impl DynamoStore {
     /// repeat of the id can find an endpoint created since, and write its delivery). Made
     /// before this call writes any delivery, so no delivery exists that its event does not
     /// list (a listed endpoint without a delivery is left out of the event's view).
-    /// UpdateItem, conditional on the item existing: false when it is gone (taken back by the
-    /// ingest that wrote it).
+    /// UpdateItem, conditional on the item existing and, when this call carries a
+    /// `request_sha256`, on the stored one being absent or equal: false when it is gone
+    /// (taken back by the ingest that wrote it), [`StoreError::RequestMismatch`] when the
+    /// fingerprints differ (the item, returned with the failure, says which).
     async fn list_endpoints(&self, event_item: &Item) -> Result<bool, StoreError> {
+        use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
         let endpoints = event_item.get(EVENT_ENDPOINTS).cloned().unwrap_or_else(|| AttributeValue::Ss(Vec::new()));
-        let result = self
+        let mut update = self
             .client
             .update_item()
             .table_name(&self.table)
@@ -245,9 +247,29 @@ impl DynamoStore {
             .update_expression("ADD #endpoints :endpoints")
             .expression_attribute_names("#endpoints", EVENT_ENDPOINTS)
             .expression_attribute_values(":endpoints", endpoints)
-            .send()
-            .await;
-        conditional(result)
+            .return_values_on_condition_check_failure(
+                aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
+            );
+        if let Some(fp) = event_item.get(REQUEST_SHA256) {
+            update = update
+                .condition_expression(format!(
+                    "attribute_exists(pk) AND (attribute_not_exists({REQUEST_SHA256}) OR {REQUEST_SHA256} = :fp)"
+                ))
+                .expression_attribute_values(":fp", fp.clone());
+        }
+        match update.send().await {
+            Ok(_) => Ok(true),
+            Err(e) => match e.as_service_error() {
+                Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
+                    if c.item().is_some_and(|found| !found.is_empty()) {
+                        Err(StoreError::RequestMismatch)
+                    } else {
+                        Ok(false)
+                    }
+                }
+                _ => Err(aws(e)),
+            },
+        }
     }
 
     /// After a failed write of an event's items: takes back what this call wrote and returns
@@ -1327,6 +1349,8 @@ impl Store for DynamoStore {
             if !written {
                 match self.list_endpoints(&event_item).await {
                     Ok(true) => {}
+                    // Nothing of this call's written yet: nothing to take back.
+                    Err(StoreError::RequestMismatch) if round == 0 => return Err(StoreError::RequestMismatch),
                     Ok(false) => {
                         tracing::info!(event_id = %event.event_id, round, "event item taken back by another ingest; writing it again");
                         continue;
@@ -1573,114 +1597,6 @@ impl Store for DynamoStore {
 
     async fn list_deliveries(&self, q: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError> {
         self.index_page(q).await
-    }
-
-    async fn begin_idempotent(
-        &self,
-        tenant_id: &str,
-        key: &str,
-        record: &IdempotencyRecord,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Option<IdempotencyRecord>, StoreError> {
-        let pk = idempotency_pk(tenant_id, key);
-        let mut item = to_item(record)?;
-        item.insert(PK.into(), s(&pk));
-        item.insert(SK.into(), s(IDEMPOTENCY_SK));
-        // Two tries: a live record can expire or be released between the put and the read.
-        for _ in 0..2 {
-            let result = self
-                .client
-                .put_item()
-                .table_name(&self.table)
-                .set_item(Some(item.clone()))
-                .condition_expression("attribute_not_exists(pk) OR expires_at <= :now")
-                .expression_attribute_values(":now", n(now.timestamp()))
-                .send()
-                .await;
-            if conditional(result)? {
-                return Ok(None);
-            }
-            if let Some(existing) = self.get::<IdempotencyRecord>(pk.clone(), IDEMPOTENCY_SK).await?
-                && existing.expires_at > now.timestamp()
-            {
-                return Ok(Some(existing));
-            }
-        }
-        Err(StoreError::Aws(format!("idempotency record {pk} changed twice while it was claimed; retry")))
-    }
-
-    async fn renew_idempotent(
-        &self,
-        tenant_id: &str,
-        key: &str,
-        expected_lease_ms: i64,
-        lease_ms: i64,
-    ) -> Result<bool, StoreError> {
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(PK, s(idempotency_pk(tenant_id, key)))
-            .key(SK, s(IDEMPOTENCY_SK))
-            .update_expression("SET lease_until = :lease")
-            .condition_expression("lease_until = :expected AND attribute_not_exists(status_code)")
-            .expression_attribute_values(":lease", n(lease_ms))
-            .expression_attribute_values(":expected", n(expected_lease_ms))
-            .send()
-            .await;
-        conditional(result)
-    }
-
-    async fn finish_idempotent(&self, tenant_id: &str, key: &str, answer: (u16, &str)) -> Result<(), StoreError> {
-        self.client
-            .update_item()
-            .table_name(&self.table)
-            .key(PK, s(idempotency_pk(tenant_id, key)))
-            .key(SK, s(IDEMPOTENCY_SK))
-            .update_expression("SET status_code = :status, body = :body REMOVE lease_until")
-            .expression_attribute_values(":status", n(answer.0))
-            .expression_attribute_values(":body", s(answer.1))
-            .send()
-            .await
-            .map_err(aws)?;
-        Ok(())
-    }
-
-    async fn release_idempotent(
-        &self,
-        tenant_id: &str,
-        key: &str,
-        forget: bool,
-        now_ms: i64,
-    ) -> Result<(), StoreError> {
-        let pk = s(idempotency_pk(tenant_id, key));
-        // Conditional on no answer yet: a record that was answered meanwhile stays.
-        if forget {
-            let result = self
-                .client
-                .delete_item()
-                .table_name(&self.table)
-                .key(PK, pk)
-                .key(SK, s(IDEMPOTENCY_SK))
-                .condition_expression("attribute_not_exists(status_code)")
-                .send()
-                .await;
-            conditional(result)?;
-        } else {
-            let result = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .key(PK, pk)
-                .key(SK, s(IDEMPOTENCY_SK))
-                .update_expression("SET lease_until = :now")
-                .condition_expression("attribute_exists(pk) AND attribute_not_exists(status_code)")
-                .expression_attribute_values(":now", n(now_ms))
-                .send()
-                .await;
-            conditional(result)?;
-        }
-        Ok(())
     }
 
     async fn count_deliveries(&self, endpoint_id: &str, status: DeliveryStatus) -> Result<u64, StoreError> {

@@ -32,21 +32,9 @@ pub const STATUS_SK: &str = "status_sk";
 /// The event item's string set of the endpoint ids it has deliveries for (each delivery's id is
 /// [`crate::model::delivery_id`] of the event id and one of them).
 pub const EVENT_ENDPOINTS: &str = "endpoint_ids";
-/// `IDEMPOTENCY#{tenant}#{key}` (tenant as [`scoped`] writes it): a stored answer to an
-/// `Idempotency-Key`.
-pub fn idempotency_pk(tenant_id: &str, key: &str) -> String {
-    format!("IDEMPOTENCY#{}", scoped(tenant_id, key))
-}
-
-/// `{byte length of tenant_id}:{tenant_id}#{id}`: an id of the caller's under its tenant,
-/// unambiguous whatever either contains (tenant `a#b` with id `c` and tenant `a` with id
-/// `b#c` are different keys), so one tenant can never reach another's item.
-pub fn scoped(tenant_id: &str, id: &str) -> String {
-    format!("{}:{tenant_id}#{id}", tenant_id.len())
-}
-
-/// Sort key of an idempotency record.
-pub const IDEMPOTENCY_SK: &str = "IDEMPOTENCY";
+/// The event item's attribute holding the fingerprint of the `Idempotency-Key` request that
+/// wrote it ([`crate::model::StoredEvent::request_sha256`]).
+pub const REQUEST_SHA256: &str = "request_sha256";
 
 /// The attribute marking the items one ingest call wrote (a random 128-bit value, hex), so
 /// that its take-back after a failure deletes only those.
@@ -222,7 +210,6 @@ mod tests {
     #[test]
     fn ids_under_a_tenant_cannot_collide_across_tenants() {
         assert_ne!(event_key("a#b", "c"), event_key("a", "b#c"));
-        assert_ne!(idempotency_pk("a#b", "c"), idempotency_pk("a", "b#c"));
         assert_eq!(event_key("acme", "evt_1"), ("EVENT_ID#evt_1".to_string(), "TENANT#acme".to_string()));
     }
 }

@@ -41,6 +41,11 @@ pub enum StoreError {
     /// A conditional create lost: the item already exists.
     #[error("already exists")]
     AlreadyExists,
+    /// An event id was repeated by an `Idempotency-Key` request whose fingerprint differs
+    /// from the one stored with the event ([`crate::model::StoredEvent::request_sha256`]):
+    /// nothing was written.
+    #[error("the event id was first accepted with a different request")]
+    RequestMismatch,
 }
 
 /// A delivery as lists show it (no payload, no attempt history).
@@ -354,6 +359,11 @@ pub trait Store: Send + Sync {
     /// the id). No delivery is left without its payload item. Says which items this call
     /// created: an item that existed already (the same event id ingested twice) is left as it
     /// was, payload included.
+    ///
+    /// # Errors
+    /// [`StoreError::RequestMismatch`] when the event id exists with another
+    /// `request_sha256` and this event has one too (a reused `Idempotency-Key`): nothing of
+    /// this call's stays. Otherwise an AWS error as above.
     async fn insert_event(
         &self,
         event: &StoredEvent,
@@ -439,34 +449,6 @@ pub trait Store: Send + Sync {
     /// `WEBHOOKS_ENDPOINT_INDEX_SHARDS`), each reading at most one small item per day;
     /// nothing grows with the endpoint's history.
     async fn delivered_tally(&self, endpoint_id: &str, since: DateTime<Utc>) -> Result<DeliveredTally, StoreError>;
-    /// Claims an `Idempotency-Key` for a request: writes `record` (in progress: no answer)
-    /// unless a record of the key is still inside its window (`expires_at` after `now`).
-    /// `None`: this call owns the key now; `Some`: the live record, untouched.
-    async fn begin_idempotent(
-        &self,
-        tenant_id: &str,
-        key: &str,
-        record: &IdempotencyRecord,
-        now: DateTime<Utc>,
-    ) -> Result<Option<IdempotencyRecord>, StoreError>;
-    /// Takes over an in-progress record whose lease ran out (its owner died or gave up):
-    /// moves `lease_until` from `expected_lease_ms` to `lease_ms`; false when another
-    /// request took it first or it was answered meanwhile.
-    async fn renew_idempotent(
-        &self,
-        tenant_id: &str,
-        key: &str,
-        expected_lease_ms: i64,
-        lease_ms: i64,
-    ) -> Result<bool, StoreError>;
-    /// Stores the final answer (HTTP status, JSON body) on the key's record; its retries
-    /// replay it until the record's `expires_at`.
-    async fn finish_idempotent(&self, tenant_id: &str, key: &str, answer: (u16, &str)) -> Result<(), StoreError>;
-    /// Gives up an in-progress claim: with `forget`, deletes the record (the request was
-    /// refused, nothing was written: the key is free again); else ends its lease at `now_ms`,
-    /// keeping its fingerprint and event id, so the next retry takes over the same event.
-    async fn release_idempotent(&self, tenant_id: &str, key: &str, forget: bool, now_ms: i64)
-    -> Result<(), StoreError>;
     /// Sets the endpoint's slow-lane marker `slow_until` (`None` removes it): state, not
     /// configuration, so no version check and no version bump (see [`crate::lane`]). An
     /// endpoint that is gone is left alone.
@@ -487,35 +469,4 @@ pub trait Store: Send + Sync {
         rate: f64,
         now_ms: i64,
     ) -> Result<bool, StoreError>;
-}
-
-/// The record of an `Idempotency-Key` (one item per tenant and key, for the window).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct IdempotencyRecord {
-    /// SHA-256 (hex) of the request it was first used with; another request with the same
-    /// key is refused.
-    pub fingerprint: String,
-    /// The event id this key's request creates, fixed when the key is first claimed so that
-    /// a retry after a failure converges on the same event.
-    #[serde(default)]
-    pub event_id: String,
-    /// The final answer's HTTP status; absent while the first request is in progress.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status_code: Option<u16>,
-    /// The final answer's JSON body; absent while in progress.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body: Option<String>,
-    /// While in progress: until when (unix milliseconds) the claiming request owns it.
-    #[serde(default)]
-    pub lease_until: i64,
-    /// End of the key's window (unix seconds; also the item's TTL). After it the key is free
-    /// and a new request with it creates a new event.
-    pub expires_at: i64,
-}
-
-impl IdempotencyRecord {
-    /// The stored answer, once there is one.
-    pub fn answer(&self) -> Option<(u16, &str)> {
-        Some((self.status_code?, self.body.as_deref()?))
-    }
 }
