@@ -574,7 +574,7 @@ fn design_notes(body: &mut String, scenarios: &[requests::Scenario]) {
         .collect();
     let _ = writeln!(
         body,
-        "Where a message comes without the payload (the sweeper's messages, replays, a payload too big to ride), deliver reads it from the event item: a strongly consistent GetItem with projection `payload_z, payload` (the compressed payload; `payload` on items written before compression), billed by the whole item (4 KB per read unit). {}\n",
+        "Where a message comes without the payload (the sweeper's messages, replays, a payload too big to ride), deliver reads it from the event item: a strongly consistent GetItem with projection `payload_z` (the compressed payload), billed by the whole item (4 KB per read unit). {}\n",
         if reads.is_empty() {
             "None of these scenarios needed one.".to_string()
         } else {

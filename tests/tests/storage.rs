@@ -212,7 +212,7 @@ async fn listings_read_unsplit_and_sharded_index_partitions_alike() {
     // (`endpoint_deleted`) while the test lists them.
     let stack = still_stack(|_| {}).await;
     let table = stack.app.config.table.clone();
-    // Items written before the index shards were raised (unsplit), and after (3 shards each).
+    // Items written while the index was unsplit, and once its shards were raised to 3.
     let unsplit = DynamoStore::new(ddb().await, &table, 8);
     let sharded = DynamoStore::new(ddb().await, &table, 8).with_index_shards(3, 3);
     let t0 = chrono::Utc::now() - chrono::Duration::minutes(5);

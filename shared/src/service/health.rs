@@ -218,7 +218,7 @@ async fn job_step(app: &App, id: &str, now: DateTime<Utc>, lease: i64) -> Result
     match (job.kind, endpoint) {
         (JobKind::EndDeleted, None) => {
             // The index settles from the delete, which the first step to find the endpoint
-            // gone stands for (the job is written before the delete's own work).
+            // gone stands for (the job is written ahead of the delete's own work).
             let gone = *job.since.get_or_insert(now);
             let (found, more) = end_deleted_page(app, &job, limit).await?;
             job.processed += u32::try_from(found).unwrap_or(u32::MAX);

@@ -158,6 +158,15 @@ pub fn due_pk(shard: u32) -> String {
 
 /// The `by_endpoint` bucket of a status: `open` (scheduled, sending), `held`, `exhausted`,
 /// `delivered`.
+///
+/// Why `scheduled` and `sending` share `open`: every attempt moves a delivery from scheduled
+/// to sending (the claim) and, unless it ends, back (the record). With a bucket each, both
+/// writes would re-key the keys-only entry, a delete and a put in the index: 4 index write
+/// units per retried attempt and 2 on a first try's claim, $1.25 to $2.50 per million
+/// attempts at $0.625 per million write units, paid by every delivery. Sharing one bucket
+/// costs only the rare reader that must tell them apart: a listing filtered on `scheduled`
+/// or `sending` reads the items of the `open` range it walks (at most 10 a partition a
+/// request, then a cursor), and the stats split the two by the oldest 100 items of the range.
 pub fn endpoint_bucket(status: crate::model::DeliveryStatus) -> &'static str {
     use crate::model::DeliveryStatus as S;
     match status {
