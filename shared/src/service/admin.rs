@@ -5,10 +5,7 @@ use crate::destination;
 use crate::endpoint_lifecycle;
 use crate::error::ServiceError;
 use crate::lifecycle::{self, EndpointEntry};
-use crate::model::{
-    Attempt, Delivery, DeliveryStatus, Disabled, Endpoint, EndpointState, Job, JobKind, REASON_ENDPOINT_DELETED,
-    REASON_MANUAL,
-};
+use crate::model::{Attempt, Delivery, DeliveryStatus, Disabled, Endpoint, EndpointState, Job, JobKind, REASON_MANUAL};
 use crate::policy::RetryPolicy;
 use crate::service::health;
 use crate::signing;
@@ -413,9 +410,6 @@ pub struct Deleted {
     pub job_id: String,
 }
 
-/// Unfinished statuses: the delivery may still be attempted.
-pub const UNFINISHED: [DeliveryStatus; 3] = [DeliveryStatus::Scheduled, DeliveryStatus::Sending, DeliveryStatus::Held];
-
 /// How many unfinished deliveries a forced delete ends itself, at most, before it answers;
 /// its `end_deleted` job ends the rest (`release_per_tick` a sweeper tick), so a delete
 /// answers within API Gateway's 30 s however many there are.
@@ -462,8 +456,14 @@ pub async fn delete_endpoint(app: &App, id: &str, force: bool) -> Result<Deleted
     let ended: Vec<Result<(), ServiceError>> = futures::stream::iter(unfinished.iter().cloned().map(|d| {
         let app = app.clone();
         async move {
-            end_as_deleted(&app, &d.id, d.status, d.attempt_count, EndpointEntry::new(&d.endpoint_id, d.created_at))
-                .await
+            health::end_as_deleted(
+                &app,
+                &d.id,
+                d.status,
+                d.attempt_count,
+                EndpointEntry::new(&d.endpoint_id, d.created_at),
+            )
+            .await
         }
     }))
     .buffer_unordered(16)
@@ -475,11 +475,11 @@ pub async fn delete_endpoint(app: &App, id: &str, force: bool) -> Result<Deleted
     Ok(Deleted { deliveries_ended: unfinished.len(), job_id })
 }
 
-/// Up to `max` of an endpoint's unfinished deliveries ([`UNFINISHED`], status by status, in
+/// Up to `max` of an endpoint's unfinished deliveries ([`health::UNFINISHED`], status by status, in
 /// the listing's order): pages of their `by_endpoint` ranges only, never its history.
 async fn unfinished_deliveries(app: &App, endpoint_id: &str, max: usize) -> Result<Vec<DeliverySummary>, StoreError> {
     let mut out = Vec::new();
-    for status in UNFINISHED {
+    for status in health::UNFINISHED {
         let left = max.saturating_sub(out.len());
         if left == 0 {
             break;
@@ -492,50 +492,6 @@ async fn unfinished_deliveries(app: &App, endpoint_id: &str, max: usize) -> Resu
         out.extend(collect_deliveries(app.store.as_ref(), query, left).await?);
     }
     Ok(out)
-}
-
-/// Ends one delivery of a deleted endpoint as `exhausted` (reason `endpoint_deleted`), from
-/// the state it was listed in or, when it moved on meanwhile (an attempt finished), from the
-/// state it is in now; a delivery that finished meanwhile is left as it is.
-///
-/// A delivery `sending` under a lease that has not run out is left too: its POST may be in
-/// flight, and ending it would report `exhausted` while the receiver logs a 200. Its worker
-/// records what the receiver answered (a retryable failure is scheduled as the policy says);
-/// its next claim, or the sweeper's re-drive of a worker that died, finds the endpoint gone
-/// and ends it then with reason `endpoint_deleted` (issue #35 input 5). So a delivery can
-/// stay `scheduled` for a deleted endpoint until its next attempt is due.
-///
-/// # Errors
-/// [`ServiceError::Unavailable`] when DynamoDB failed.
-pub async fn end_as_deleted(
-    app: &App,
-    id: &str,
-    status: DeliveryStatus,
-    attempt_count: u32,
-    entry: EndpointEntry,
-) -> Result<(), ServiceError> {
-    let now = app.clock.now();
-    let in_flight = |d: &Delivery| d.status == DeliveryStatus::Sending && d.lease_until.is_some_and(|l| l > now);
-    if status == DeliveryStatus::Sending && app.store.get_delivery(id).await?.is_some_and(|d| in_flight(&d)) {
-        return Ok(());
-    }
-    let t = lifecycle::abandon(&app.config, now, status, attempt_count, entry, REASON_ENDPOINT_DELETED);
-    if let Applied::Lost = app.store.apply(id, &t, false).await?
-        && let Some(cur) = app.store.get_delivery(id).await?
-        && UNFINISHED.contains(&cur.status)
-        && !in_flight(&cur)
-    {
-        let t = lifecycle::abandon(
-            &app.config,
-            now,
-            cur.status,
-            cur.attempt_count,
-            EndpointEntry::of(&cur),
-            REASON_ENDPOINT_DELETED,
-        );
-        app.store.apply(id, &t, false).await?;
-    }
-    Ok(())
 }
 
 /// An endpoint's delivery counts by status, its last success and failures in a row.

@@ -21,7 +21,8 @@ use crate::endpoint_lifecycle::{self, Change};
 use crate::error::ServiceError;
 use crate::lifecycle::{self, EndpointEntry, Enqueue};
 use crate::model::{
-    DeliveryStatus, Disabled, Endpoint, EndpointState, Job, JobKind, REASON_MANUAL, REASON_UNSUBSCRIBED,
+    Delivery, DeliveryStatus, Disabled, Endpoint, EndpointState, Job, JobKind, REASON_ENDPOINT_DELETED, REASON_MANUAL,
+    REASON_UNSUBSCRIBED,
 };
 use crate::store::{Applied, Committed, DeliveryQuery, EndpointWrite};
 use chrono::{DateTime, Duration, Utc};
@@ -292,13 +293,60 @@ async fn job_step(app: &App, id: &str, now: DateTime<Utc>, lease: i64) -> Result
     Ok(out)
 }
 
+/// Unfinished statuses: the delivery may still be attempted.
+pub const UNFINISHED: [DeliveryStatus; 3] = [DeliveryStatus::Scheduled, DeliveryStatus::Sending, DeliveryStatus::Held];
+
+/// Ends one delivery of a deleted endpoint as `exhausted` (reason `endpoint_deleted`), from
+/// the state it was listed in or, when it moved on meanwhile (an attempt finished), from the
+/// state it is in now; a delivery that finished meanwhile is left as it is.
+///
+/// A delivery `sending` under a lease that has not run out is left too: its POST may be in
+/// flight, and ending it would report `exhausted` while the receiver logs a 200. Its worker
+/// records what the receiver answered (a retryable failure is scheduled as the policy says);
+/// its next claim, or the sweeper's re-drive of a worker that died, finds the endpoint gone
+/// and ends it then with reason `endpoint_deleted` (issue #35 input 5). So a delivery can
+/// stay `scheduled` for a deleted endpoint until its next attempt is due.
+///
+/// # Errors
+/// [`ServiceError::Unavailable`] when DynamoDB failed.
+pub async fn end_as_deleted(
+    app: &App,
+    id: &str,
+    status: DeliveryStatus,
+    attempt_count: u32,
+    entry: EndpointEntry,
+) -> Result<(), ServiceError> {
+    let now = app.clock.now();
+    let in_flight = |d: &Delivery| d.status == DeliveryStatus::Sending && d.lease_until.is_some_and(|l| l > now);
+    if status == DeliveryStatus::Sending && app.store.get_delivery(id).await?.is_some_and(|d| in_flight(&d)) {
+        return Ok(());
+    }
+    let t = lifecycle::abandon(&app.config, now, status, attempt_count, entry, REASON_ENDPOINT_DELETED);
+    if let Applied::Lost = app.store.apply(id, &t, false).await?
+        && let Some(cur) = app.store.get_delivery(id).await?
+        && UNFINISHED.contains(&cur.status)
+        && !in_flight(&cur)
+    {
+        let t = lifecycle::abandon(
+            &app.config,
+            now,
+            cur.status,
+            cur.attempt_count,
+            EndpointEntry::of(&cur),
+            REASON_ENDPOINT_DELETED,
+        );
+        app.store.apply(id, &t, false).await?;
+    }
+    Ok(())
+}
+
 /// Ends up to `limit` unfinished deliveries of the deleted endpoint of `job` as exhausted
 /// (reason `endpoint_deleted`); returns how many it found, and whether a listing said there
 /// may be more (a page with a cursor: a page can come back short with one).
 async fn end_deleted_page(app: &App, job: &Job, limit: usize) -> Result<(usize, bool), ServiceError> {
     let mut found = 0;
     let mut more = false;
-    for status in crate::service::admin::UNFINISHED {
+    for status in UNFINISHED {
         let page = app
             .store
             .list_deliveries(&DeliveryQuery {
@@ -312,14 +360,8 @@ async fn end_deleted_page(app: &App, job: &Job, limit: usize) -> Result<(usize, 
         found += page.data.len();
         more |= page.next_cursor.is_some();
         for d in &page.data {
-            crate::service::admin::end_as_deleted(
-                app,
-                &d.id,
-                d.status,
-                d.attempt_count,
-                EndpointEntry::new(&d.endpoint_id, d.created_at),
-            )
-            .await?;
+            end_as_deleted(app, &d.id, d.status, d.attempt_count, EndpointEntry::new(&d.endpoint_id, d.created_at))
+                .await?;
         }
         if found >= limit {
             break;
