@@ -108,6 +108,11 @@ pub struct Config {
     /// all of its endpoints, so without a bound one portal session could turn each event
     /// into thousands of signed POSTs at one victim URL.
     pub max_endpoints_per_tenant: u32,
+    /// Whether an event for a tenant with no endpoint at all is refused, 422 `unknown_tenant`
+    /// (`WEBHOOKS_REJECT_UNKNOWN_TENANTS`, default false: it is answered 202 with a
+    /// `no_subscribed_endpoint` warning, nothing stored). Catches a typo'd tenant id at once,
+    /// for stacks whose tenants always have an endpoint before they send.
+    pub reject_unknown_tenants: bool,
     /// Multiplies every retry wait before it is scheduled (`WEBHOOKS_WAIT_SCALE`, default 1).
     /// For tests and demos only: `0.0001` runs the 36-hour `standard` schedule in seconds.
     /// Attempt records keep the unscaled wait the policy chose.
@@ -220,6 +225,7 @@ impl Config {
             notify_topic_arn: None,
             release_per_tick: 100,
             max_endpoints_per_tenant: DEFAULT_MAX_ENDPOINTS_PER_TENANT,
+            reject_unknown_tenants: false,
             wait_scale: 1.0,
             secret_rotation: Duration::from_secs(24 * 3600),
             portal_secret_arn: None,
@@ -321,6 +327,7 @@ impl Config {
                 problem: "must be at least 1".into(),
             });
         }
+        c.reject_unknown_tenants = parse(&get, "WEBHOOKS_REJECT_UNKNOWN_TENANTS", false)?;
         c.wait_scale = parse(&get, "WEBHOOKS_WAIT_SCALE", 1.0)?;
         if !(c.wait_scale > 0.0 && c.wait_scale <= 1.0) {
             return Err(ConfigError { name: "WEBHOOKS_WAIT_SCALE", problem: "must be above 0 and at most 1".into() });

@@ -94,7 +94,7 @@ fn is_localhost(host: &str) -> bool {
 ///   address in a refused range, a `localhost` name, or a name resolving into a refused range
 ///   now (any one of its addresses).
 pub async fn check_registration(cfg: &Config, url: &str) -> Result<(), ServiceError> {
-    let parsed = url::Url::parse(url).map_err(|e| ServiceError::Validation(format!("url: not a URL ({e})")))?;
+    let parsed = url::Url::parse(url).map_err(|e| ServiceError::Validation(format!("url: {}", not_a_url(e))))?;
     if cfg.require_https && parsed.scheme() != "https" {
         return Err(ServiceError::Validation("url: must be an https URL (WEBHOOKS_REQUIRE_HTTPS is on)".into()));
     }
@@ -150,6 +150,18 @@ pub fn refused_before_connect(url: &str, allow_private: bool, require_https: boo
         url::Host::Domain(_) => return None,
     };
     refused_range(ip).map(|range| format!("destination {ip} is not a public address ({range})"))
+}
+
+/// What a URL that does not parse is told (the URL itself is not repeated: it may hold a
+/// token): the parser's reason and, for one without a scheme (`example.com/hook`), what to
+/// do about it.
+pub fn not_a_url(e: url::ParseError) -> String {
+    match e {
+        url::ParseError::RelativeUrlWithoutBase => {
+            format!("not a URL ({e}): it has no scheme; write it in full, with https:// in front")
+        }
+        other => format!("not a URL ({other})"),
+    }
 }
 
 /// `url` as logs, notifications, error bodies and metrics may show it: any userinfo

@@ -64,6 +64,10 @@ pub enum ServiceError {
     /// there (see [`crate::destination`]).
     #[error("{0}")]
     DestinationNotAllowed(String),
+    /// An event for a tenant that has no endpoint at all, refused because the stack says so
+    /// (`WEBHOOKS_REJECT_UNKNOWN_TENANTS`; 422 `unknown_tenant`): nothing was stored.
+    #[error("{0}")]
+    UnknownTenant(String),
 }
 
 impl ServiceError {
@@ -78,7 +82,7 @@ impl ServiceError {
             Self::Unavailable(_) => 503,
             Self::Internal(_) => 500,
             Self::IdempotencyKeyReused(_) => 422,
-            Self::DestinationNotAllowed(_) => 422,
+            Self::DestinationNotAllowed(_) | Self::UnknownTenant(_) => 422,
         }
     }
 
@@ -94,6 +98,7 @@ impl ServiceError {
             Self::Internal(_) => "internal",
             Self::IdempotencyKeyReused(_) => "idempotency_key_reused",
             Self::DestinationNotAllowed(_) => "destination_not_allowed",
+            Self::UnknownTenant(_) => "unknown_tenant",
         }
     }
 

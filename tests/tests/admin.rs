@@ -91,6 +91,10 @@ async fn endpoint_routes_happy_paths_and_errors() {
         assert_eq!(status, 422, "{body}: {e}");
         assert!(e["error"]["message"].as_str().unwrap().starts_with(field), "{body}: {e}");
     }
+    // A URL without its scheme is told what to do about it.
+    let (status, e) = stack.call(Method::PATCH, &path, Some(json!({"url": "example.com/hook"}))).await;
+    let said = e["error"]["message"].as_str().unwrap_or_default();
+    assert!(status == 422 && said.contains("with https:// in front"), "{e}");
     let (status, e) = stack.call(Method::GET, "/v1/endpoints", None).await;
     assert_eq!(status, 422);
     assert!(e["error"]["message"].as_str().unwrap().contains("tenant_id"));
@@ -312,6 +316,12 @@ async fn an_event_no_endpoint_subscribed_to_is_not_stored_and_its_lookup_says_so
     assert_eq!(status, 202, "{accepted}");
     let (status, unsubscribed) = stack.call(Method::POST, "/v1/events", Some(body("globex"))).await;
     assert_eq!((status, &unsubscribed["deliveries"]), (202, &json!([])), "{unsubscribed}");
+    // The 202 says so: a typo'd tenant is not a silent success.
+    let warning = &unsubscribed["warnings"][0];
+    assert_eq!(warning["code"], "no_subscribed_endpoint", "{unsubscribed}");
+    let said = warning["message"].as_str().unwrap_or_default();
+    assert!(said.contains("\"globex\" has no endpoints") && said.contains("nothing was stored"), "{unsubscribed}");
+    assert!(accepted.get("warnings").is_none(), "no warning when an endpoint subscribes: {accepted}");
     let (status, answer) = stack.call(Method::GET, "/v1/events/ord-1?tenant_id=globex", None).await;
     assert_eq!((status, answer["error"]["code"].as_str()), (404, Some("not_found")), "{answer}");
     let message = answer["error"]["message"].as_str().unwrap_or_default();
@@ -326,6 +336,28 @@ async fn an_event_no_endpoint_subscribed_to_is_not_stored_and_its_lookup_says_so
     stack.wait_status(&delivery_id(&repeat), "delivered", WAIT).await;
     let (status, answer) = stack.call(Method::GET, "/v1/events/ord-1", None).await;
     assert_eq!(status, 409, "two tenants now hold the id: {answer}");
+    stack.stop().await;
+}
+
+/// A tenant whose endpoints do not subscribe to the type gets the warning naming the type; with
+/// `WEBHOOKS_REJECT_UNKNOWN_TENANTS` a tenant with no endpoint at all is refused, 422
+/// `unknown_tenant`, while the unsubscribed type stays 202 with its warning.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenant_without_endpoints_is_refused_when_the_stack_says_so() {
+    let stack = Stack::start(|c| c.reject_unknown_tenants = true).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let create = json!({"tenant_id": "acme", "url": rx.url, "event_types": ["invoice.*"]});
+    let (status, ep) = stack.call(Method::POST, "/v1/endpoints", Some(create)).await;
+    assert_eq!(status, 201, "{ep}");
+    let body = |tenant: &str| json!({"tenant_id": tenant, "event_type": "order.paid", "payload": {}});
+    let (status, refused) = stack.call(Method::POST, "/v1/events", Some(body("Acme"))).await;
+    assert_eq!((status, refused["error"]["code"].as_str()), (422, Some("unknown_tenant")), "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap_or_default().contains("case-sensitive"), "{refused}");
+    let (status, unsubscribed) = stack.call(Method::POST, "/v1/events", Some(body("acme"))).await;
+    assert_eq!((status, &unsubscribed["deliveries"]), (202, &json!([])), "{unsubscribed}");
+    assert_eq!(unsubscribed["warnings"][0]["code"], "no_subscribed_endpoint", "{unsubscribed}");
+    let said = unsubscribed["warnings"][0]["message"].as_str().unwrap_or_default();
+    assert!(said.contains("1 endpoints subscribes to \"order.paid\""), "{unsubscribed}");
     stack.stop().await;
 }
 

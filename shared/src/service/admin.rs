@@ -208,7 +208,7 @@ fn validate_url(url: &str) -> Result<(), ServiceError> {
     if url.len() > MAX_URL_BYTES {
         return Err(invalid("url", format!("at most {MAX_URL_BYTES} bytes")));
     }
-    let parsed = url::Url::parse(url).map_err(|e| invalid("url", format!("not a URL ({e})")))?;
+    let parsed = url::Url::parse(url).map_err(|e| invalid("url", destination::not_a_url(e)))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
         return Err(invalid("url", "must be an http or https URL with a host"));
     }

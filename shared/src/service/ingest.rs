@@ -85,13 +85,32 @@ pub struct DeliveryRef {
     pub endpoint_id: String,
 }
 
+/// Something the caller should know about an accepted event: `code` is stable,
+/// `message` says what happened and what to do.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Warning {
+    /// [`NO_SUBSCRIBED_ENDPOINT`].
+    pub code: &'static str,
+    /// Names the tenant (and the event type) and says that nothing was stored.
+    pub message: String,
+}
+
+/// The warning code of an event no endpoint subscribes to: nothing was stored, nothing will
+/// be delivered, and `GET /v1/events/{id}` answers 404.
+pub const NO_SUBSCRIBED_ENDPOINT: &str = "no_subscribed_endpoint";
+
 /// The answer to an accepted event (HTTP 202).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Accepted {
     /// The event id (the caller's or a generated one).
     pub event_id: String,
-    /// One delivery per subscribed endpoint; empty when none subscribes.
+    /// One delivery per subscribed endpoint; empty when none subscribes (with a
+    /// [`NO_SUBSCRIBED_ENDPOINT`] warning).
     pub deliveries: Vec<DeliveryRef>,
+    /// What the caller should know: a [`NO_SUBSCRIBED_ENDPOINT`] warning when no endpoint
+    /// subscribes, so a typo'd tenant id is not a silent success. Absent when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<Warning>,
     /// Sync mode only: the inline attempt.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outcome: Option<SyncOutcome>,
@@ -139,6 +158,7 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
     let now = app.clock.now();
     let event_id = event.id.clone().unwrap_or_else(|| format!("evt_{}", app.random.ulid(now)));
     let endpoints = app.store.tenant_endpoints(&event.tenant_id, &event_id).await?;
+    let endpoints_count = endpoints.len();
     let targets: Vec<_> = endpoints.into_iter().filter(|ep| ep.subscribes_to(&event.event_type)).collect();
     if event.sync && targets.len() != 1 {
         return Err(ServiceError::Validation(format!(
@@ -146,6 +166,9 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
             targets.len(),
             event.event_type
         )));
+    }
+    if targets.is_empty() {
+        return nothing_subscribes(app, &event, event_id, endpoints_count);
     }
 
     let stored = StoredEvent {
@@ -204,7 +227,7 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
     if event.sync {
         // The one inline attempt is made here, whatever the endpoint's lane.
         let outcome = sync_attempt(app, &deliveries, to_main.pop().or_else(|| to_slow.pop())).await?;
-        return Ok(Accepted { event_id, deliveries, outcome: Some(outcome), replayed });
+        return Ok(Accepted { event_id, deliveries, warnings: Vec::new(), outcome: Some(outcome), replayed });
     }
     let id = event_id.as_str();
     let send = |slow: bool, batch: Vec<Enqueue>| async move {
@@ -218,7 +241,44 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
     };
     futures::future::join(send(false, to_main), send(true, to_slow)).await;
     tracing::info!(event_id, event_type = %event.event_type, deliveries = deliveries.len(), "event accepted");
-    Ok(Accepted { event_id, deliveries, outcome: None, replayed })
+    Ok(Accepted { event_id, deliveries, warnings: Vec::new(), outcome: None, replayed })
+}
+
+/// The answer to an event no endpoint of its tenant subscribes to: nothing is stored. A
+/// tenant with no endpoint at all is refused when the stack says so
+/// (`reject_unknown_tenants`); otherwise the 202 carries a [`NO_SUBSCRIBED_ENDPOINT`]
+/// warning, and the log line is a WARN naming the tenant.
+fn nothing_subscribes(
+    app: &App,
+    event: &NewEvent,
+    event_id: String,
+    endpoints: usize,
+) -> Result<Accepted, ServiceError> {
+    let tenant = &event.tenant_id;
+    let message = if endpoints == 0 {
+        format!(
+            "tenant {tenant:?} has no endpoints, so nothing was stored and nothing will be delivered; tenant ids \
+             are case-sensitive: check the spelling, or create an endpoint for the tenant first"
+        )
+    } else {
+        format!(
+            "none of tenant {tenant:?}'s {endpoints} endpoints subscribes to {:?}, so nothing was stored and \
+             nothing will be delivered; add the event type to an endpoint's filter to receive it",
+            event.event_type
+        )
+    };
+    if endpoints == 0 && app.config.reject_unknown_tenants {
+        tracing::warn!(tenant_id = %tenant, event_type = %event.event_type, "event refused: the tenant has no endpoints");
+        return Err(ServiceError::UnknownTenant(message));
+    }
+    tracing::warn!(event_id, tenant_id = %tenant, event_type = %event.event_type, endpoints, "event accepted but no endpoint subscribes: nothing stored");
+    Ok(Accepted {
+        event_id,
+        deliveries: Vec::new(),
+        warnings: vec![Warning { code: NO_SUBSCRIBED_ENDPOINT, message }],
+        outcome: None,
+        replayed: false,
+    })
 }
 
 /// The one inline attempt of a sync event (`first`: the message for attempt 1, when this call
