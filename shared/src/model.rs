@@ -297,6 +297,10 @@ pub struct Attempt {
     /// accepted: not sent, a dead letter).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// With `timeout` or `connection`: why no answer came, `refused`, `reset`, `dns`, `tls`,
+    /// `timeout` or `other` ([`crate::sender::cause_of`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
     /// Wall time of the request in milliseconds.
     pub duration_ms: u64,
     /// The first 1 KiB of the response body (lossy UTF-8).

@@ -64,6 +64,9 @@ pub struct SendResult {
     pub duration_ms: u64,
     /// A short description of a transport error, for logs.
     pub detail: Option<String>,
+    /// Why a `timeout` or `connection` failure got no answer ([`cause_of`]): `refused`,
+    /// `reset`, `dns`, `tls`, `timeout` or `other`.
+    pub cause: Option<&'static str>,
 }
 
 /// POSTs attempts.
@@ -81,6 +84,11 @@ pub struct HttpSender {
     require_https: bool,
 }
 
+/// A name the resolver could not resolve (the system resolver's error as text).
+#[derive(Debug, thiserror::Error)]
+#[error("dns: {0}")]
+pub struct DnsFailure(pub String);
+
 /// A destination that resolves to a non-public address.
 #[derive(Debug, thiserror::Error)]
 #[error("destination {0} is not a public address")]
@@ -97,7 +105,13 @@ impl reqwest::dns::Resolve for GuardedResolver {
         let allow = self.allow_private;
         Box::pin(async move {
             let host = name.as_str().to_string();
-            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let addrs: Vec<SocketAddr> = match tokio::net::lookup_host((host.as_str(), 0)).await {
+                Ok(found) => found.collect(),
+                Err(e) => {
+                    let e: Box<dyn std::error::Error + Send + Sync> = Box::new(DnsFailure(format!("{host}: {e}")));
+                    return Err(e);
+                }
+            };
             if !allow && let Some(bad) = addrs.iter().find(|a| !is_public(a.ip())) {
                 let e: Box<dyn std::error::Error + Send + Sync> =
                     Box::new(DestinationRefused(format!("{host} ({})", bad.ip())));
@@ -137,6 +151,48 @@ impl HttpSender {
     }
 }
 
+/// Why a request that got no answer failed, from its error chain: `timeout` (no answer
+/// within the request timeout), `dns` (the name did not resolve), `refused` (nothing listens:
+/// the connection was refused), `tls` (the TLS handshake or the certificate failed), `reset`
+/// (the receiver dropped the connection: reset, aborted, or closed before an answer), else
+/// `other`. Stored on the attempt beside its class (`connection`, `timeout`), so the
+/// delivery's page says what to look at.
+pub fn cause_of(e: &reqwest::Error) -> &'static str {
+    use std::io::ErrorKind;
+    if e.is_timeout() {
+        return "timeout";
+    }
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = next {
+        if s.is::<DnsFailure>() {
+            return "dns";
+        }
+        if s.is::<rustls::Error>() {
+            return "tls";
+        }
+        // hyper's "connection closed before message completed" has no io::Error beneath.
+        if s.to_string().contains("connection closed before message completed") {
+            return "reset";
+        }
+        next = s.source();
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            match io.kind() {
+                ErrorKind::ConnectionRefused => return "refused",
+                ErrorKind::ConnectionReset
+                | ErrorKind::ConnectionAborted
+                | ErrorKind::BrokenPipe
+                | ErrorKind::UnexpectedEof => return "reset",
+                _ => {}
+            }
+            // An io::Error's `source` skips the error it wraps (a TLS error wrapped twice).
+            if let Some(inner) = io.get_ref() {
+                next = Some(inner as &(dyn std::error::Error + 'static));
+            }
+        }
+    }
+    "other"
+}
+
 fn is_refused(e: &reqwest::Error) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(s) = source {
@@ -171,6 +227,7 @@ impl Sender for HttpSender {
                 retry_after_seconds: None,
                 duration_ms: 0,
                 detail: Some(why),
+                cause: None,
             };
         }
         let mut req = self.client.post(url).header("content-type", "application/json");
@@ -198,6 +255,7 @@ impl Sender for HttpSender {
                     retry_after_seconds: retry_after,
                     duration_ms: elapsed(started),
                     detail: None,
+                    cause: None,
                 }
             }
             Err(e) => {
@@ -210,6 +268,7 @@ impl Sender for HttpSender {
                 };
                 SendResult {
                     outcome,
+                    cause: (outcome != Outcome::Refused).then(|| cause_of(&e)),
                     body: None,
                     retry_after_seconds: None,
                     duration_ms: elapsed(started),

@@ -84,6 +84,7 @@ fn attempt(n: u32, now: DateTime<Utc>) -> Attempt {
         at: now,
         status_code: Some(503),
         error: Some("http_status".into()),
+        cause: None,
         duration_ms: 1,
         response_body: None,
         next_wait_seconds: None,

@@ -212,6 +212,7 @@ impl Sender for Receivers {
             retry_after_seconds: retry_after,
             duration_ms,
             detail: None,
+            cause: None,
         }
     }
 }

@@ -380,3 +380,43 @@ async fn a_probe_whose_payload_expired_is_a_dead_letter_and_the_next_held_delive
     assert_eq!(rx.count(), 3, "two failures before the pause and the second event; nothing sent without a payload");
     stack.stop().await;
 }
+
+/// An attempt that got no answer says why, beside its class (`connection` or `timeout`):
+/// nothing listening (`refused`), the receiver dropping the connection (`reset`), a name
+/// that does not resolve (`dns`), a TLS handshake with something that does not speak TLS
+/// (`tls`), no answer within the request timeout (`timeout`).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_attempt_without_an_answer_records_its_cause() {
+    let stack = Stack::start(|c| c.request_timeout = Duration::from_secs(1)).await;
+    // Nothing listens on a port just freed.
+    let freed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    // A listener that resets every connection it accepts (SO_LINGER 0, then close).
+    let resetter = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let reset_port = resetter.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = resetter.accept().await {
+            #[allow(deprecated)]
+            let _ = socket.set_linger(Some(Duration::ZERO));
+            drop(socket);
+        }
+    });
+    let plain = Receiver::start(Reply::Status(200)).await;
+    let hanging = Receiver::start(Reply::Hang(Duration::from_secs(5))).await;
+    let plain_port = plain.url.trim_start_matches("http://127.0.0.1:").split('/').next().unwrap().to_string();
+    let cases = [
+        ("refused", "connection", format!("http://127.0.0.1:{freed}/hook")),
+        ("reset", "connection", format!("http://127.0.0.1:{reset_port}/hook")),
+        ("dns", "connection", "http://no-such-receiver.invalid/hook".to_string()),
+        ("tls", "connection", format!("https://127.0.0.1:{plain_port}/hook")),
+        ("timeout", "timeout", hanging.url.clone()),
+    ];
+    for (cause, class, url) in cases {
+        let tenant = format!("cause-{cause}");
+        stack.endpoint(&tenant, &url, Value::Null).await;
+        let accepted = stack.event(&tenant, "order.paid", json!({})).await;
+        let d = stack.wait_delivery(&delivery_id(&accepted), WAIT, |d| d["attempts"][0].is_object()).await;
+        let first = &d["attempts"][0];
+        assert_eq!((first["error"].as_str(), first["cause"].as_str()), (Some(class), Some(cause)), "{url}: {d:#}");
+    }
+    stack.stop().await;
+}

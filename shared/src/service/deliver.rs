@@ -318,6 +318,7 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
             Some(_) if ours.is_some() => ours.map(String::from),
             Some(_) => error_class(result.outcome).map(String::from),
         },
+        cause: result.cause.filter(|_| endpoint.is_some() && ours.is_none()).map(String::from),
         duration_ms: result.duration_ms,
         response_body: result.body.clone(),
         next_wait_seconds: wait.map(|w| w.seconds),
@@ -638,6 +639,7 @@ fn not_sent(error: &str) -> SendResult {
         retry_after_seconds: None,
         duration_ms: 0,
         detail: Some(error.to_string()),
+        cause: None,
     }
 }
 

@@ -197,7 +197,7 @@ pub fn timeline(delivery: &Value) -> Markup {
                         @match (a["status_code"].as_u64(), a["error"].as_str()) {
                             (Some(code), _) if class == "ok" => { "HTTP " (code) " delivered" }
                             (Some(code), _) => { "HTTP " (code) " failed" }
-                            (None, Some(e)) => { (e) }
+                            (None, Some(e)) => { (e) @if let Some(c) = a["cause"].as_str() { " (" (c) ")" } }
                             (None, None) => { "no answer" }
                         }
                     }

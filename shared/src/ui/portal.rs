@@ -588,7 +588,7 @@ async fn test_event(
                 @match (attempt.status_code, attempt.error.as_deref()) {
                     (Some(c), None) => { "HTTP " (c) " delivered" }
                     (Some(c), Some(_)) => { "HTTP " (c) " failed" }
-                    (None, Some(e)) => { (e) }
+                    (None, Some(e)) => { (e) @if let Some(c) = attempt.cause.as_deref() { " (" (c) ")" } }
                     (None, None) => { "no answer" }
                 }
                 " · " (attempt.duration_ms) " ms"
@@ -644,6 +644,7 @@ pub async fn send_test(app: &App, ep: &Endpoint) -> Result<crate::model::Attempt
         at: now,
         status_code,
         error,
+        cause: r.cause.map(String::from),
         duration_ms: r.duration_ms,
         response_body: r.body,
         next_wait_seconds: None,
