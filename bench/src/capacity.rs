@@ -125,7 +125,7 @@ pub fn section(body: &mut String, scenarios: &[Scenario], due_shards: u32) -> (u
             limit: PARTITION_RRU,
             unit: "RRU",
             source: "measured (Query and GetItem of 1 endpoint item under 4 KB); one hot tenant takes every event; the copies are hashed on the event and delivery ids, so even over them".into(),
-            setting: Some("WEBHOOKS_ENDPOINT_READ_COPIES"),
+            setting: Some("WEBHOOKS_ENDPOINT_COPIES"),
         },
         Row {
             key: "table `TENANT#{tenant}` (endpoint item, failures; `COPY#{j}#TENANT#{tenant}` with copies)".into(),
@@ -134,8 +134,8 @@ pub fn section(body: &mut String, scenarios: &[Scenario], due_shards: u32) -> (u
             spread_over: 1.0,
             limit: PARTITION_WRU,
             unit: "WRU",
-            source: "derived: 1 WRU per failed attempt (an endpoint item under 1 KB) if every attempt failed; 0 on first tries; split over the read copies".into(),
-            setting: Some("WEBHOOKS_ENDPOINT_READ_COPIES"),
+            source: "derived: 1 WRU per failed attempt (an endpoint item under 1 KB) if every attempt failed; 0 on first tries; split over the copies".into(),
+            setting: Some("WEBHOOKS_ENDPOINT_COPIES"),
         },
         Row {
             key: "table `STATS#{endpoint_id}` (`STATS#{endpoint_id}#{k}` when split), `DAY#{date}`".into(),
@@ -257,7 +257,7 @@ pub fn section(body: &mut String, scenarios: &[Scenario], due_shards: u32) -> (u
     );
     let _ = writeln!(
         body,
-        "Keys that take a whole hot endpoint (`by_endpoint`, `by_status`) are split by their own settings: with `WEBHOOKS_ENDPOINT_INDEX_SHARDS` or `WEBHOOKS_STATUS_INDEX_SHARDS` above 1, a delivery's entry goes to `{{key}}#{{k}}`, k from the hash of its id, and a listing reads the unsplit key (entries written before the setting was raised) and every shard, merged in the index's order (a Query per shard and bucket, 8 at a time: a page of an endpoint's deliveries in every status at {} shards is {} Queries, each at least 0.5 read units). The tenant's endpoint reads ({} copies' worth) and the failure counter ({}) take a whole hot tenant or endpoint on one base-table item: they are spread over copies of the endpoint item (`WEBHOOKS_ENDPOINT_COPIES` written, `WEBHOOKS_ENDPOINT_READ_COPIES` read: {} for both rows; reads move to the copies once every function has kept them for 960 s, so no process of the deploy before, which skips them, is still running). Every endpoint write keeps the copies in step in its own TransactWriteItems, so a change that answered is what every copy reads (the rule that no attempt starts after a disable holds on each); an endpoint change costs 2 write units per copy more (admin-rate, not per delivery), the slow-lane marker and the adaptive rate are written to each copy when they change, and a failure sum (one BatchGetItem, a read unit on each copy) is read only by a copy holding its share of the threshold (100 / {} = {} failures since its last success), which with every attempt failing opens the breaker within about 100 failures. Reads on a first try stay 1 Query and 1 GetItem: section 1 is measured at the default of 1.\n",
+        "Keys that take a whole hot endpoint (`by_endpoint`, `by_status`) are split by their own settings: with `WEBHOOKS_ENDPOINT_INDEX_SHARDS` or `WEBHOOKS_STATUS_INDEX_SHARDS` above 1, a delivery's entry goes to `{{key}}#{{k}}`, k from the hash of its id, and a listing reads the unsplit key (entries written before the setting was raised) and every shard, merged in the index's order (a Query per shard and bucket, 8 at a time: a page of an endpoint's deliveries in every status at {} shards is {} Queries, each at least 0.5 read units). The tenant's endpoint reads ({} copies' worth) and the failure counter ({}) take a whole hot tenant or endpoint on one base-table item: they are spread over copies of the endpoint item (`WEBHOOKS_ENDPOINT_COPIES`, one setting for both rows: {}; the table's own, fixed when it is created). Every endpoint write keeps the copies in step in its own TransactWriteItems, so a change that answered is what every copy reads (the rule that no attempt starts after a disable holds on each); an endpoint change costs 2 write units per copy more (admin-rate, not per delivery), the slow-lane marker and the adaptive rate are written to each copy when they change, and a failure sum (one BatchGetItem, a read unit on each copy) is read only by a copy holding its share of the threshold (100 / {} = {} failures since its last success), which with every attempt failing opens the breaker within about 100 failures (with one copy, at exactly 100 in a row). Reads on a first try stay 1 Query and 1 GetItem: section 1 is measured at the default of 1.\n",
         shards_needed(RATE * by_endpoint, PARTITION_WRU),
         4 * (1 + shards_needed(RATE * by_endpoint, PARTITION_WRU)),
         shards_needed(RATE * (query_rru + endpoint_get_rru), PARTITION_RRU),
@@ -323,10 +323,6 @@ pub fn section(body: &mut String, scenarios: &[Scenario], due_shards: u32) -> (u
         );
     }
     body.push('\n');
-    // Copies are written before they are read: the written count is at least the read one.
-    if let Some(&(_, n)) = settings.iter().find(|(name, _)| *name == "WEBHOOKS_ENDPOINT_READ_COPIES") {
-        settings.push(("WEBHOOKS_ENDPOINT_COPIES", n));
-    }
     let settings: Vec<String> = settings.iter().map(|(name, n)| format!("`{name}={n}`")).collect();
     let line = if over == 0 {
         format!("every key within 50% at {} deliveries/s with {}", f(RATE, 0), settings.join(", "))

@@ -346,7 +346,8 @@ pub async fn run(
             let errors = crate::count::ServerErrors::default();
             let (ddb, sqs) = stack::retrying_clients(sdk, &errors);
             let table = stack::unique("noisy");
-            bootstrap::create_table(&ddb, &table).await?;
+            // One endpoint copy: the configuration's default, as `stack::config` leaves it.
+            bootstrap::create_table(&ddb, &table, 1).await?;
             // The template's visibility timeout (720 s), on both queues.
             let url = bootstrap::create_queue(&sqs, &stack::unique("noisy"), 720).await?;
             let mut config = stack::config(&table, &url);

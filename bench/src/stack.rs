@@ -79,7 +79,8 @@ pub async fn table_and_queue(
     prefix: &str,
 ) -> Res<(String, String)> {
     let table = unique(prefix);
-    bootstrap::create_table(ddb, &table).await?;
+    // One endpoint copy: the configuration's default, as [`config`] leaves it.
+    bootstrap::create_table(ddb, &table, 1).await?;
     let url = bootstrap::create_queue(sqs, &unique(prefix), 60).await?;
     Ok((table, url))
 }

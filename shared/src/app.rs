@@ -89,19 +89,22 @@ impl App {
     /// (region, credentials and `AWS_ENDPOINT_URL` from the environment), the system clock
     /// and an OS-seeded random source, the portal token keys from the Secrets Manager secret
     /// `config.portal_secret_arn` names (read on first use, see [`crate::ui::token_keys`]),
-    /// once the table's storage version is this release's
-    /// ([`version::ensure`]: read, or written on a table without one). Every Lambda and the
-    /// local runtime start through here, so none starts on a table of another storage version.
+    /// once the table's storage version is this release's and its count of endpoint copies is
+    /// `config.endpoint_copies` ([`version::ensure`]: read, or written on a table without
+    /// them). Every Lambda and the local runtime start through here, so none starts on a table
+    /// of another storage version or copy count.
     ///
     /// # Errors
     /// [`SetupError`] when the HTTP client cannot be built, or with [`version::ensure`]'s
-    /// message when the table holds another storage version (naming both) or its version
-    /// cannot be read or written.
+    /// message when the table holds another storage version or copy count (naming both) or
+    /// its version cannot be read or written.
     pub async fn from_aws(config: Config) -> Result<Self, SetupError> {
         let sdk = aws_sdk_config().await;
         let sns = config.notify_topic_arn.as_ref().map(|_| aws_sdk_sns::Client::new(&sdk));
         let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
-        version::ensure(&dynamodb, &config.table).await.map_err(|e| SetupError(e.to_string()))?;
+        version::ensure(&dynamodb, &config.table, config.endpoint_copies)
+            .await
+            .map_err(|e| SetupError(e.to_string()))?;
         let rotation = Rotation { refresh: config.portal_key_refresh, overlap: config.portal_key_overlap };
         let portal_keys = config
             .portal_secret_arn
@@ -128,8 +131,7 @@ impl App {
     ) -> Result<Self, SetupError> {
         let store = DynamoStore::new(dynamodb, &config.table, config.due_shards)
             .with_index_shards(config.endpoint_index_shards, config.status_index_shards)
-            .with_endpoint_copies(config.endpoint_copies, config.endpoint_read_copies)
-            .with_copies_settle(config.endpoint_copies_settle);
+            .with_endpoint_copies(config.endpoint_copies);
         let slow: Option<Arc<dyn Queue>> =
             config.slow_queue_url.as_ref().map(|url| Arc::new(SqsQueue::new(sqs.clone(), url)) as Arc<dyn Queue>);
         let queue = SqsQueue::new(sqs, &config.queue_url);

@@ -67,13 +67,18 @@ fn keys_only(name: &str, pk: &str, sk: &str) -> Result<GlobalSecondaryIndex, Boo
 }
 
 /// Creates the table (on-demand, the three GSIs of `docs/storage.md`, TTL on `expires_at`)
-/// unless it exists. Either way, then writes this release's
-/// storage version into it, or checks the one it holds ([`crate::store::version::ensure`]).
+/// unless it exists. Either way, then writes this release's storage version and
+/// `endpoint_copies` (the functions' `WEBHOOKS_ENDPOINT_COPIES`) into it, or checks the ones
+/// it holds ([`crate::store::version::ensure`]).
 ///
 /// # Errors
 /// [`BootstrapError`] when a call fails for any reason but "already exists", or the table
-/// holds another storage version.
-pub async fn create_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<(), BootstrapError> {
+/// holds another storage version or another count of endpoint copies.
+pub async fn create_table(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    endpoint_copies: u32,
+) -> Result<(), BootstrapError> {
     use ScalarAttributeType::{N, S};
     let result = client
         .create_table()
@@ -97,7 +102,7 @@ pub async fn create_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Res
     match result {
         Ok(_) => {}
         Err(err) if err.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => {
-            return storage_version(client, table).await;
+            return storage_version(client, table, endpoint_copies).await;
         }
         Err(err) => return Err(e(err)),
     }
@@ -110,16 +115,24 @@ pub async fn create_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Res
         .send()
         .await
         .map_err(e)?;
-    storage_version(client, table).await
+    storage_version(client, table, endpoint_copies).await
 }
 
-/// Writes this release's storage version into the table, or checks the one it holds
-/// ([`crate::store::version::ensure`]).
+/// Writes this release's storage version and `endpoint_copies` into the table, or checks the
+/// ones it holds ([`crate::store::version::ensure`]).
 ///
 /// # Errors
-/// [`BootstrapError`] with the version check's message (another storage version: both named).
-async fn storage_version(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<(), BootstrapError> {
-    crate::store::version::ensure(client, table).await.map(|_| ()).map_err(|err| BootstrapError(err.to_string()))
+/// [`BootstrapError`] with the version check's message (another storage version or copy
+/// count: both named).
+async fn storage_version(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    endpoint_copies: u32,
+) -> Result<(), BootstrapError> {
+    crate::store::version::ensure(client, table, endpoint_copies)
+        .await
+        .map(|_| ())
+        .map_err(|err| BootstrapError(err.to_string()))
 }
 
 /// Creates the queue (or finds it) and returns its URL. `visibility_timeout_seconds` should

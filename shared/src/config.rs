@@ -50,25 +50,15 @@ pub struct Config {
     /// (`WEBHOOKS_STATUS_INDEX_SHARDS`, default 1), as `endpoint_index_shards` (20 at 10,000
     /// dead letters a second). Never lower it.
     pub status_index_shards: u32,
-    /// How many copies of each endpoint item every endpoint write keeps in step
-    /// (`WEBHOOKS_ENDPOINT_COPIES`, default 1: the endpoint item alone; at most
-    /// [`MAX_ENDPOINT_COPIES`]). Copy 0 is the item itself; copies 1 and up sit in partitions
-    /// of their own and are written in the same TransactWriteItems as it. Raise it in a deploy
-    /// together with `WEBHOOKS_ENDPOINT_READ_COPIES` or before it; never lower it.
+    /// How many copies of each endpoint item the table keeps (`WEBHOOKS_ENDPOINT_COPIES`,
+    /// default 1: the endpoint item alone; at most [`MAX_ENDPOINT_COPIES`]): every endpoint
+    /// write keeps them in step in its own TransactWriteItems, and the per-event and
+    /// per-attempt reads of a tenant's endpoints, and the failures-in-a-row counter, spread
+    /// over them. A property of the table, fixed when it is created: the storage version item
+    /// holds it, and a function configured with another count refuses to start (changing it
+    /// is a migration, see the store's endpoint copies). bench/report.md's capacity model
+    /// derives 20 for one hot tenant at 10,000 deliveries a second.
     pub endpoint_copies: u32,
-    /// Over how many of those copies the per-event and per-attempt reads of a tenant's
-    /// endpoints are spread, and its failures-in-a-row counter split
-    /// (`WEBHOOKS_ENDPOINT_READ_COPIES`, default 1, at most `WEBHOOKS_ENDPOINT_COPIES`).
-    /// bench/report.md's capacity model derives it (20 at 10,000 deliveries a second for one
-    /// hot tenant). Copies are read only once every function has registered at least this
-    /// many for `WEBHOOKS_ENDPOINT_COPIES_SETTLE_SECONDS`; never lower it.
-    pub endpoint_read_copies: u32,
-    /// How long every function must have kept `WEBHOOKS_ENDPOINT_COPIES` before readers trust
-    /// copies (`WEBHOOKS_ENDPOINT_COPIES_SETTLE_SECONDS`, seconds, default 960: Lambda's
-    /// longest invocation, 900 s, plus a minute), so a process of the deploy before, which
-    /// skips the copies, cannot still be changing endpoints. Each function records when it
-    /// started keeping them on the registry item (see the store's endpoint copies).
-    pub endpoint_copies_settle: Duration,
     /// How long one sweeper tick may work (`WEBHOOKS_SWEEP_BUDGET_SECONDS`, seconds, default
     /// 40, under the sweeper function's 60 s timeout): due deliveries first, then job steps
     /// while time is left; what is left runs on the next tick.
@@ -213,8 +203,6 @@ impl Config {
             endpoint_index_shards: 1,
             status_index_shards: 1,
             endpoint_copies: 1,
-            endpoint_read_copies: 1,
-            endpoint_copies_settle: Duration::from_secs(960),
             sweep_budget: Duration::from_secs(40),
             eventbridge_tenant_field: "tenant_id".to_string(),
             delivered_retention_days: 30,
@@ -299,14 +287,6 @@ impl Config {
                 problem: format!("must be from 1 to {MAX_ENDPOINT_COPIES}"),
             });
         }
-        c.endpoint_read_copies = parse(&get, "WEBHOOKS_ENDPOINT_READ_COPIES", 1)?;
-        if !(1..=c.endpoint_copies).contains(&c.endpoint_read_copies) {
-            return Err(ConfigError {
-                name: "WEBHOOKS_ENDPOINT_READ_COPIES",
-                problem: "must be from 1 to WEBHOOKS_ENDPOINT_COPIES (copies are written before they are read)".into(),
-            });
-        }
-        c.endpoint_copies_settle = Duration::from_secs(parse(&get, "WEBHOOKS_ENDPOINT_COPIES_SETTLE_SECONDS", 960)?);
         c.sweep_budget = Duration::from_secs(parse(&get, "WEBHOOKS_SWEEP_BUDGET_SECONDS", 40)?);
         if let Some(field) = get("WEBHOOKS_EVENTBRIDGE_TENANT_FIELD").filter(|v| !v.is_empty()) {
             c.eventbridge_tenant_field = field;
@@ -413,20 +393,14 @@ mod tests {
     }
 
     #[test]
-    fn endpoint_copies_are_read_only_as_far_as_they_are_written() {
+    fn endpoint_copies_are_one_setting_from_1_to_50() {
         let with = |pairs: &[(&str, &str)]| {
             let mut all = vec![("WEBHOOKS_TABLE", "t"), ("WEBHOOKS_QUEUE_URL", "q")];
             all.extend_from_slice(pairs);
             Config::from_lookup(lookup(&all))
         };
-        let c = with(&[]).unwrap();
-        assert_eq!((c.endpoint_copies, c.endpoint_read_copies), (1, 1));
-        let c = with(&[("WEBHOOKS_ENDPOINT_COPIES", "20"), ("WEBHOOKS_ENDPOINT_READ_COPIES", "20")]).unwrap();
-        assert_eq!((c.endpoint_copies, c.endpoint_read_copies), (20, 20));
-        let e = with(&[("WEBHOOKS_ENDPOINT_COPIES", "4"), ("WEBHOOKS_ENDPOINT_READ_COPIES", "5")]).unwrap_err();
-        assert_eq!(e.name, "WEBHOOKS_ENDPOINT_READ_COPIES");
-        let e = with(&[("WEBHOOKS_ENDPOINT_READ_COPIES", "2")]).unwrap_err();
-        assert_eq!(e.name, "WEBHOOKS_ENDPOINT_READ_COPIES", "reads of copies that are not written");
+        assert_eq!(with(&[]).unwrap().endpoint_copies, 1);
+        assert_eq!(with(&[("WEBHOOKS_ENDPOINT_COPIES", "20")]).unwrap().endpoint_copies, 20);
         for bad in ["0", "51"] {
             assert_eq!(with(&[("WEBHOOKS_ENDPOINT_COPIES", bad)]).unwrap_err().name, "WEBHOOKS_ENDPOINT_COPIES");
         }

@@ -30,10 +30,14 @@ pub struct Endpoint {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disabled: Option<Disabled>,
     /// Failed attempts in a row (maintained by the store with an atomic add; 0 after a 2xx).
+    /// With endpoint copies, each item (the endpoint's and each copy) holds the run of the
+    /// attempts that read it, and the views show the runs summed (see the store's endpoint
+    /// copies).
     #[serde(default)]
     pub consecutive_failures: u32,
     /// After this many failed attempts in a row the endpoint is paused (0 = never; default
-    /// 100, from the payment provider's docs).
+    /// 100, from the payment provider's docs); with endpoint copies, when the copies' runs
+    /// summed reach it.
     #[serde(default = "default_breaker")]
     pub circuit_breaker_threshold: u32,
     /// Whether a paused endpoint gets a half-open probe after `auto_resume_after_seconds`.

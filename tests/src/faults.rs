@@ -233,9 +233,6 @@ struct FaultyStore {
 
 #[async_trait::async_trait]
 impl Store for FaultyStore {
-    async fn register_writer(&self, writers: &[webhooks::store::Writer]) {
-        self.inner.register_writer(writers).await
-    }
     async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
         self.faults.run("create_endpoint", self.inner.create_endpoint(endpoint), any, aws).await
     }

@@ -57,9 +57,8 @@ pub struct Stack {
 /// default: room for a loaded emulator between a claim and its POST), the
 /// sweeper every second, loopback receivers allowed, the `by_endpoint` and `by_status`
 /// indexes split in 2 (so every suite reads listings merged over shards; production's
-/// default is 1), and 3 copies of every endpoint item, all read as soon as the stack has
-/// registered them (so every suite's events and attempts read endpoint copies, fill them,
-/// and count failures split; production's default is 1, and it waits 960 s).
+/// default is 1), and 3 copies of every endpoint item (so every suite's events and attempts
+/// read endpoint copies and count failures split; production's default is 1).
 pub fn test_config(table: &str, queue_url: &str) -> Config {
     let mut c = Config::new(table, queue_url);
     c.request_timeout = Duration::from_millis(2000);
@@ -71,8 +70,6 @@ pub fn test_config(table: &str, queue_url: &str) -> Config {
     c.endpoint_index_shards = 2;
     c.status_index_shards = 2;
     c.endpoint_copies = 3;
-    c.endpoint_read_copies = 3;
-    c.endpoint_copies_settle = Duration::ZERO;
     c.sweep_budget = Duration::from_secs(5);
     c
 }
@@ -115,7 +112,6 @@ impl Stack {
         let ddb = aws_sdk_dynamodb::Client::new(&sdk);
         let sqs = aws_sdk_sqs::Client::new(&sdk);
         let table = unique("t");
-        bootstrap::create_table(&ddb, &table).await.expect("create table");
         let queue_url = bootstrap::create_queue(&sqs, &unique("q"), 30).await.expect("create queue");
         let mut config = test_config(&table, &queue_url);
         if slow_lane {
@@ -123,6 +119,8 @@ impl Stack {
                 Some(bootstrap::create_queue(&sqs, &unique("slow"), 30).await.expect("create slow queue"));
         }
         tweak(&mut config);
+        // The table keeps the copy count the (tweaked) configuration names.
+        bootstrap::create_table(&ddb, &table, config.endpoint_copies).await.expect("create table");
         let app = wrap(App::from_aws(config).await.expect("app"));
         let options = Options { listen: SocketAddr::from(([127, 0, 0, 1], 0)), ..options };
         let running = webhooks_local::start(app.clone(), sqs.clone(), options).await.expect("start");
@@ -871,9 +869,6 @@ impl Serialized {
 
 #[async_trait::async_trait]
 impl Store for Serialized {
-    async fn register_writer(&self, writers: &[webhooks::store::Writer]) {
-        self.inner.register_writer(writers).await
-    }
     async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
         self.before("create_endpoint").await?;
         self.inner.create_endpoint(endpoint).await

@@ -462,7 +462,9 @@ async fn a_function_refuses_to_start_on_a_table_of_another_storage_version_namin
     assert_eq!(version::STORAGE_VERSION, 1, "0.1.0's storage shape is storage version 1");
 
     // The bootstrap (make run, the tests) writes this release's version into the table it makes.
-    webhooks::bootstrap::create_table(&ddb, &table).await.expect("create table");
+    let config = webhooks_tests::test_config(&table, "http://127.0.0.1:1/queue-never-called");
+    let copies = config.endpoint_copies;
+    webhooks::bootstrap::create_table(&ddb, &table, copies).await.expect("create table");
     assert_eq!(stored_storage_version(&ddb, &table).await.as_deref(), Some("1"));
 
     // A table without the item (as SAM creates it): the first starter writes version 1; a
@@ -475,20 +477,19 @@ async fn a_function_refuses_to_start_on_a_table_of_another_storage_version_namin
         .await
         .expect("delete the version item");
     assert_eq!(stored_storage_version(&ddb, &table).await, None);
-    assert_eq!(version::ensure(&ddb, &table).await.expect("a fresh table"), 1);
+    assert_eq!(version::ensure(&ddb, &table, copies).await.expect("a fresh table"), 1);
     assert_eq!(stored_storage_version(&ddb, &table).await.as_deref(), Some("1"));
-    assert_eq!(version::ensure(&ddb, &table).await.expect("a table of version 1"), 1);
-    let config = webhooks_tests::test_config(&table, "http://127.0.0.1:1/queue-never-called");
+    assert_eq!(version::ensure(&ddb, &table, copies).await.expect("a table of version 1"), 1);
     assert!(webhooks::App::from_aws(config.clone()).await.is_ok(), "a function starts on a table of its version");
 
     // A table of another storage version: the check, every function's start (App::from_aws)
     // and the bootstrap all refuse, naming the table and both versions, and write nothing.
     put_storage_version(&ddb, &table, AttributeValue::N("2".into())).await;
-    let refused = version::ensure(&ddb, &table).await.expect_err("a table of storage version 2");
+    let refused = version::ensure(&ddb, &table, copies).await.expect_err("a table of storage version 2");
     assert!(matches!(refused, version::VersionError::Mismatch { table: 2, code: 1, .. }), "a mismatch: {refused:?}");
     let expected = format!("table {table} holds storage version 2, this release reads storage version 1");
     let Err(start) = webhooks::App::from_aws(config).await else { panic!("a function started on storage version 2") };
-    let bootstrap = webhooks::bootstrap::create_table(&ddb, &table).await.expect_err("bootstrap on version 2");
+    let bootstrap = webhooks::bootstrap::create_table(&ddb, &table, copies).await.expect_err("bootstrap on version 2");
     for message in [refused.to_string(), start.to_string(), bootstrap.to_string()] {
         assert!(message.contains(&expected), "names the table and both versions: {message}");
         assert!(message.contains("CHANGELOG.md"), "says what to do: {message}");
@@ -497,7 +498,7 @@ async fn a_function_refuses_to_start_on_a_table_of_another_storage_version_namin
 
     // A version that is not a number is refused too, not taken for a missing one.
     put_storage_version(&ddb, &table, AttributeValue::S("one".into())).await;
-    let corrupt = version::ensure(&ddb, &table).await.expect_err("a non-numeric version");
+    let corrupt = version::ensure(&ddb, &table, copies).await.expect_err("a non-numeric version");
     assert!(matches!(corrupt, version::VersionError::Corrupt(_)), "{corrupt:?}");
 
     let _ = ddb.delete_table().table_name(&table).send().await;

@@ -694,7 +694,8 @@ async fn finding_an_endpoints_held_deliveries_reads_none_of_its_history() {
     let cfg = &stack.app.config;
     let store =
         webhooks::store::DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf), &cfg.table, cfg.due_shards)
-            .with_index_shards(cfg.endpoint_index_shards, cfg.status_index_shards);
+            .with_index_shards(cfg.endpoint_index_shards, cfg.status_index_shards)
+            .with_endpoint_copies(cfg.endpoint_copies);
     use webhooks::store::Store as _;
     let page = store
         .list_deliveries(&webhooks::store::DeliveryQuery {
@@ -928,7 +929,8 @@ async fn an_endpoints_stats_read_none_of_its_delivered_history() {
     let mut app = stack.app.clone();
     app.store = Arc::new(
         webhooks::store::DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf), &cfg.table, cfg.due_shards)
-            .with_index_shards(cfg.endpoint_index_shards, cfg.status_index_shards),
+            .with_index_shards(cfg.endpoint_index_shards, cfg.status_index_shards)
+            .with_endpoint_copies(cfg.endpoint_copies),
     );
     let stats = admin::endpoint_stats(&app, &ep_id).await.unwrap();
     assert_eq!(stats.counts["delivered"], 40, "{stats:?}");

@@ -10,8 +10,6 @@ async fn main() -> Result<(), Error> {
     webhooks::init_tracing();
     let app = App::from_aws(Config::from_env()?).await?;
     let portal = std::env::var(webhooks::config::SERVE_VAR).as_deref() == Ok("portal");
-    let writer = if portal { webhooks::store::Writer::Portal } else { webhooks::store::Writer::Admin };
-    app.store.register_writer(&[writer]).await;
     // The portal token key, read at cold start; a failed read is logged and tried again by
     // the first request that needs it (which answers 503 if it fails too).
     let _ = app.portal_keys.in_force(app.clock.now()).await;

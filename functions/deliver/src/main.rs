@@ -8,7 +8,6 @@ use webhooks::{App, Config, service::deliver};
 async fn main() -> Result<(), Error> {
     webhooks::init_tracing();
     let app = App::from_aws(Config::from_env()?).await?;
-    app.store.register_writer(&[webhooks::store::Writer::Deliver]).await;
     lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| {
         let app = &app;
         async move { Ok::<SqsBatchResponse, Error>(deliver::deliver_batch(app, event.payload).await) }

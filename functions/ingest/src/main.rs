@@ -47,7 +47,6 @@ async fn handle(app: &App, event: LambdaEvent<Box<RawValue>>) -> Result<Value, E
 async fn main() -> Result<(), Error> {
     webhooks::init_tracing();
     let app = App::from_aws(Config::from_env()?).await?;
-    app.store.register_writer(&[webhooks::store::Writer::Ingest]).await;
     lambda_runtime::run(service_fn(|event| handle(&app, event))).await
 }
 

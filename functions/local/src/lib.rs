@@ -105,8 +105,6 @@ pub async fn start(app: App, sqs: aws_sdk_sqs::Client, options: Options) -> Resu
 /// # Errors
 /// [`StartError`] when the listen address cannot be bound.
 pub async fn start_with(app: App, inbox: Arc<dyn Inbox>, options: Options) -> Result<Running, StartError> {
-    // One process plays every function, so it writes endpoints as each of them.
-    app.store.register_writer(&webhooks::store::Writer::ALL).await;
     let listener = tokio::net::TcpListener::bind(options.listen)
         .await
         .map_err(|e| StartError(format!("bind {}: {e}", options.listen)))?;

@@ -21,7 +21,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let sdk = webhooks::app::aws_sdk_config().await;
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
     let sqs = aws_sdk_sqs::Client::new(&sdk);
-    bootstrap::create_table(&dynamodb, &config.table).await?;
+    bootstrap::create_table(&dynamodb, &config.table, config.endpoint_copies).await?;
     if !config.queue_url.contains('/') {
         config.queue_url = bootstrap::create_queue(&sqs, &config.queue_url, 60).await?;
     }

@@ -8,7 +8,6 @@ use webhooks::{App, Config, service::sweep};
 async fn main() -> Result<(), Error> {
     webhooks::init_tracing();
     let app = App::from_aws(Config::from_env()?).await?;
-    app.store.register_writer(&[webhooks::store::Writer::Sweeper]).await;
     lambda_runtime::run(service_fn(|_: LambdaEvent<Value>| {
         let app = &app;
         async move { Ok::<_, Error>(sweep::sweep(app).await?) }

@@ -6,7 +6,8 @@
 //!
 //! The endpoint's side of an attempt is decided here and written through
 //! [`crate::endpoint_lifecycle`]: a disable code (410 under `standard`) disables the endpoint
-//! and holds the delivery; N failed attempts in a row pause it (circuit breaker); a delivery
+//! and holds the delivery; N failed attempts in a row pause it (circuit breaker; with
+//! endpoint copies, N summed over the copies' runs, see the store's endpoint copies); a delivery
 //! that comes up while its endpoint does not accept it is held without an attempt; a
 //! half-open probe's outcome resumes the endpoint or schedules the next probe. Each of these
 //! is written with the attempt's record in one transaction, with the jobs that must follow.

@@ -19,7 +19,6 @@ use std::collections::HashMap;
 
 mod copies;
 mod lanes;
-pub use copies::{FILL_PER_CALL, REGISTRY_PK, REGISTRY_SK};
 pub use lanes::{RATE_SEQ, RATE_WINDOW_TTL_SECONDS, SLOW_SEQ, rate_pk, rate_sk};
 
 /// A DynamoDB item or key: attribute name to value.
@@ -34,9 +33,6 @@ pub struct DynamoStore {
     endpoint_shards: u32,
     status_shards: u32,
     copies: u32,
-    read_copies: u32,
-    copies_settle: std::time::Duration,
-    readable: std::sync::Arc<std::sync::Mutex<Option<(std::time::Instant, u32)>>>,
     count_cap: i32,
     split_cap: i32,
 }
@@ -51,9 +47,6 @@ impl DynamoStore {
             endpoint_shards: 1,
             status_shards: 1,
             copies: 1,
-            read_copies: 1,
-            copies_settle: std::time::Duration::from_secs(copies::DEFAULT_SETTLE_SECONDS),
-            readable: std::sync::Arc::default(),
             count_cap: COUNT_CAP,
             split_cap: SPLIT_CAP,
         }
@@ -81,22 +74,12 @@ impl DynamoStore {
         self
     }
 
-    /// The same store keeping `copies` copies of every endpoint item (1: the item alone) and
-    /// spreading attempts' and events' reads over the first `read_copies` of them (clamped to
-    /// 1..=`copies`); see [`copies`] (`WEBHOOKS_ENDPOINT_COPIES`,
-    /// `WEBHOOKS_ENDPOINT_READ_COPIES`).
+    /// The same store on a table of `copies` copies of every endpoint item (1: the item
+    /// alone; `WEBHOOKS_ENDPOINT_COPIES`, the count the table's storage version item holds),
+    /// written by every endpoint write and read spread over; see [`copies`].
     #[must_use]
-    pub fn with_endpoint_copies(mut self, copies: u32, read_copies: u32) -> Self {
+    pub fn with_endpoint_copies(mut self, copies: u32) -> Self {
         self.copies = copies.max(1);
-        self.read_copies = read_copies.clamp(1, self.copies);
-        self
-    }
-
-    /// The same store trusting endpoint copies only once every function has registered them
-    /// for `settle` (`WEBHOOKS_ENDPOINT_COPIES_SETTLE_SECONDS`; see [`copies`]).
-    #[must_use]
-    pub fn with_copies_settle(mut self, settle: std::time::Duration) -> Self {
-        self.copies_settle = settle;
         self
     }
 
@@ -591,13 +574,14 @@ impl DynamoStore {
         Ok(item)
     }
 
-    /// The Query of a tenant's endpoints (their items under `TENANT#{tenant_id}`).
-    fn endpoints_query(&self, tenant_id: &str) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder {
+    /// The Query of a tenant's endpoints in partition `pk`: their items (`TENANT#{tenant_id}`)
+    /// or one of their copies (`COPY#{j}#TENANT#{tenant_id}`).
+    fn endpoints_query(&self, pk: &str) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder {
         self.client
             .query()
             .table_name(&self.table)
             .key_condition_expression("pk = :pk AND begins_with(sk, :ep)")
-            .expression_attribute_values(":pk", s(tenant_pk(tenant_id)))
+            .expression_attribute_values(":pk", s(pk))
             .expression_attribute_values(":ep", s("ENDPOINT#"))
     }
 
@@ -1014,10 +998,6 @@ fn time(t: &chrono::DateTime<chrono::Utc>) -> AttributeValue {
 
 #[async_trait]
 impl Store for DynamoStore {
-    async fn register_writer(&self, writers: &[super::Writer]) {
-        self.register_copies(writers).await;
-    }
-
     async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
         let mut item = to_item(endpoint)?;
         item.insert(PK.into(), s(tenant_pk(&endpoint.tenant_id)));
@@ -1040,7 +1020,7 @@ impl Store for DynamoStore {
         };
         // The copies (see [`copies`]) go in unconditionally: the endpoint item's condition
         // decides, and an id is never reused.
-        let copies = self.copy_puts(&item, &endpoint.tenant_id).await?;
+        let copies = self.copy_puts(&item, &endpoint.tenant_id)?;
         let ours = item.clone();
         let all_old = Some(aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld);
         let mut items = vec![put(item, all_old)?, put(pointer, None)?];
@@ -1102,15 +1082,15 @@ impl Store for DynamoStore {
     }
 
     async fn failures_in_a_row(&self, endpoint: &Endpoint) -> Result<u32, StoreError> {
-        if self.readable_copies().await > 1 {
-            // The counter is split over the read copies (see [`copies`]): shown summed.
+        if self.copies > 1 {
+            // The counter is split over the copies (see [`copies`]): shown summed.
             return self.failures_summed(&endpoint.tenant_id, &endpoint.id).await;
         }
         Ok(endpoint.consecutive_failures)
     }
 
     async fn listed_failures_in_a_row(&self, endpoints: &[Endpoint]) -> Result<Vec<u32>, StoreError> {
-        if self.readable_copies().await > 1 {
+        if self.copies > 1 {
             return self.failures_summed_page(endpoints).await;
         }
         Ok(endpoints.iter().map(|e| e.consecutive_failures).collect())
@@ -1223,7 +1203,7 @@ impl Store for DynamoStore {
         cursor: Option<&str>,
     ) -> Result<Page<Endpoint>, StoreError> {
         let page = self
-            .endpoints_query(tenant_id)
+            .endpoints_query(&tenant_pk(tenant_id))
             .consistent_read(true)
             .limit(i32::try_from(limit.clamp(1, 100)).unwrap_or(100))
             .set_exclusive_start_key(cursor.map(|c| endpoint_start(tenant_id, c)).transpose()?)

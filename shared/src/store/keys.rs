@@ -63,19 +63,10 @@ pub fn endpoint_copy_pk(tenant_id: &str, copy: u32) -> String {
 }
 
 /// The copy of a tenant's endpoints that a reader keyed by `key` (a delivery id, an event id)
-/// reads: [`due_shard`] of `key` modulo `read_copies` (0: the endpoint item itself).
-pub fn endpoint_copy(key: &str, read_copies: u32) -> u32 {
-    if read_copies <= 1 { 0 } else { due_shard(key, read_copies) }
+/// reads: [`due_shard`] of `key` modulo `copies` (0: the endpoint item itself).
+pub fn endpoint_copy(key: &str, copies: u32) -> u32 {
+    if copies <= 1 { 0 } else { due_shard(key, copies) }
 }
-
-/// Sort key of the marker item in a copy partition saying that it holds a checked copy of
-/// every endpoint of its tenant (written by the copy fill, see [`crate::store::dynamo`]).
-pub const COPIES_MARKER_SK: &str = "COPIES";
-
-/// The attribute (boolean) of an endpoint copy saying it was written when no writer that
-/// skips the copy could still run (by a writer reading copies, or by the copy fill after
-/// checking it against the endpoint item's version).
-pub const COPY_CHECKED: &str = "copy_checked";
 
 /// Sort key of an endpoint pointer.
 pub const ENDPOINT_POINTER_SK: &str = "ENDPOINT";

@@ -183,38 +183,6 @@ pub enum Committed {
     DeliveryLost,
 }
 
-/// A function that writes endpoints (each registers the endpoint copies it keeps, see
-/// [`Store::register_writer`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Writer {
-    /// The ingest function (the copy fill).
-    Ingest,
-    /// The deliver function (a disable code, the breaker, the probe's outcome).
-    Deliver,
-    /// The sweeper (probe and release jobs).
-    Sweeper,
-    /// The admin API.
-    Admin,
-    /// The tenant portal.
-    Portal,
-}
-
-impl Writer {
-    /// Every function; the local runtime plays them all.
-    pub const ALL: [Writer; 5] = [Writer::Ingest, Writer::Deliver, Writer::Sweeper, Writer::Admin, Writer::Portal];
-
-    /// Its name in the registration item.
-    pub fn name(self) -> &'static str {
-        match self {
-            Writer::Ingest => "ingest",
-            Writer::Deliver => "deliver",
-            Writer::Sweeper => "sweeper",
-            Writer::Admin => "admin",
-            Writer::Portal => "portal",
-        }
-    }
-}
-
 /// What an endpoint's per-day delivered counters hold over a span of days
 /// ([`Store::delivered_tally`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -240,7 +208,7 @@ pub struct Counted {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FailureCount {
     /// Failed attempts in a row, this one included (of the attempts that read the same copy
-    /// of the endpoint, when it has copies).
+    /// of the endpoint, when the table keeps copies: that copy's run since its last 2xx).
     pub in_a_row: u32,
     /// Whether the circuit breaker opens on this failure.
     pub opens_breaker: bool,
@@ -286,11 +254,12 @@ pub trait Store: Send + Sync {
     /// copy that `key` (the event id) picks when the store keeps copies.
     async fn tenant_endpoints(&self, tenant_id: &str, key: &str) -> Result<Vec<Endpoint>, StoreError>;
     /// Adds one to the endpoint's failures in a row (on the copy an attempt keyed by `key`
-    /// read, when the counter is split over copies) and says whether the circuit breaker at
-    /// `threshold` (0: never) opens (None: gone). With one copy: the new count, opening at
-    /// `threshold`. With R copies: this copy's count, and the breaker opens when the counts
-    /// summed over the copies reach `threshold` (read once this copy holds its share; see
-    /// [`dynamo`]'s endpoint copies). A counter, not state: no version check, no version bump.
+    /// read, when the table keeps copies) and says whether the circuit breaker at `threshold`
+    /// (0: never) opens (None: gone). With one copy: the new count, opening at exactly
+    /// `threshold` failed attempts in a row. With R copies: this copy's run since its last
+    /// 2xx, and the breaker opens when the runs summed over the copies reach `threshold` (read
+    /// once this copy holds its share; see [`dynamo`]'s endpoint copies). A counter, not
+    /// state: no version check, no version bump.
     ///
     /// Counted once per (`key`, `attempt`): the write marks the counter with them and is
     /// conditional on the mark being another, so a retry of the same write (the SDK's, after
@@ -311,25 +280,17 @@ pub trait Store: Send + Sync {
     /// counter; see [`Store::count_failure`]).
     async fn reset_failures(&self, tenant_id: &str, id: &str, key: &str) -> Result<(), StoreError>;
     /// The failures in a row an endpoint's view shows: `endpoint`'s own count (the endpoint
-    /// item's) when the counter is one item; summed over the read copies when it is split
+    /// item's) when the counter is one item; summed over the copies when it is split
     /// (one strongly consistent BatchGetItem, a read unit per copy; see [`dynamo`]'s endpoint
     /// copies). Only the views read it, so that finding an endpoint to change it costs no
     /// read of the copies.
     async fn failures_in_a_row(&self, endpoint: &Endpoint) -> Result<u32, StoreError>;
     /// As [`Store::failures_in_a_row`], for a listing's page of one tenant's endpoints (as
-    /// read), in their order: summed over the read copies when the counter is split, with one
-    /// Query per read copy after the first over the page's key range. Apart from the
+    /// read), in their order: summed over the copies when the counter is split, with one
+    /// Query per copy after the first over the page's key range. Apart from the
     /// single-endpoint read so that the functions that show one endpoint (deliver's disable
     /// answers with it) need no Query of the table.
     async fn listed_failures_in_a_row(&self, endpoints: &[Endpoint]) -> Result<Vec<u32>, StoreError>;
-    /// Records, when it starts, that a process of each of `writers` keeps the store's number
-    /// of endpoint copies (with copies; see [`dynamo`]'s endpoint copies: readers trust copies
-    /// only once every function has kept them for longer than any process of before could
-    /// still run). Best effort: a failure is logged, and copies stay unread until it is
-    /// recorded. Nothing to do for a store without copies.
-    async fn register_writer(&self, writers: &[Writer]) {
-        let _ = writers;
-    }
     /// Writes, in one TransactWriteItems, an endpoint transition (or only a check that the
     /// endpoint is still at a version) with its jobs and, when given, a guarded delivery
     /// transition: all of it or nothing. The one way an endpoint's configuration or state is

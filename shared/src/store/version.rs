@@ -1,14 +1,17 @@
 //! The table's storage version: one item that says which storage shape the table holds, so
 //! that a function of one release never reads or writes a table shaped by another.
 //!
-//! The item: `pk` = [`VERSION_PK`] (`STORAGE`), `sk` = [`VERSION_SK`] (`VERSION`), and
-//! [`VERSION_ATTRIBUTE`] (`version`, a number). It has none of the indexes' attributes, so
-//! no index lists it.
+//! The item: `pk` = [`VERSION_PK`] (`STORAGE`), `sk` = [`VERSION_SK`] (`VERSION`),
+//! [`VERSION_ATTRIBUTE`] (`version`, a number) and [`COPIES_ATTRIBUTE`] (`endpoint_copies`, a
+//! number: how many copies of each endpoint item the table keeps, see the store's endpoint
+//! copies; an item without it, written before it was, means 1). It has none of the indexes'
+//! attributes, so no index lists it.
 //!
 //! Every function checks it as it starts ([`ensure`], called by [`crate::App::from_aws`]),
 //! and [`crate::bootstrap::create_table`] writes it into a table it creates. The first
 //! function to start on a table without the item (a fresh stack) writes
-//! [`STORAGE_VERSION`]; a function that finds another version refuses to start, naming both.
+//! [`STORAGE_VERSION`] and its configured `WEBHOOKS_ENDPOINT_COPIES`; a function that finds
+//! another version, or another copy count, refuses to start, naming both.
 
 use crate::store::keys::{PK, SK};
 use aws_sdk_dynamodb::error::DisplayErrorContext;
@@ -29,6 +32,10 @@ pub const VERSION_SK: &str = "VERSION";
 /// The version item's attribute holding the storage version (a DynamoDB number).
 pub const VERSION_ATTRIBUTE: &str = "version";
 
+/// The version item's attribute holding the table's count of endpoint copies (a DynamoDB
+/// number, 1 to [`crate::config::MAX_ENDPOINT_COPIES`]; `WEBHOOKS_ENDPOINT_COPIES`).
+pub const COPIES_ATTRIBUTE: &str = "endpoint_copies";
+
 /// Why [`ensure`] did not confirm the table's storage version.
 #[derive(Debug, thiserror::Error)]
 pub enum VersionError {
@@ -45,43 +52,66 @@ pub enum VersionError {
         /// The storage version this release reads ([`STORAGE_VERSION`]).
         code: u32,
     },
+    /// The table keeps another number of endpoint copies than the function is configured
+    /// with (`WEBHOOKS_ENDPOINT_COPIES`): the function must not start, or it would write
+    /// endpoints without copies that readers read, or read copies nobody wrote.
+    #[error(
+        "table {name} keeps {table} endpoint copies, this function is configured with WEBHOOKS_ENDPOINT_COPIES={configured}: set WEBHOOKS_ENDPOINT_COPIES to {table}; the count is fixed when the table is created, and changing it is a migration (docs/storage.md)"
+    )]
+    CopiesMismatch {
+        /// The table's name.
+        name: String,
+        /// The copy count the table's version item holds.
+        table: u32,
+        /// The function's `WEBHOOKS_ENDPOINT_COPIES`.
+        configured: u32,
+    },
     /// A DynamoDB call failed (after the SDK's own retries), the table named; the SDK's error
     /// with its context.
     #[error("storage version: dynamodb: {0}")]
     Aws(String),
     /// The version item is there but unreadable: its `version` is missing, not a number, or
-    /// out of range for a `u32`.
+    /// out of range for a `u32`, or its `endpoint_copies` is not a number from 1 up.
     #[error("storage version: corrupt item: {0}")]
     Corrupt(String),
 }
 
-/// Makes sure `table` holds [`STORAGE_VERSION`] and returns it.
+/// Makes sure `table` holds [`STORAGE_VERSION`] and keeps `endpoint_copies` endpoint copies
+/// (the function's `WEBHOOKS_ENDPOINT_COPIES`), and returns the storage version.
 ///
 /// Reads the version item (GetItem, strongly consistent). When there is none, writes
-/// [`STORAGE_VERSION`] with a conditional PutItem (`attribute_not_exists(pk)`); when that
-/// condition fails, a concurrent starter wrote the item first, and it is read again. At most
-/// three DynamoDB calls.
+/// [`STORAGE_VERSION`] and `endpoint_copies` with a conditional PutItem
+/// (`attribute_not_exists(pk)`); when that condition fails, a concurrent starter wrote the
+/// item first, and it is read again. At most three DynamoDB calls.
 ///
 /// # Errors
 /// - [`VersionError::Mismatch`] when the table holds another storage version.
+/// - [`VersionError::CopiesMismatch`] when the table keeps another number of endpoint copies.
 /// - [`VersionError::Aws`] when a call fails (the table missing, no permission, throttled).
 /// - [`VersionError::Corrupt`] when the item's `version` is not a number that fits a `u32`,
-///   or the item vanished between a lost conditional write and the read after it.
-pub async fn ensure(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<u32, VersionError> {
-    let found = match read_storage_version(client, table).await? {
-        Some(v) => v,
-        None if write_storage_version(client, table).await? => STORAGE_VERSION,
+///   its `endpoint_copies` not a number from 1 up, or the item vanished between a lost
+///   conditional write and the read after it.
+pub async fn ensure(client: &aws_sdk_dynamodb::Client, table: &str, endpoint_copies: u32) -> Result<u32, VersionError> {
+    let (found, copies) = match read_storage_version(client, table).await? {
+        Some(stored) => stored,
+        None if write_storage_version(client, table, endpoint_copies).await? => (STORAGE_VERSION, endpoint_copies),
         None => read_storage_version(client, table).await?.ok_or_else(|| {
             VersionError::Corrupt(format!(
                 "table {table}: the version item was there for a conditional write and gone for the read after it"
             ))
         })?,
     };
-    if found == STORAGE_VERSION {
-        Ok(found)
-    } else {
-        Err(VersionError::Mismatch { name: table.to_string(), table: found, code: STORAGE_VERSION })
+    if found != STORAGE_VERSION {
+        return Err(VersionError::Mismatch { name: table.to_string(), table: found, code: STORAGE_VERSION });
     }
+    if copies != endpoint_copies {
+        return Err(VersionError::CopiesMismatch {
+            name: table.to_string(),
+            table: copies,
+            configured: endpoint_copies,
+        });
+    }
+    Ok(found)
 }
 
 /// The version item's key.
@@ -96,8 +126,12 @@ fn aws_error<E: std::error::Error + 'static>(table: &str, err: E) -> VersionErro
     VersionError::Aws(format!("table {table}: {}", DisplayErrorContext(err)))
 }
 
-/// The storage version the table holds (strongly consistent read), `None` without the item.
-async fn read_storage_version(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<Option<u32>, VersionError> {
+/// The storage version the table holds and its count of endpoint copies (1 when the item
+/// has none), read strongly consistent; `None` without the item.
+async fn read_storage_version(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> Result<Option<(u32, u32)>, VersionError> {
     let out = client
         .get_item()
         .table_name(table)
@@ -109,22 +143,41 @@ async fn read_storage_version(client: &aws_sdk_dynamodb::Client, table: &str) ->
     let Some(item) = out.item else {
         return Ok(None);
     };
-    match item.get(VERSION_ATTRIBUTE) {
-        Some(AttributeValue::N(n)) => n.parse::<u32>().map(Some).map_err(|err| {
+    let version = match item.get(VERSION_ATTRIBUTE) {
+        Some(AttributeValue::N(n)) => n.parse::<u32>().map_err(|err| {
             VersionError::Corrupt(format!("table {table}: {VERSION_ATTRIBUTE} is {n:?}, not a storage version ({err})"))
-        }),
+        })?,
         Some(other) => {
-            Err(VersionError::Corrupt(format!("table {table}: {VERSION_ATTRIBUTE} is {other:?}, not a number")))
+            return Err(VersionError::Corrupt(format!(
+                "table {table}: {VERSION_ATTRIBUTE} is {other:?}, not a number"
+            )));
         }
-        None => Err(VersionError::Corrupt(format!("table {table}: the version item has no {VERSION_ATTRIBUTE}"))),
-    }
+        None => {
+            return Err(VersionError::Corrupt(format!("table {table}: the version item has no {VERSION_ATTRIBUTE}")));
+        }
+    };
+    let copies = match item.get(COPIES_ATTRIBUTE) {
+        Some(AttributeValue::N(n)) => n.parse::<u32>().ok().filter(|c| *c >= 1).ok_or_else(|| {
+            VersionError::Corrupt(format!("table {table}: {COPIES_ATTRIBUTE} is {n:?}, not a count of copies"))
+        })?,
+        Some(other) => {
+            return Err(VersionError::Corrupt(format!("table {table}: {COPIES_ATTRIBUTE} is {other:?}, not a number")));
+        }
+        None => 1,
+    };
+    Ok(Some((version, copies)))
 }
 
-/// Writes [`STORAGE_VERSION`] unless the item exists; false when it does (the condition
-/// failed: someone else wrote it first).
-async fn write_storage_version(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<bool, VersionError> {
+/// Writes [`STORAGE_VERSION`] and `endpoint_copies` unless the item exists; false when it
+/// does (the condition failed: someone else wrote it first).
+async fn write_storage_version(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    endpoint_copies: u32,
+) -> Result<bool, VersionError> {
     let mut item: std::collections::HashMap<String, AttributeValue> = version_key().into_iter().collect();
     item.insert(VERSION_ATTRIBUTE.to_string(), AttributeValue::N(STORAGE_VERSION.to_string()));
+    item.insert(COPIES_ATTRIBUTE.to_string(), AttributeValue::N(endpoint_copies.to_string()));
     let result = client
         .put_item()
         .table_name(table)
@@ -150,6 +203,17 @@ mod tests {
             err.to_string(),
             "table webhooks holds storage version 2, this release reads storage version 1: deploy the release \
              that matches the table, or run the migration in CHANGELOG.md"
+        );
+    }
+
+    #[test]
+    fn a_copies_mismatch_names_the_table_both_counts_and_what_to_do() {
+        let err = VersionError::CopiesMismatch { name: "webhooks".into(), table: 20, configured: 1 };
+        assert_eq!(
+            err.to_string(),
+            "table webhooks keeps 20 endpoint copies, this function is configured with WEBHOOKS_ENDPOINT_COPIES=1: \
+             set WEBHOOKS_ENDPOINT_COPIES to 20; the count is fixed when the table is created, and changing it is a \
+             migration (docs/storage.md)"
         );
     }
 }
