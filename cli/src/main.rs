@@ -230,7 +230,7 @@ impl Client {
             sign(&mut request, &creds, region, &bytes)?;
         }
         let request = reqwest::Request::try_from(request).map_err(|e| e.to_string())?;
-        let response = self.http.execute(request).await.map_err(|e| format!("{url}: {e}"))?;
+        let response = self.http.execute(request).await.map_err(|e| unreachable_api(&self.base, &e))?;
         let status = response.status().as_u16();
         let text = response.text().await.map_err(|e| e.to_string())?;
         let value =
@@ -624,9 +624,58 @@ async fn run(cli: &Cli) -> Result<String, String> {
     Ok(if cli.json { serde_json::to_string_pretty(&value).unwrap_or_default() } else { human(&value) })
 }
 
+/// What a request that got no answer from the admin API is told: why, in a word, and how to
+/// point the CLI at a running API. The URL once (reqwest's own message repeats it).
+fn unreachable_api(base: &str, e: &reqwest::Error) -> String {
+    let mut reason = if e.is_timeout() { "no answer in time".to_string() } else { e.to_string() };
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            reason = match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => "the connection was refused: nothing listens there".into(),
+                _ => io.to_string(),
+            };
+            break;
+        }
+        source = s.source();
+    }
+    format!(
+        "cannot reach the admin API at {base} ({reason}). Start it locally with `make run`, or point the CLI \
+         at it with --api URL or WEBHOOKS_ADMIN_URL (on AWS: the stack's ApiUrl output, with --sigv4)"
+    )
+}
+
+/// For a subcommand that is not one at the top level but is one further down
+/// (`stats` is `endpoints stats`), the full command to type instead.
+fn nested_command(name: &str) -> Option<String> {
+    use clap::CommandFactory;
+    let top = Cli::command();
+    top.get_subcommands().find_map(|group| {
+        group
+            .get_subcommands()
+            .find(|sub| sub.get_name() == name || sub.get_all_aliases().any(|a| a == name))
+            .map(|sub| format!("webhooks-admin {} {}", group.get_name(), sub.get_name()))
+    })
+}
+
+/// Parses the command line; an unknown subcommand that names a nested one gets a tip.
+fn parse() -> Cli {
+    match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let invalid = e.get(clap::error::ContextKind::InvalidSubcommand).map(ToString::to_string);
+            let _ = e.print();
+            if let Some(hint) = invalid.as_deref().and_then(nested_command) {
+                eprintln!("\n  tip: did you mean `{hint}`?");
+            }
+            std::process::exit(e.exit_code());
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse();
     match run(&cli).await {
         Ok(out) => {
             println!("{out}");

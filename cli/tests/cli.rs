@@ -170,3 +170,35 @@ async fn the_cli_serves_the_dashboard_and_mints_portal_urls() {
     assert!(home.text().await.unwrap().contains(&rx.url));
     stack.stop().await;
 }
+
+/// Runs webhooks-admin with `args` and no running API needed; returns (success, stderr).
+fn admin_alone(args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_webhooks-admin"))
+        .args(args)
+        .env_remove("WEBHOOKS_ADMIN_URL")
+        .output()
+        .expect("run webhooks-admin");
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn without_a_running_api_the_cli_says_the_connection_was_refused_and_how_to_point_it() {
+    // Nothing listens on a port just freed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let api = format!("http://127.0.0.1:{port}");
+    let (ok, err) = admin_alone(&["--api", &api, "endpoints", "list", "--tenant", "acme"]);
+    assert!(!ok, "{err}");
+    assert!(err.contains("the connection was refused"), "{err}");
+    assert!(err.contains("--api") && err.contains("WEBHOOKS_ADMIN_URL") && err.contains("make run"), "{err}");
+    assert_eq!(err.matches(&api).count(), 1, "the URL once: {err}");
+}
+
+#[test]
+fn a_top_level_command_that_lives_under_another_gets_a_tip() {
+    let (ok, err) = admin_alone(&["stats", "ep_1"]);
+    assert!(!ok, "{err}");
+    assert!(err.contains("tip: did you mean `webhooks-admin endpoints stats`?"), "{err}");
+    // clap's own suggestion still comes for a near miss.
+    let (_, err) = admin_alone(&["dead-letter"]);
+    assert!(err.contains("dead-letters"), "{err}");
+}
