@@ -48,5 +48,16 @@ if [ ! -x "${CHROMEDRIVER:-/usr/bin/chromedriver}" ] || [ ! -x "${CHROMIUM:-/usr
     echo "  sudo apt-get install -y chromium chromium-driver" >&2
   fi
 fi
+# The receiver snippets of docs/receivers.md run in the tests (pipeline.rs) with each
+# language's Standard Webhooks library, installed here once into .local/receivers.
+if [ ! -x .local/receivers/venv/bin/python ] || ! .local/receivers/venv/bin/python -c 'import standardwebhooks' 2>/dev/null; then
+  echo "installing standardwebhooks (PyPI) into .local/receivers/venv for the receiver tests"
+  python3 -m venv .local/receivers/venv
+  .local/receivers/venv/bin/pip install -q 'standardwebhooks==1.3.0'
+fi
+if [ ! -d .local/receivers/node_modules/standardwebhooks ]; then
+  echo "installing standardwebhooks (npm) into .local/receivers for the receiver tests"
+  npm install --prefix .local/receivers --silent --no-audit --no-fund --no-save 'standardwebhooks@1.3.0'
+fi
 cargo test --workspace --all-targets "$@"
 echo "screenshots of the portal and the dashboard: ${CARGO_TARGET_DIR:-target}/screenshots/"

@@ -1047,3 +1047,105 @@ async fn under_aws_faults_nothing_is_lost_stuck_doubled_or_misreported() {
     assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
     stack.stop().await;
 }
+
+/// The code block of `lang` under the heading `## {heading}` in docs/receivers.md: the
+/// receiver exactly as the page shows it.
+fn receiver_snippet(heading: &str, lang: &str) -> String {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/receivers.md"))
+        .expect("docs/receivers.md");
+    let section = page.split(&format!("\n## {heading}\n")).nth(1).expect("the heading");
+    let block = section.split(&format!("```{lang}\n")).nth(1).expect("the code block");
+    block.split("\n```").next().expect("the block's end").to_string()
+}
+
+/// Where `make test` installs the receivers' Standard Webhooks libraries (scripts/test.sh).
+fn receivers_dir() -> std::path::PathBuf {
+    std::env::var_os("WEBHOOKS_TEST_RECEIVERS")
+        .map_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.local/receivers"), Into::into)
+}
+
+/// Starts `program script` with the receiver's PORT and WEBHOOK_SECRET, registers nothing:
+/// the caller made the endpoint whose secret it verifies with.
+async fn start_receiver(
+    program: &std::path::Path,
+    script: &std::path::Path,
+    port: u16,
+    secret: &str,
+    envs: &[(&str, std::ffi::OsString)],
+) -> Running {
+    assert!(
+        program.exists(),
+        "{} is missing: run `make test` (scripts/test.sh installs the receivers' libraries into .local/receivers)",
+        program.display()
+    );
+    let mut cmd = std::process::Command::new(program);
+    cmd.arg(script).env("PORT", port.to_string()).env("WEBHOOK_SECRET", secret);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let child = Running(cmd.spawn().expect("start the receiver"));
+    eventually("the receiver to listen", WAIT, || async move {
+        tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok()
+    })
+    .await;
+    child
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_receiver_in_python_or_node_verifies_our_signature() {
+    let stack = Stack::start(|_| {}).await;
+    let dir = receivers_dir();
+    let scripts = std::env::temp_dir().join(format!("webhooks-receivers-{}", std::process::id()));
+    std::fs::create_dir_all(&scripts).unwrap();
+    let node_path = dir.join("node_modules").into_os_string();
+    let languages = [
+        ("Python", "python", "receiver.py", dir.join("venv/bin/python"), vec![]),
+        ("Node.js", "js", "receiver.js", std::path::PathBuf::from("node"), vec![("NODE_PATH", node_path)]),
+    ];
+    for (heading, lang, file, program, envs) in languages {
+        let script = scripts.join(file);
+        std::fs::write(&script, receiver_snippet(heading, lang)).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let tenant = format!("rx-{lang}");
+        let ep = stack.endpoint(&tenant, &format!("http://127.0.0.1:{port}/webhook"), Value::Null).await;
+        let secret = ep["secret"].as_str().unwrap();
+        let program = if program.is_absolute() { program } else { which(&program) };
+        let _receiver = start_receiver(&program, &script, port, secret, &envs).await;
+        // A real delivery: the receiver verifies it and answers 204.
+        let accepted = stack.event(&tenant, "order.paid", json!({"order": "o_1", "note": "naïve café"})).await;
+        let d = stack.wait_status(&delivery_id(&accepted, 0), "delivered", WAIT).await;
+        assert_eq!(d["attempts"][0]["status_code"], 204, "{heading}: {d:#}");
+        // A forged request: refused.
+        let now = chrono::Utc::now().timestamp().to_string();
+        let forged = stack
+            .http
+            .post(format!("http://127.0.0.1:{port}/webhook"))
+            .header("webhook-id", "evt_forged")
+            .header("webhook-timestamp", now)
+            .header("webhook-signature", "v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=")
+            .body(r#"{"order":"o_1"}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(forged.status().as_u16(), 400, "{heading} refuses a forged signature");
+    }
+    let _ = std::fs::remove_dir_all(&scripts);
+    stack.stop().await;
+}
+
+/// A receiver process, killed when dropped.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `name` found on PATH.
+fn which(name: &std::path::Path) -> std::path::PathBuf {
+    std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|p| p.join(name)).find(|p| p.exists()))
+        .unwrap_or_else(|| name.to_path_buf())
+}
