@@ -421,7 +421,10 @@ async fn ops_see_health_filter_deliveries_replay_and_toggle_in_the_dashboard() {
 
     let b = Browser::start().await;
     b.goto(&format!("{}/dashboard", stack.base)).await;
-    b.wait_text("Newest dead letters", Duration::from_secs(20), false).await;
+    let landing = b.wait_text("Newest dead letters", Duration::from_secs(20), false).await;
+    // The landing page opens on what needs attention: the endpoint with the dead letter.
+    let attention = landing.split("Needs attention").nth(1).unwrap_or_default();
+    assert!(attention.contains(&ep_id) && attention.contains(&t) && attention.contains("enabled"), "{landing}");
     b.click_link(&t).await;
     let home = b.wait_text(&format!("Endpoints of {t}"), Duration::from_secs(20), false).await;
     assert!(home.contains(&ep_id) && home.contains("enabled"), "{home}");

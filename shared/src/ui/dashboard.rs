@@ -212,16 +212,36 @@ async fn home(State(d): State<Dash>, q: Result<Query<HomeParams>, QueryRejection
     // Tenants with something to look at: dead letters and held deliveries, across tenants.
     let mut tenants = std::collections::BTreeSet::new();
     let mut dead = Vec::new();
+    // Endpoints that need attention: those of the newest dead letters and held deliveries
+    // (held: disabled or paused), with how many of each those pages hold.
+    let mut attention: std::collections::BTreeMap<String, Attention> = std::collections::BTreeMap::new();
     for status in ["exhausted", "held"] {
-        let page = d.get(&format!("/v1/deliveries?status={status}&limit=100")).await?;
+        let page = d.get(&format!("/v1/deliveries?status={status}&limit={ATTENTION_PAGE}")).await?;
         for r in rows(&page) {
             if let Some(t) = r["tenant_id"].as_str() {
                 tenants.insert(t.to_string());
+            }
+            if let Some(ep) = r["endpoint_id"].as_str() {
+                let a = attention.entry(ep.to_string()).or_default();
+                a.tenant = text(&r["tenant_id"]);
+                if status == "exhausted" {
+                    a.dead += 1
+                } else {
+                    a.held += 1
+                }
+                let changed = r["updated_at"].as_str().and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+                a.last_change = a.last_change.max(changed.map(|t| t.to_utc()));
             }
             if status == "exhausted" {
                 dead.push(r);
             }
         }
+    }
+    let mut attention: Vec<(String, Attention)> = attention.into_iter().collect();
+    attention.sort_by(|a, b| b.1.last_change.cmp(&a.1.last_change));
+    attention.truncate(ATTENTION_ROWS);
+    for (id, a) in &mut attention {
+        a.endpoint = d.get(&format!("/v1/endpoints/{}", enc(id))).await.unwrap_or(Value::Null);
     }
     let mut endpoints = Vec::new();
     if let Some(t) = &tenant {
@@ -233,6 +253,29 @@ async fn home(State(d): State<Dash>, q: Result<Query<HomeParams>, QueryRejection
     }
     let body = html! {
         h1 { "Endpoints" }
+        h2 { "Needs attention" }
+        @if attention.is_empty() {
+            p.muted { "Nothing: no dead letter and no held delivery in any tenant." }
+        } @else {
+            p.hint { "Endpoints with dead letters or held deliveries (disabled or paused), newest change first; counts among the newest "
+                (ATTENTION_PAGE) " of each. An endpoint failing without either yet shows on its tenant's page." }
+            div.scroll { table {
+                thead { tr {
+                    th scope="col" { "Endpoint" } th scope="col" { "Tenant" } th scope="col" { "Health" }
+                    th scope="col" { "Failures in a row" } th scope="col" { "Dead letters" } th scope="col" { "Held" }
+                    th scope="col" { "Last change" }
+                } }
+                tbody { @for (id, a) in &attention { tr {
+                    td { a href={"/dashboard/endpoints/" (id)} { code { (id) } } }
+                    td { a href={"/dashboard?tenant=" (enc(&a.tenant))} { (a.tenant) } }
+                    td { @if a.endpoint.is_null() { span.muted { "deleted" } } @else { (endpoint_badge(&a.endpoint)) } }
+                    td { (text(&a.endpoint["consecutive_failures"])) }
+                    td { (a.dead) }
+                    td { (a.held) }
+                    td { (time(&a.last_change.map_or(Value::Null, |t| Value::String(t.to_rfc3339())))) }
+                } } }
+            } }
+        }
         form.card method="get" action="/dashboard" role="search" {
             label for="tenant" { "Tenant" }
             input #tenant type="text" name="tenant" value=(tenant.clone().unwrap_or_default()) placeholder="acme" required;
@@ -266,6 +309,25 @@ async fn home(State(d): State<Dash>, q: Result<Query<HomeParams>, QueryRejection
         (table(&dead.into_iter().take(20).collect::<Vec<_>>()))
     };
     Ok(render("Endpoints", body))
+}
+
+/// How many of the newest dead letters, and of the newest held deliveries, the home page reads
+/// to find the endpoints that need attention.
+const ATTENTION_PAGE: usize = 100;
+
+/// How many of those endpoints the home page lists (one endpoint read each).
+const ATTENTION_ROWS: usize = 20;
+
+/// An endpoint on the home page's "Needs attention" list.
+#[derive(Default)]
+struct Attention {
+    tenant: String,
+    dead: usize,
+    held: usize,
+    /// The newest `updated_at` among its rows.
+    last_change: Option<chrono::DateTime<chrono::Utc>>,
+    /// `GET /v1/endpoints/{id}`, or null when it could not be read (deleted).
+    endpoint: Value,
 }
 
 fn table(rows: &[Value]) -> Markup {
