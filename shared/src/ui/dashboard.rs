@@ -238,7 +238,7 @@ async fn home(State(d): State<Dash>, q: Result<Query<HomeParams>, QueryRejection
         }
     }
     let mut attention: Vec<(String, Attention)> = attention.into_iter().collect();
-    attention.sort_by(|a, b| b.1.last_change.cmp(&a.1.last_change));
+    attention.sort_by_key(|e| std::cmp::Reverse(e.1.last_change));
     attention.truncate(ATTENTION_ROWS);
     for (id, a) in &mut attention {
         a.endpoint = d.get(&format!("/v1/endpoints/{}", enc(id))).await.unwrap_or(Value::Null);
