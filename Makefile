@@ -32,7 +32,7 @@ clean:
 faults:
 	WEBHOOKS_FAULT_EVENTS=300 WEBHOOKS_FAULT_RATE=0.1 bash scripts/test.sh -- under_aws_faults --nocapture
 
-# Deterministic simulation (README "Simulation"): `make sim SEEDS=N` runs seeds 0..N,
+# Deterministic simulation (docs/development.md, "Simulation"): `make sim SEEDS=N` runs seeds 0..N,
 # `make sim SEED=1234` replays one seed with its trace.
 .PHONY: sim
 SEEDS ?= 20000

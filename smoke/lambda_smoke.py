@@ -1001,7 +1001,7 @@ def run(fns, ddb, sqs, table, queue_url, queue_arn, dlq_url, receiver, stack_nam
                                   and d.get("Stack") == stack_name for d in delivered), str(delivered[:1]))
     attempt_lines = [json.loads(line) for line in deliver.log_text().splitlines()
                      if line.startswith("{") and '"attempt made"' in line]
-    check("deliver's 'attempt made' log line has the fields the README's Logs Insights queries group on",
+    check("deliver's 'attempt made' log line has the fields the Logs Insights queries of docs/operations.md group on",
           bool(attempt_lines) and all(
               all(k in a.get("fields", {}) for k in ("tenant_id", "endpoint_id", "status", "duration_ms"))
               for a in attempt_lines), str(attempt_lines[:1]))
@@ -1044,11 +1044,11 @@ def run(fns, ddb, sqs, table, queue_url, queue_arn, dlq_url, receiver, stack_nam
     status, body = http_answer(kind, resp)
     check("GET /v1/deliveries?status=exhausted answers 200, empty (by_status index)",
           status == 200 and body.get("data") == [], f"{kind} {resp}")
-    # The README's `aws lambda invoke` payload for operators without a SigV4 HTTP client.
+    # The `aws lambda invoke` payload of docs/deploy.md for operators without a SigV4 HTTP client.
     kind, resp, _ = admin.invoke({"version": "2.0", "rawPath": "/v1/deliveries", "rawQueryString": "status=exhausted",
                                   "requestContext": {"http": {"method": "GET"}}})
     status, body = http_answer(kind, resp)
-    check("the README's minimal 'aws lambda invoke' request to admin answers 200",
+    check("docs/deploy.md's minimal 'aws lambda invoke' request to admin answers 200",
           status == 200 and body.get("data") == [], f"{kind} {resp}")
     kind, resp, _ = admin.invoke(http_event("POST", f"/v1/deliveries/{dlv_lost}/replay",
                                             route_key="ANY /v1/deliveries/{proxy+}"))

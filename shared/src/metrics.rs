@@ -6,7 +6,7 @@
 //! Nothing per endpoint or per tenant is a dimension (each value would be a custom metric of
 //! its own, billed monthly): those figures are fields of the structured log lines (deliver's
 //! `"attempt made"` carries `tenant_id`, `endpoint_id`, `event_type`, `status`,
-//! `duration_ms`), which CloudWatch Logs Insights groups (the README has the queries).
+//! `duration_ms`), which CloudWatch Logs Insights groups (docs/operations.md has the queries).
 //!
 //! Metrics, all per stack:
 //! - from deliver: `Delivered`, `FailedAttempts`, `Exhausted` (counts, one line per attempt)

@@ -8,7 +8,7 @@
 //! effect and then report failure, tasks that crash at a call, clock jumps, and receivers that
 //! answer 2xx/4xx/410/5xx/429 (with `Retry-After`), hang past the timeout or reset.
 //!
-//! [`world::run`] runs one seed and checks the invariants (README, "Simulation").
+//! [`world::run`] runs one seed and checks the invariants (docs/development.md, "Simulation").
 
 pub mod queue;
 pub mod sched;

@@ -1,4 +1,4 @@
-//! `webhooks-sim`: runs simulation seeds (see the README, "Simulation").
+//! `webhooks-sim`: runs simulation seeds (see docs/development.md, "Simulation").
 //!
 //! `webhooks-sim --seeds 100000` runs seeds 0..100000; `webhooks-sim --seed 1234` runs one
 //! seed and prints its last steps when it fails. Exit status 1 when any seed failed.

@@ -1,6 +1,6 @@
 //! The simulation's short run inside `make test`: seeds `0..WEBHOOKS_SIM_SEEDS` (default
 //! 10,000: `webhooks` is built at opt-level 1 and this crate at 2 in debug builds too, 22 s
-//! on the 2-core dev machine; see README "Simulation"), split over the machine's cores. Every failing seed is
+//! on the 2-core dev machine; see docs/development.md, "Simulation"), split over the machine's cores. Every failing seed is
 //! named with the command that reproduces it.
 
 #[test]

@@ -595,7 +595,7 @@ async fn a_sync_attempt_whose_record_failed_after_the_post_says_deferred_and_is_
     assert!(message_of(&answer).contains("asynchronously"), "{answer}");
     assert!(message_of(&answer).contains("more than once"), "it warns of the second request: {answer}");
     assert_eq!(rx.count(), 1, "the inline POST went out");
-    // As the README says: the lost attempt is recorded when its lease ends and the delivery is
+    // As docs/api.md ("Synchronous delivery") says: the lost attempt is recorded when its lease ends and the delivery is
     // sent again; the receiver sees the same webhook-id twice, and the delivery ends delivered.
     let d = answer["deliveries"][0]["id"].as_str().unwrap();
     let d = stack.wait_status(d, "delivered", Duration::from_secs(90)).await;

@@ -114,7 +114,7 @@ async fn every_attempt_after_a_secret_rotation_answered_is_signed_with_the_new_s
             signed_with(hit, &new),
             "attempt {attempt} after the rotation answered is not signed with the new secret"
         );
-        // README: for 24 h after a rotation every attempt carries both signatures.
+        // docs/api.md: for 24 h after a rotation every attempt carries both signatures.
         assert!(
             signed_with(hit, &old),
             "attempt {attempt} lacks the old secret's signature inside the rotation window"

@@ -1,4 +1,4 @@
-//! Noisy-neighbour isolation (README "Slow lane"): an endpoint whose attempts are slow has
+//! Noisy-neighbour isolation (docs/rate-limits.md, "Slow lane"): an endpoint whose attempts are slow has
 //! them made from the slow lane's queue, so fast endpoints' deliveries are not held behind it.
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // test helpers fail loudly

@@ -1,4 +1,4 @@
-//! Per-endpoint rate limits (README "Rate limits"): `rate_limit_per_second` holds across
+//! Per-endpoint rate limits (docs/rate-limits.md, "Rate limits"): `rate_limit_per_second` holds across
 //! concurrent pollers, attempts over it wait without counting as attempts, and the adaptive
 //! limit halves on a 429 without `Retry-After` and recovers additively.
 

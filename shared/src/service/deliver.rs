@@ -391,7 +391,7 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
         return Ok(Handled::Duplicate);
     };
     // The per-tenant and per-endpoint figures ops group in CloudWatch Logs Insights (the
-    // README's queries): fields of this line, not metric dimensions.
+    // queries of docs/operations.md): fields of this line, not metric dimensions.
     tracing::info!(
         delivery_id = %delivery.id,
         tenant_id = %delivery.tenant_id,
