@@ -25,6 +25,10 @@
 //! polling an SQS event source (`ReceiveMessage`, `DeleteMessage`, `GetQueueAttributes`, the
 //! actions Lambda's documentation lists for the execution role), and an SQS on-failure
 //! destination (`SendMessage`).
+//!
+//! Also here, as it reads the repository's files without AWS too: the docs check. Every relative
+//! link of the README and `docs/*.md` leads to a file (and heading), and every `make` target and
+//! `cargo -p` package they name exists.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use serde_norway::Value;
@@ -825,4 +829,283 @@ fn no_function_environment_holds_a_secret_and_the_portal_key_is_read_from_its_ow
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+// ---------------------------------------------------------------- the docs
+
+/// The README and the pages of `docs/` (with `model/README.md` and `CHANGELOG.md`) lead
+/// somewhere: every relative Markdown link `[..](path#anchor)` names a file that exists and,
+/// when it has an anchor into a Markdown file (or a bare `#anchor` into its own page), a
+/// heading of that file whose GitHub slug is the anchor; every `make <target>` in inline
+/// code or a shell code block names a target of the Makefile; every `cargo run|test|build
+/// -p <package>` names a workspace package. Hand-parsed, no Markdown crate: fenced blocks by
+/// their fences, inline code by its backticks.
+#[test]
+fn every_doc_link_leads_somewhere_and_every_command_it_names_exists() {
+    let root = root();
+    let mut pages = vec![root.join("README.md"), root.join("model/README.md"), root.join("CHANGELOG.md")];
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+        .expect("docs/")
+        .map(|e| e.expect("docs/ entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    docs.sort();
+    assert!(docs.len() >= 4, "docs/*.md: {docs:?}");
+    pages.extend(docs);
+    let targets = make_targets(&std::fs::read_to_string(root.join("Makefile")).expect("Makefile"));
+    let packages = workspace_packages(&root);
+    assert!(targets.contains("test") && packages.contains("webhooks-admin"), "{targets:?} {packages:?}");
+
+    let mut problems = Vec::new();
+    let (mut links_seen, mut makes_seen, mut cargos_seen) = (0, 0, 0);
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap_or_else(|e| panic!("{}: {e}", page.display()));
+        let name = page.strip_prefix(&root).unwrap_or(page).display().to_string();
+        let doc = split_markdown(&text);
+        for target in links(&doc.prose) {
+            links_seen += 1;
+            if let Some(problem) = broken_link(page, &text, &target) {
+                problems.push(format!("{name}: link ({target}): {problem}"));
+            }
+        }
+        for command in &doc.code {
+            for target in make_invocations(command) {
+                makes_seen += 1;
+                if !targets.contains(&target) {
+                    problems.push(format!("{name}: `make {target}`: no such target in the Makefile"));
+                }
+            }
+            for package in cargo_packages(command) {
+                cargos_seen += 1;
+                if !packages.contains(&package) {
+                    problems.push(format!("{name}: `cargo ... -p {package}`: no such workspace package"));
+                }
+            }
+        }
+    }
+    // The parsing still finds what the pages hold (it would pass vacuously otherwise).
+    assert!(links_seen > 50 && makes_seen > 10 && cargos_seen > 5, "{links_seen} {makes_seen} {cargos_seen}");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// A page cut in two: the prose (outside code fences, inline code taken out) and the code
+/// (each line of a shell code block, each inline code span, its line breaks made spaces).
+struct Markdown {
+    prose: Vec<String>,
+    code: Vec<String>,
+}
+
+fn split_markdown(text: &str) -> Markdown {
+    let mut outside = String::new();
+    let mut code = Vec::new();
+    let mut fence: Option<bool> = None; // Some(shell?) inside a fenced block
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
+            fence = match fence {
+                Some(_) => None,
+                None => {
+                    let lang = trimmed.trim_start_matches(['`', '~']).trim();
+                    Some(matches!(lang, "" | "sh" | "bash" | "shell" | "console"))
+                }
+            };
+            continue;
+        }
+        match fence {
+            Some(true) => code.push(line.to_string()),
+            Some(false) => {}
+            None => {
+                outside.push_str(line);
+                outside.push('\n');
+            }
+        }
+    }
+    let mut prose = Vec::new();
+    for (i, part) in outside.split('`').enumerate() {
+        if i % 2 == 0 {
+            prose.push(part.to_string());
+        } else {
+            code.push(part.replace('\n', " "));
+        }
+    }
+    Markdown { prose, code }
+}
+
+/// The targets of the links in `prose` (`[text](target)`, `![alt](target)`), external ones
+/// (`http:`, `https:`, `mailto:`) left out.
+fn links(prose: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for part in prose {
+        let mut rest = part.as_str();
+        while let Some(at) = rest.find("](") {
+            rest = &rest[at + 2..];
+            let end = rest.find([')', ' ', '\n']).unwrap_or(rest.len());
+            let target = &rest[..end];
+            if !target.is_empty() && !["http://", "https://", "mailto:"].iter().any(|s| target.starts_with(s)) {
+                out.push(target.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// Why a relative link of `page` (whose text is `text`) leads nowhere, if it does not.
+fn broken_link(page: &Path, text: &str, target: &str) -> Option<String> {
+    let (path, anchor) = target.split_once('#').unwrap_or((target, ""));
+    let (file, file_text) = if path.is_empty() {
+        (page.to_path_buf(), text.to_string())
+    } else {
+        let file = page.parent().expect("a page's folder").join(path);
+        if !file.exists() {
+            return Some(format!("{} does not exist", file.display()));
+        }
+        let is_md = file.extension().is_some_and(|x| x == "md");
+        (file.clone(), if is_md { std::fs::read_to_string(&file).unwrap_or_default() } else { String::new() })
+    };
+    if anchor.is_empty() || file.extension().is_none_or(|x| x != "md") {
+        return None;
+    }
+    let slugs = heading_slugs(&file_text);
+    (!slugs.contains(anchor)).then(|| format!("no heading of {} has the slug {anchor:?}", file.display()))
+}
+
+/// GitHub's anchors for the headings of a Markdown page: the heading's text lowercased,
+/// characters other than alphanumerics, spaces, hyphens and underscores dropped, spaces made
+/// hyphens; a repeated slug gets `-1`, `-2`, ...
+fn heading_slugs(text: &str) -> BTreeSet<String> {
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut slugs = BTreeSet::new();
+    let mut in_fence = false;
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
+            in_fence = !in_fence;
+            continue;
+        }
+        let hashes = line.chars().take_while(|&c| c == '#').count();
+        if in_fence || !(1..=6).contains(&hashes) || !line[hashes..].starts_with(' ') {
+            continue;
+        }
+        let slug: String = line[hashes..]
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
+        let n = seen.entry(slug.clone()).or_insert(0);
+        slugs.insert(if *n == 0 { slug } else { format!("{slug}-{n}") });
+        *n += 1;
+    }
+    slugs
+}
+
+/// The Makefile's targets (`name:` at the start of a line; not `.PHONY`, not `X := y`).
+fn make_targets(makefile: &str) -> BTreeSet<String> {
+    let mut targets = BTreeSet::new();
+    for line in makefile.lines() {
+        let Some((names, after)) = line.split_once(':') else { continue };
+        let is_name = |n: &str| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c));
+        if after.starts_with('=') || names.starts_with(['\t', ' ', '#', '.']) {
+            continue;
+        }
+        if names.split_whitespace().all(is_name) {
+            targets.extend(names.split_whitespace().map(str::to_string));
+        }
+    }
+    targets
+}
+
+/// The names of the workspace's packages: each member's `[package] name`.
+fn workspace_packages(root: &Path) -> BTreeSet<String> {
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+    let members = manifest.split("members = [").nth(1).and_then(|m| m.split(']').next()).expect("workspace members");
+    let mut packages = BTreeSet::new();
+    for member in members.split(',').map(|m| m.trim().trim_matches('"')).filter(|m| !m.is_empty()) {
+        let toml = std::fs::read_to_string(root.join(member).join("Cargo.toml")).expect("a member's Cargo.toml");
+        let name = toml
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("name").map(str::trim).and_then(|r| r.strip_prefix('=')))
+            .map(|v| v.trim().trim_matches('"').to_string())
+            .unwrap_or_else(|| panic!("{member}: no package name"));
+        packages.insert(name);
+    }
+    packages
+}
+
+/// The leading run of characters a make target or a package name can have.
+fn name_prefix(token: &str) -> String {
+    token
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || "_-.".contains(*c))
+        .collect::<String>()
+        .trim_end_matches('.')
+        .to_string()
+}
+
+/// The targets `make` is run with in a command line: the first word after each `make`
+/// that is not a `VAR=value` or an option.
+fn make_invocations(command: &str) -> Vec<String> {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let mut out = Vec::new();
+    for (i, word) in words.iter().enumerate() {
+        if *word != "make" && !word.ends_with("(make") {
+            continue;
+        }
+        if let Some(next) = words[i + 1..].iter().find(|w| !w.contains('=') && !w.starts_with('-')) {
+            let target = name_prefix(next);
+            if !target.is_empty() && next.starts_with(|c: char| c.is_ascii_alphabetic()) {
+                out.push(target);
+            }
+        }
+    }
+    out
+}
+
+/// The packages `cargo run`, `cargo test` or `cargo build` is given with `-p`/`--package`
+/// in a command line (up to the end of that cargo command).
+fn cargo_packages(command: &str) -> Vec<String> {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let mut out = Vec::new();
+    for (i, word) in words.iter().enumerate() {
+        if *word != "cargo" || !words.get(i + 1).is_some_and(|w| ["run", "test", "build"].contains(w)) {
+            continue;
+        }
+        let mut rest = words[i + 2..].iter();
+        while let Some(w) = rest.next() {
+            if *w == "--" || w.starts_with(['#', ';', '|', '&']) {
+                break;
+            }
+            let package = match *w {
+                "-p" | "--package" => rest.next().map(|p| name_prefix(p)),
+                _ => w.strip_prefix("--package=").map(name_prefix),
+            };
+            out.extend(package.filter(|p| !p.is_empty()));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_doc_checks_read_links_slugs_make_targets_and_cargo_packages() {
+    let doc = split_markdown(
+        "See [a](b.md#c-d) and `make sim SEED=1` and `[x](y)`.\n```sh\ncargo run -q -p webhooks-admin -- -p no\n```\n",
+    );
+    assert_eq!(links(&doc.prose), ["b.md#c-d"]);
+    assert_eq!(doc.code.iter().flat_map(|c| make_invocations(c)).collect::<Vec<_>>(), ["sim"]);
+    assert_eq!(doc.code.iter().flat_map(|c| cargo_packages(c)).collect::<Vec<_>>(), ["webhooks-admin"]);
+    let slugs = heading_slugs(
+        "# Endpoint copies: one hot tenant at 10,000 deliveries a second\n```\n# not one\n```\n## A delivery's life\n## Layout\n## Layout\n",
+    );
+    assert_eq!(
+        slugs,
+        BTreeSet::from(
+            ["endpoint-copies-one-hot-tenant-at-10000-deliveries-a-second", "a-deliverys-life", "layout", "layout-1"]
+                .map(str::to_string)
+        )
+    );
+    assert_eq!(
+        make_targets("run:\n\tx\n.PHONY: a\nSEEDS ?= 1\nX := y\nsim bench:\n"),
+        BTreeSet::from(["run", "sim", "bench"].map(str::to_string))
+    );
 }
