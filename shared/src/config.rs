@@ -335,7 +335,7 @@ impl Config {
         c.slow_queue_url = get("WEBHOOKS_SLOW_QUEUE_URL").filter(|v| !v.is_empty());
         // The lane of a record is told by the queue name in its eventSourceARN: a URL whose
         // name is empty (a trailing `/`) would never match, and the slow lane would loop.
-        if c.slow_queue_url.as_deref().is_some_and(|u| crate::lane::queue_name(u).is_empty()) {
+        if c.slow_queue_url.as_deref().is_some_and(|u| queue_name(u).is_empty()) {
             return Err(ConfigError {
                 name: "WEBHOOKS_SLOW_QUEUE_URL",
                 problem: "must end with the queue's name (no trailing /)".into(),
@@ -367,6 +367,12 @@ where
             v.trim().parse().map_err(|e: T::Err| ConfigError { name, problem: format!("{v:?} does not parse: {e}") })
         }
     }
+}
+
+/// The name of a queue from its URL (`https://.../{account}/{name}`) or ARN
+/// (`arn:aws:sqs:{region}:{account}:{name}`).
+pub fn queue_name(url_or_arn: &str) -> &str {
+    url_or_arn.rsplit(['/', ':']).next().unwrap_or(url_or_arn)
 }
 
 #[cfg(test)]

@@ -61,17 +61,11 @@ pub enum Lane {
     Slow,
 }
 
-/// The name of a queue from its URL (`https://.../{account}/{name}`) or ARN
-/// (`arn:aws:sqs:{region}:{account}:{name}`).
-pub fn queue_name(url_or_arn: &str) -> &str {
-    url_or_arn.rsplit(['/', ':']).next().unwrap_or(url_or_arn)
-}
-
 /// The lane of an SQS record, from its `eventSourceARN`: the slow lane when it names the
 /// queue of `WEBHOOKS_SLOW_QUEUE_URL`, else the main lane.
 pub fn of_source(cfg: &crate::Config, event_source_arn: Option<&str>) -> Lane {
     match (&cfg.slow_queue_url, event_source_arn) {
-        (Some(slow), Some(arn)) if queue_name(arn) == queue_name(slow) => Lane::Slow,
+        (Some(slow), Some(arn)) if crate::config::queue_name(arn) == crate::config::queue_name(slow) => Lane::Slow,
         _ => Lane::Main,
     }
 }

@@ -17,6 +17,7 @@ pub mod config;
 pub mod destination;
 pub mod endpoint_lifecycle;
 pub mod error;
+pub mod error_text;
 pub mod lane;
 pub mod lifecycle;
 pub mod metrics;

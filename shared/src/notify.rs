@@ -76,7 +76,7 @@ impl Notifier for SnsNotifier {
             .await;
         result.map(|_| ()).map_err(|e| {
             let detail = aws_sdk_sns::error::DisplayErrorContext(e).to_string();
-            let e = crate::error::aws_detail_logged("SNS", &detail, false);
+            let e = crate::error_text::aws_detail_logged("SNS", &detail, false);
             tracing::error!(error = %e, "notification publish failed; the notify job runs again");
             e
         })

@@ -95,16 +95,22 @@ impl Queue for SqsQueue {
                         .map_err(|e| QueueError(e.to_string()))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            let out =
-                self.client.send_message_batch().queue_url(&self.url).set_entries(Some(entries)).send().await.map_err(
-                    |e| QueueError(crate::error::aws_detail_logged("SQS", &DisplayErrorContext(e).to_string(), false)),
-                )?;
+            let out = self
+                .client
+                .send_message_batch()
+                .queue_url(&self.url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(|e| {
+                    QueueError(crate::error_text::aws_detail_logged("SQS", &DisplayErrorContext(e).to_string(), false))
+                })?;
             if let Some(f) = out.failed.first() {
                 // The entry's code and message can name AWS internals (a KMS key's ARN): logged
                 // under an error id, not answered.
                 let detail = format!("{} {}", f.code, f.message.as_deref().unwrap_or(""));
                 let what = format!("{} of {} messages failed; SQS", out.failed.len(), chunk.len());
-                return Err(QueueError(crate::error::aws_detail_logged(&what, &detail, false)));
+                return Err(QueueError(crate::error_text::aws_detail_logged(&what, &detail, false)));
             }
         }
         Ok(())

@@ -274,8 +274,8 @@ impl Sender for HttpSender {
                     duration_ms: elapsed(started),
                     // reqwest's message carries the URL: keep its credentials out.
                     detail: Some(match url::Url::parse(&crate::destination::redact_url(url)) {
-                        Ok(shown) => crate::error::chain(&e.with_url(shown)),
-                        Err(_) => crate::error::chain(&e.without_url()),
+                        Ok(shown) => crate::error_text::chain(&e.with_url(shown)),
+                        Err(_) => crate::error_text::chain(&e.without_url()),
                     }),
                 }
             }

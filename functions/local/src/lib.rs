@@ -295,7 +295,7 @@ pub async fn poll_inbox(app: &App, inbox: &dyn Inbox, lane: Lane, wait_seconds: 
             None => return Ok(0),
         },
     };
-    let source_arn = format!("arn:aws:sqs:local:000000000000:{}", webhooks::lane::queue_name(url));
+    let source_arn = format!("arn:aws:sqs:local:000000000000:{}", webhooks::config::queue_name(url));
     let messages = inbox.receive(url, 10, wait_seconds).await?;
     if messages.is_empty() {
         return Ok(0);

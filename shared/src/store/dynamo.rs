@@ -780,15 +780,15 @@ fn version_guard(version: u64) -> (String, HashMap<String, String>, Item) {
 }
 
 /// An SDK error as a [`StoreError`]: the SDK's text logged under an error id, the error saying
-/// what failed with that id (see [`crate::error::aws_detail_logged`]).
+/// what failed with that id (see [`crate::error_text::aws_detail_logged`]).
 fn aws<E: std::error::Error + 'static>(e: E) -> StoreError {
     let text = DisplayErrorContext(e).to_string();
     // DynamoDB's error code for a request it refuses as malformed (an oversized key, a bad
     // expression, a key of the wrong shape): ours to fix, not the caller's to retry.
     if text.contains("ValidationException") {
-        StoreError::Invalid(crate::error::aws_detail_logged("DynamoDB", &text, true))
+        StoreError::Invalid(crate::error_text::aws_detail_logged("DynamoDB", &text, true))
     } else {
-        StoreError::Aws(crate::error::aws_detail_logged("DynamoDB", &text, false))
+        StoreError::Aws(crate::error_text::aws_detail_logged("DynamoDB", &text, false))
     }
 }
 
@@ -1052,7 +1052,7 @@ impl Store for DynamoStore {
         }
         if cancelled_as_invalid(&e) {
             let text = DisplayErrorContext(e).to_string();
-            return Err(StoreError::Invalid(crate::error::aws_detail_logged("DynamoDB", &text, true)));
+            return Err(StoreError::Invalid(crate::error_text::aws_detail_logged("DynamoDB", &text, true)));
         }
         Err(aws(e))
     }

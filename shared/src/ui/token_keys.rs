@@ -25,7 +25,7 @@
 //!
 //! The previous version is read only while the overlap lasts. A read that fails is not kept:
 //! the request answers 503 `unavailable` (the SDK's text, which names the secret's ARN, goes
-//! only to the log: [`crate::error::aws_detail_logged`]) and the next request reads again.
+//! only to the log: [`crate::error_text::aws_detail_logged`]) and the next request reads again.
 //! A version shorter than [`MIN_KEY_BYTES`] is refused the same way.
 //!
 //! Without a secret (`make run`, tests) the key is random, made once per process: tokens then
@@ -249,10 +249,10 @@ impl Secret {
 }
 
 /// A Secrets Manager error as the answer may show it (no ARN, no account: see
-/// [`crate::error::aws_detail_logged`]).
+/// [`crate::error_text::aws_detail_logged`]).
 fn failed(e: impl std::error::Error) -> ServiceError {
     let detail = aws_sdk_secretsmanager::error::DisplayErrorContext(e).to_string();
-    ServiceError::Unavailable(crate::error::aws_detail_logged("Secrets Manager", &detail, false))
+    ServiceError::Unavailable(crate::error_text::aws_detail_logged("Secrets Manager", &detail, false))
 }
 
 /// A version's key: its string's bytes, or its binary value.
