@@ -1109,3 +1109,147 @@ fn the_doc_checks_read_links_slugs_make_targets_and_cargo_packages() {
         BTreeSet::from(["run", "sim", "bench"].map(str::to_string))
     );
 }
+
+// ---------------------------------------------------------------- import cycles
+
+/// The `crate::` paths of one file of the library, outside its tests: the modules they name.
+#[derive(Default)]
+struct CratePaths(BTreeSet<Vec<String>>);
+
+impl CratePaths {
+    fn add_use(&mut self, prefix: &mut Vec<String>, tree: &syn::UseTree) {
+        match tree {
+            syn::UseTree::Path(p) => {
+                prefix.push(p.ident.to_string());
+                self.add_use(prefix, &p.tree);
+                prefix.pop();
+            }
+            syn::UseTree::Name(n) => {
+                prefix.push(n.ident.to_string());
+                self.0.insert(prefix.clone());
+                prefix.pop();
+            }
+            syn::UseTree::Rename(r) => {
+                prefix.push(r.ident.to_string());
+                self.0.insert(prefix.clone());
+                prefix.pop();
+            }
+            syn::UseTree::Glob(_) => {
+                self.0.insert(prefix.clone());
+            }
+            syn::UseTree::Group(g) => g.items.iter().for_each(|t| self.add_use(prefix, t)),
+        }
+    }
+}
+
+impl<'ast> Visit<'ast> for CratePaths {
+    fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+        if !is_test(&m.attrs) {
+            syn::visit::visit_item_mod(self, m);
+        }
+    }
+    fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
+        if !is_test(&f.attrs) {
+            syn::visit::visit_item_fn(self, f);
+        }
+    }
+    fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
+        if let syn::UseTree::Path(p) = &u.tree
+            && p.ident == "crate"
+        {
+            self.add_use(&mut Vec::new(), &p.tree);
+        }
+    }
+    fn visit_path(&mut self, path: &'ast syn::Path) {
+        let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+        if segments.first().is_some_and(|s| s == "crate") {
+            self.0.insert(segments[1..].to_vec());
+        }
+        syn::visit::visit_path(self, path);
+    }
+}
+
+/// The library's modules, file by file (`store/dynamo` for shared/src/store/dynamo.rs), and
+/// the modules each one's code names through `crate::` paths (doc links and tests left out).
+fn library_imports() -> BTreeMap<String, BTreeSet<String>> {
+    let src = root().join("shared/src");
+    let mut files = Vec::new();
+    let mut dirs = vec![src.clone()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read shared/src") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    let module_of = |path: &Path| -> String {
+        let rel = path.strip_prefix(&src).expect("under src").with_extension("");
+        let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+        if parts.last().is_some_and(|l| l == "mod" || l == "lib") {
+            parts.pop();
+        }
+        parts.join("/")
+    };
+    let modules: BTreeSet<String> = files.iter().map(|f| module_of(f)).collect();
+    let mut imports = BTreeMap::new();
+    for file in &files {
+        let module = module_of(file);
+        let text = std::fs::read_to_string(file).expect("read a source file");
+        let ast = syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let mut paths = CratePaths::default();
+        paths.visit_file(&ast);
+        let named: BTreeSet<String> = paths
+            .0
+            .iter()
+            .filter_map(|p| (1..=p.len()).rev().map(|n| p[..n].join("/")).find(|m| modules.contains(m)))
+            .filter(|m| *m != module && !m.is_empty())
+            .collect();
+        imports.insert(module, named);
+    }
+    imports
+}
+
+/// The groups of modules that import one another in a ring (strongly connected components of
+/// more than one module), each sorted.
+fn import_cycles(imports: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    // A module is in a cycle with every module that reaches it and that it reaches.
+    let reach = |from: &str| -> BTreeSet<String> {
+        let mut seen = BTreeSet::new();
+        let mut todo: Vec<String> = imports.get(from).into_iter().flatten().cloned().collect();
+        while let Some(m) = todo.pop() {
+            if seen.insert(m.clone()) {
+                todo.extend(imports.get(&m).into_iter().flatten().cloned());
+            }
+        }
+        seen
+    };
+    let reaches: BTreeMap<&String, BTreeSet<String>> = imports.keys().map(|m| (m, reach(m))).collect();
+    let mut cycles: BTreeSet<Vec<String>> = BTreeSet::new();
+    for (m, r) in &reaches {
+        let mut ring: Vec<String> =
+            r.iter().filter(|o| reaches.get(o).is_some_and(|back| back.contains(*m))).cloned().collect();
+        if !ring.is_empty() {
+            if !ring.contains(*m) {
+                ring.push((*m).clone());
+            }
+            ring.sort();
+            cycles.insert(ring);
+        }
+    }
+    cycles.into_iter().collect()
+}
+
+#[test]
+fn the_library_has_no_import_cycle() {
+    let imports = library_imports();
+    assert!(imports.len() > 20 && imports.values().map(BTreeSet::len).sum::<usize>() > 40, "too few imports read");
+    assert_eq!(import_cycles(&imports), Vec::<Vec<String>>::new(), "modules that import one another in a ring");
+    // The check sees a ring: one edge back from the store to the service errors would close one.
+    let mut broken = imports.clone();
+    broken.get_mut("error").expect("error module").insert("store".into());
+    broken.get_mut("store").expect("store module").insert("error".into());
+    assert_eq!(import_cycles(&broken), vec![vec!["error".to_string(), "store".to_string()]]);
+}
