@@ -18,6 +18,11 @@ ensure_moto() {
   fi
 }
 
+# port_is_free PORT: true when nothing listens on 127.0.0.1:PORT.
+port_is_free() {
+  python3 -c 'import socket, sys; s=socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.close()' "$1" 2>/dev/null
+}
+
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
 }

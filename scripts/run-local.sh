@@ -7,7 +7,12 @@ cd "$ROOT"
 mkdir -p .local
 if [ -z "${AWS_ENDPOINT_URL:-}" ]; then
   ensure_moto
+  # MOTO_PORT when set; else 4599, or any free port when something else holds 4599.
   port="${MOTO_PORT:-4599}"
+  if [ -z "${MOTO_PORT:-}" ] && ! port_is_free "$port"; then
+    port=$(free_port)
+    echo "port 4599 is taken: moto goes on port $port (MOTO_PORT to choose one)" >&2
+  fi
   start_moto "$port" .local/moto.log
   trap 'kill $MOTO_PID 2>/dev/null || true' EXIT
   export AWS_ENDPOINT_URL="http://127.0.0.1:$port"

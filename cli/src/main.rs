@@ -211,7 +211,16 @@ impl Client {
         // of its build): rustls on ring, as the service's sender; an error only says one is set.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder().build().map_err(|e| format!("HTTP client: {e}"))?;
-        Ok(Self { http, base: cli.api.trim_end_matches('/').to_string(), signer })
+        let base = cli.api.trim_end_matches('/').to_string();
+        match url::Url::parse(&base) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
+            _ => {
+                return Err(format!(
+                    "--api (or WEBHOOKS_ADMIN_URL) {base:?} is not an http(s) URL: write it in full, e.g. http://127.0.0.1:3000"
+                ));
+            }
+        }
+        Ok(Self { http, base, signer })
     }
 
     /// One request: the status and the JSON answer (a JSON string when it is not JSON).
@@ -243,8 +252,16 @@ impl Client {
         if (200..300).contains(&status) {
             Ok(value)
         } else {
-            let message = value["error"]["message"].as_str().map(String::from).unwrap_or_else(|| value.to_string());
-            Err(format!("{status} {}: {message}", value["error"]["code"].as_str().unwrap_or("error")))
+            match (value["error"]["code"].as_str(), value["error"]["message"].as_str()) {
+                (Some(code), Some(message)) => Err(format!("{status} {code}: {message}")),
+                // Not the error shape every answer of the admin API has.
+                _ => Err(format!(
+                    "{} answered {status} with something other than the webhooks admin API's error shape: is --api (or \
+                     WEBHOOKS_ADMIN_URL) the admin API's address? ({})",
+                    self.base,
+                    value.to_string().chars().take(120).collect::<String>()
+                )),
+            }
         }
     }
 }
@@ -341,6 +358,9 @@ fn s(v: &Value) -> String {
 }
 
 fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
+    if rows.is_empty() {
+        return "none".to_string();
+    }
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED).set_header(headers.to_vec());
     for r in rows {
@@ -413,7 +433,7 @@ fn timeline(d: &Value) -> String {
     );
     let attempts = d["attempts"].as_array().cloned().unwrap_or_default();
     out.push_str(&table(
-        &["#", "at", "status code", "error", "ms", "next wait s", "wait from"],
+        &["#", "at", "status code", "error", "cause", "ms", "next wait s", "wait from"],
         attempts
             .iter()
             .map(|a| {
@@ -422,6 +442,7 @@ fn timeline(d: &Value) -> String {
                     s(&a["at"]),
                     s(&a["status_code"]),
                     s(&a["error"]),
+                    s(&a["cause"]),
                     s(&a["duration_ms"]),
                     s(&a["next_wait_seconds"]),
                     s(&a["wait_source"]),

@@ -191,6 +191,22 @@ fn without_a_running_api_the_cli_says_the_connection_was_refused_and_how_to_poin
     assert!(err.contains("the connection was refused"), "{err}");
     assert!(err.contains("--api") && err.contains("WEBHOOKS_ADMIN_URL") && err.contains("make run"), "{err}");
     assert_eq!(err.matches(&api).count(), 1, "the URL once: {err}");
+    // An address without its scheme is named for what it is.
+    let (ok, err) = admin_alone(&["--api", "127.0.0.1:3000", "endpoints", "list", "--tenant", "acme"]);
+    assert!(!ok && err.contains("--api") && err.contains("not an http(s) URL"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_is_not_the_admin_api_is_named_as_such() {
+    let other = Receiver::start(Reply::Body(404, b"<html>not here</html>".to_vec())).await;
+    let api = other.url.trim_end_matches("/hook").to_string();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_webhooks-admin"))
+        .args(["--api", &api, "endpoints", "list", "--tenant", "acme"])
+        .output()
+        .await
+        .expect("run webhooks-admin");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("other than the webhooks admin API's error shape"), "{err}");
 }
 
 #[test]

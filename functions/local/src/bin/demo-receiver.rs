@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 /// The demo's webhook receiver: prints every request it gets on 127.0.0.1 (its `webhook-id`,
 /// `webhook-attempt`, `webhook-timestamp` and body) and answers with `--status`; with
-/// `--secret` it also checks the `webhook-signature`.
+/// `--secret` it also checks the `webhook-signature` and answers 400 to a request whose
+/// signature does not verify, as a real receiver must.
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
@@ -37,11 +38,11 @@ struct Receiver {
 
 async fn receive(State(rx): State<Arc<Receiver>>, headers: HeaderMap, body: Bytes) -> StatusCode {
     let h = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("-").to_string();
-    let verdict = match &rx.verifier {
-        None => "not checked (no --secret)".to_string(),
+    let (verdict, refused) = match &rx.verifier {
+        None => ("not checked (no --secret)".to_string(), false),
         Some(v) => match v.verify(&body, &headers) {
-            Ok(()) => "valid".to_string(),
-            Err(e) => format!("INVALID ({e})"),
+            Ok(()) => ("valid".to_string(), false),
+            Err(e) => (format!("INVALID ({e}): answered 400"), true),
         },
     };
     println!(
@@ -51,7 +52,7 @@ async fn receive(State(rx): State<Arc<Receiver>>, headers: HeaderMap, body: Byte
         h("webhook-timestamp"),
         String::from_utf8_lossy(&body)
     );
-    rx.status
+    if refused { StatusCode::BAD_REQUEST } else { rx.status }
 }
 
 #[tokio::main]
