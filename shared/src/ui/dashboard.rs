@@ -287,7 +287,8 @@ async fn home(State(d): State<Dash>, q: Result<Query<HomeParams>, QueryRejection
         }
         @if let Some(t) = &tenant {
             h2 { "Endpoints of " (t) }
-            @if endpoints.is_empty() { p.muted { "This tenant has no endpoint." } }
+            @if endpoints.is_empty() { p.muted { "This tenant has no endpoint: events posted for it are answered with a "
+                code { "no_subscribed_endpoint" } " warning and not stored. Tenant ids are case-sensitive: check the spelling." } }
             @else { div.scroll { table {
                 thead { tr {
                     th scope="col" { "Endpoint" } th scope="col" { "URL" } th scope="col" { "Health" }

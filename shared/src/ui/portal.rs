@@ -273,7 +273,7 @@ async fn home_page(app: &App, s: &Session) -> Result<Response, ServiceError> {
     recent.truncate(25);
     let body = html! {
         h1 { "Your webhook endpoints" }
-        @if endpoints.is_empty() { p { "No endpoint yet: add one below to start receiving webhooks." } }
+        @if endpoints.is_empty() { p { "No endpoint yet: add one below to start receiving webhooks. Until then, events sent for you are not stored." } }
         @else {
             div.scroll { table {
                 caption.muted { (endpoints.len()) @if endpoints.len() == 1 { " endpoint" } @else { " endpoints" } }
