@@ -36,7 +36,7 @@ if [ -z "${AWS_ENDPOINT_URL:-}" ]; then
   esac
   export AWS_ENDPOINT_URL="http://127.0.0.1:$port"
 fi
-# The browser tests (tests/tests/browser.rs) drive Debian's headless Chromium through
+# The browser tests (tests/tests/it/browser.rs) drive Debian's headless Chromium through
 # chromedriver. Installed here when missing and apt-get can (root, as in CI); otherwise the
 # tests fail and say how to install them. Nothing downloads a browser at run time.
 if [ ! -x "${CHROMEDRIVER:-/usr/bin/chromedriver}" ] || [ ! -x "${CHROMIUM:-/usr/bin/chromium}" ]; then

@@ -13,7 +13,7 @@
 //! long that deliver found its claim's lease too short to start the POST and gave it back,
 //! over and over). In memory the store keeps DynamoDB's conditional writes, so the limit's
 //! per-second counter is taken by the 20 pollers exactly as by 20 deliver invocations; the
-//! rate-limit suite (`tests/tests/rate_limit.rs`) checks the same on the emulator.
+//! rate-limit suite (`tests/tests/it/rate_limit.rs`) checks the same on the emulator.
 
 use crate::noisy::Rx;
 use crate::stack::{self, Res, err};

@@ -182,7 +182,7 @@ pub fn redact_url(url: &str) -> String {
         let _ = parsed.set_password(None);
         let _ = parsed.set_username("***");
     }
-    // (Not `Url::query`: tests/tests/iam.rs reads a `query` call as DynamoDB's Query.)
+    // (Not `Url::query`: tests/tests/it/iam.rs reads a `query` call as DynamoDB's Query.)
     if parsed.as_str().contains('?') {
         // A name without a value can be a token itself (`?s3cret`): it goes too.
         let names: Vec<String> = parsed

@@ -1,5 +1,5 @@
 //! One storage conformance suite over the [`Store`] trait, run against DynamoStore on the
-//! emulator and against the simulation's MemStore (`tests/tests/storage.rs`), so the
+//! emulator and against the simulation's MemStore (`tests/tests/it/storage.rs`), so the
 //! simulation's store is checked against the real one instead of described in prose.
 //!
 //! Each check states a behaviour the services rely on: conditional creates (a retry of the

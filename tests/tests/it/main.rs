@@ -1,0 +1,20 @@
+//! The integration tests, one binary (it links the AWS SDK and the service once): a module per
+//! area, each against the AWS emulator `make test` starts (or the one `AWS_ENDPOINT_URL`
+//! names), with real receivers on 127.0.0.1. Run one area with its module path as the filter,
+//! e.g. `cargo test -p webhooks-tests --test it -- contract::`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers fail loudly
+
+mod admin;
+mod browser;
+mod contract;
+mod destinations;
+mod endpoint_state;
+mod iam;
+mod lanes;
+mod openapi;
+mod pipeline;
+mod policies;
+mod portal;
+mod rate_limit;
+mod storage;
