@@ -352,7 +352,11 @@ async fn a_tenant_without_endpoints_is_refused_when_the_stack_says_so() {
     let body = |tenant: &str| json!({"tenant_id": tenant, "event_type": "order.paid", "payload": {}});
     let (status, refused) = stack.call(Method::POST, "/v1/events", Some(body("Acme"))).await;
     assert_eq!((status, refused["error"]["code"].as_str()), (422, Some("unknown_tenant")), "{refused}");
-    assert!(refused["error"]["message"].as_str().unwrap_or_default().contains("case-sensitive"), "{refused}");
+    let said = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        said.contains("case-sensitive") && said.contains("did you mean \"acme\" (it has 1 endpoints)?"),
+        "{refused}"
+    );
     let (status, unsubscribed) = stack.call(Method::POST, "/v1/events", Some(body("acme"))).await;
     assert_eq!((status, &unsubscribed["deliveries"]), (202, &json!([])), "{unsubscribed}");
     assert_eq!(unsubscribed["warnings"][0]["code"], "no_subscribed_endpoint", "{unsubscribed}");
