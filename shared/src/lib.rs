@@ -1,13 +1,33 @@
 //! Webhook delivery on AWS: the library every function binary and the local runtime share.
 //!
-//! The crate holds the domain ([`model`]), the one place that owns a delivery's state
-//! transitions ([`lifecycle`]), retry policies ([`policy`]), Standard Webhooks signing
-//! ([`signing`]), the DynamoDB store ([`store`]), the SQS queue ([`queue`]), the HTTP sender
-//! ([`sender`]) and the services the Lambda handlers call ([`service`], [`api`]).
-//!
 //! Every service is a plain async function over an [`App`], which carries the store, the
 //! queue, the sender, the clock and the random source as trait objects, so the Lambda
 //! binaries, the local runtime and the tests call the same code.
+//!
+//! # A tour, layer by layer
+//!
+//! Each layer uses only the ones above it, but for three arrows the role-folder layout is to
+//! remove: [`validate`] and [`destination`] answer with [`error::ServiceError`] (wiring), and
+//! [`app`] holds the portal's token keys ([`ui`]). `tests/tests/it/iam.rs`
+//! (`the_library_has_no_import_cycle`) fails on any import cycle among these modules.
+//!
+//! | layer | modules | what they hold |
+//! |---|---|---|
+//! | settings | [`config`], [`error_text`], [`clock`] | the environment read once; how errors are shown; time |
+//! | decisions | [`model`], [`lifecycle`], [`endpoint_lifecycle`], [`policy`], [`signing`], [`validate`] | the entities, their state machines, retry schedules, Standard Webhooks signing, the id rule: no AWS call |
+//! | adapters | [`store`] (DynamoDB, its shape in `docs/storage.md`), [`queue`] (SQS), [`sender`] with [`destination`] and [`trust`] (the HTTP POST, where it may go, TLS roots), [`notify`] (SNS), [`metrics`], [`bootstrap`] | AWS and HTTP behind traits |
+//! | wiring | [`app`], [`error`] | the [`App`] the services take; the errors they answer with |
+//! | services | [`service`] (ingest, deliver, sweep, admin, health), [`lane`], [`rate_limit`] | what a Lambda handler calls |
+//! | HTTP | [`api`], [`ui`] (the dashboard, the portal and its tokens) | routers and pages over the services |
+//!
+//! Who may change an entity's state, in one file each:
+//! - a **delivery**: [`lifecycle`] builds every transition (claim, record, re-drive, lease
+//!   recovery, hold, release, replay, end), each a guarded, versioned conditional write the
+//!   store applies;
+//! - an **endpoint**: [`endpoint_lifecycle`] (enabled, paused, probing, disabled; every change
+//!   one transaction guarded on the endpoint's version, with the jobs it needs);
+//! - a **job**: [`service::health`] runs each step under the job's lease and writes its
+//!   progress only while the lease holds ([`store::Store::save_job`]).
 
 pub mod api;
 pub mod app;
