@@ -76,7 +76,7 @@ impl DynamoStore {
 
     /// The same store on a table of `copies` copies of every endpoint item (1: the item
     /// alone; `WEBHOOKS_ENDPOINT_COPIES`, the count the table's storage version item holds),
-    /// written by every endpoint write and read spread over; see [`copies`].
+    /// written by every endpoint write and read spread over; see the `dynamo::copies` module.
     #[must_use]
     pub fn with_endpoint_copies(mut self, copies: u32) -> Self {
         self.copies = copies.max(1);

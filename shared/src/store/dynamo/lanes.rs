@@ -14,11 +14,11 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use chrono::{DateTime, Utc};
 
 /// The endpoint item's count of slow-lane marker writes (a number, added to by each), which
-/// orders the marker's mirrors to the copies (see [`DynamoStore::write_slow_until`]).
+/// orders the marker's mirrors to the copies (see `DynamoStore::write_slow_until`).
 pub const SLOW_SEQ: &str = "slow_seq";
 
 /// The endpoint item's count of adaptive rate writes (a number, added to by each), which
-/// orders the rate's mirrors to the copies (see [`DynamoStore::write_effective_rate`]).
+/// orders the rate's mirrors to the copies (see `DynamoStore::write_effective_rate`).
 pub const RATE_SEQ: &str = "rate_seq";
 
 /// How long a rate window's counter item is kept after its second, seconds (DynamoDB TTL
