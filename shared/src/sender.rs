@@ -170,8 +170,14 @@ pub fn cause_of(e: &reqwest::Error) -> &'static str {
         if s.is::<rustls::Error>() {
             return "tls";
         }
-        // hyper's "connection closed before message completed" has no io::Error beneath.
-        if s.to_string().contains("connection closed before message completed") {
+        // hyper's errors for a connection the receiver dropped carry no io::Error beneath:
+        // "connection closed before message completed" (EOF before an answer), "operation
+        // was canceled: connection closed" (closed while the request was being written).
+        let text = s.to_string();
+        if ["connection closed", "connection reset", "broken pipe", "operation was canceled"]
+            .iter()
+            .any(|t| text.to_ascii_lowercase().contains(t))
+        {
             return "reset";
         }
         next = s.source();

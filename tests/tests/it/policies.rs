@@ -390,11 +390,14 @@ async fn an_attempt_without_an_answer_records_its_cause() {
     let stack = Stack::start(|c| c.request_timeout = Duration::from_secs(1)).await;
     // Nothing listens on a port just freed.
     let freed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    // A listener that resets every connection it accepts (SO_LINGER 0, then close).
+    // A listener that reads the request and resets the connection instead of answering
+    // (SO_LINGER 0, then close), as a receiver that crashes on it does.
     let resetter = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let reset_port = resetter.local_addr().unwrap().port();
     tokio::spawn(async move {
-        while let Ok((socket, _)) = resetter.accept().await {
+        while let Ok((mut socket, _)) = resetter.accept().await {
+            let mut request = [0u8; 1024];
+            let _ = tokio::io::AsyncReadExt::read(&mut socket, &mut request).await;
             #[allow(deprecated)]
             let _ = socket.set_linger(Some(Duration::ZERO));
             drop(socket);
