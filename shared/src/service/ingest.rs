@@ -247,9 +247,8 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
 /// The answer to an event no endpoint of its tenant subscribes to: nothing is stored. A
 /// tenant with no endpoint at all is refused when the stack says so
 /// (`reject_unknown_tenants`); otherwise the 202 carries a [`NO_SUBSCRIBED_ENDPOINT`]
-/// warning, and the log line is a WARN naming the tenant. For a tenant with no endpoint
-/// whose id has capitals, the lowercase id's endpoints are looked up (one Query, on this
-/// path only) and named when there are some: `Acme` for `acme` is the usual typo.
+/// warning, and the log line is a WARN naming the tenant. It names no other tenant (not even
+/// `acme` for `Acme`): whether another tenant id has endpoints is that tenant's business.
 async fn nothing_subscribes(
     app: &App,
     event: &NewEvent,
@@ -258,20 +257,9 @@ async fn nothing_subscribes(
 ) -> Result<Accepted, ServiceError> {
     let tenant = &event.tenant_id;
     let message = if endpoints == 0 {
-        let lower = tenant.to_lowercase();
-        let near = if lower == *tenant {
-            None
-        } else {
-            // Best effort: a failed read only leaves the hint out.
-            app.store.tenant_endpoints(&lower, &event_id).await.ok().filter(|e| !e.is_empty()).map(|e| (lower, e.len()))
-        };
-        let hint = match near {
-            Some((lower, n)) => format!("; did you mean {lower:?} (it has {n} endpoints)?"),
-            None => String::new(),
-        };
         format!(
             "tenant {tenant:?} has no endpoints, so nothing was stored and nothing will be delivered; tenant ids \
-             are case-sensitive: check the spelling, or create an endpoint for the tenant first{hint}"
+             are case-sensitive: check the spelling, or create an endpoint for the tenant first"
         )
     } else {
         format!(
