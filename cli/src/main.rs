@@ -254,6 +254,16 @@ impl Client {
         } else {
             match (value["error"]["code"].as_str(), value["error"]["message"].as_str()) {
                 (Some(code), Some(message)) => Err(format!("{status} {code}: {message}")),
+                // API Gateway's own answers ({"message": ...}): IAM refused (403), throttled
+                // (429), the function failed or timed out (5xx).
+                _ if value["message"].is_string() => {
+                    let tip = if status == 403 && self.signer.is_none() {
+                        " (the deployed admin API takes IAM-signed requests: add --sigv4)"
+                    } else {
+                        ""
+                    };
+                    Err(format!("{status}: {}{tip}", value["message"].as_str().unwrap_or_default()))
+                }
                 // Not the error shape every answer of the admin API has.
                 _ => Err(format!(
                     "{} answered {status} with something other than the webhooks admin API's error shape: is --api (or \

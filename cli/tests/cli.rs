@@ -207,6 +207,16 @@ async fn a_server_that_is_not_the_admin_api_is_named_as_such() {
         .expect("run webhooks-admin");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("other than the webhooks admin API's error shape"), "{err}");
+    // API Gateway's own refusal ({"message": "Forbidden"}) is shown as it is, with the way out.
+    let gateway = Receiver::start(Reply::Body(403, br#"{"message":"Forbidden"}"#.to_vec())).await;
+    let api = gateway.url.trim_end_matches("/hook").to_string();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_webhooks-admin"))
+        .args(["--api", &api, "endpoints", "list", "--tenant", "acme"])
+        .output()
+        .await
+        .expect("run webhooks-admin");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("403: Forbidden") && err.contains("--sigv4"), "{err}");
 }
 
 #[test]
