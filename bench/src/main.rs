@@ -348,7 +348,7 @@ async fn lambda_parts(
     }
     // The same starts with `SSL_CERT_DIR` naming the certificate directory the probe finds,
     // which asks the AWS clients for the SDK's default trust store (the bundle file and every
-    // file of the directory; `webhooks::trust::aws_trust_store`), what every start read
+    // file of the directory; `webhooks::sender::tls_roots::aws_trust_store`), what every start read
     // before the bundle file was trusted alone.
     let probe = openssl_probe::probe();
     let mut with_dir = Vec::new();
@@ -485,10 +485,10 @@ fn payload_digest_note(body: &mut String, payload_bytes: usize, largest_item: us
     let rounds = 2000u32;
     let start = std::time::Instant::now();
     for _ in 0..rounds {
-        std::hint::black_box(webhooks::signing::payload_digest(std::hint::black_box(&payload)));
+        std::hint::black_box(webhooks::domain::signing::payload_digest(std::hint::black_box(&payload)));
     }
     let seconds = start.elapsed().as_secs_f64() / f64::from(rounds);
-    let attr = "payload_sha256".len() + webhooks::signing::payload_digest(b"").len();
+    let attr = "payload_sha256".len() + webhooks::domain::signing::payload_digest(b"").len();
     let dollars = seconds * cost::LAMBDA_MB / 1024.0 * cost::LAMBDA_GBS * 1e6;
     let _ = writeln!(
         body,
@@ -1125,7 +1125,7 @@ fn section_cold(
         (Some(file), false) => {
             let _ = writeln!(
                 body,
-                "Where a start goes: much of it is loading the CA certificates that the AWS clients (the SDK's HTTPS client) and the sender (reqwest's verifier) trust, each when it is built. Both trust the system's CA bundle file alone, here `{}` (`openssl-probe` finds it; on Lambda's `provided.al2023` it is `/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem`), when every certificate in it parses (`shared/src/trust.rs`); otherwise, or when `SSL_CERT_DIR` is set, each library's default (rustls-native-certs), which with neither `SSL_CERT_FILE` nor `SSL_CERT_DIR` set also reads every file of the certificate directory (with `SSL_CERT_DIR` set, that directory's files and `SSL_CERT_FILE`'s), here {}: on Debian the same certificates again, one file each. The last column sets `SSL_CERT_DIR` to that directory: slowest median {} ms: the libraries' default, what every start loaded before the bundle file was trusted alone (the difference between the two columns is this change; times across reports also move with this VM's speed).\n",
+                "Where a start goes: much of it is loading the CA certificates that the AWS clients (the SDK's HTTPS client) and the sender (reqwest's verifier) trust, each when it is built. Both trust the system's CA bundle file alone, here `{}` (`openssl-probe` finds it; on Lambda's `provided.al2023` it is `/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem`), when every certificate in it parses (`shared/src/sender/tls_roots.rs`); otherwise, or when `SSL_CERT_DIR` is set, each library's default (rustls-native-certs), which with neither `SSL_CERT_FILE` nor `SSL_CERT_DIR` set also reads every file of the certificate directory (with `SSL_CERT_DIR` set, that directory's files and `SSL_CERT_FILE`'s), here {}: on Debian the same certificates again, one file each. The last column sets `SSL_CERT_DIR` to that directory: slowest median {} ms: the libraries' default, what every start loaded before the bundle file was trusted alone (the difference between the two columns is this change; times across reports also move with this VM's speed).\n",
                 file.display(),
                 dir,
                 f(worst_dir_ms, 1)

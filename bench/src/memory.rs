@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use webhooks::clock::{Clock, Random, SystemClock};
-use webhooks::lifecycle::Enqueue;
+use webhooks::domain::delivery_lifecycle::Enqueue;
 use webhooks::queue::{Queue, QueueError, encode};
 use webhooks::sender::HttpSender;
 use webhooks::{App, Config};

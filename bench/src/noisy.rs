@@ -298,7 +298,7 @@ async fn warm_up(app: &webhooks::App, tenant: &str, payload: &str, slow_id: Opti
     loop {
         let mut done = 0;
         for id in &ids {
-            if matches!(app.store.get_delivery(id).await, Ok(Some(d)) if d.status == webhooks::model::DeliveryStatus::Delivered)
+            if matches!(app.store.get_delivery(id).await, Ok(Some(d)) if d.status == webhooks::domain::model::DeliveryStatus::Delivered)
             {
                 done += 1;
             }
@@ -549,7 +549,7 @@ pub async fn part(
     let lane = ratio_of(Backend::Memory, Variant::SlowLane);
     let _ = writeln!(
         body,
-        "\nWith the slow lane, a main-lane batch holds only fast receivers: ingest, which reads the endpoints (the slow endpoint's `slow_until` included) before it writes the deliveries, sends attempt 1 of each of the slow endpoint's deliveries to the slow lane directly, so the main lane never sees them (a delivery of a slow endpoint that does arrive on the main lane, a re-drive or one ingested before its endpoint was marked, is given back and its message sent to the slow lane without waiting for the receiver: an extra claim, give-back write and SendMessage; see `shared/src/lane.rs`), and the slow lane's {SLOW_POLLERS} pollers work through them at about {:.1}/s (in memory the fast ones were all done before the slow lane's first 9 s answers). Without it, every batch holding one of the slow endpoint's deliveries lasts 9 s: {POLLERS} pollers make about {:.0} fast deliveries/s, the issue's cap.\n",
+        "\nWith the slow lane, a main-lane batch holds only fast receivers: ingest, which reads the endpoints (the slow endpoint's `slow_until` included) before it writes the deliveries, sends attempt 1 of each of the slow endpoint's deliveries to the slow lane directly, so the main lane never sees them (a delivery of a slow endpoint that does arrive on the main lane, a re-drive or one ingested before its endpoint was marked, is given back and its message sent to the slow lane without waiting for the receiver: an extra claim, give-back write and SendMessage; see `shared/src/domain/lane.rs`), and the slow lane's {SLOW_POLLERS} pollers work through them at about {:.1}/s (in memory the fast ones were all done before the slow lane's first 9 s answers). Without it, every batch holding one of the slow endpoint's deliveries lasts 9 s: {POLLERS} pollers make about {:.0} fast deliveries/s, the issue's cap.\n",
         SLOW_POLLERS as f64 * 10.0 / 9.0,
         POLLERS as f64 * 9.0 / 9.0
     );

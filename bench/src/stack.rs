@@ -113,7 +113,7 @@ pub async fn call(app: &App, method: &str, path: &str, body: &Value) -> Res<(u16
         .uri(path)
         .header("content-type", "application/json")
         .body(Body::from(body.to_string()))?;
-    let resp = webhooks::api::router(app.clone()).oneshot(req).await?;
+    let resp = webhooks::http::api::router(app.clone()).oneshot(req).await?;
     let status = resp.status().as_u16();
     let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await?;
     let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
@@ -151,7 +151,7 @@ pub async fn event(app: &App, tenant: &str, id: &str, payload: &str) -> Res<Valu
         .uri("/v1/events")
         .header("content-type", "application/json")
         .body(Body::from(body))?;
-    let resp = webhooks::api::router(app.clone()).oneshot(req).await?;
+    let resp = webhooks::http::api::router(app.clone()).oneshot(req).await?;
     let status = resp.status().as_u16();
     let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await?;
     let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);

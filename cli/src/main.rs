@@ -5,7 +5,7 @@
 //! (service `execute-api`) using the standard credential chain (environment, profile, SSO,
 //! instance role) through `aws-config` and `aws-sigv4`.
 //!
-//! `webhooks-admin dashboard` serves the ops dashboard ([`webhooks::ui::dashboard`]) on a
+//! `webhooks-admin dashboard` serves the ops dashboard ([`webhooks::http::ui::dashboard`]) on a
 //! loopback port, its pages calling the admin API through this client (signed with `--sigv4`),
 //! as `kubectl proxy` does; `webhooks-admin portal-session --tenant T` prints a tenant portal URL.
 
@@ -280,7 +280,7 @@ impl Client {
 struct HttpAdmin(Client);
 
 #[async_trait::async_trait]
-impl webhooks::ui::dashboard::AdminApi for HttpAdmin {
+impl webhooks::http::ui::dashboard::AdminApi for HttpAdmin {
     async fn call(
         &self,
         method: http::Method,
@@ -298,10 +298,10 @@ async fn dashboard(client: Client, listen: std::net::SocketAddr) -> Result<Strin
     let api = client.base.clone();
     // Only pages asked for by this address (or localhost): a page of another site that
     // rebinds its DNS name to 127.0.0.1 cannot read the dashboard with your credentials.
-    let router = webhooks::ui::dashboard::router(std::sync::Arc::new(HttpAdmin(client))).layer(
+    let router = webhooks::http::ui::dashboard::router(std::sync::Arc::new(HttpAdmin(client))).layer(
         axum::middleware::from_fn(move |request: axum::extract::Request, next: axum::middleware::Next| {
             let host = request.headers().get(http::header::HOST).and_then(|h| h.to_str().ok());
-            let host_ok = webhooks::api::is_local_host(host, addr);
+            let host_ok = webhooks::http::api::is_local_host(host, addr);
             async move {
                 if host_ok {
                     next.run(request).await

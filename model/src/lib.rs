@@ -1,10 +1,10 @@
 //! A model of the delivery protocol, checked exhaustively with [stateright] for small sizes.
 //!
 //! What is modelled: the claim + lease + record + sweeper re-drive of deliveries
-//! (`shared/src/lifecycle.rs`, `shared/src/service/deliver.rs`, `shared/src/service/sweep.rs`)
+//! (`shared/src/domain/delivery_lifecycle.rs`, `shared/src/service/deliver.rs`, `shared/src/service/sweep.rs`)
 //! and the endpoint's disable / enable / circuit breaker / half-open probe transitions with
-//! the jobs that follow them (`shared/src/endpoint_lifecycle.rs`,
-//! `shared/src/service/health.rs`). Each action of [`Protocol`] is one atomic write (a
+//! the jobs that follow them (`shared/src/domain/endpoint_lifecycle.rs`,
+//! `shared/src/service/endpoint_state.rs`). Each action of [`Protocol`] is one atomic write (a
 //! DynamoDB conditional UpdateItem or TransactWriteItems, with the guard the code writes:
 //! status, `attempt_count`, `due_at`, the endpoint's `version`), one strongly consistent read,
 //! or one SQS operation. The environment may crash any worker or sweeper at any step, lose or
@@ -337,11 +337,11 @@ pub struct State {
 pub enum Mutant {
     /// The code as it is.
     None,
-    /// `lifecycle::claim` without `attempt_count` in its guard (status only).
+    /// `delivery_lifecycle::claim` without `attempt_count` in its guard (status only).
     ClaimWithoutAttemptGuard,
     /// `deliver::attempt` reads the endpoint before its claim instead of after.
     ReadEndpointBeforeClaim,
-    /// `health::hold_page` holds without the endpoint's version in the transaction.
+    /// `endpoint_state::hold_page` holds without the endpoint's version in the transaction.
     HoldWithoutVersionGuard,
 }
 
@@ -390,7 +390,7 @@ pub enum Action {
     Finish(u8),
     /// Sweeper `s` reads due delivery `d` from the due index.
     SweepRead(u8, u8),
-    /// Sweeper `s` applies `lifecycle::sweep`'s guarded transition.
+    /// Sweeper `s` applies `delivery_lifecycle::sweep`'s guarded transition.
     SweepApply(u8),
     /// Sweeper `s` claims a running job of this kind and reads the endpoint.
     JobStart(u8, JobKind),
@@ -402,9 +402,9 @@ pub enum Action {
     JobPut(u8),
     /// Sweeper `s` sends the tick's messages.
     SweepSend(u8),
-    /// The operator disables the endpoint (`health::disable`, manual).
+    /// The operator disables the endpoint (`endpoint_state::disable`, manual).
     Disable,
-    /// The operator enables the endpoint (`health::enable`).
+    /// The operator enables the endpoint (`endpoint_state::enable`).
     Enable,
     /// Worker `w` crashes; its message comes back after the visibility timeout.
     CrashWorker(u8),
@@ -632,7 +632,7 @@ impl Protocol {
         }
     }
 
-    /// The claim's guard and write (`lifecycle::claim` applied by `store.apply`).
+    /// The claim's guard and write (`delivery_lifecycle::claim` applied by `store.apply`).
     fn claim(&self, s: &mut State, w: usize, msg: Msg) -> bool {
         let (d, n) = msg;
         let item = &mut s.deliveries[d as usize];
@@ -658,7 +658,7 @@ impl Protocol {
     fn record(s: &mut State, msg: Msg, base: u8, outcome: Outcome, probe: bool, ep: Ep, version: u8) -> Worker {
         let (d, n) = msg;
         let di = d as usize;
-        // The delivery transitions (`lifecycle::complete`, `hold_claimed` with the attempt).
+        // The delivery transitions (`delivery_lifecycle::complete`, `hold_claimed` with the attempt).
         #[derive(Clone, Copy, PartialEq)]
         enum Plan {
             Delivered,
@@ -940,7 +940,7 @@ impl Model for Protocol {
                 let item = s.deliveries[d as usize];
                 match kind {
                     JobKind::Release => {
-                        // `lifecycle::release` applied with no endpoint condition.
+                        // `delivery_lifecycle::release` applied with no endpoint condition.
                         if item.status == Status::Held && item.attempt_count == count {
                             let item = &mut s.deliveries[d as usize];
                             item.status = Status::Scheduled;

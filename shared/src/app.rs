@@ -6,7 +6,7 @@ use crate::notify::{LogNotifier, Notifier, SnsNotifier};
 use crate::queue::{Queue, SqsQueue};
 use crate::sender::{HttpSender, Sender};
 use crate::store::{DynamoStore, Store, version};
-use crate::ui::token_keys::{PortalKeys, Rotation};
+use crate::token_keys::{PortalKeys, Rotation};
 use std::sync::Arc;
 
 /// The service context. Cheap to clone (every field is shared).
@@ -26,7 +26,7 @@ pub struct App {
     pub random: Arc<Random>,
     /// Owner notifications (log only unless set with [`App::with_notifier`]).
     pub notifier: Arc<dyn Notifier>,
-    /// The slow lane's queue, when there is one (see [`crate::lane`]; set with
+    /// The slow lane's queue, when there is one (see [`crate::domain::lane`]; set with
     /// [`App::with_slow_queue`], or by [`App::from_clients`] from `config.slow_queue_url`).
     pub slow_queue: Option<Arc<dyn Queue>>,
     /// The keys of tenant portal tokens: the Secrets Manager secret of
@@ -88,7 +88,7 @@ impl App {
     /// The real thing: DynamoDB, SQS and HTTP clients from the SDK's standard configuration
     /// (region, credentials and `AWS_ENDPOINT_URL` from the environment), the system clock
     /// and an OS-seeded random source, the portal token keys from the Secrets Manager secret
-    /// `config.portal_secret_arn` names (read on first use, see [`crate::ui::token_keys`]),
+    /// `config.portal_secret_arn` names (read on first use, see [`crate::token_keys`]),
     /// once the table's storage version is this release's and its count of endpoint copies is
     /// `config.endpoint_copies` ([`version::ensure`]: read, or written on a table without
     /// them). Every Lambda and the local runtime start through here, so none starts on a table
@@ -169,7 +169,7 @@ pub async fn aws_sdk_config() -> aws_config::SdkConfig {
 /// What [`aws_sdk_config`] loads: the SDK's defaults with our HTTP client and deadlines.
 fn sdk_loader() -> aws_config::ConfigLoader {
     let tls = aws_smithy_http_client::tls::TlsContext::builder()
-        .with_trust_store(crate::trust::aws_trust_store())
+        .with_trust_store(crate::sender::tls_roots::aws_trust_store())
         .build()
         .unwrap_or_default();
     let http = https_client(tls);

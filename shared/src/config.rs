@@ -114,7 +114,7 @@ pub struct Config {
     /// (`WEBHOOKS_PORTAL_SECRET_ARN`, an ARN or name; the SAM template passes its
     /// `PortalTokenKey` to admin and portal). The key itself is never in the environment: the
     /// functions read it at cold start and again every `portal_key_refresh` (see
-    /// [`crate::ui::token_keys`]). Unset: a random key made once per process, enough where one
+    /// [`crate::token_keys`]). Unset: a random key made once per process, enough where one
     /// process mints and checks tokens (the local runtime, tests).
     pub portal_secret_arn: Option<String>,
     /// How long a process uses its copy of the portal token keys before reading the secret
@@ -128,7 +128,7 @@ pub struct Config {
     /// the previous version still signs). After it the old key stops.
     pub portal_key_overlap: Duration,
     /// The slow lane's SQS queue URL (`WEBHOOKS_SLOW_QUEUE_URL`, optional; without it there
-    /// is no slow lane and every attempt goes through `queue_url`). See [`crate::lane`].
+    /// is no slow lane and every attempt goes through `queue_url`). See [`crate::domain::lane`].
     pub slow_queue_url: Option<String>,
     /// An attempt that took at least this long sends its endpoint's attempts to the slow lane
     /// (`WEBHOOKS_SLOW_LANE_THRESHOLD_MS`, milliseconds, default 2000: a fifth of the 10 s
@@ -141,7 +141,7 @@ pub struct Config {
 }
 
 /// Which routes the admin binary serves (`WEBHOOKS_SERVE`): `portal` for the tenant portal
-/// alone ([`crate::ui::portal::standalone`], the SAM template's PortalFunction, behind routes
+/// alone ([`crate::http::ui::portal::standalone`], the SAM template's PortalFunction, behind routes
 /// without IAM auth), anything else or unset for the admin API.
 pub const SERVE_VAR: &str = "WEBHOOKS_SERVE";
 
@@ -156,12 +156,12 @@ pub const MIN_LEASE_MARGIN_MS: u64 = 1_000;
 
 /// The default `WEBHOOKS_PORTAL_KEY_REFRESH_SECONDS`: 300 seconds. Every process verifies with
 /// a rotated portal token key within 5 minutes of the rotation and signs with it from 10
-/// minutes on ([`crate::ui::token_keys`]), for 12 to 24 Secrets Manager reads an hour per warm
+/// minutes on ([`crate::token_keys`]), for 12 to 24 Secrets Manager reads an hour per warm
 /// admin or portal instance.
 pub const DEFAULT_PORTAL_KEY_REFRESH_SECONDS: u64 = 300;
 
 /// The default `WEBHOOKS_PORTAL_KEY_OVERLAP_SECONDS`: 4200 seconds (70 minutes), the default
-/// portal session lifetime (3600 s, [`crate::ui::token::DEFAULT_TTL_SECONDS`]) plus two refresh
+/// portal session lifetime (3600 s, [`crate::http::ui::token::DEFAULT_TTL_SECONDS`]) plus two refresh
 /// intervals (600 s), during which processes still sign with the previous key: a session
 /// minted with it just before the switch lives its whole default hour. A longer session
 /// signed with it ends at the overlap.

@@ -32,7 +32,7 @@ pub enum ServiceError {
     IdempotencyKeyReused(String),
     /// The endpoint URL points where attempts may not go (422 `destination_not_allowed`): a
     /// loopback, private, link-local or otherwise non-public address, or a name resolving
-    /// there (see [`crate::destination`]).
+    /// there (see [`crate::sender::destination`]).
     #[error("{0}")]
     DestinationNotAllowed(String),
     /// An event for a tenant that has no endpoint at all, refused because the stack says so

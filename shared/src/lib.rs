@@ -29,30 +29,21 @@
 //! - a **job**: [`service::health`] runs each step under the job's lease and writes its
 //!   progress only while the lease holds ([`store::Store::save_job`]).
 
-pub mod api;
 pub mod app;
 pub mod bootstrap;
 pub mod clock;
 pub mod config;
-pub mod destination;
-pub mod endpoint_lifecycle;
+pub mod domain;
 pub mod error;
 pub mod error_text;
-pub mod lane;
-pub mod lifecycle;
+pub mod http;
 pub mod metrics;
-pub mod model;
 pub mod notify;
-pub mod policy;
 pub mod queue;
-pub mod rate_limit;
 pub mod sender;
 pub mod service;
-pub mod signing;
 pub mod store;
-pub mod trust;
-pub mod ui;
-pub mod validate;
+pub mod token_keys;
 
 pub use app::App;
 pub use config::Config;

@@ -12,7 +12,7 @@
 //! - from deliver: `Delivered`, `FailedAttempts`, `Exhausted` (counts, one line per attempt)
 //!   and `AttemptDuration` (milliseconds);
 //! - from the sweeper: `SweepEnqueued`, `SweepRecoveredLeases` (counts, one line per tick);
-//! - from an endpoint transition, whoever makes it ([`crate::service::health::committed`]):
+//! - from an endpoint transition, whoever makes it ([`crate::service::endpoint_state::committed`]):
 //!   `EndpointsPaused` (the circuit breaker stopped an endpoint) and `EndpointsDisabled` (a
 //!   receiver's disable code, such as 410, stopped it; an operator's manual disable is not
 //!   counted). Counts, a line only when one happens.

@@ -4,7 +4,7 @@
 //! `WEBHOOKS_NOTIFY_TOPIC_ARN` set it is also published to that SNS topic. The endpoint's
 //! `disabled` field is the admin-visible record.
 
-use crate::model::{Disabled, Endpoint};
+use crate::domain::model::{Disabled, Endpoint};
 use async_trait::async_trait;
 
 /// Tells an endpoint's owner what happened to it.
@@ -19,14 +19,14 @@ pub trait Notifier: Send + Sync {
 }
 
 /// The message body of a notification (JSON): the endpoint's id, tenant, URL with any
-/// userinfo redacted ([`crate::destination::redact_url`]; never a password or a signing secret),
+/// userinfo redacted ([`crate::sender::destination::redact_url`]; never a password or a signing secret),
 /// the reason and what to do.
 pub fn message(endpoint: &Endpoint, disabled: &Disabled) -> serde_json::Value {
     serde_json::json!({
         "notification": "endpoint_disabled",
         "endpoint_id": endpoint.id,
         "tenant_id": endpoint.tenant_id,
-        "url": crate::destination::redact_url(&endpoint.url),
+        "url": crate::sender::destination::redact_url(&endpoint.url),
         "reason": disabled.reason,
         "status_code": disabled.status_code,
         "delivery_id": disabled.delivery_id,

@@ -1,6 +1,6 @@
 //! The attempt queue: the [`Queue`] trait and its SQS implementation.
 
-use crate::lifecycle::{AttemptMessage, Enqueue};
+use crate::domain::delivery_lifecycle::{AttemptMessage, Enqueue};
 use async_trait::async_trait;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::error::DisplayErrorContext;

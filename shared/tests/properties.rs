@@ -11,10 +11,10 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 use webhooks::clock::Random;
 use webhooks::config::Config;
+use webhooks::domain::delivery_lifecycle::{self, DueItem, Field, MAX_KEPT_ATTEMPTS, Next};
+use webhooks::domain::model::{Attempt, Delivery, DeliveryStatus};
+use webhooks::domain::retry_policy::{MAX_RETRY_AFTER_SECONDS, MAX_WAIT_SECONDS, Outcome, RetryPolicy, WaitSource};
 use webhooks::error::ServiceError;
-use webhooks::lifecycle::{self, DueItem, Field, MAX_KEPT_ATTEMPTS, Next};
-use webhooks::model::{Attempt, Delivery, DeliveryStatus};
-use webhooks::policy::{MAX_RETRY_AFTER_SECONDS, MAX_WAIT_SECONDS, Outcome, RetryPolicy, WaitSource};
 
 fn config() -> ProptestConfig {
     let cases = std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(2_000);
@@ -121,7 +121,7 @@ proptest! {
     /// Any bytes as an event body: accepted, or refused with 400/413/422 naming a code.
     #[test]
     fn any_bytes_as_an_event_body_is_accepted_or_a_4xx(bytes in prop::collection::vec(any::<u8>(), 0..300)) {
-        if let Err(e) = webhooks::api::event_request(&bytes) {
+        if let Err(e) = webhooks::http::api::event_request(&bytes) {
             prop_assert!(is_client_error(&e), "{e:?}");
         }
     }
@@ -130,11 +130,11 @@ proptest! {
     #[test]
     fn any_event_body_is_accepted_or_a_4xx_naming_the_field(body in event_body()) {
         let bytes = serde_json::to_vec(&body).unwrap_or_default();
-        match webhooks::api::event_request(&bytes) {
+        match webhooks::http::api::event_request(&bytes) {
             Ok(event) => {
-                prop_assert!(webhooks::validate::is_client_id(&event.tenant_id));
-                prop_assert!(webhooks::validate::is_client_id(&event.event_type));
-                prop_assert!(event.id.as_deref().is_none_or(webhooks::validate::is_client_id));
+                prop_assert!(webhooks::domain::ids::is_client_id(&event.tenant_id));
+                prop_assert!(webhooks::domain::ids::is_client_id(&event.event_type));
+                prop_assert!(event.id.as_deref().is_none_or(webhooks::domain::ids::is_client_id));
                 let sent = body.get("payload").and_then(|p| serde_json::to_string(p).ok());
                 prop_assert_eq!(Some(event.payload), sent);
             }
@@ -156,7 +156,7 @@ proptest! {
         payload in any_json().prop_filter("null is no payload", |p| !p.is_null()),
     ) {
         let body = json!({"tenant_id": tenant, "event_type": event_type, "id": id, "mode": mode, "payload": payload});
-        let event = webhooks::api::event_request(&serde_json::to_vec(&body).unwrap_or_default());
+        let event = webhooks::http::api::event_request(&serde_json::to_vec(&body).unwrap_or_default());
         prop_assert!(event.is_ok(), "{:?}", event);
         let event = event.unwrap_or_else(|_| unreachable!());
         // Byte for byte as sent (the text of the body's `payload`, never re-serialized).
@@ -183,7 +183,7 @@ proptest! {
         });
         if let Ok(event) = serde_json::from_value(envelope) {
             match webhooks::service::ingest::eventbridge_event("tenant_id", event) {
-                Ok(e) => prop_assert!(webhooks::validate::is_client_id(&e.tenant_id)),
+                Ok(e) => prop_assert!(webhooks::domain::ids::is_client_id(&e.tenant_id)),
                 Err(e) => prop_assert!(is_client_error(&e), "{e:?}"),
             }
         }
@@ -205,7 +205,7 @@ proptest! {
             prop_assert!(webhooks::queue::decode(&raw).is_err(), "{:?}", raw);
         }
         let refused = payload.as_deref().is_some_and(|p| p.contains(['\u{FFFE}', '\u{FFFF}']));
-        let mut msg = webhooks::lifecycle::AttemptMessage::new(id, n);
+        let mut msg = webhooks::domain::delivery_lifecycle::AttemptMessage::new(id, n);
         msg.payload = payload;
         let mut expected = msg.clone();
         if refused {
@@ -303,7 +303,7 @@ proptest! {
         cfg.redrive_after_seconds = redrive;
         let d = claimed(attempt_count, kept, dropped, now);
         let next = match next { None => Next::Delivered, Some(0) => Next::Exhausted, Some(s) => Next::RetryIn(s) };
-        let (t, enqueue) = lifecycle::complete(&cfg, now, &d, attempt(attempt_count, now), next);
+        let (t, enqueue) = delivery_lifecycle::complete(&cfg, now, &d, attempt(attempt_count, now), next);
         prop_assert_eq!(&t.guard.status, &vec![DeliveryStatus::Sending]);
         prop_assert_eq!(t.guard.attempt_count, attempt_count);
         match (&t.attempts, &t.attempts_dropped) {
@@ -371,11 +371,11 @@ proptest! {
             lease_until: sending.then(|| at(now_ms + due_offset)),
         };
         // An expired lease is written on the item as read (sending: the claim the index showed).
-        let (mut read, _, _) = lifecycle::new_delivery(&cfg, now, "dlv_1".into(), "evt_1", "t", "acme", "ep_1", false);
+        let (mut read, _, _) = delivery_lifecycle::new_delivery(&cfg, now, "dlv_1".into(), "evt_1", "t", "acme", "ep_1", false);
         read.status = item.status;
         read.attempt_count = attempt_count;
         read.lease_until = sending.then(|| at(now_ms + lease_offset));
-        match lifecycle::sweep(&cfg, now, &item, Some(&read)) {
+        match delivery_lifecycle::sweep(&cfg, now, &item, Some(&read)) {
             None => prop_assert!(item.due_at > now_ms, "a due item was left alone: {:?}", item),
             Some((t, None)) => {
                 // Only a lease not over yet is left without a message: looked at again at

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use std::sync::{Arc, Mutex};
 use webhooks::clock::Clock;
-use webhooks::lifecycle::Enqueue;
+use webhooks::domain::delivery_lifecycle::Enqueue;
 use webhooks::queue::{Queue, QueueError, encode};
 
 /// A message in the queue.

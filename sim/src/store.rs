@@ -30,8 +30,8 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use webhooks::clock::Clock;
-use webhooks::lifecycle::{DueItem, Field, Transition};
-use webhooks::model::{Delivery, DeliveryStatus, Endpoint, Job, StoredEvent};
+use webhooks::domain::delivery_lifecycle::{DueItem, Field, Transition};
+use webhooks::domain::model::{Delivery, DeliveryStatus, Endpoint, Job, StoredEvent};
 use webhooks::store::keys::{JOB_SHARD, due_shard, endpoint_bucket, endpoint_sk, stats_day_sk, time_sk};
 use webhooks::store::{
     Applied, Committed, DeliveredTally, DeliveryQuery, DeliverySummary, Due, EndpointWrite, FailureCount, Inserted,

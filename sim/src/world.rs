@@ -17,9 +17,9 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use webhooks::clock::{Clock, Random};
-use webhooks::lifecycle::Transition;
-use webhooks::model::{Delivery, DeliveryStatus, Endpoint, EndpointState, JobKind, REASON_MANUAL};
-use webhooks::policy::{Outcome, RetryPolicy};
+use webhooks::domain::delivery_lifecycle::Transition;
+use webhooks::domain::model::{Delivery, DeliveryStatus, Endpoint, EndpointState, JobKind, REASON_MANUAL};
+use webhooks::domain::retry_policy::{Outcome, RetryPolicy};
 use webhooks::sender::{SendResult, Sender};
 use webhooks::service::{admin, deliver, ingest, sweep};
 use webhooks::{App, Config};
@@ -63,7 +63,7 @@ impl Shared {
     /// A delivery transition was written by the current task: an attempt it POSTed is on
     /// record now.
     pub fn recorded(&self, d: &Delivery, t: &Transition) {
-        let records = matches!(t.attempts, webhooks::lifecycle::Field::Set(_));
+        let records = matches!(t.attempts, webhooks::domain::delivery_lifecycle::Field::Set(_));
         if !records {
             return;
         }
@@ -148,10 +148,10 @@ impl Sender for Receivers {
     async fn post(&self, url: &str, headers: &[(&'static str, String)], body: Bytes) -> SendResult {
         let header = |name: &str| headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str()).unwrap_or("");
         let ep_id = endpoint_of(url).unwrap_or("").to_string();
-        let event_id = header(webhooks::signing::HEADER_ID).to_string();
-        let attempt: u32 = header(webhooks::signing::HEADER_ATTEMPT).parse().unwrap_or(0);
-        let timestamp: i64 = header(webhooks::signing::HEADER_TIMESTAMP).parse().unwrap_or(0);
-        let did = webhooks::model::delivery_id(&event_id, &ep_id);
+        let event_id = header(webhooks::domain::signing::HEADER_ID).to_string();
+        let attempt: u32 = header(webhooks::domain::signing::HEADER_ATTEMPT).parse().unwrap_or(0);
+        let timestamp: i64 = header(webhooks::domain::signing::HEADER_TIMESTAMP).parse().unwrap_or(0);
+        let did = webhooks::domain::model::delivery_id(&event_id, &ep_id);
         // The endpoint as it stands when the POST starts: it must accept this delivery, and the
         // POST must go to its current URL signed with its current secret.
         {
@@ -162,9 +162,9 @@ impl Sender for Receivers {
                 Some(ep) if !ep.accepts(&did) => Some(format!("endpoint is {:?}", ep.state())),
                 Some(ep) if ep.url != url => Some(format!("stale URL {url}, endpoint has {}", ep.url)),
                 Some(ep) => {
-                    let key = webhooks::signing::secret_key(&ep.secret).unwrap_or_default();
-                    let expected = webhooks::signing::sign(&key, &event_id, timestamp, &body);
-                    (!header(webhooks::signing::HEADER_SIGNATURE).split(' ').any(|s| s == expected))
+                    let key = webhooks::domain::signing::secret_key(&ep.secret).unwrap_or_default();
+                    let expected = webhooks::domain::signing::sign(&key, &event_id, timestamp, &body);
+                    (!header(webhooks::domain::signing::HEADER_SIGNATURE).split(' ').any(|s| s == expected))
                         .then(|| "not signed with the current secret".to_string())
                 }
             };
@@ -500,7 +500,7 @@ impl World {
                     id.clone(),
                     tenant.clone(),
                     receiver_url(&id, 0),
-                    webhooks::signing::generate_secret(&self.app.random),
+                    webhooks::domain::signing::generate_secret(&self.app.random),
                     now,
                 )
             };

@@ -12,9 +12,9 @@
 
 use chrono::{DateTime, Duration, Utc};
 use webhooks::Config;
-use webhooks::endpoint_lifecycle;
-use webhooks::lifecycle::{self, AttemptMessage, EndpointEntry};
-use webhooks::model::{DeliveryStatus, Endpoint, Job, JobKind, StoredEvent};
+use webhooks::domain::delivery_lifecycle::{self, AttemptMessage, EndpointEntry};
+use webhooks::domain::endpoint_lifecycle;
+use webhooks::domain::model::{DeliveryStatus, Endpoint, Job, JobKind, StoredEvent};
 use webhooks::store::{Applied, Committed, DeliveryQuery, Due, EndpointWrite, Store, StoreError, collect_deliveries};
 
 /// Runs every check against `store` with `config` (its due shards must be the store's), ids
@@ -96,9 +96,9 @@ async fn events_and_deliveries(
             expires_at: at.timestamp() + 86_400,
             request_sha256: None,
         };
-        let id = webhooks::model::delivery_id(&event.event_id, ep);
+        let id = webhooks::domain::model::delivery_id(&event.event_id, ep);
         let (d, due_at, _) =
-            lifecycle::new_delivery(config, at, id.clone(), &event.event_id, "order.paid", &tenant, ep, false);
+            delivery_lifecycle::new_delivery(config, at, id.clone(), &event.event_id, "order.paid", &tenant, ep, false);
         let inserted = store.insert_event(&event, &[(&d, due_at)]).await.expect("insert an event");
         assert_eq!((inserted.event, inserted.deliveries.clone()), (true, vec![true]), "conformance: a new event");
         written.push((id, at));
@@ -115,7 +115,7 @@ async fn events_and_deliveries(
         request_sha256: None,
     };
     let (d, due_at, _) =
-        lifecycle::new_delivery(config, now, written[0].0.clone(), &first, "order.paid", &tenant, ep, false);
+        delivery_lifecycle::new_delivery(config, now, written[0].0.clone(), &first, "order.paid", &tenant, ep, false);
     let inserted = store.insert_event(&again, &[(&d, due_at)]).await.expect("repeat an event");
     assert_eq!((inserted.event, inserted.deliveries), (false, vec![false]), "conformance: a repeat creates nothing");
     assert_eq!(store.get_payload(&tenant, &first).await.unwrap().as_deref(), Some("{\"n\":0}"), "the first payload");
@@ -133,7 +133,7 @@ async fn events_and_deliveries(
 /// of the due index, one still waiting is in it (due when its time has come, not before).
 async fn transitions_and_due(store: &dyn Store, config: &Config, written: &Written, now: DateTime<Utc>) {
     let (id, created_at) = &written[0];
-    let claim = lifecycle::claim(config, now, &AttemptMessage::new(id.clone(), 1));
+    let claim = delivery_lifecycle::claim(config, now, &AttemptMessage::new(id.clone(), 1));
     let claimed = match store.apply(id, &claim, true).await.unwrap() {
         Applied::Done(Some(d)) => *d,
         other => panic!("conformance: the claim applies and returns the item: {other:?}"),
@@ -146,7 +146,8 @@ async fn transitions_and_due(store: &dyn Store, config: &Config, written: &Writt
     // A claim made well before a delivery's next attempt is due loses (a message that came
     // early, or one sent to the queue by hand), and changes nothing.
     let (early_id, _) = &written[1];
-    let early_claim = lifecycle::claim(config, now - Duration::minutes(5), &AttemptMessage::new(early_id.clone(), 1));
+    let early_claim =
+        delivery_lifecycle::claim(config, now - Duration::minutes(5), &AttemptMessage::new(early_id.clone(), 1));
     assert!(
         matches!(store.apply(early_id, &early_claim, false).await.unwrap(), Applied::Lost),
         "conformance: no claim before the attempt's time"
@@ -154,7 +155,7 @@ async fn transitions_and_due(store: &dyn Store, config: &Config, written: &Writt
     let unclaimed = store.get_delivery(early_id).await.unwrap().expect("the delivery");
     assert_eq!((unclaimed.status, unclaimed.attempt_count), (DeliveryStatus::Scheduled, 0));
     // End the claimed one: out of the due index from then on.
-    let end = lifecycle::abandon(
+    let end = delivery_lifecycle::abandon(
         config,
         now,
         DeliveryStatus::Sending,
@@ -289,9 +290,17 @@ async fn idempotency(store: &dyn Store, config: &Config, prefix: &str, now: Date
         request_sha256: fingerprint.map(str::to_string),
     };
     let delivery = |ep: &str| {
-        let id = webhooks::model::delivery_id(&format!("{prefix}evt-keyed"), ep);
-        let (d, due_at, _) =
-            lifecycle::new_delivery(config, now, id, &format!("{prefix}evt-keyed"), "order.paid", &tenant, ep, false);
+        let id = webhooks::domain::model::delivery_id(&format!("{prefix}evt-keyed"), ep);
+        let (d, due_at, _) = delivery_lifecycle::new_delivery(
+            config,
+            now,
+            id,
+            &format!("{prefix}evt-keyed"),
+            "order.paid",
+            &tenant,
+            ep,
+            false,
+        );
         (d, due_at)
     };
     let (first, first_due) = delivery(&format!("{prefix}ep-k1"));

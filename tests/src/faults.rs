@@ -18,8 +18,8 @@
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use webhooks::App;
-use webhooks::lifecycle::Transition;
-use webhooks::model::{Delivery, Disabled, Endpoint, Job, StoredEvent};
+use webhooks::domain::delivery_lifecycle::Transition;
+use webhooks::domain::model::{Delivery, Disabled, Endpoint, Job, StoredEvent};
 use webhooks::store::{
     Applied, Committed, DeliveryQuery, DeliverySummary, Due, EndpointWrite, Page, Store, StoreError,
 };
@@ -344,14 +344,14 @@ impl Store for FaultyStore {
     async fn count_deliveries(
         &self,
         endpoint_id: &str,
-        status: webhooks::model::DeliveryStatus,
+        status: webhooks::domain::model::DeliveryStatus,
     ) -> Result<u64, StoreError> {
         self.faults.run("count_deliveries", self.inner.count_deliveries(endpoint_id, status), any, aws).await
     }
     async fn count_deliveries_in(
         &self,
         endpoint_id: &str,
-        statuses: &[webhooks::model::DeliveryStatus],
+        statuses: &[webhooks::domain::model::DeliveryStatus],
     ) -> Result<Vec<webhooks::store::Counted>, StoreError> {
         self.faults.run("count_deliveries", self.inner.count_deliveries_in(endpoint_id, statuses), any, aws).await
     }
@@ -386,7 +386,10 @@ struct FaultyQueue {
 
 #[async_trait::async_trait]
 impl webhooks::queue::Queue for FaultyQueue {
-    async fn send(&self, messages: &[webhooks::lifecycle::Enqueue]) -> Result<(), webhooks::queue::QueueError> {
+    async fn send(
+        &self,
+        messages: &[webhooks::domain::delivery_lifecycle::Enqueue],
+    ) -> Result<(), webhooks::queue::QueueError> {
         if messages.is_empty() {
             // No request goes out (the sweeper sends its tick's messages, often none).
             return self.inner.send(messages).await;

@@ -20,8 +20,8 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use webhooks::lifecycle::Transition;
-use webhooks::model::{Delivery, Endpoint, Job, StoredEvent};
+use webhooks::domain::delivery_lifecycle::Transition;
+use webhooks::domain::model::{Delivery, Endpoint, Job, StoredEvent};
 use webhooks::store::{
     Applied, Committed, DeliveryQuery, DeliverySummary, Due, EndpointWrite, Page, Store, StoreError,
 };
@@ -96,7 +96,7 @@ impl Stack {
     }
 
     /// As [`Stack::start_with`], with a slow lane: a second queue as
-    /// `config.slow_queue_url` (see `webhooks::lane`), polled by `options.slow_pollers`.
+    /// `config.slow_queue_url` (see `webhooks::domain::lane`), polled by `options.slow_pollers`.
     pub async fn start_with_slow_lane(tweak: impl FnOnce(&mut Config), options: Options) -> Self {
         Self::start_inner(tweak, options, |app| app, true).await
     }
@@ -382,7 +382,11 @@ impl RecordingNotifier {
 
 #[async_trait::async_trait]
 impl webhooks::notify::Notifier for RecordingNotifier {
-    async fn endpoint_disabled(&self, endpoint: &Endpoint, disabled: &webhooks::model::Disabled) -> Result<(), String> {
+    async fn endpoint_disabled(
+        &self,
+        endpoint: &Endpoint,
+        disabled: &webhooks::domain::model::Disabled,
+    ) -> Result<(), String> {
         self.0.lock().expect("notifications").push((endpoint.id.clone(), disabled.reason.clone()));
         Ok(())
     }
@@ -781,7 +785,7 @@ pub async fn faulty_api_with(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind faulty api");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move {
-        let _ = axum::serve(listener, webhooks::api::router(app)).await;
+        let _ = axum::serve(listener, webhooks::http::api::router(app)).await;
     });
     format!("http://{addr}")
 }
@@ -1011,7 +1015,7 @@ impl Store for Serialized {
     async fn count_deliveries(
         &self,
         endpoint_id: &str,
-        status: webhooks::model::DeliveryStatus,
+        status: webhooks::domain::model::DeliveryStatus,
     ) -> Result<u64, StoreError> {
         self.before("count_deliveries").await?;
         self.inner.count_deliveries(endpoint_id, status).await
@@ -1019,7 +1023,7 @@ impl Store for Serialized {
     async fn count_deliveries_in(
         &self,
         endpoint_id: &str,
-        statuses: &[webhooks::model::DeliveryStatus],
+        statuses: &[webhooks::domain::model::DeliveryStatus],
     ) -> Result<Vec<webhooks::store::Counted>, StoreError> {
         self.before("count_deliveries").await?;
         self.inner.count_deliveries_in(endpoint_id, statuses).await

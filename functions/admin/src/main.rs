@@ -3,7 +3,7 @@
 //! token is the credential).
 
 use lambda_runtime::Error;
-use webhooks::{App, Config, api};
+use webhooks::{App, Config, http::api};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -13,6 +13,6 @@ async fn main() -> Result<(), Error> {
     // The portal token key, read at cold start; a failed read is logged and tried again by
     // the first request that needs it (which answers 503 if it fails too).
     let _ = app.portal_keys.in_force(app.clock.now()).await;
-    let router = if portal { webhooks::ui::portal::standalone(app) } else { api::admin_router(app) };
+    let router = if portal { webhooks::http::ui::portal::standalone(app) } else { api::admin_router(app) };
     lambda_http::run(router).await
 }

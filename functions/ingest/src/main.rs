@@ -7,7 +7,7 @@ use lambda_runtime::{Error, LambdaEvent, service_fn};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use tower::ServiceExt;
-use webhooks::{App, Config, api, service::ingest};
+use webhooks::{App, Config, http::api, service::ingest};
 
 /// The two triggers.
 enum Trigger {

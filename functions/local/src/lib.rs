@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use webhooks::App;
-use webhooks::lane::Lane;
+use webhooks::domain::lane::Lane;
 use webhooks::service::{deliver, sweep};
 
 /// How the local runtime runs.
@@ -25,7 +25,7 @@ pub struct Options {
     /// tests that play the event source mapping themselves).
     pub pollers: usize,
     /// Concurrent pollers of the slow lane (`WEBHOOKS_SLOW_QUEUE_URL`, when the config has
-    /// one), like its own event source mapping's concurrency (see `webhooks::lane`).
+    /// one), like its own event source mapping's concurrency (see `webhooks::domain::lane`).
     pub slow_pollers: usize,
     /// Long-poll wait of each ReceiveMessage, seconds (0 to 20).
     pub poll_wait_seconds: i32,
@@ -78,7 +78,7 @@ impl std::error::Error for StartError {}
 /// Adds `Connection: close` to a 413 answer.
 ///
 /// The router answers 413 as soon as a body passes its limit
-/// ([`webhooks::api::MAX_BODY_BYTES`]), without reading the rest. hyper (1.12) then closes the
+/// ([`webhooks::http::api::MAX_BODY_BYTES`]), without reading the rest. hyper (1.12) then closes the
 /// connection when it cannot drain the rest, but says nothing in the response, so a client
 /// that sent its whole body puts the connection back in its pool and its next request fails
 /// (IncompleteMessage or broken pipe; seen about 1 run in 5 of the pipeline test's 2 MiB
@@ -115,13 +115,13 @@ pub async fn start_with(app: App, inbox: Arc<dyn Inbox>, options: Options) -> Re
     // The API, and the two screens (`/portal`, `/dashboard`) on the same port, answering only
     // requests addressed to this server by a loopback name: the local API has no auth, so a
     // page of another site that rebinds its DNS name to 127.0.0.1 must not reach it.
-    let router = webhooks::api::router(app.clone())
-        .merge(webhooks::ui::routes(app.clone()))
+    let router = webhooks::http::api::router(app.clone())
+        .merge(webhooks::http::ui::routes(app.clone()))
         .layer(axum::middleware::map_response(close_after_413))
         .layer(axum::middleware::from_fn(move |request: axum::extract::Request, next: axum::middleware::Next| {
             let host = request.headers().get(axum::http::header::HOST).and_then(|h| h.to_str().ok());
-            let local = webhooks::api::is_local_host(host, addr);
-            async move { if local { next.run(request).await } else { webhooks::api::misdirected(addr) } }
+            let local = webhooks::http::api::is_local_host(host, addr);
+            async move { if local { next.run(request).await } else { webhooks::http::api::misdirected(addr) } }
         }));
     let mut rx = stopped.clone();
     tasks.push(tokio::spawn(async move {

@@ -1,16 +1,18 @@
 //! The ops surface: endpoints, deliveries, replay, jobs.
 
 use crate::App;
-use crate::destination;
-use crate::endpoint_lifecycle;
+use crate::domain::delivery_lifecycle::{self, EndpointEntry};
+use crate::domain::endpoint_lifecycle;
+use crate::domain::ids;
+use crate::domain::model::{
+    Attempt, Delivery, DeliveryStatus, Disabled, Endpoint, EndpointState, Job, JobKind, REASON_MANUAL,
+};
+use crate::domain::retry_policy::RetryPolicy;
+use crate::domain::signing;
 use crate::error::ServiceError;
-use crate::lifecycle::{self, EndpointEntry};
-use crate::model::{Attempt, Delivery, DeliveryStatus, Disabled, Endpoint, EndpointState, Job, JobKind, REASON_MANUAL};
-use crate::policy::RetryPolicy;
-use crate::service::health;
-use crate::signing;
+use crate::sender::destination;
+use crate::service::endpoint_state;
 use crate::store::{Applied, DeliveryQuery, DeliverySummary, Page, StoreError, collect_deliveries};
-use crate::validate;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use serde::Serialize;
@@ -33,7 +35,7 @@ pub struct EndpointView {
     pub enabled: bool,
     /// `enabled`, `disabled` (an operator, or a disable code such as 410), `paused` (the
     /// circuit breaker) or `probing` (paused, with one held delivery out as the half-open
-    /// probe); see [`crate::endpoint_lifecycle`].
+    /// probe); see [`crate::domain::endpoint_lifecycle`].
     pub state: &'static str,
     /// Why and when it was disabled, while it is.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -46,7 +48,7 @@ pub struct EndpointView {
     pub auto_resume: bool,
     /// The probe's cool-down, seconds.
     pub auto_resume_after_seconds: u64,
-    /// Most attempts started per second (null: no limit); see [`crate::rate_limit`].
+    /// Most attempts started per second (null: no limit); see [`crate::domain::rate`].
     pub rate_limit_per_second: Option<u32>,
     /// Whether the limit adapts (AIMD) to 429s without `Retry-After` and runs of timeouts.
     pub rate_limit_adaptive: bool,
@@ -54,7 +56,7 @@ pub struct EndpointView {
     /// `rate_limit_per_second`); absent without a limit.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub effective_rate_per_second: Option<f64>,
-    /// While its attempts go through the slow lane: until when (see [`crate::lane`]).
+    /// While its attempts go through the slow lane: until when (see [`crate::domain::lane`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slow_until: Option<DateTime<Utc>>,
     /// Created at.
@@ -86,7 +88,7 @@ impl EndpointView {
             EndpointState::Paused => "paused",
             EndpointState::Probing(_) => "probing",
         };
-        let effective_rate_per_second = crate::rate_limit::effective(&ep);
+        let effective_rate_per_second = crate::domain::rate::effective(&ep);
         Self {
             state,
             effective_rate_per_second,
@@ -164,7 +166,7 @@ fn apply_settings(ep: &mut Endpoint, body: &Map<String, Value>, extra: &[&str]) 
             "auto_resume_after_seconds" => {
                 ep.auto_resume_after_seconds = value
                     .as_u64()
-                    .filter(|n| (1..=crate::policy::MAX_WAIT_SECONDS).contains(n))
+                    .filter(|n| (1..=crate::domain::retry_policy::MAX_WAIT_SECONDS).contains(n))
                     .ok_or_else(|| invalid(key, "must be a whole number of seconds from 1 to 604800"))?;
             }
             "rate_limit_per_second" => {
@@ -172,7 +174,7 @@ fn apply_settings(ep: &mut Endpoint, body: &Map<String, Value>, extra: &[&str]) 
                     Value::Null => None,
                     v => Some(
                         v.as_u64()
-                            .filter(|n| (1..=crate::rate_limit::MAX_RATE_LIMIT).contains(n))
+                            .filter(|n| (1..=crate::domain::rate::MAX_RATE_LIMIT).contains(n))
                             .and_then(|n| u32::try_from(n).ok())
                             .ok_or_else(|| {
                                 invalid(key, "must be a whole number of requests per second from 1 to 10000, or null")
@@ -192,7 +194,7 @@ fn apply_settings(ep: &mut Endpoint, body: &Map<String, Value>, extra: &[&str]) 
 
 /// An event-type filter: `*`, an event type (the id rule), or a prefix of one ending in `.*`.
 fn valid_filter(name: &str) -> bool {
-    name == "*" || validate::is_client_id(name.strip_suffix(".*").unwrap_or(name))
+    name == "*" || ids::is_client_id(name.strip_suffix(".*").unwrap_or(name))
 }
 
 /// Most entries in an endpoint's `event_types` filter (each at most 256 bytes, the id rule):
@@ -236,14 +238,14 @@ fn validate_url(url: &str) -> Result<(), ServiceError> {
 ///
 /// # Errors
 /// [`ServiceError::Validation`] naming the field; [`ServiceError::DestinationNotAllowed`] for
-/// a URL whose host is, or now resolves to, a non-public address (see [`crate::destination`]);
+/// a URL whose host is, or now resolves to, a non-public address (see [`crate::sender::destination`]);
 /// [`ServiceError::Unavailable`] when the store failed (nothing of the caller's: retry).
 pub async fn create_endpoint(app: &App, body: &Map<String, Value>) -> Result<EndpointView, ServiceError> {
     let tenant_id = match body.get("tenant_id") {
         None | Some(Value::Null) => return Err(invalid("tenant_id", "is required")),
         Some(v) => v.as_str().ok_or_else(|| invalid("tenant_id", "must be a string"))?,
     };
-    validate::client_id("tenant_id", tenant_id)?;
+    ids::client_id("tenant_id", tenant_id)?;
     if !body.contains_key("url") {
         return Err(invalid("url", "is required"));
     }
@@ -324,7 +326,7 @@ async fn show_failures_in_a_row(app: &App, endpoints: &mut [Endpoint]) {
 /// # Errors
 /// [`ServiceError::NotFound`].
 pub async fn find_endpoint(app: &App, id: &str) -> Result<Endpoint, ServiceError> {
-    validate::lookup_id("endpoint", id)?;
+    ids::lookup_id("endpoint", id)?;
     app.store.find_endpoint(id).await?.ok_or_else(|| ServiceError::NotFound(format!("endpoint {id}")))
 }
 
@@ -350,7 +352,7 @@ pub async fn update_endpoint(app: &App, id: &str, body: &Map<String, Value>) -> 
         validate_url(url)?;
         destination::check_registration(&app.config, url).await?;
     }
-    let (ep, _) = health::change_endpoint(app, &ep.tenant_id, id, |ep| {
+    let (ep, _) = endpoint_state::change_endpoint(app, &ep.tenant_id, id, |ep| {
         endpoint_lifecycle::configure(ep, app.clock.now(), &app.random, |e| apply_settings(e, body, &[])).map(Some)
     })
     .await?;
@@ -366,7 +368,7 @@ pub async fn update_endpoint(app: &App, id: &str, body: &Map<String, Value>) -> 
 pub async fn disable_endpoint(app: &App, id: &str) -> Result<EndpointView, ServiceError> {
     let ep = find_endpoint(app, id).await?;
     let disabled = Disabled { reason: REASON_MANUAL.into(), at: app.clock.now(), status_code: None, delivery_id: None };
-    let (ep, _) = health::disable(app, &ep, disabled).await?;
+    let (ep, _) = endpoint_state::disable(app, &ep, disabled).await?;
     Ok(EndpointView::shown(app, ep, false).await)
 }
 
@@ -377,7 +379,7 @@ pub async fn disable_endpoint(app: &App, id: &str) -> Result<EndpointView, Servi
 /// [`ServiceError::NotFound`]; [`ServiceError::Conflict`] when it kept changing under it.
 pub async fn enable_endpoint(app: &App, id: &str) -> Result<(EndpointView, Job), ServiceError> {
     let ep = find_endpoint(app, id).await?;
-    let (ep, job) = health::enable(app, &ep).await?;
+    let (ep, job) = endpoint_state::enable(app, &ep).await?;
     Ok((EndpointView::shown(app, ep, false).await, job))
 }
 
@@ -451,12 +453,12 @@ pub async fn delete_endpoint(app: &App, id: &str, force: bool) -> Result<Deleted
     }
     let unfinished = unfinished_deliveries(app, &ep.id, DELETE_ENDS_INLINE).await?;
     let now = app.clock.now();
-    let settle = now + chrono::Duration::seconds(health::INDEX_SETTLE_SECONDS);
-    let job_id = health::start_job(app, &ep, JobKind::EndDeleted, settle, None, None).await?.id;
+    let settle = now + chrono::Duration::seconds(endpoint_state::INDEX_SETTLE_SECONDS);
+    let job_id = endpoint_state::start_job(app, &ep, JobKind::EndDeleted, settle, None, None).await?.id;
     let ended: Vec<Result<(), ServiceError>> = futures::stream::iter(unfinished.iter().cloned().map(|d| {
         let app = app.clone();
         async move {
-            health::end_as_deleted(
+            endpoint_state::end_as_deleted(
                 &app,
                 &d.id,
                 d.status,
@@ -475,11 +477,11 @@ pub async fn delete_endpoint(app: &App, id: &str, force: bool) -> Result<Deleted
     Ok(Deleted { deliveries_ended: unfinished.len(), job_id })
 }
 
-/// Up to `max` of an endpoint's unfinished deliveries ([`health::UNFINISHED`], status by status, in
+/// Up to `max` of an endpoint's unfinished deliveries ([`endpoint_state::UNFINISHED`], status by status, in
 /// the listing's order): pages of their `by_endpoint` ranges only, never its history.
 async fn unfinished_deliveries(app: &App, endpoint_id: &str, max: usize) -> Result<Vec<DeliverySummary>, StoreError> {
     let mut out = Vec::new();
-    for status in health::UNFINISHED {
+    for status in endpoint_state::UNFINISHED {
         let left = max.saturating_sub(out.len());
         if left == 0 {
             break;
@@ -592,7 +594,7 @@ pub async fn rotate_secret(app: &App, id: &str, secret: Option<&str>) -> Result<
     };
     let now = app.clock.now();
     let until = now + chrono::Duration::from_std(app.config.secret_rotation).unwrap_or(chrono::Duration::hours(24));
-    let (ep, _) = health::change_endpoint(app, &ep.tenant_id, id, |ep| {
+    let (ep, _) = endpoint_state::change_endpoint(app, &ep.tenant_id, id, |ep| {
         let rotated = endpoint_lifecycle::configure(ep, now, &app.random, |e| {
             e.previous_secret = Some(std::mem::replace(&mut e.secret, new.clone()));
             e.previous_secret_expires_at = Some(until);
@@ -629,7 +631,7 @@ pub async fn recover(
         None if now <= since => return Err(invalid("since", "must be before now when until is not given")),
         None => now,
     };
-    health::start_job(app, &ep, JobKind::Recover, now, Some(since), Some(until)).await
+    endpoint_state::start_job(app, &ep, JobKind::Recover, now, Some(since), Some(until)).await
 }
 
 /// An event: its id and every delivery made of it.
@@ -660,7 +662,7 @@ pub struct EventView {
 /// [`ServiceError::NotFound`] when no delivery of the tenant has this event id;
 /// [`ServiceError::Conflict`] listing the tenants when the id is ambiguous without `tenant_id`.
 pub async fn get_event(app: &App, id: &str, tenant_id: Option<&str>) -> Result<EventView, ServiceError> {
-    validate::lookup_id("event", id)?;
+    ids::lookup_id("event", id)?;
     let mut deliveries = app.store.event_deliveries(id).await?;
     if let Some(t) = tenant_id {
         deliveries.retain(|d| d.tenant_id == t);
@@ -695,7 +697,7 @@ pub async fn get_event(app: &App, id: &str, tenant_id: Option<&str>) -> Result<E
 /// # Errors
 /// [`ServiceError::NotFound`].
 pub async fn get_job(app: &App, id: &str) -> Result<Job, ServiceError> {
-    validate::lookup_id("job", id)?;
+    ids::lookup_id("job", id)?;
     app.store.get_job(id).await?.ok_or_else(|| ServiceError::NotFound(format!("job {id}")))
 }
 
@@ -718,7 +720,7 @@ pub struct DeliveryView {
     pub attempt_count: u32,
     /// When the next attempt is due; absent unless `scheduled`.
     pub next_attempt_at: Option<DateTime<Utc>>,
-    /// The most recent attempts (at most [`crate::lifecycle::MAX_KEPT_ATTEMPTS`]), oldest
+    /// The most recent attempts (at most [`crate::domain::delivery_lifecycle::MAX_KEPT_ATTEMPTS`]), oldest
     /// first.
     pub attempts: Vec<Attempt>,
     /// How many older attempts are no longer listed in `attempts` (0 is left out).
@@ -765,7 +767,7 @@ fn is_zero(n: &u32) -> bool {
 /// # Errors
 /// [`ServiceError::NotFound`].
 pub async fn get_delivery(app: &App, id: &str) -> Result<DeliveryView, ServiceError> {
-    validate::lookup_id("delivery", id)?;
+    ids::lookup_id("delivery", id)?;
     let d = app.store.get_delivery(id).await?.ok_or_else(|| ServiceError::NotFound(format!("delivery {id}")))?;
     Ok(d.into())
 }
@@ -799,10 +801,10 @@ pub async fn list_deliveries(app: &App, query: DeliveryQuery) -> Result<Page<Del
 /// [`ServiceError::NotFound`]; [`ServiceError::Conflict`] when it is not exhausted or held
 /// (or changed while replaying).
 pub async fn replay(app: &App, id: &str) -> Result<DeliveryView, ServiceError> {
-    validate::lookup_id("delivery", id)?;
+    ids::lookup_id("delivery", id)?;
     let d = app.store.get_delivery(id).await?.ok_or_else(|| ServiceError::NotFound(format!("delivery {id}")))?;
     let now = app.clock.now();
-    let Some((t, enqueue)) = lifecycle::replay(&app.config, now, &d) else {
+    let Some((t, enqueue)) = delivery_lifecycle::replay(&app.config, now, &d) else {
         return Err(ServiceError::Conflict(format!(
             "delivery {id} is {}; only exhausted or held deliveries can be replayed",
             d.status.as_str()

@@ -5,7 +5,7 @@
 //! wait between attempts is the policy's, not the queue's visibility timeout.
 //!
 //! The endpoint's side of an attempt is decided here and written through
-//! [`crate::endpoint_lifecycle`]: a disable code (410 under `standard`) disables the endpoint
+//! [`crate::domain::endpoint_lifecycle`]: a disable code (410 under `standard`) disables the endpoint
 //! and holds the delivery; N failed attempts in a row pause it (circuit breaker; with
 //! endpoint copies, N summed over the copies' runs, see the store's endpoint copies); a delivery
 //! that comes up while its endpoint does not accept it is held without an attempt; a
@@ -13,21 +13,21 @@
 //! is written with the attempt's record in one transaction, with the jobs that must follow.
 
 use crate::App;
-use crate::endpoint_lifecycle;
-use crate::error::ServiceError;
-use crate::lane::{self, Lane};
-use crate::lifecycle::{self, AttemptMessage, Next, Transition};
-use crate::metrics;
-use crate::model::{
+use crate::domain::delivery_lifecycle::{self, AttemptMessage, Next, Transition};
+use crate::domain::endpoint_lifecycle;
+use crate::domain::lane::{self, Lane};
+use crate::domain::model::{
     Attempt, Delivery, DeliveryStatus, Disabled, Endpoint, EndpointState, REASON_CIRCUIT_BREAKER,
     REASON_ENDPOINT_DELETED, REASON_GONE, REASON_UNSUBSCRIBED,
 };
-use crate::policy::{Outcome, Verdict};
+use crate::domain::rate;
+use crate::domain::retry_policy::{Outcome, Verdict};
+use crate::domain::signing;
+use crate::error::ServiceError;
+use crate::metrics;
 use crate::queue;
-use crate::rate_limit;
 use crate::sender::{SendResult, Sender};
-use crate::service::health;
-use crate::signing;
+use crate::service::endpoint_state;
 use crate::store::{Applied, Committed, EndpointWrite, FailureCount};
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use bytes::Bytes;
@@ -45,10 +45,10 @@ pub enum Handled {
     /// timeout) and the same attempt queued again.
     Requeued,
     /// The claim was given back without an attempt and the same attempt sent to the slow
-    /// lane (see [`crate::lane`]).
+    /// lane (see [`crate::domain::lane`]).
     Rerouted,
     /// The claim was given back without an attempt, to wait for the endpoint's rate limit
-    /// (see [`crate::rate_limit`]); not an attempt, not a failure.
+    /// (see [`crate::domain::rate`]); not an attempt, not a failure.
     RateLimited,
     /// The endpoint was deleted: the delivery ended as a dead letter with reason
     /// `endpoint_deleted`, no attempt made or recorded.
@@ -151,7 +151,7 @@ async fn give_back_after_error(
 /// logged and left, and the stored one is read (issue #34).
 fn rides_along_intact(delivery: &Delivery, payload: &str) -> bool {
     let intact =
-        delivery.payload_sha256.as_deref() == Some(crate::signing::payload_digest(payload.as_bytes()).as_str());
+        delivery.payload_sha256.as_deref() == Some(crate::domain::signing::payload_digest(payload.as_bytes()).as_str());
     if !intact {
         tracing::warn!(delivery_id = %delivery.id, "a queue message carried a payload that is not the one stored; the stored payload is sent");
     }
@@ -185,14 +185,14 @@ pub async fn attempt(app: &App, msg: &AttemptMessage, mode: Mode) -> Result<Hand
 }
 
 /// As [`attempt`], for a message that came from `lane`: on the main lane, a delivery of an
-/// endpoint marked slow is given back and sent to the slow lane (see [`crate::lane`]); on
-/// either, an attempt over the endpoint's rate limit waits (see [`crate::rate_limit`]).
+/// endpoint marked slow is given back and sent to the slow lane (see [`crate::domain::lane`]); on
+/// either, an attempt over the endpoint's rate limit waits (see [`crate::domain::rate`]).
 ///
 /// # Errors
 /// As [`deliver_message`].
 pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane) -> Result<Handled, ServiceError> {
     let cfg = &app.config;
-    let claim = lifecycle::claim(cfg, app.clock.now(), msg);
+    let claim = delivery_lifecycle::claim(cfg, app.clock.now(), msg);
     let delivery = match app.store.apply(&msg.delivery_id, &claim, true).await? {
         Applied::Done(Some(d)) => *d,
         Applied::Done(None) => return Err(ServiceError::Unavailable("claim returned no item".into())),
@@ -228,10 +228,10 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
                 tracing::info!(delivery_id = %delivery.id, endpoint_id = %ep.id, "endpoint is slow; attempt moved to the slow lane");
                 return Ok(Err(Handled::Rerouted));
             }
-            match rate_limit::admit(app, &delivery, ep, payload.as_ref()).await? {
-                rate_limit::Admission::Go(at) => slot_at = at,
-                rate_limit::Admission::Waits => return Ok(Err(Handled::RateLimited)),
-                rate_limit::Admission::Lost => return Ok(Err(Handled::Duplicate)),
+            match rate::admit(app, &delivery, ep, payload.as_ref()).await? {
+                rate::Admission::Go(at) => slot_at = at,
+                rate::Admission::Waits => return Ok(Err(Handled::RateLimited)),
+                rate::Admission::Lost => return Ok(Err(Handled::Duplicate)),
             }
         }
         // Taking the slot was an AWS call after the endpoint read: read it again, so the read the
@@ -270,7 +270,7 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
         // Deleted: nothing is sent, so no attempt is recorded (the claim's number is given
         // back) and the retry policy has no say: a dead letter with reason `endpoint_deleted`,
         // not counted as exhausted (no `Exhausted` metric for the alarm). Issue #35 input 5.
-        let t = lifecycle::end_claimed(cfg, app.clock.now(), &delivery, REASON_ENDPOINT_DELETED);
+        let t = delivery_lifecycle::end_claimed(cfg, app.clock.now(), &delivery, REASON_ENDPOINT_DELETED);
         if !apply_or_lost(app, &delivery, &t).await? {
             return Ok(Handled::Duplicate);
         }
@@ -362,22 +362,22 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
     // What the retry policy alone makes of the attempt, and the delivery held with it (built
     // only when used: it copies the attempt history): which one is written depends on the
     // endpoint as it is when the record is written.
-    let held = || lifecycle::hold_claimed(now, &delivery, Some(attempt.clone()));
+    let held = || delivery_lifecycle::hold_claimed(now, &delivery, Some(attempt.clone()));
     let plain = match verdict {
         // Nothing left to send, ever: a dead letter, even as a probe (held, it would be
         // picked as the probe again and again).
         _ if expired => {
             let next =
                 if ours == Some(REASON_UNSUBSCRIBED) { Next::Ended(REASON_UNSUBSCRIBED) } else { Next::Exhausted };
-            lifecycle::complete(cfg, now, &delivery, attempt.clone(), next)
+            delivery_lifecycle::complete(cfg, now, &delivery, attempt.clone(), next)
         }
-        Verdict::Success => lifecycle::complete(cfg, now, &delivery, attempt.clone(), Next::Delivered),
+        Verdict::Success => delivery_lifecycle::complete(cfg, now, &delivery, attempt.clone(), Next::Delivered),
         Verdict::Retry if !probe => {
             let scaled = |s: u64| ((s as f64) * cfg.wait_scale).ceil().max(1.0) as u64;
             let next = wait.map_or(Next::Exhausted, |w| Next::RetryIn(scaled(w.seconds)));
-            lifecycle::complete(cfg, now, &delivery, attempt.clone(), next)
+            delivery_lifecycle::complete(cfg, now, &delivery, attempt.clone(), next)
         }
-        Verdict::Final => lifecycle::complete(cfg, now, &delivery, attempt.clone(), Next::Exhausted),
+        Verdict::Final => delivery_lifecycle::complete(cfg, now, &delivery, attempt.clone(), Next::Exhausted),
         // A disable code, or a probe's retryable failure: nothing to retry on its own.
         Verdict::Disable | Verdict::Retry => (held(), None),
     };
@@ -419,10 +419,10 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
         }
     }
     // What the attempt says of the endpoint's lane and adaptive rate: writes only when they
-    // change (see crate::lane and crate::rate_limit).
+    // change (see crate::domain::lane and crate::domain::rate).
     let slow = match &endpoint {
         Some(ep) if ours.is_none() => {
-            rate_limit::observe(app, ep, result.outcome, result.retry_after_seconds, failures_in_a_row).await;
+            rate::observe(app, ep, result.outcome, result.retry_after_seconds, failures_in_a_row).await;
             lane::observe(app, ep, result.duration_ms).await
         }
         _ => false,
@@ -488,7 +488,7 @@ impl Effect {
 }
 
 /// A delivery transition and the message to send once it is written.
-type Recorded = (Transition, Option<lifecycle::Enqueue>);
+type Recorded = (Transition, Option<delivery_lifecycle::Enqueue>);
 
 /// Records the attempt and, when the outcome moves the endpoint, the endpoint's transition
 /// with its jobs, in one write; an endpoint changed meanwhile is read again and the decision
@@ -520,8 +520,13 @@ async fn record_with_health(
             None if plain.0.status == DeliveryStatus::Held => {
                 // Held by the policy alone (a disable code on an endpoint that accepts it
                 // again): go on as a retry, due now.
-                let (t, e) =
-                    lifecycle::complete(&app.config, app.clock.now(), delivery, attempt.clone(), Next::RetryIn(1));
+                let (t, e) = delivery_lifecycle::complete(
+                    &app.config,
+                    app.clock.now(),
+                    delivery,
+                    attempt.clone(),
+                    Next::RetryIn(1),
+                );
                 (None, (t, e), Vec::new())
             }
             None => return Ok(apply_or_lost(app, delivery, &plain.0).await?.then_some(plain)),
@@ -534,9 +539,9 @@ async fn record_with_health(
             Committed::Done => {
                 if let Some(change) = &write {
                     tracing::warn!(endpoint_id = %ep.id, state = ?change.endpoint.state(), reason = ?change.endpoint.disabled.as_ref().map(|d| &d.reason), "endpoint state changed by an attempt");
-                    health::committed(app, &ep, change);
+                    endpoint_state::committed(app, &ep, change);
                 }
-                health::run_inline(app, &jobs).await;
+                endpoint_state::run_inline(app, &jobs).await;
                 return Ok(Some(chosen));
             }
             Committed::DeliveryLost => return Ok(None),
@@ -548,7 +553,7 @@ async fn record_with_health(
                     // a dead letter with reason `endpoint_deleted` instead.
                     let gone = if plain.0.status == DeliveryStatus::Held {
                         let next = Next::Ended(REASON_ENDPOINT_DELETED);
-                        lifecycle::complete(&app.config, app.clock.now(), delivery, attempt.clone(), next)
+                        delivery_lifecycle::complete(&app.config, app.clock.now(), delivery, attempt.clone(), next)
                     } else {
                         plain
                     };
@@ -573,7 +578,7 @@ async fn record_with_health(
     // holds the delivery when it comes up, if the endpoint does not accept it by then).
     tracing::warn!(endpoint_id = %read.id, delivery_id = %delivery.id, "endpoint kept changing; attempt recorded without its endpoint effect");
     let fallback = if plain.0.status == DeliveryStatus::Held {
-        lifecycle::complete(&app.config, app.clock.now(), delivery, attempt.clone(), Next::RetryIn(1))
+        delivery_lifecycle::complete(&app.config, app.clock.now(), delivery, attempt.clone(), Next::RetryIn(1))
     } else {
         plain
     };
@@ -593,7 +598,7 @@ async fn current_endpoint(app: &App, delivery: &Delivery) -> Result<Current, Ser
             Some(ep) if !ep.accepts(&delivery.id) => ep,
             other => return Ok(Current::Accepts(other.map(Box::new))),
         };
-        let hold = lifecycle::hold_claimed(app.clock.now(), delivery, None);
+        let hold = delivery_lifecycle::hold_claimed(app.clock.now(), delivery, None);
         let check = EndpointWrite::Unchanged { tenant_id: &ep.tenant_id, id: &ep.id, version: ep.version };
         match app.store.commit(check, Some((&delivery.id, &hold))).await? {
             Committed::Done => {

@@ -29,13 +29,13 @@
 
 use crate::App;
 use crate::config::MAX_PAYLOAD_BYTES;
+use crate::domain::delivery_lifecycle::{self, Enqueue};
+use crate::domain::ids;
+use crate::domain::lane;
+use crate::domain::model::{Attempt, DeliveryStatus, StoredEvent, delivery_id};
 use crate::error::ServiceError;
-use crate::lane;
-use crate::lifecycle::{self, Enqueue};
-use crate::model::{Attempt, DeliveryStatus, StoredEvent, delivery_id};
 use crate::service::deliver::{self, Handled, Mode};
 use crate::store::StoreError;
-use crate::validate;
 use serde::Serialize;
 
 /// An event to deliver.
@@ -121,16 +121,16 @@ pub struct Accepted {
 }
 
 /// Checks an event before any AWS call: `tenant_id`, `event_type` and `id` by the one rule
-/// for client-chosen ids ([`validate::client_id`]), the payload's size.
+/// for client-chosen ids ([`ids::client_id`]), the payload's size.
 ///
 /// # Errors
 /// [`ServiceError::Validation`] naming the field; [`ServiceError::TooLarge`] for a payload
 /// over 256 KiB.
 pub fn check(event: &NewEvent) -> Result<(), ServiceError> {
-    validate::client_id("tenant_id", &event.tenant_id)?;
-    validate::client_id("event_type", &event.event_type)?;
+    ids::client_id("tenant_id", &event.tenant_id)?;
+    ids::client_id("event_type", &event.event_type)?;
     if let Some(id) = &event.id {
-        validate::client_id("id", id)?;
+        ids::client_id("id", id)?;
     }
     if event.payload.len() > MAX_PAYLOAD_BYTES {
         return Err(ServiceError::TooLarge(format!(
@@ -180,11 +180,11 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
         expires_at: now.timestamp() + i64::from(app.config.event_retention_days) * 86_400,
         request_sha256: event.request_sha256,
     };
-    let digest = crate::signing::payload_digest(stored.payload.as_bytes());
+    let digest = crate::domain::signing::payload_digest(stored.payload.as_bytes());
     let planned: Vec<_> = targets
         .iter()
         .map(|ep| {
-            let (mut d, due_at, enqueue) = lifecycle::new_delivery(
+            let (mut d, due_at, enqueue) = delivery_lifecycle::new_delivery(
                 &app.config,
                 now,
                 delivery_id(&event_id, &ep.id),
@@ -214,7 +214,7 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
     let mut deliveries = Vec::with_capacity(planned.len());
     // Attempt 1 of each delivery this call created, by lane: an endpoint marked slow (its
     // `slow_until`, as the endpoint read above has it) has it sent to the slow lane directly,
-    // so the main lane never claims it only to give it back (see [`crate::lane`]).
+    // so the main lane never claims it only to give it back (see [`crate::domain::lane`]).
     let (mut to_main, mut to_slow) = (Vec::new(), Vec::new());
     for (((delivery, _, enqueue), ep), created) in planned.into_iter().zip(&targets).zip(inserted.deliveries) {
         deliveries.push(DeliveryRef { id: delivery.id, endpoint_id: ep.id.clone() });

@@ -3,6 +3,6 @@
 
 pub mod admin;
 pub mod deliver;
-pub mod health;
+pub mod endpoint_state;
 pub mod ingest;
 pub mod sweep;

@@ -4,10 +4,10 @@
 //! never sends HTTP, and one tick handles at most `config.sweep_batch` items.
 
 use crate::App;
+use crate::domain::delivery_lifecycle::{self, DueItem, Enqueue};
+use crate::domain::model::DeliveryStatus;
 use crate::error::ServiceError;
-use crate::lifecycle::{self, DueItem, Enqueue};
-use crate::model::DeliveryStatus;
-use crate::service::health;
+use crate::service::endpoint_state;
 use crate::store::keys::{JOB_SHARD, due_pk};
 use crate::store::{Applied, Due, StoreError};
 use chrono::{DateTime, Utc};
@@ -141,19 +141,19 @@ enum Redrive {
     Deferred,
 }
 
-/// Re-drives one due delivery: its guarded transition ([`lifecycle::sweep`]), the message to
+/// Re-drives one due delivery: its guarded transition ([`delivery_lifecycle::sweep`]), the message to
 /// send once it is written. Touches nothing once `stopped` is set.
 async fn redrive(app: &App, now: DateTime<Utc>, item: DueItem, stopped: &AtomicBool) -> Result<Redrive, StoreError> {
     if stopped.load(Ordering::SeqCst) {
         return Ok(Redrive::Deferred);
     }
     // An expired lease is recorded on the item's history, trimmed to the same bound as every
-    // record (see lifecycle::sweep): read it first.
+    // record (see delivery_lifecycle::sweep): read it first.
     let read = match item.status {
         DeliveryStatus::Sending => app.store.get_delivery(&item.id).await?,
         _ => None,
     };
-    let Some((t, enqueue)) = lifecycle::sweep(&app.config, now, &item, read.as_ref()) else {
+    let Some((t, enqueue)) = delivery_lifecycle::sweep(&app.config, now, &item, read.as_ref()) else {
         // It moved on since the due read.
         return Ok(Redrive::Lost);
     };
@@ -270,7 +270,7 @@ pub async fn sweep(app: &App) -> Result<SweepReport, ServiceError> {
         }
         match tokio::time::timeout(
             cfg.sweep_budget.saturating_sub(started.elapsed()),
-            health::run_job_step(app, &id, due_at),
+            endpoint_state::run_job_step(app, &id, due_at),
         )
         .await
         {

@@ -5,9 +5,9 @@ use super::payload;
 use super::{
     Applied, Committed, Counted, DeliveryQuery, DeliverySummary, Due, EndpointWrite, Inserted, Page, Store, StoreError,
 };
-use crate::endpoint_lifecycle::Change;
-use crate::lifecycle::{DueItem, Field, Transition};
-use crate::model::{Delivery, DeliveryStatus, Endpoint, Job, StoredEvent};
+use crate::domain::delivery_lifecycle::{DueItem, Field, Transition};
+use crate::domain::endpoint_lifecycle::Change;
+use crate::domain::model::{Delivery, DeliveryStatus, Endpoint, Job, StoredEvent};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::DisplayErrorContext;
@@ -501,7 +501,7 @@ impl DynamoStore {
         }
         if let Some(by) = t.guard.next_attempt_by {
             // Compared as text (RFC 3339 in UTC with `Z`, as every time is stored): the bound
-            // cut to whole seconds, see lifecycle::CLAIM_CLOCK_ALLOWANCE_SECONDS.
+            // cut to whole seconds, see delivery_lifecycle::CLAIM_CLOCK_ALLOWANCE_SECONDS.
             cond.push("next_attempt_at <= :g_next_by".into());
             u.values.insert(":g_next_by".into(), s(by.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)));
         }
@@ -517,7 +517,7 @@ impl DynamoStore {
         if !change.reset_failures {
             item.remove("consecutive_failures");
         }
-        for attr in crate::model::UNVERSIONED_ENDPOINT_ATTRIBUTES {
+        for attr in crate::domain::model::UNVERSIONED_ENDPOINT_ATTRIBUTES {
             item.remove(attr);
         }
         let (condition, mut names, mut values) = version_guard(change.expected_version);
@@ -966,7 +966,9 @@ pub const RECORD_MAX_ATTEMPTS: u32 = 10;
 /// record of a lapsed lease, which keeps the SDK's default so a throttled tick stays within
 /// its budget).
 fn records_attempt(t: &Transition) -> bool {
-    matches!(t.attempts, Field::Set(_)) && t.status != crate::model::DeliveryStatus::Sending && !t.forgive_attempt
+    matches!(t.attempts, Field::Set(_))
+        && t.status != crate::domain::model::DeliveryStatus::Sending
+        && !t.forgive_attempt
 }
 
 fn retry_for(t: &Transition) -> aws_sdk_dynamodb::config::Builder {
@@ -1235,7 +1237,7 @@ impl Store for DynamoStore {
             .iter()
             .filter_map(|item| item.get(EVENT_ENDPOINTS).and_then(|v| v.as_ss().ok()))
             .flatten()
-            .map(|endpoint| crate::model::delivery_id(event_id, endpoint))
+            .map(|endpoint| crate::domain::model::delivery_id(event_id, endpoint))
             .collect();
         ids.sort();
         ids.dedup();
@@ -2009,9 +2011,9 @@ impl DynamoStore {
 const MAX_SORT_KEY_BYTES: usize = 1024;
 
 /// Whether `text` is `prefix` followed by an id the API could have handed out (the id rule of
-/// [`crate::validate`]: at most 256 bytes, no control characters).
+/// [`crate::domain::ids`]: at most 256 bytes, no control characters).
 fn prefixed_id(text: Option<&String>, prefix: &str) -> bool {
-    text.and_then(|t| t.strip_prefix(prefix)).is_some_and(crate::validate::is_client_id)
+    text.and_then(|t| t.strip_prefix(prefix)).is_some_and(crate::domain::ids::is_client_id)
 }
 
 /// Whether `key` can be where a listing of `src` goes on: the table key of a delivery (`pk`,

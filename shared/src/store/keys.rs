@@ -30,10 +30,10 @@ pub const STATUS_KEY: &str = "status_key";
 /// By-status GSI sort key attribute.
 pub const STATUS_SK: &str = "status_sk";
 /// The event item's string set of the endpoint ids it has deliveries for (each delivery's id is
-/// [`crate::model::delivery_id`] of the event id and one of them).
+/// [`crate::domain::model::delivery_id`] of the event id and one of them).
 pub const EVENT_ENDPOINTS: &str = "endpoint_ids";
 /// The event item's attribute holding the fingerprint of the `Idempotency-Key` request that
-/// wrote it ([`crate::model::StoredEvent::request_sha256`]).
+/// wrote it ([`crate::domain::model::StoredEvent::request_sha256`]).
 pub const REQUEST_SHA256: &str = "request_sha256";
 
 /// The attribute marking the items one ingest call wrote (a random 128-bit value, hex), so
@@ -158,8 +158,8 @@ pub fn due_pk(shard: u32) -> String {
 /// costs only the rare reader that must tell them apart: a listing filtered on `scheduled`
 /// or `sending` reads the items of the `open` range it walks (at most 10 a partition a
 /// request, then a cursor), and the stats split the two by the oldest 100 items of the range.
-pub fn endpoint_bucket(status: crate::model::DeliveryStatus) -> &'static str {
-    use crate::model::DeliveryStatus as S;
+pub fn endpoint_bucket(status: crate::domain::model::DeliveryStatus) -> &'static str {
+    use crate::domain::model::DeliveryStatus as S;
     match status {
         S::Scheduled | S::Sending => "open",
         S::Held => "held",
@@ -173,7 +173,7 @@ pub const ENDPOINT_BUCKETS: [&str; 4] = ["open", "held", "exhausted", "delivered
 
 /// `{bucket}#{created_at}#{id}`: a delivery's `by_endpoint` sort key.
 pub fn endpoint_sk(
-    status: crate::model::DeliveryStatus,
+    status: crate::domain::model::DeliveryStatus,
     created_at: chrono::DateTime<chrono::Utc>,
     id: &str,
 ) -> String {

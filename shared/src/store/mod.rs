@@ -10,9 +10,9 @@ pub mod keys;
 pub mod payload;
 pub mod version;
 
-use crate::endpoint_lifecycle::Change;
-use crate::lifecycle::{DueItem, Transition};
-use crate::model::{Delivery, DeliveryStatus, Endpoint, Job, StoredEvent};
+use crate::domain::delivery_lifecycle::{DueItem, Transition};
+use crate::domain::endpoint_lifecycle::Change;
+use crate::domain::model::{Delivery, DeliveryStatus, Endpoint, Job, StoredEvent};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -42,7 +42,7 @@ pub enum StoreError {
     #[error("already exists")]
     AlreadyExists,
     /// An event id was repeated by an `Idempotency-Key` request whose fingerprint differs
-    /// from the one stored with the event ([`crate::model::StoredEvent::request_sha256`]):
+    /// from the one stored with the event ([`crate::domain::model::StoredEvent::request_sha256`]):
     /// nothing was written.
     #[error("the event id was first accepted with a different request")]
     RequestMismatch,
@@ -294,7 +294,7 @@ pub trait Store: Send + Sync {
     /// Writes, in one TransactWriteItems, an endpoint transition (or only a check that the
     /// endpoint is still at a version) with its jobs and, when given, a guarded delivery
     /// transition: all of it or nothing. The one way an endpoint's configuration or state is
-    /// written after its creation (see [`crate::endpoint_lifecycle`]).
+    /// written after its creation (see [`crate::domain::endpoint_lifecycle`]).
     async fn commit(
         &self,
         endpoint: EndpointWrite<'_>,
@@ -411,12 +411,12 @@ pub trait Store: Send + Sync {
     /// nothing grows with the endpoint's history.
     async fn delivered_tally(&self, endpoint_id: &str, since: DateTime<Utc>) -> Result<DeliveredTally, StoreError>;
     /// Sets the endpoint's slow-lane marker `slow_until` (`None` removes it): state, not
-    /// configuration, so no version check and no version bump (see [`crate::lane`]). An
+    /// configuration, so no version check and no version bump (see [`crate::domain::lane`]). An
     /// endpoint that is gone is left alone.
     async fn set_slow_until(&self, tenant_id: &str, id: &str, until: Option<DateTime<Utc>>) -> Result<(), StoreError>;
     /// Counts one attempt start of `endpoint_id` in the one-second window `second` (unix
     /// seconds) and returns the window's count after it (1 for the first). One atomic `ADD`
-    /// on a counter item that TTL removes a few minutes later (see [`crate::rate_limit`]).
+    /// on a counter item that TTL removes a few minutes later (see [`crate::domain::rate`]).
     async fn take_rate_slot(&self, endpoint_id: &str, second: i64) -> Result<u64, StoreError>;
     /// Sets the endpoint's adaptive rate (`effective_rate_per_second` = `rate`,
     /// `rate_changed_at_ms` = `now_ms`) if `rate_changed_at_ms` is still `expected_ms`

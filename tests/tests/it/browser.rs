@@ -394,7 +394,7 @@ async fn a_portal_token_reads_and_changes_only_its_own_tenant() {
     let forged = format!("{forged_payload}.{sig}");
     let keys = stack.app.portal_keys.in_force(chrono::Utc::now()).await.unwrap();
     let expired =
-        webhooks::ui::token::sign(keys.signing(), &ta, chrono::Utc::now() - chrono::Duration::seconds(1), b"n");
+        webhooks::http::ui::token::sign(keys.signing(), &ta, chrono::Utc::now() - chrono::Duration::seconds(1), b"n");
     for (bad, want) in [(&tampered, "not valid"), (&forged, "not valid"), (&expired, "expired")] {
         b.goto(&format!("{}/portal?token={bad}", stack.base)).await;
         let t = b.wait_text(want, Duration::from_secs(20), false).await;

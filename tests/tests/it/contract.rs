@@ -371,7 +371,7 @@ async fn an_aws_validation_error_is_internal_not_unavailable() {
     // Past the API's own checks, DynamoDB refuses a key over 2048 bytes: our bug, not the
     // caller's to retry.
     let now = chrono::Utc::now();
-    let endpoint = webhooks::model::Endpoint::new(
+    let endpoint = webhooks::domain::model::Endpoint::new(
         "ep_validation",
         "t".repeat(5000),
         "http://127.0.0.1:9/hook",
@@ -449,7 +449,7 @@ async fn an_idempotency_key_names_one_event_and_a_retry_after_a_failure_complete
     // The retry with the same key creates the event the key names, once.
     let (status, first, replayed) = post_keyed(&stack, "k-retry", &body).await;
     assert_eq!((status, replayed), (202, false), "{first}");
-    let expected = webhooks::api::keyed_event_id("acme", "k-retry");
+    let expected = webhooks::http::api::keyed_event_id("acme", "k-retry");
     assert_eq!(first["event_id"].as_str(), Some(expected.as_str()), "{first}");
     let d = first["deliveries"][0]["id"].as_str().unwrap();
     stack.wait_status(d, "delivered", WAIT).await;

@@ -139,7 +139,7 @@ async fn a_destination_that_turned_private_after_registration_is_refused_at_the_
     // written to the store directly, past the registration check.
     let now = chrono::Utc::now();
     for (i, host) in ["localhost", "127.0.0.1", "[::ffff:127.0.0.1]", "2130706433"].iter().enumerate() {
-        let ep = webhooks::model::Endpoint::new(
+        let ep = webhooks::domain::model::Endpoint::new(
             format!("ep_turned{i}"),
             "acme",
             format!("http://{host}:{}/hook", canary.port),

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use webhooks::App;
-use webhooks::lifecycle::{self, AttemptMessage};
+use webhooks::domain::delivery_lifecycle::{self, AttemptMessage};
 use webhooks::sender::{SendResult, Sender};
 use webhooks::service::{admin, deliver, sweep};
 use webhooks::store::{Applied, Due, StoreError};
@@ -598,8 +598,8 @@ async fn the_attempt_history_on_an_item_stays_bounded_however_many_attempts() {
     }
     let d = stack.delivery(&id).await;
     let attempts = d["attempts"].as_array().unwrap();
-    assert_eq!(attempts.len(), webhooks::lifecycle::MAX_KEPT_ATTEMPTS);
-    assert_eq!(d["attempts_dropped"], 150 - webhooks::lifecycle::MAX_KEPT_ATTEMPTS);
+    assert_eq!(attempts.len(), webhooks::domain::delivery_lifecycle::MAX_KEPT_ATTEMPTS);
+    assert_eq!(d["attempts_dropped"], 150 - webhooks::domain::delivery_lifecycle::MAX_KEPT_ATTEMPTS);
     assert_eq!(attempts.last().unwrap()["attempt"], 150);
     assert!(attempts.iter().all(|a| a["response_body"].as_str().unwrap().len() <= 1024));
     assert!(d.to_string().len() < 64 * 1024, "{} bytes", d.to_string().len());
@@ -611,7 +611,7 @@ async fn the_attempt_history_on_an_item_stays_bounded_however_many_attempts() {
 fn assert_bounded(d: &Value) {
     let kept = d["attempts"].as_array().unwrap();
     let count = d["attempt_count"].as_u64().unwrap();
-    let max = webhooks::lifecycle::MAX_KEPT_ATTEMPTS;
+    let max = webhooks::domain::delivery_lifecycle::MAX_KEPT_ATTEMPTS;
     assert_eq!(kept.len(), max, "{d:#}");
     assert_eq!(d["attempts_dropped"].as_u64().unwrap(), count - max as u64, "{d:#}");
     assert_eq!(kept.last().unwrap()["attempt"].as_u64().unwrap(), count);
@@ -655,7 +655,7 @@ async fn a_delivery_whose_worker_keeps_dying_keeps_a_bounded_history() {
     for n in 1..=30 {
         // A worker claims attempt n and dies before it records anything; past the lease and
         // the redrive time, one sweeper tick records the attempt lost and re-drives it.
-        let claim = lifecycle::claim(&app.config, app.clock.now(), &AttemptMessage::new(id.clone(), n));
+        let claim = delivery_lifecycle::claim(&app.config, app.clock.now(), &AttemptMessage::new(id.clone(), n));
         assert!(matches!(app.store.apply(&id, &claim, false).await.unwrap(), Applied::Done(_)), "claim {n}");
         d.advance(lease.max(redrive) + 1);
         assert_eq!(sweep::sweep(app).await.unwrap().recovered_leases, 1, "sweep after claim {n}");
@@ -700,7 +700,7 @@ async fn finding_an_endpoints_held_deliveries_reads_none_of_its_history() {
     let page = store
         .list_deliveries(&webhooks::store::DeliveryQuery {
             endpoint_id: Some(ep_id.clone()),
-            status: Some(webhooks::model::DeliveryStatus::Held),
+            status: Some(webhooks::domain::model::DeliveryStatus::Held),
             oldest_first: true,
             limit: 1,
             ..Default::default()
@@ -818,9 +818,9 @@ async fn a_backlog_of_due_job_steps_does_not_take_the_due_deliveries_turn() {
     endpoint(&stack, &rx.url, json!({})).await;
     let long_ago = chrono::Utc::now() - chrono::Duration::hours(1);
     for n in 0..40 {
-        let job = webhooks::model::Job {
+        let job = webhooks::domain::model::Job {
             id: format!("job_backlog{n:02}"),
-            kind: webhooks::model::JobKind::Notify,
+            kind: webhooks::domain::model::JobKind::Notify,
             tenant_id: "acme".into(),
             endpoint_id: "ep_gone".into(),
             status: "running".into(),

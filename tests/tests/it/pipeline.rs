@@ -4,7 +4,7 @@
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::time::Duration;
-use webhooks::lifecycle::{self, AttemptMessage};
+use webhooks::domain::delivery_lifecycle::{self, AttemptMessage};
 use webhooks::service::{deliver, ingest, sweep};
 use webhooks::store::Applied;
 use webhooks_local::Options;
@@ -178,7 +178,7 @@ async fn duplicate_messages_and_concurrent_sweeps_reach_the_receiver_once_per_at
     let outcomes = [a.unwrap(), b.unwrap(), again];
     let attempted = outcomes
         .iter()
-        .filter(|o| matches!(o, deliver::Handled::Attempted(webhooks::model::DeliveryStatus::Delivered, _)))
+        .filter(|o| matches!(o, deliver::Handled::Attempted(webhooks::domain::model::DeliveryStatus::Delivered, _)))
         .count();
     let duplicates = outcomes.iter().filter(|o| **o == deliver::Handled::Duplicate).count();
     assert_eq!((attempted, duplicates), (1, 2), "{outcomes:?}");
@@ -225,11 +225,13 @@ async fn a_worker_that_dies_after_its_claim_is_recovered_when_the_lease_expires(
     let id = delivery_id(&stack.event("acme", "order.paid", json!({"crash": true})).await, 0);
 
     // The worker claims attempt 1 and dies: no request, no record, message consumed.
-    let claim = lifecycle::claim(&stack.app.config, chrono::Utc::now(), &AttemptMessage::new(id.clone(), 1));
+    let claim = delivery_lifecycle::claim(&stack.app.config, chrono::Utc::now(), &AttemptMessage::new(id.clone(), 1));
     assert!(matches!(stack.app.store.apply(&id, &claim, false).await.unwrap(), Applied::Done(_)));
     let d = stack.delivery(&id).await;
     assert_eq!(d["status"], "sending");
-    let webhooks::lifecycle::Field::Set(lease_until) = claim.lease_until else { panic!("a claim without a lease") };
+    let webhooks::domain::delivery_lifecycle::Field::Set(lease_until) = claim.lease_until else {
+        panic!("a claim without a lease")
+    };
 
     // The sweeper finds the expired lease (not before) and re-drives; deliver makes attempt 2.
     let recovered = std::sync::atomic::AtomicUsize::new(0);
@@ -810,9 +812,9 @@ async fn a_queue_message_cannot_choose_the_payload_that_is_signed() {
     let hits = rx.hits();
     assert_eq!(hits.len(), 2);
     assert_eq!(&hits[1].body[..], br#"{"n":1}"#, "the stored payload, byte for byte");
-    let key = webhooks::signing::secret_key(ep["secret"].as_str().unwrap()).unwrap();
+    let key = webhooks::domain::signing::secret_key(ep["secret"].as_str().unwrap()).unwrap();
     let timestamp: i64 = hits[1].header("webhook-timestamp").parse().unwrap();
-    let expected = webhooks::signing::sign(&key, &hits[1].header("webhook-id"), timestamp, br#"{"n":1}"#);
+    let expected = webhooks::domain::signing::sign(&key, &hits[1].header("webhook-id"), timestamp, br#"{"n":1}"#);
     assert!(hits[1].header("webhook-signature").contains(&expected), "signed over the stored payload");
     stack.stop().await;
 }
@@ -841,7 +843,7 @@ async fn a_2xx_whose_record_is_throttled_past_the_sdk_default_tries_is_still_rec
     .unwrap();
     let handled = deliver::deliver_message(&app, &msg).await.unwrap();
     assert!(
-        matches!(handled, deliver::Handled::Attempted(webhooks::model::DeliveryStatus::Delivered, _)),
+        matches!(handled, deliver::Handled::Attempted(webhooks::domain::model::DeliveryStatus::Delivered, _)),
         "{handled:?}"
     );
     assert_eq!(throttle.left(), 0, "the record was throttled 4 times");
@@ -893,7 +895,7 @@ async fn a_forced_delete_during_a_post_leaves_the_attempt_to_its_record() {
     assert_eq!(stack.delivery(&id).await["status"], "sending", "not ended while its POST is in flight");
     let handled = worker.await.unwrap().unwrap();
     assert!(
-        matches!(handled, deliver::Handled::Attempted(webhooks::model::DeliveryStatus::Delivered, _)),
+        matches!(handled, deliver::Handled::Attempted(webhooks::domain::model::DeliveryStatus::Delivered, _)),
         "{handled:?}"
     );
     let d = stack.delivery(&id).await;
@@ -974,7 +976,7 @@ async fn under_aws_faults_nothing_is_lost_stuck_doubled_or_misreported() {
     let ids: Vec<(String, String, usize)> = (0..events)
         .flat_map(|n| {
             endpoints.iter().enumerate().map(move |(k, (ep, _))| {
-                (webhooks::model::delivery_id(&format!("evt_fault_{n}"), ep), format!("evt_fault_{n}"), k)
+                (webhooks::domain::model::delivery_id(&format!("evt_fault_{n}"), ep), format!("evt_fault_{n}"), k)
             })
         })
         .collect();

@@ -32,7 +32,7 @@ async fn portal_function(stack: &Stack) -> String {
     let app = App::from_aws((*stack.app.config).clone()).await.expect("the portal's app");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let portal = format!("http://{}", listener.local_addr().unwrap());
-    let router = webhooks::ui::portal::standalone(app);
+    let router = webhooks::http::ui::portal::standalone(app);
     tokio::spawn(async move {
         let _ = axum::serve(listener, router).await;
     });
@@ -58,7 +58,7 @@ async fn open(portal: &str, token: &str) -> u16 {
 
 /// Whether `token` is signed with `key`.
 fn signed_with(key: &str, token: &str) -> bool {
-    webhooks::ui::token::verify(key.as_bytes(), token, chrono::Utc::now()).is_ok()
+    webhooks::http::ui::token::verify(key.as_bytes(), token, chrono::Utc::now()).is_ok()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -76,7 +76,7 @@ async fn the_portal_function_serves_the_portal_only_and_checks_tokens_with_the_k
         stack.call(reqwest::Method::POST, "/v1/tenants/acme/portal-sessions", Some(json!({"ttl_seconds": 120}))).await;
     assert_eq!(status, 201, "{session}");
     let token = session["token"].as_str().unwrap();
-    let claims = webhooks::ui::token::verify(KEY.as_bytes(), token, chrono::Utc::now()).unwrap();
+    let claims = webhooks::http::ui::token::verify(KEY.as_bytes(), token, chrono::Utc::now()).unwrap();
     assert_eq!(claims.tenant_id, "acme");
     let ttl = (claims.expires_at - chrono::Utc::now()).num_seconds();
     assert!((100..=120).contains(&ttl), "{ttl}");
@@ -101,7 +101,8 @@ async fn the_portal_function_serves_the_portal_only_and_checks_tokens_with_the_k
         assert!(r.text().await.unwrap().contains("There is no such page"), "{path}");
     }
     // A token of another key (a stack's dev key, or a guess) is refused, with no data.
-    let foreign = webhooks::ui::token::sign(&[7u8; 32], "acme", chrono::Utc::now() + chrono::Duration::hours(1), b"n");
+    let foreign =
+        webhooks::http::ui::token::sign(&[7u8; 32], "acme", chrono::Utc::now() + chrono::Duration::hours(1), b"n");
     let r = client.get(format!("{portal}/portal?token={foreign}")).send().await.unwrap();
     assert_eq!(r.status(), 401);
     assert!(r.text().await.unwrap().contains("not valid"));

@@ -158,7 +158,7 @@ async fn write_delivery(
     at: chrono::DateTime<chrono::Utc>,
     exhausted: bool,
 ) -> String {
-    use webhooks::model::{DeliveryStatus, StoredEvent};
+    use webhooks::domain::model::{DeliveryStatus, StoredEvent};
     use webhooks::store::Store as _;
     let event = StoredEvent {
         tenant_id: "acme".into(),
@@ -170,7 +170,7 @@ async fn write_delivery(
         request_sha256: None,
     };
     let id = format!("dlv-{name}");
-    let (mut d, due_at, _) = webhooks::lifecycle::new_delivery(
+    let (mut d, due_at, _) = webhooks::domain::delivery_lifecycle::new_delivery(
         &stack.app.config,
         at,
         id.clone(),
@@ -190,7 +190,7 @@ async fn write_delivery(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn listings_read_unsplit_and_sharded_index_partitions_alike() {
-    use webhooks::model::DeliveryStatus;
+    use webhooks::domain::model::DeliveryStatus;
     use webhooks::store::{DeliveryQuery, DynamoStore};
     // No pollers and no sweeper: the deliveries are written overdue for an endpoint that does
     // not exist, and the stack's own sweeper would re-drive them and end them as dead letters
@@ -234,7 +234,7 @@ async fn listings_read_unsplit_and_sharded_index_partitions_alike() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_listing_goes_on_across_a_raised_index_split_and_refuses_tampered_cursors() {
-    use webhooks::model::DeliveryStatus;
+    use webhooks::domain::model::DeliveryStatus;
     use webhooks::store::{DeliveryQuery, DynamoStore, Store as _, StoreError};
     let stack = Stack::start(|_| {}).await;
     let table = stack.app.config.table.clone();
@@ -420,7 +420,7 @@ async fn an_event_and_its_deliveries_have_no_index_entry_and_are_found_by_the_ev
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_due_read_gives_due_deliveries_and_jobs_in_due_order_page_by_page() {
-    use webhooks::model::StoredEvent;
+    use webhooks::domain::model::StoredEvent;
     use webhooks::store::{Due, DynamoStore, Store as _};
     // No sweeper of the stack's own: it would re-drive what this test reads.
     let stack = still_stack(|_| {}).await;
@@ -439,7 +439,7 @@ async fn the_due_read_gives_due_deliveries_and_jobs_in_due_order_page_by_page() 
             expires_at: at.timestamp() + 86_400,
             request_sha256: None,
         };
-        let (d, _, _) = webhooks::lifecycle::new_delivery(
+        let (d, _, _) = webhooks::domain::delivery_lifecycle::new_delivery(
             &stack.app.config,
             at,
             format!("dlv-due-{i:02}"),
@@ -476,9 +476,9 @@ async fn the_due_read_gives_due_deliveries_and_jobs_in_due_order_page_by_page() 
     assert_eq!(read, due, "every due delivery once, in due order");
     // Jobs are in the same index, their own partition: an entry gives the job's id and due
     // time (keys only), and a job that is not due yet is not read.
-    let job = |id: &str, run_at: chrono::DateTime<chrono::Utc>| webhooks::model::Job {
+    let job = |id: &str, run_at: chrono::DateTime<chrono::Utc>| webhooks::domain::model::Job {
         id: id.into(),
-        kind: webhooks::model::JobKind::Release,
+        kind: webhooks::domain::model::JobKind::Release,
         tenant_id: "acme".into(),
         endpoint_id: "ep-due".into(),
         status: "running".into(),
@@ -503,7 +503,7 @@ async fn the_due_read_gives_due_deliveries_and_jobs_in_due_order_page_by_page() 
 /// letters twice. A step's write now holds only while its own lease does.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_job_step_that_outlived_its_lease_does_not_overwrite_the_later_steps_progress() {
-    use webhooks::model::{Job, JobKind};
+    use webhooks::domain::model::{Job, JobKind};
     use webhooks::store::StoreError;
     let stack = still_stack(|_| {}).await;
     let store = &stack.app.store;
@@ -563,7 +563,7 @@ async fn a_repeat_that_fails_leaves_no_delivery_its_event_does_not_list() {
     let http = reqwest::Client::new();
     let (status, answer) = call_at(&http, &faulty, Method::POST, "/v1/events", Some(body.clone())).await;
     assert!(status >= 500, "{status} {answer}");
-    let new_id = webhooks::model::delivery_id("evt-rep", &ep2);
+    let new_id = webhooks::domain::model::delivery_id("evt-rep", &ep2);
     let (found, _) = stack.call(Method::GET, &format!("/v1/deliveries/{new_id}"), None).await;
     let (_, view) = stack.call(Method::GET, "/v1/events/evt-rep?tenant_id=acme", None).await;
     let listed: Vec<_> = pairs(&view["deliveries"]).into_iter().map(|(id, _)| id).collect();
@@ -895,8 +895,8 @@ async fn move_on_to_held(stack: &Stack, id: &str) {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sharded_listing_reads_only_the_items_it_lists_and_each_once() {
     use std::sync::atomic::Ordering;
-    use webhooks::lifecycle;
-    use webhooks::model::DeliveryStatus;
+    use webhooks::domain::delivery_lifecycle;
+    use webhooks::domain::model::DeliveryStatus;
     use webhooks::store::{Applied, DeliveryQuery, DynamoStore, Store as _};
     let stack = still_stack(|_| {}).await;
     let table = stack.app.config.table.clone();
@@ -914,8 +914,11 @@ async fn a_sharded_listing_reads_only_the_items_it_lists_and_each_once() {
     let (moved, claimed) = (all[5].clone(), all[9].clone());
     // One whose item has moved on (held) while its entry still says `open`.
     move_on_to_held(&stack, &moved).await;
-    let claim =
-        lifecycle::claim(&stack.app.config, chrono::Utc::now(), &lifecycle::AttemptMessage::new(claimed.clone(), 1));
+    let claim = delivery_lifecycle::claim(
+        &stack.app.config,
+        chrono::Utc::now(),
+        &delivery_lifecycle::AttemptMessage::new(claimed.clone(), 1),
+    );
     assert!(matches!(store.apply(&claimed, &claim, false).await.unwrap(), Applied::Done(_)));
     let scheduled: Vec<String> = all.iter().filter(|id| **id != moved && **id != claimed).cloned().collect();
     // Scheduled and sending counted in one read of the `open` range's items (40 of them); the
@@ -952,7 +955,7 @@ async fn a_sharded_listing_reads_only_the_items_it_lists_and_each_once() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_endpoints_counts_read_a_bounded_number_of_entries_and_say_when_they_are_not_exact() {
     use std::sync::atomic::Ordering;
-    use webhooks::model::DeliveryStatus::{Exhausted, Held, Scheduled, Sending};
+    use webhooks::domain::model::DeliveryStatus::{Exhausted, Held, Scheduled, Sending};
     use webhooks::store::{DynamoStore, Store as _};
     let stack = still_stack(|_| {}).await;
     let table = stack.app.config.table.clone();
@@ -999,8 +1002,8 @@ async fn an_endpoints_counts_read_a_bounded_number_of_entries_and_say_when_they_
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_status_listing_reads_past_the_entries_it_leaves_out() {
-    use webhooks::lifecycle;
-    use webhooks::model::DeliveryStatus;
+    use webhooks::domain::delivery_lifecycle;
+    use webhooks::domain::model::DeliveryStatus;
     use webhooks::store::{Applied, DeliveryQuery, DynamoStore, Store as _};
     let stack = still_stack(|_| {}).await;
     let store = DynamoStore::new(ddb().await, &stack.app.config.table, 8);
@@ -1013,8 +1016,11 @@ async fn a_status_listing_reads_past_the_entries_it_leaves_out() {
     // The two oldest are being sent, and the fourth has moved on to held while its
     // keys-only entry still says `open`: all three in the range a scheduled listing reads.
     for id in &all[..2] {
-        let claim =
-            lifecycle::claim(&stack.app.config, chrono::Utc::now(), &lifecycle::AttemptMessage::new(id.clone(), 1));
+        let claim = delivery_lifecycle::claim(
+            &stack.app.config,
+            chrono::Utc::now(),
+            &delivery_lifecycle::AttemptMessage::new(id.clone(), 1),
+        );
         assert!(matches!(store.apply(id, &claim, false).await.unwrap(), Applied::Done(_)));
     }
     move_on_to_held(&stack, &all[3]).await;
@@ -1079,8 +1085,8 @@ async fn the_store_conformance_suite_holds_on_the_simulations_memstore() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_status_listing_reads_a_bounded_number_of_items_whatever_the_backlog() {
     use std::sync::atomic::Ordering;
-    use webhooks::lifecycle;
-    use webhooks::model::DeliveryStatus;
+    use webhooks::domain::delivery_lifecycle;
+    use webhooks::domain::model::DeliveryStatus;
     use webhooks::store::{Applied, DeliveryQuery, DynamoStore, Store as _, collect_deliveries};
     let stack = still_stack(|_| {}).await;
     let table = stack.app.config.table.clone();
@@ -1096,8 +1102,11 @@ async fn a_status_listing_reads_a_bounded_number_of_items_whatever_the_backlog()
     }
     // The newest is in flight; the 59 before it wait.
     let sending = all[59].clone();
-    let claim =
-        lifecycle::claim(&stack.app.config, chrono::Utc::now(), &lifecycle::AttemptMessage::new(sending.clone(), 1));
+    let claim = delivery_lifecycle::claim(
+        &stack.app.config,
+        chrono::Utc::now(),
+        &delivery_lifecycle::AttemptMessage::new(sending.clone(), 1),
+    );
     assert!(matches!(store.apply(&sending, &claim, false).await.unwrap(), Applied::Done(_)));
     let q = DeliveryQuery {
         endpoint_id: Some("ep-backlog".into()),
@@ -1123,8 +1132,8 @@ async fn a_status_listing_reads_a_bounded_number_of_items_whatever_the_backlog()
 /// ("lease lost before the attempt was recorded"). A transition now knows its own write.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_transition_whose_answer_was_lost_is_known_as_its_own_not_someone_elses() {
-    use webhooks::lifecycle::{self, AttemptMessage, EndpointEntry};
-    use webhooks::model::DeliveryStatus;
+    use webhooks::domain::delivery_lifecycle::{self, AttemptMessage, EndpointEntry};
+    use webhooks::domain::model::DeliveryStatus;
     use webhooks::store::{Applied, DynamoStore, Store as _};
     use webhooks_tests::{FailNth, Fault};
     let stack = still_stack(|_| {}).await;
@@ -1141,7 +1150,7 @@ async fn a_transition_whose_answer_was_lost_is_known_as_its_own_not_someone_else
             .build();
         DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf), &table, config.due_shards)
     };
-    let claim = lifecycle::claim(&config, chrono::Utc::now(), &AttemptMessage::new(id.clone(), 1));
+    let claim = delivery_lifecycle::claim(&config, chrono::Utc::now(), &AttemptMessage::new(id.clone(), 1));
     let claimed = match lossy().apply(&id, &claim, true).await.unwrap() {
         Applied::Done(Some(d)) => *d,
         other => panic!("the claim is ours, its answer lost: {other:?}"),
@@ -1150,7 +1159,7 @@ async fn a_transition_whose_answer_was_lost_is_known_as_its_own_not_someone_else
     // Someone else's claim of the same attempt still loses.
     assert!(matches!(plain.apply(&id, &claim, false).await.unwrap(), Applied::Lost), "a duplicate still loses");
     // The record of the attempt, its answer lost: recorded, not "lease lost".
-    let end = lifecycle::abandon(
+    let end = delivery_lifecycle::abandon(
         &config,
         chrono::Utc::now(),
         DeliveryStatus::Sending,

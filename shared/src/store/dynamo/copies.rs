@@ -28,7 +28,7 @@
 //! endpoint item has moved past.
 
 use super::{DynamoStore, Item, StoreError, aws, n, s};
-use crate::model::Endpoint;
+use crate::domain::model::Endpoint;
 use crate::store::FailureCount;
 use crate::store::keys::{PK, SK, endpoint_copy, endpoint_copy_pk, endpoint_key};
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;

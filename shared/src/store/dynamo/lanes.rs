@@ -1,6 +1,6 @@
-//! The DynamoDB side of [`crate::lane`] and [`crate::rate_limit`]: the slow-lane marker and
+//! The DynamoDB side of [`crate::domain::lane`] and [`crate::domain::rate`]: the slow-lane marker and
 //! the adaptive rate on the endpoint item (plain UpdateItems beside the versioned
-//! configuration, see [`crate::model::UNVERSIONED_ENDPOINT_ATTRIBUTES`]; each also adds one to
+//! configuration, see [`crate::domain::model::UNVERSIONED_ENDPOINT_ATTRIBUTES`]; each also adds one to
 //! its sequence number, [`SLOW_SEQ`] or [`RATE_SEQ`], which orders its mirrors to the
 //! endpoint's copies), and the per-second rate counter items.
 //!

@@ -13,24 +13,24 @@
 //! | `DELETE /v1/endpoints/{id}?force=` | 200; 409 with unfinished deliveries unless `force=true` |
 //! | `GET /v1/endpoints/{id}/stats` | 200 [`admin::EndpointStats`] |
 //! | `POST /v1/endpoints/{id}/rotate-secret` `{"secret"?}` | 200 endpoint with the new secret |
-//! | `POST /v1/endpoints/{id}/recover` `{"since", "until"?}` | 202 [`crate::model::Job`] |
+//! | `POST /v1/endpoints/{id}/recover` `{"since", "until"?}` | 202 [`crate::domain::model::Job`] |
 //! | `GET /v1/events/{id}?tenant_id=` | 200 [`admin::EventView`]; 409 naming the tenants when the id is in several and `tenant_id` is not given |
-//! | `GET /v1/jobs/{id}` | 200 [`crate::model::Job`] (progress of a release, recover or probe) |
+//! | `GET /v1/jobs/{id}` | 200 [`crate::domain::model::Job`] (progress of a release, recover or probe) |
 //! | `GET /v1/deliveries/{id}` | 200 [`admin::DeliveryView`] |
 //! | `GET /v1/deliveries?status=&endpoint_id=&limit=&cursor=` | 200 `{"data", "next_cursor"}` |
 //! | `POST /v1/deliveries/{id}/replay` | 202 [`admin::DeliveryView`] |
-//! | `POST /v1/tenants/{tenant_id}/portal-sessions` `{"ttl_seconds"?}` | 201 [`crate::ui::token::PortalSession`]: a signed portal URL for one tenant |
+//! | `POST /v1/tenants/{tenant_id}/portal-sessions` `{"ttl_seconds"?}` | 201 [`crate::http::ui::token::PortalSession`]: a signed portal URL for one tenant |
 //!
 //! Every error is `{"error": {"code", "message"}}` with the status of [`ServiceError`]. A
 //! route takes only the query parameters listed above (most take none): any other, such as a
 //! misspelt one, is 422 `validation_error` naming it, as an unknown body field is. Every
-//! parameter is checked before any AWS call: ids by the rule of [`crate::validate`], a cursor
+//! parameter is checked before any AWS call: ids by the rule of [`crate::domain::ids`], a cursor
 //! against the listing it must come from.
 
 use crate::App;
 use crate::config::MAX_PAYLOAD_BYTES;
+use crate::domain::model::DeliveryStatus;
 use crate::error::ServiceError;
-use crate::model::DeliveryStatus;
 use crate::service::{admin, ingest};
 use crate::store::DeliveryQuery;
 use axum::extract::rejection::BytesRejection;
@@ -120,12 +120,12 @@ impl<S: Send + Sync> FromRequestParts<S> for PathParam {
                 Err(if tenant {
                     ServiceError::Validation(format!(
                         "tenant_id: is not UTF-8 once percent-decoded; ids and names use only {}",
-                        crate::validate::ID_ALPHABET
+                        crate::domain::ids::ID_ALPHABET
                     ))
                 } else {
                     ServiceError::NotFound(format!(
                         "{}: no such resource (its id is not UTF-8 once percent-decoded)",
-                        crate::validate::shown(parts.uri.path())
+                        crate::domain::ids::shown(parts.uri.path())
                     ))
                 })
             }
@@ -150,7 +150,7 @@ fn parse_query<T: DeserializeOwned>(query: Option<&str>) -> Result<T, ServiceErr
         if path == "." {
             ServiceError::Validation(format!("query: {inner}"))
         } else {
-            ServiceError::Validation(format!("{}: {inner}", crate::validate::shown(&path)))
+            ServiceError::Validation(format!("{}: {inner}", crate::domain::ids::shown(&path)))
         }
     })
 }
@@ -163,7 +163,7 @@ fn no_params(query: Option<&str>) -> Result<(), ServiceError> {
         None => Ok(()),
         Some((name, _)) => Err(ServiceError::Validation(format!(
             "{}: unknown parameter; this route takes no query parameters",
-            crate::validate::shown(&name)
+            crate::domain::ids::shown(&name)
         ))),
     }
 }
@@ -315,10 +315,10 @@ async fn post_event(
             let k = v.to_str().map_err(|_| {
                 ServiceError::Validation(format!(
                     "Idempotency-Key: ids and names use only {}",
-                    crate::validate::ID_ALPHABET
+                    crate::domain::ids::ID_ALPHABET
                 ))
             })?;
-            crate::validate::client_id("Idempotency-Key", k)?;
+            crate::domain::ids::client_id("Idempotency-Key", k)?;
             Some(k.to_string())
         }
     };
@@ -430,7 +430,7 @@ async fn list_endpoints(
     Params(p): Params<EndpointListParams>,
 ) -> Result<Response, ServiceError> {
     let tenant = p.tenant_id.unwrap_or_default();
-    crate::validate::client_id("tenant_id", &tenant)?;
+    crate::domain::ids::client_id("tenant_id", &tenant)?;
     let limit = check_limit(p.limit)?;
     Ok(Json(admin::list_endpoints(&app, &tenant, limit, p.cursor.as_deref().filter(|c| !c.is_empty())).await?)
         .into_response())
@@ -519,7 +519,7 @@ async fn get_event(
 ) -> Result<Response, ServiceError> {
     let tenant = p.tenant_id.filter(|t| !t.is_empty());
     if let Some(t) = &tenant {
-        crate::validate::client_id("tenant_id", t)?;
+        crate::domain::ids::client_id("tenant_id", t)?;
     }
     Ok(Json(admin::get_event(&app, &id, tenant.as_deref()).await?).into_response())
 }
@@ -532,7 +532,7 @@ fn check_limit(limit: Option<String>) -> Result<usize, ServiceError> {
         Ok(n) if (1..=100).contains(&n) => Ok(n),
         _ => Err(ServiceError::Validation(format!(
             "limit: {:?} is not a whole number from 1 to 100",
-            crate::validate::shown(&v)
+            crate::domain::ids::shown(&v)
         ))),
     }
 }
@@ -565,7 +565,10 @@ fn time_param(name: &str, value: Option<String>) -> Result<Option<chrono::DateTi
     match value.filter(|v| !v.is_empty()) {
         None => Ok(None),
         Some(v) => chrono::DateTime::parse_from_rfc3339(&v).map(|t| Some(t.with_timezone(&chrono::Utc))).map_err(|e| {
-            ServiceError::Validation(format!("{name}: {:?} is not an RFC 3339 time ({e})", crate::validate::shown(&v)))
+            ServiceError::Validation(format!(
+                "{name}: {:?} is not an RFC 3339 time ({e})",
+                crate::domain::ids::shown(&v)
+            ))
         }),
     }
 }
@@ -576,13 +579,13 @@ async fn list_deliveries(State(app): State<App>, Params(p): Params<ListParams>) 
         Some(s) => Some(DeliveryStatus::parse(s).ok_or_else(|| {
             ServiceError::Validation(format!(
                 "status: {:?} is not one of scheduled, sending, delivered, exhausted, held",
-                crate::validate::shown(s)
+                crate::domain::ids::shown(s)
             ))
         })?),
     };
     let endpoint_id = p.endpoint_id.filter(|s| !s.is_empty());
     if let Some(e) = &endpoint_id {
-        crate::validate::client_id("endpoint_id", e)?;
+        crate::domain::ids::client_id("endpoint_id", e)?;
     }
     let limit = check_limit(p.limit)?;
     let since = time_param("since", p.since)?;
@@ -641,7 +644,7 @@ async fn portal_session(
     let host = header("x-forwarded-host").or_else(|| header("host")).unwrap_or("127.0.0.1");
     let scheme = header("x-forwarded-proto").unwrap_or("http");
     let base = format!("{scheme}://{host}");
-    let session = crate::ui::token::create_session(&app, &tenant_id, b.ttl_seconds, &base).await?;
+    let session = crate::http::ui::token::create_session(&app, &tenant_id, b.ttl_seconds, &base).await?;
     Ok((StatusCode::CREATED, Json(session)).into_response())
 }
 

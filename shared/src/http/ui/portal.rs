@@ -21,13 +21,13 @@
 //! read from Secrets Manager ([`super::token_keys`]), a 503 page.
 
 use super::token::{self, Claims, TokenError};
-use super::token_keys::KeySet;
 use super::{endpoint_badge, error_page, page, see_other, status_badge, text, time, timeline};
 use crate::App;
+use crate::domain::model::{Delivery, Endpoint};
 use crate::error::ServiceError;
-use crate::model::{Delivery, Endpoint};
 use crate::service::admin;
 use crate::store::DeliveryQuery;
+use crate::token_keys::KeySet;
 use axum::Router;
 use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{Form, Path, Query, State};
@@ -204,7 +204,7 @@ async fn owned_endpoint(app: &App, s: &Session, id: &str) -> Result<Endpoint, Se
 /// The delivery `id` when it is the session tenant's; otherwise [`ServiceError::NotFound`].
 async fn owned_delivery(app: &App, s: &Session, id: &str) -> Result<Delivery, ServiceError> {
     let not_found = || ServiceError::NotFound(format!("delivery {id}"));
-    if crate::validate::lookup_id("delivery", id).is_err() {
+    if crate::domain::ids::lookup_id("delivery", id).is_err() {
         return Err(not_found());
     }
     match app.store.get_delivery(id).await? {
@@ -607,7 +607,7 @@ async fn test_event(
 ///
 /// # Errors
 /// [`ServiceError::Conflict`] when the endpoint's secret cannot be decoded.
-pub async fn send_test(app: &App, ep: &Endpoint) -> Result<crate::model::Attempt, ServiceError> {
+pub async fn send_test(app: &App, ep: &Endpoint) -> Result<crate::domain::model::Attempt, ServiceError> {
     let now = app.clock.now();
     let id = format!("msg_test_{}", app.random.ulid(now));
     let payload = json!({
@@ -619,27 +619,27 @@ pub async fn send_test(app: &App, ep: &Endpoint) -> Result<crate::model::Attempt
     let mut keys = Vec::new();
     for secret in ep.signing_secrets(now) {
         keys.push(
-            crate::signing::secret_key(secret)
+            crate::domain::signing::secret_key(secret)
                 .map_err(|_| ServiceError::Conflict("the endpoint's secret is not valid; rotate it".into()))?,
         );
     }
     let ts = now.timestamp();
-    let signature = keys.iter().map(|k| crate::signing::sign(k, &id, ts, &body)).collect::<Vec<_>>().join(" ");
+    let signature = keys.iter().map(|k| crate::domain::signing::sign(k, &id, ts, &body)).collect::<Vec<_>>().join(" ");
     let headers = [
-        (crate::signing::HEADER_ID, id.clone()),
-        (crate::signing::HEADER_TIMESTAMP, ts.to_string()),
-        (crate::signing::HEADER_SIGNATURE, signature),
-        (crate::signing::HEADER_ATTEMPT, "1".to_string()),
+        (crate::domain::signing::HEADER_ID, id.clone()),
+        (crate::domain::signing::HEADER_TIMESTAMP, ts.to_string()),
+        (crate::domain::signing::HEADER_SIGNATURE, signature),
+        (crate::domain::signing::HEADER_ATTEMPT, "1".to_string()),
     ];
     let r = app.sender.post(&ep.url, &headers, body).await;
     let (status_code, error) = match r.outcome {
-        crate::policy::Outcome::Status(c) if (200..300).contains(&c) => (Some(c), None),
-        crate::policy::Outcome::Status(c) => (Some(c), Some("http_status".to_string())),
-        crate::policy::Outcome::Timeout => (None, Some("timeout".to_string())),
-        crate::policy::Outcome::Connection => (None, Some("connection".to_string())),
-        crate::policy::Outcome::Refused => (None, Some("destination_not_allowed".to_string())),
+        crate::domain::retry_policy::Outcome::Status(c) if (200..300).contains(&c) => (Some(c), None),
+        crate::domain::retry_policy::Outcome::Status(c) => (Some(c), Some("http_status".to_string())),
+        crate::domain::retry_policy::Outcome::Timeout => (None, Some("timeout".to_string())),
+        crate::domain::retry_policy::Outcome::Connection => (None, Some("connection".to_string())),
+        crate::domain::retry_policy::Outcome::Refused => (None, Some("destination_not_allowed".to_string())),
     };
-    Ok(crate::model::Attempt {
+    Ok(crate::domain::model::Attempt {
         attempt: 1,
         at: now,
         status_code,
@@ -663,8 +663,14 @@ async fn delivery_page(State(app): State<App>, Path(id): Path<String>, headers: 
         Err(e) => return problem(&e),
     };
     let view = json_of(&admin::DeliveryView::from(d.clone()));
-    let live = matches!(d.status, crate::model::DeliveryStatus::Scheduled | crate::model::DeliveryStatus::Sending);
-    let resendable = matches!(d.status, crate::model::DeliveryStatus::Exhausted | crate::model::DeliveryStatus::Held);
+    let live = matches!(
+        d.status,
+        crate::domain::model::DeliveryStatus::Scheduled | crate::domain::model::DeliveryStatus::Sending
+    );
+    let resendable = matches!(
+        d.status,
+        crate::domain::model::DeliveryStatus::Exhausted | crate::domain::model::DeliveryStatus::Held
+    );
     let body = html! {
         h1 { "Delivery " code { (d.id) } }
         p { "To endpoint " a href={"/portal/endpoints/" (d.endpoint_id)} { code { (d.endpoint_id) } } }

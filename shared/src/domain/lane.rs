@@ -14,7 +14,7 @@
 //!   (default 600 s) on the endpoint item; a fast attempt removes it. The write is made only
 //!   when the marker changes (or is in the last half of its hold), so a fast receiver's
 //!   deliveries pay nothing, and it is a plain UpdateItem beside the versioned configuration
-//!   ([`crate::model::UNVERSIONED_ENDPOINT_ATTRIBUTES`]): no version bump, no conflict with
+//!   ([`crate::domain::model::UNVERSIONED_ENDPOINT_ATTRIBUTES`]): no version bump, no conflict with
 //!   PATCH.
 //! - **Routing at ingest.** Ingest reads the tenant's endpoints (strongly consistent) before
 //!   it writes the deliveries, `slow_until` included, so attempt 1 for an endpoint marked
@@ -44,10 +44,10 @@
 //! for an endpoint that stays fast.
 
 use crate::App;
+use crate::domain::delivery_lifecycle;
+use crate::domain::delivery_lifecycle::Field;
+use crate::domain::model::{Delivery, Endpoint};
 use crate::error::ServiceError;
-use crate::lifecycle;
-use crate::lifecycle::Field;
-use crate::model::{Delivery, Endpoint};
 use crate::queue::Queue;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
@@ -140,9 +140,9 @@ pub async fn give_back(
     let cfg = &app.config;
     let now = app.clock.now();
     let delay = delay_seconds.min(cfg.sqs_max_delay_seconds);
-    let (mut t, enqueue) = lifecycle::unclaim(cfg, now, delivery);
-    let mut enqueue = enqueue.unwrap_or(lifecycle::Enqueue {
-        message: lifecycle::AttemptMessage::new(delivery.id.clone(), delivery.attempt_count),
+    let (mut t, enqueue) = delivery_lifecycle::unclaim(cfg, now, delivery);
+    let mut enqueue = enqueue.unwrap_or(delivery_lifecycle::Enqueue {
+        message: delivery_lifecycle::AttemptMessage::new(delivery.id.clone(), delivery.attempt_count),
         delay_seconds: 0,
     });
     if delay > 0 {

@@ -220,9 +220,13 @@ mod tests {
         assert_eq!(redact_url("https://example.com/in?s3cret"), "https://example.com/in?***=***");
         assert_eq!(redact_url("https://example.com/in?"), "https://example.com/in");
         let now = chrono::Utc::now();
-        let ep = crate::model::Endpoint::new("ep_1", "acme", url, "whsec_x", now);
-        let disabled =
-            crate::model::Disabled { reason: "gone".into(), status_code: Some(410), delivery_id: None, at: now };
+        let ep = crate::domain::model::Endpoint::new("ep_1", "acme", url, "whsec_x", now);
+        let disabled = crate::domain::model::Disabled {
+            reason: "gone".into(),
+            status_code: Some(410),
+            delivery_id: None,
+            at: now,
+        };
         let message = crate::notify::message(&ep, &disabled).to_string();
         assert!(!message.contains("s3cret") && !message.contains("abc"), "{message}");
     }

@@ -12,7 +12,6 @@
 pub mod dashboard;
 pub mod portal;
 pub mod token;
-pub mod token_keys;
 
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
@@ -23,7 +22,7 @@ use serde_json::Value;
 /// Both screens on one router, the dashboard talking to the admin API in process: what the
 /// local runtime mounts next to the API.
 pub fn routes(app: crate::App) -> axum::Router {
-    let api = dashboard::InProcess::new(crate::api::admin_router(app.clone()));
+    let api = dashboard::InProcess::new(crate::http::api::admin_router(app.clone()));
     portal::router(app).merge(dashboard::router(std::sync::Arc::new(api)))
 }
 

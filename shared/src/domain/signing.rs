@@ -38,7 +38,7 @@ pub fn secret_key(secret: &str) -> Result<Vec<u8>, InvalidSecret> {
 }
 
 /// The digest a delivery keeps of its event's stored payload: base64 of SHA-256 of the bytes
-/// (44 characters). See [`crate::model::Delivery::payload_sha256`].
+/// (44 characters). See [`crate::domain::model::Delivery::payload_sha256`].
 pub fn payload_digest(payload: &[u8]) -> String {
     use sha2::Digest as _;
     B64.encode(Sha256::digest(payload))

@@ -32,7 +32,7 @@
 //! - final and held states are not in the index.
 
 use crate::config::Config;
-use crate::model::{Attempt, Delivery, DeliveryStatus};
+use crate::domain::model::{Attempt, Delivery, DeliveryStatus};
 use chrono::{DateTime, Duration, Utc};
 
 /// Most attempts kept on a delivery item: the newest 20. Older ones are counted in

@@ -38,10 +38,10 @@
 //! (`mode: sync`) are not limited: they cannot wait.
 
 use crate::App;
+use crate::domain::lane;
+use crate::domain::model::{Delivery, Endpoint};
+use crate::domain::retry_policy::Outcome;
 use crate::error::ServiceError;
-use crate::lane;
-use crate::model::{Delivery, Endpoint};
-use crate::policy::Outcome;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 

@@ -1,5 +1,5 @@
 //! Endpoint health: the services that move an endpoint through
-//! [`crate::endpoint_lifecycle`] (disable, enable, any guarded change with its re-read on a lost
+//! [`crate::domain::endpoint_lifecycle`] (disable, enable, any guarded change with its re-read on a lost
 //! guard) and the background jobs that carry out what must follow a transition, one bounded
 //! step per sweeper tick: hold a disabled endpoint's scheduled deliveries, tell its owner,
 //! release what was held after an enable, release a half-open probe, recover a window of dead
@@ -17,13 +17,13 @@
 //! `exhausted` with `payload_expired` when it is released, visibly, rather than sent empty.
 
 use crate::App;
-use crate::endpoint_lifecycle::{self, Change};
-use crate::error::ServiceError;
-use crate::lifecycle::{self, EndpointEntry, Enqueue};
-use crate::model::{
+use crate::domain::delivery_lifecycle::{self, EndpointEntry, Enqueue};
+use crate::domain::endpoint_lifecycle::{self, Change};
+use crate::domain::model::{
     Delivery, DeliveryStatus, Disabled, Endpoint, EndpointState, Job, JobKind, REASON_ENDPOINT_DELETED, REASON_MANUAL,
     REASON_UNSUBSCRIBED,
 };
+use crate::error::ServiceError;
 use crate::store::{Applied, Committed, DeliveryQuery, EndpointWrite};
 use chrono::{DateTime, Duration, Utc};
 
@@ -321,13 +321,13 @@ pub async fn end_as_deleted(
     if status == DeliveryStatus::Sending && app.store.get_delivery(id).await?.is_some_and(|d| in_flight(&d)) {
         return Ok(());
     }
-    let t = lifecycle::abandon(&app.config, now, status, attempt_count, entry, REASON_ENDPOINT_DELETED);
+    let t = delivery_lifecycle::abandon(&app.config, now, status, attempt_count, entry, REASON_ENDPOINT_DELETED);
     if let Applied::Lost = app.store.apply(id, &t, false).await?
         && let Some(cur) = app.store.get_delivery(id).await?
         && UNFINISHED.contains(&cur.status)
         && !in_flight(&cur)
     {
-        let t = lifecycle::abandon(
+        let t = delivery_lifecycle::abandon(
             &app.config,
             now,
             cur.status,
@@ -388,7 +388,7 @@ async fn probe_step(app: &App, ep: &Endpoint, job: &mut Job, out: &mut Vec<Enque
     // (deliver would end them `unsubscribed`): end them here rather than probe with them.
     let mut ended = 0;
     for d in page.data.iter().take_while(|d| !ep.subscribes_to(&d.event_type)) {
-        let t = lifecycle::abandon(
+        let t = delivery_lifecycle::abandon(
             &app.config,
             now,
             d.status,
@@ -448,7 +448,8 @@ async fn hold_page(app: &App, ep: &Endpoint, limit: usize, job: &mut Job) -> Res
     // The half-open probe, released while this job runs, is the one delivery a paused
     // endpoint accepts: it is not held.
     for d in page.data.iter().filter(|d| !ep.accepts(&d.id)) {
-        let t = lifecycle::hold_scheduled(now, d.attempt_count, EndpointEntry::new(&d.endpoint_id, d.created_at));
+        let t =
+            delivery_lifecycle::hold_scheduled(now, d.attempt_count, EndpointEntry::new(&d.endpoint_id, d.created_at));
         let check = EndpointWrite::Unchanged { tenant_id: &ep.tenant_id, id: &ep.id, version: ep.version };
         match app.store.commit(check, Some((&d.id, &t))).await? {
             Committed::Done => job.processed += 1,
@@ -496,22 +497,22 @@ async fn release_page(
     Ok((page.data.len(), page.next_cursor))
 }
 
-/// [`lifecycle::release`] of listed delivery `d` (held or exhausted, as listed) for a first
+/// [`delivery_lifecycle::release`] of listed delivery `d` (held or exhausted, as listed) for a first
 /// attempt now.
 fn release_now(
     app: &App,
     now: DateTime<Utc>,
     d: &crate::store::DeliverySummary,
-) -> Option<(lifecycle::Transition, Option<Enqueue>)> {
+) -> Option<(delivery_lifecycle::Transition, Option<Enqueue>)> {
     let entry = EndpointEntry::new(&d.endpoint_id, d.created_at);
-    lifecycle::release(&app.config, now, &d.id, d.status, d.attempt_count, entry, now)
+    delivery_lifecycle::release(&app.config, now, &d.id, d.status, d.attempt_count, entry, now)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::clock::Random;
-    use crate::model::{REASON_CIRCUIT_BREAKER, REASON_GONE};
+    use crate::domain::model::{REASON_CIRCUIT_BREAKER, REASON_GONE};
 
     fn ep() -> Endpoint {
         let now = Utc::now();

@@ -2,12 +2,15 @@
 //!
 //! The destination check (SSRF) lives in DNS resolution: the client's resolver refuses a name
 //! that resolves to a loopback, private, link-local or otherwise non-public address (the
-//! ranges of [`crate::destination`], also checked when the endpoint is registered), so a
+//! ranges of [`crate::sender::destination`], also checked when the endpoint is registered), so a
 //! public name that is later pointed at an internal address is refused at connect time. URLs
 //! with a literal IP or a `localhost` name are refused before the request. Proxy variables are
 //! ignored and redirects are never followed (a 3xx is a failed attempt).
 
-use crate::policy::Outcome;
+pub mod destination;
+pub mod tls_roots;
+
+use crate::domain::retry_policy::Outcome;
 use async_trait::async_trait;
 use bytes::Bytes;
 use std::net::SocketAddr;
@@ -94,7 +97,7 @@ pub struct DnsFailure(pub String);
 #[error("destination {0} is not a public address")]
 pub struct DestinationRefused(pub String);
 
-pub use crate::destination::is_public;
+pub use crate::sender::destination::is_public;
 
 struct GuardedResolver {
     allow_private: bool,
@@ -134,7 +137,7 @@ impl HttpSender {
     /// reqwest's error when its TLS backend cannot start.
     pub fn new(timeout: Duration, allow_private: bool, require_https: bool) -> Result<Self, reqwest::Error> {
         install_tls_provider();
-        let client = crate::trust::sender_roots(reqwest::Client::builder())
+        let client = crate::sender::tls_roots::sender_roots(reqwest::Client::builder())
             .timeout(timeout)
             .connect_timeout(timeout)
             .redirect(reqwest::redirect::Policy::none())
@@ -226,7 +229,9 @@ impl Sender for HttpSender {
     async fn post(&self, url: &str, headers: &[(&'static str, String)], body: Bytes) -> SendResult {
         let started = Instant::now();
         let elapsed = |s: Instant| u64::try_from(s.elapsed().as_millis()).unwrap_or(u64::MAX);
-        if let Some(why) = crate::destination::refused_before_connect(url, self.allow_private, self.require_https) {
+        if let Some(why) =
+            crate::sender::destination::refused_before_connect(url, self.allow_private, self.require_https)
+        {
             return SendResult {
                 outcome: Outcome::Refused,
                 body: None,
@@ -279,7 +284,7 @@ impl Sender for HttpSender {
                     retry_after_seconds: None,
                     duration_ms: elapsed(started),
                     // reqwest's message carries the URL: keep its credentials out.
-                    detail: Some(match url::Url::parse(&crate::destination::redact_url(url)) {
+                    detail: Some(match url::Url::parse(&crate::sender::destination::redact_url(url)) {
                         Ok(shown) => crate::error_text::chain(&e.with_url(shown)),
                         Err(_) => crate::error_text::chain(&e.without_url()),
                     }),

@@ -55,7 +55,7 @@ pub struct InProcess {
 }
 
 impl InProcess {
-    /// Over `router` (normally [`crate::api::admin_router`]).
+    /// Over `router` (normally [`crate::http::api::admin_router`]).
     pub fn new(router: Router) -> Self {
         Self { router }
     }
@@ -74,7 +74,7 @@ impl AdminApi for InProcess {
             .map_err(|e| e.to_string())?;
         let response = self.router.clone().oneshot(request).await.map_err(|e| e.to_string())?;
         let status = response.status().as_u16();
-        let body = axum::body::to_bytes(response.into_body(), crate::api::MAX_BODY_BYTES * 4)
+        let body = axum::body::to_bytes(response.into_body(), crate::http::api::MAX_BODY_BYTES * 4)
             .await
             .map_err(|e| e.to_string())?;
         Ok((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))

@@ -15,9 +15,9 @@
 //! form tokens verify under either key of the [`KeySet`] until the overlap ends (4200 s after
 //! the new version's creation).
 
-use super::token_keys::KeySet;
 use crate::App;
 use crate::error::ServiceError;
+use crate::token_keys::KeySet;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use chrono::{DateTime, Utc};
@@ -94,7 +94,7 @@ pub fn verify(key: &[u8], token: &str, now: DateTime<Utc>) -> Result<Claims, Tok
         return Err(TokenError::Invalid);
     };
     let expires_at = exp.parse::<i64>().ok().and_then(|s| DateTime::from_timestamp(s, 0)).ok_or(TokenError::Invalid)?;
-    if !crate::validate::is_client_id(tenant) {
+    if !crate::domain::ids::is_client_id(tenant) {
         return Err(TokenError::Invalid);
     }
     if now >= expires_at {
@@ -153,7 +153,7 @@ pub struct PortalSession {
 
 /// Mints a portal session for `tenant_id` lasting `ttl_seconds` (default
 /// [`DEFAULT_TTL_SECONDS`]), its URL under `base` (scheme and host, no trailing slash),
-/// signed with the signing key in force ([`crate::ui::token_keys`]). Writes nothing.
+/// signed with the signing key in force ([`crate::token_keys`]). Writes nothing.
 ///
 /// # Errors
 /// [`ServiceError::Validation`] for a tenant id outside the id rule or a `ttl_seconds`
@@ -165,7 +165,7 @@ pub async fn create_session(
     ttl_seconds: Option<i64>,
     base: &str,
 ) -> Result<PortalSession, ServiceError> {
-    crate::validate::client_id("tenant_id", tenant_id)?;
+    crate::domain::ids::client_id("tenant_id", tenant_id)?;
     let ttl = ttl_seconds.unwrap_or(DEFAULT_TTL_SECONDS);
     if !(MIN_TTL_SECONDS..=MAX_TTL_SECONDS).contains(&ttl) {
         return Err(ServiceError::Validation(format!(
@@ -227,7 +227,7 @@ mod tests {
 
     #[test]
     fn during_an_overlap_tokens_and_forms_of_either_key_verify_and_after_it_only_the_new_ones() {
-        use crate::ui::token_keys::{Rotation, keys_at};
+        use crate::token_keys::{Rotation, keys_at};
         let (old, new) = (b"o".repeat(32), b"n".repeat(32));
         let rotation =
             Rotation { refresh: std::time::Duration::from_secs(300), overlap: std::time::Duration::from_secs(4200) };

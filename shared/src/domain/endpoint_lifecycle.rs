@@ -1,4 +1,4 @@
-//! The one place that owns an endpoint's state transitions, as [`crate::lifecycle`] owns a
+//! The one place that owns an endpoint's state transitions, as [`crate::domain::delivery_lifecycle`] owns a
 //! delivery's.
 //!
 //! ```text
@@ -37,7 +37,7 @@
 //! ones that reset it (enable, a successful probe).
 
 use crate::clock::Random;
-use crate::model::{
+use crate::domain::model::{
     Disabled, Endpoint, EndpointState, Job, JobKind, REASON_CIRCUIT_BREAKER, REASON_GONE, REASON_MANUAL,
 };
 use chrono::{DateTime, Duration, Utc};
@@ -81,9 +81,9 @@ fn next(ep: &Endpoint, now: DateTime<Utc>) -> Endpoint {
     e
 }
 
-/// `now` plus `seconds`, at most [`crate::policy::MAX_WAIT_SECONDS`].
+/// `now` plus `seconds`, at most [`crate::domain::retry_policy::MAX_WAIT_SECONDS`].
 fn after(now: DateTime<Utc>, seconds: u64) -> DateTime<Utc> {
-    now + Duration::seconds(i64::try_from(seconds.min(crate::policy::MAX_WAIT_SECONDS)).unwrap_or(0))
+    now + Duration::seconds(i64::try_from(seconds.min(crate::domain::retry_policy::MAX_WAIT_SECONDS)).unwrap_or(0))
 }
 
 /// A change of configuration (PATCH, secret rotation): `apply` edits a copy; the state is

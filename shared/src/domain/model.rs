@@ -3,7 +3,7 @@
 //! Ids carry a prefix as Svix's do (`ep_`, `evt_`, `dlv_`) so a stray id in a log says what
 //! it names.
 
-use crate::policy::RetryPolicy;
+use crate::domain::retry_policy::RetryPolicy;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -57,7 +57,7 @@ pub struct Endpoint {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe_delivery_id: Option<String>,
     /// Most attempts started per second, across every deliver invocation (`None`: no
-    /// limit). Attempts over it wait (not counted as attempts); see [`crate::rate_limit`].
+    /// limit). Attempts over it wait (not counted as attempts); see [`crate::domain::rate`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit_per_second: Option<u32>,
     /// Whether `rate_limit_per_second` adapts (AIMD) to 429s without `Retry-After` and runs
@@ -65,7 +65,7 @@ pub struct Endpoint {
     #[serde(default = "default_true")]
     pub rate_limit_adaptive: bool,
     /// The adaptive limit now, requests per second (absent: the configured limit). State
-    /// written only by [`crate::rate_limit`], never by an endpoint transition, and without
+    /// written only by [`crate::domain::rate`], never by an endpoint transition, and without
     /// a version bump.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effective_rate_per_second: Option<f64>,
@@ -74,11 +74,11 @@ pub struct Endpoint {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_changed_at_ms: Option<i64>,
     /// Until when its attempts go to the slow lane (set when an attempt took at least
-    /// `WEBHOOKS_SLOW_LANE_THRESHOLD_MS`); state written only by [`crate::lane`].
+    /// `WEBHOOKS_SLOW_LANE_THRESHOLD_MS`); state written only by [`crate::domain::lane`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slow_until: Option<DateTime<Utc>>,
     /// Bumped by every write of the endpoint's configuration or state; every such write is
-    /// conditional on the version it read (see [`crate::endpoint_lifecycle`]).
+    /// conditional on the version it read (see [`crate::domain::endpoint_lifecycle`]).
     pub version: u64,
     /// When it was created.
     pub created_at: DateTime<Utc>,
@@ -141,7 +141,7 @@ pub struct Disabled {
 }
 
 /// Where an endpoint is in its life; derived from `enabled`, `disabled` and
-/// `probe_delivery_id`. The transitions live in [`crate::endpoint_lifecycle`].
+/// `probe_delivery_id`. The transitions live in [`crate::domain::endpoint_lifecycle`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EndpointState<'a> {
     /// Deliveries are attempted.
@@ -173,7 +173,7 @@ impl Endpoint {
             tenant_id: tenant_id.into(),
             url: url.into(),
             event_types: None,
-            retry_policy: crate::policy::RetryPolicy::standard(),
+            retry_policy: crate::domain::retry_policy::RetryPolicy::standard(),
             secret: secret.into(),
             enabled: true,
             disabled: None,
@@ -243,7 +243,7 @@ impl Endpoint {
     }
 }
 
-/// Where a delivery is in its life. The transitions live in [`crate::lifecycle`].
+/// Where a delivery is in its life. The transitions live in [`crate::domain::delivery_lifecycle`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DeliveryStatus {
@@ -318,7 +318,7 @@ pub struct Attempt {
     pub retry_after_seconds: Option<u64>,
     /// Which rule chose `next_wait_seconds`: `schedule` or `retry_after`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub wait_source: Option<crate::policy::WaitSource>,
+    pub wait_source: Option<crate::domain::retry_policy::WaitSource>,
 }
 
 /// One event for one endpoint: the unit that is attempted, retried and replayed.
@@ -349,7 +349,7 @@ pub struct Delivery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_until: Option<DateTime<Utc>>,
     /// The most recent attempts, oldest first: at most
-    /// [`crate::lifecycle::MAX_KEPT_ATTEMPTS`] (older ones are counted in `attempts_dropped`),
+    /// [`crate::domain::delivery_lifecycle::MAX_KEPT_ATTEMPTS`] (older ones are counted in `attempts_dropped`),
     /// so an item never grows toward DynamoDB's 400 KB limit.
     #[serde(default)]
     pub attempts: Vec<Attempt>,
@@ -366,7 +366,7 @@ pub struct Delivery {
     /// When DynamoDB TTL will remove it, unix seconds (final states only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<i64>,
-    /// The digest of the payload stored at ingest ([`crate::signing::payload_digest`], 44
+    /// The digest of the payload stored at ingest ([`crate::domain::signing::payload_digest`], 44
     /// characters): deliver signs a payload that rides in a queue message only when it
     /// matches, and otherwise reads the stored one, so a message sent to the queue by anyone
     /// else cannot choose what is signed (issue #34).

@@ -1,0 +1,11 @@
+//! The decisions: entities, their state machines, retry schedules, signing, the id rule, the
+//! lane and rate decisions. No async, no AWS call, no [`crate::App`].
+
+pub mod delivery_lifecycle;
+pub mod endpoint_lifecycle;
+pub mod ids;
+pub mod lane;
+pub mod model;
+pub mod rate;
+pub mod retry_policy;
+pub mod signing;
