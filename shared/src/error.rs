@@ -78,27 +78,3 @@ impl ServiceError {
         serde_json::json!({"error": {"code": self.code(), "message": self.to_string()}})
     }
 }
-
-impl From<crate::store::StoreError> for ServiceError {
-    fn from(e: crate::store::StoreError) -> Self {
-        match e {
-            crate::store::StoreError::InvalidCursor => {
-                Self::Validation("cursor: not a cursor this API returned".into())
-            }
-            crate::store::StoreError::Unsupported(m) => Self::Validation(m),
-            // DynamoDB refused a request we built: validation belongs before any AWS call, so
-            // this is our bug, and retrying will not help.
-            crate::store::StoreError::Invalid(m) => Self::Internal(format!("internal error: {m}")),
-            // An item we cannot read back (a payload frame that does not decompress): ours to
-            // fix; a retry reads the same item.
-            e @ crate::store::StoreError::Corrupt(_) => Self::Internal(format!("internal error: {e}")),
-            other => Self::Unavailable(other.to_string()),
-        }
-    }
-}
-
-impl From<crate::queue::QueueError> for ServiceError {
-    fn from(e: crate::queue::QueueError) -> Self {
-        Self::Unavailable(e.to_string())
-    }
-}

@@ -6,28 +6,27 @@
 //!
 //! # A tour, layer by layer
 //!
-//! Each layer uses only the ones above it, but for three arrows the role-folder layout is to
-//! remove: [`validate`] and [`destination`] answer with [`error::ServiceError`] (wiring), and
-//! [`app`] holds the portal's token keys ([`ui`]). `tests/tests/it/iam.rs`
-//! (`the_library_has_no_import_cycle`) fails on any import cycle among these modules.
+//! Each layer uses only itself and the ones above it in this table; `tests/tests/it/iam.rs`
+//! fails on an arrow up a layer (`the_library_imports_only_downward`) and on any import
+//! cycle (`the_library_has_no_import_cycle`).
 //!
 //! | layer | modules | what they hold |
 //! |---|---|---|
-//! | settings | [`config`], [`error_text`], [`clock`] | the environment read once; how errors are shown; time |
-//! | decisions | [`model`], [`lifecycle`], [`endpoint_lifecycle`], [`policy`], [`signing`], [`validate`] | the entities, their state machines, retry schedules, Standard Webhooks signing, the id rule: no AWS call |
-//! | adapters | [`store`] (DynamoDB, its shape in `docs/storage.md`), [`queue`] (SQS), [`sender`] with [`destination`] and [`trust`] (the HTTP POST, where it may go, TLS roots), [`notify`] (SNS), [`metrics`], [`bootstrap`] | AWS and HTTP behind traits |
-//! | wiring | [`app`], [`error`] | the [`App`] the services take; the errors they answer with |
-//! | services | [`service`] (ingest, deliver, sweep, admin, health), [`lane`], [`rate_limit`] | what a Lambda handler calls |
-//! | HTTP | [`api`], [`ui`] (the dashboard, the portal and its tokens) | routers and pages over the services |
+//! | base | [`config`], [`clock`], [`error`], [`error_text`] | the environment read once; time and randomness; the errors services answer with (HTTP status and code); how an error chain is shown |
+//! | domain | [`domain`]: [`model`](domain::model), [`delivery_lifecycle`](domain::delivery_lifecycle), [`endpoint_lifecycle`](domain::endpoint_lifecycle), [`retry_policy`](domain::retry_policy), [`signing`](domain::signing), [`ids`](domain::ids), [`lane`](domain::lane), [`rate`](domain::rate) | the entities, their state machines, retry schedules, Standard Webhooks signing, the id rule, the slow-lane and rate decisions: no async, no AWS call |
+//! | adapters | [`store`] (DynamoDB; its shape in `docs/storage.md`), [`queue`] (SQS), [`sender`] with [`destination`](sender::destination) and [`tls_roots`](sender::tls_roots) (the HTTP POST, where it may go, TLS roots), [`notify`] (SNS), [`token_keys`] (Secrets Manager), [`metrics`], [`bootstrap`] | AWS and HTTP behind traits |
+//! | app | [`app`] | the [`App`] every service takes: store, queues, sender, clock, random source |
+//! | services | [`service`]: ingest, deliver, sweep, admin, endpoint_state, lanes, throttle | what a Lambda handler calls |
+//! | HTTP | [`http`]: [`api`](http::api), [`ui`](http::ui) (dashboard, portal, session tokens) | routers and pages over the services |
 //!
 //! Who may change an entity's state, in one file each:
-//! - a **delivery**: [`lifecycle`] builds every transition (claim, record, re-drive, lease
-//!   recovery, hold, release, replay, end), each a guarded, versioned conditional write the
-//!   store applies;
-//! - an **endpoint**: [`endpoint_lifecycle`] (enabled, paused, probing, disabled; every change
-//!   one transaction guarded on the endpoint's version, with the jobs it needs);
-//! - a **job**: [`service::health`] runs each step under the job's lease and writes its
-//!   progress only while the lease holds ([`store::Store::save_job`]).
+//! - a **delivery**: [`domain::delivery_lifecycle`] builds every transition (claim, record,
+//!   re-drive, lease recovery, hold, release, replay, end), each a guarded, versioned
+//!   conditional write the store applies;
+//! - an **endpoint**: [`domain::endpoint_lifecycle`] (enabled, paused, probing, disabled;
+//!   every change one transaction guarded on the endpoint's version, with the jobs it needs);
+//! - a **job**: [`service::endpoint_state`] runs each step under the job's lease and writes
+//!   its progress only while the lease holds ([`store::Store::save_job`]).
 
 pub mod app;
 pub mod bootstrap;

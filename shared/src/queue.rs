@@ -117,6 +117,13 @@ impl Queue for SqsQueue {
     }
 }
 
+/// A queue failure answers 503: worth retrying.
+impl From<QueueError> for crate::error::ServiceError {
+    fn from(e: QueueError) -> Self {
+        Self::Unavailable(e.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,4 +1,4 @@
-//! The keys of portal tokens and of the portal's form tokens ([`super::token`]): where they
+//! The keys of portal tokens and of the portal's form tokens ([`crate::http::ui::token`]): where they
 //! come from, how long a process keeps them, and which of them sign and verify while one key
 //! replaces another.
 //!

@@ -75,6 +75,15 @@ pub fn lookup_id(kind: &str, id: &str) -> Result<(), ServiceError> {
     if is_client_id(id) { Ok(()) } else { Err(ServiceError::NotFound(format!("{kind} {}: no such {kind}", shown(id)))) }
 }
 
+/// Which of `shards` an id falls into: the first four bytes of SHA-256(id), big-endian,
+/// modulo `shards` (0 when `shards` is 0 or 1). Stable across processes and releases: the due
+/// index, the `by_endpoint` partitions and the rate counters are keyed by it.
+pub fn shard_of(id: &str, shards: u32) -> u32 {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(id.as_bytes());
+    u32::from_be_bytes([d[0], d[1], d[2], d[3]]) % shards.max(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -37,13 +37,8 @@
 //! most one UpdateItem per [`STEP_MS`] for the adaptive rate. Synchronous attempts
 //! (`mode: sync`) are not limited: they cannot wait.
 
-use crate::App;
-use crate::domain::lane;
-use crate::domain::model::{Delivery, Endpoint};
+use crate::domain::model::Endpoint;
 use crate::domain::retry_policy::Outcome;
-use crate::error::ServiceError;
-use bytes::Bytes;
-use chrono::{DateTime, Utc};
 
 /// The factor a 429 without `Retry-After` (or a run of timeouts) multiplies the adaptive rate
 /// by: 0.5, TCP's multiplicative decrease.
@@ -102,7 +97,7 @@ pub fn counter(endpoint_id: &str, delivery_id: &str, slots: u64) -> (String, u64
     if n == 1 {
         return (endpoint_id.to_string(), slots);
     }
-    let k = u64::from(crate::store::keys::due_shard(delivery_id, u32::try_from(n).unwrap_or(u32::MAX)));
+    let k = u64::from(crate::domain::ids::shard_of(delivery_id, u32::try_from(n).unwrap_or(u32::MAX)));
     let share = slots / n + u64::from(k < slots % n);
     (format!("{endpoint_id}#{k}"), share)
 }
@@ -111,49 +106,6 @@ pub fn counter(endpoint_id: &str, delivery_id: &str, slots: u64) -> (String, u64
 /// place falls into (`ceil((count - slots) / slots)`), 0 within the limit.
 pub fn wait_seconds(count: u64, slots: u64) -> u64 {
     if count <= slots || slots == 0 { 0 } else { (count - slots).div_ceil(slots) }
-}
-
-/// What [`admit`] decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admission {
-    /// Go ahead. With a limit, the time the slot was taken at, which is the attempt's start
-    /// (its `webhook-timestamp` second is the window it was counted in); `None` without a
-    /// limit (nothing was read or written).
-    Go(Option<DateTime<Utc>>),
-    /// Over the limit: the claim was given back and the message sent again for later.
-    Waits,
-    /// Over the limit, and the claim was lost meanwhile (a duplicate): nothing sent.
-    Lost,
-}
-
-/// Takes a slot for an attempt of `delivery` on `ep`, or, over the limit, gives the claim
-/// back and sends the message again when its window comes (see the module docs).
-///
-/// # Errors
-/// [`ServiceError::Unavailable`] when the counter, the give-back or the send failed; the
-/// delivery is then left `sending` with a lease, or `scheduled` in the due index, and the
-/// sweeper recovers it.
-pub async fn admit(
-    app: &App,
-    delivery: &Delivery,
-    ep: &Endpoint,
-    payload: Option<&Bytes>,
-) -> Result<Admission, ServiceError> {
-    let Some(slots) = slots(ep) else { return Ok(Admission::Go(None)) };
-    let now = app.clock.now();
-    let (counter, slots) = counter(&ep.id, &delivery.id, slots);
-    let count = app.store.take_rate_slot(&counter, now.timestamp()).await?;
-    let wait = wait_seconds(count, slots);
-    if wait == 0 {
-        return Ok(Admission::Go(Some(now)));
-    }
-    let queue = lane::queue_for(app, lane::is_slow(ep, now));
-    let wait = u32::try_from(wait).unwrap_or(u32::MAX);
-    let given = lane::give_back(app, delivery, wait, payload, queue).await?;
-    if given {
-        tracing::info!(delivery_id = %delivery.id, endpoint_id = %ep.id, count, slots, wait_seconds = wait, "rate limit: attempt waits");
-    }
-    Ok(if given { Admission::Waits } else { Admission::Lost })
 }
 
 /// What an attempt's outcome does to the adaptive rate: the new rate, or `None` (no change
@@ -187,20 +139,6 @@ pub fn next_rate(
         Some((current + INCREASE_PER_STEP).min(limit))
     } else {
         None
-    }
-}
-
-/// Moves the adaptive rate as an attempt's outcome asks (see [`next_rate`]); best effort: a
-/// lost condition (another attempt moved it first) or a failed write is logged and left.
-pub async fn observe(app: &App, ep: &Endpoint, outcome: Outcome, retry_after: Option<u64>, failures_in_a_row: u32) {
-    let now_ms = app.clock.now().timestamp_millis();
-    let Some(rate) = next_rate(ep, outcome, retry_after, failures_in_a_row, now_ms) else { return };
-    match app.store.set_effective_rate(&ep.tenant_id, &ep.id, ep.rate_changed_at_ms, rate, now_ms).await {
-        Ok(true) => {
-            tracing::info!(endpoint_id = %ep.id, from = ?effective(ep), to = rate, outcome = ?outcome, "adaptive rate changed")
-        }
-        Ok(false) => {}
-        Err(e) => tracing::warn!(endpoint_id = %ep.id, error = %e, "adaptive rate not written"),
     }
 }
 

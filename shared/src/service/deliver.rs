@@ -20,7 +20,6 @@ use crate::domain::model::{
     Attempt, Delivery, DeliveryStatus, Disabled, Endpoint, EndpointState, REASON_CIRCUIT_BREAKER,
     REASON_ENDPOINT_DELETED, REASON_GONE, REASON_UNSUBSCRIBED,
 };
-use crate::domain::rate;
 use crate::domain::retry_policy::{Outcome, Verdict};
 use crate::domain::signing;
 use crate::error::ServiceError;
@@ -28,6 +27,7 @@ use crate::metrics;
 use crate::queue;
 use crate::sender::{SendResult, Sender};
 use crate::service::endpoint_state;
+use crate::service::{lanes, throttle};
 use crate::store::{Applied, Committed, EndpointWrite, FailureCount};
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use bytes::Bytes;
@@ -108,7 +108,7 @@ pub async fn deliver_message(app: &App, msg: &AttemptMessage) -> Result<Handled,
 }
 
 /// After an AWS call between a claim and its POST failed: nothing was sent, so the claim is
-/// given back ([`lane::give_back`]: `scheduled` again, the attempt number not spent) and the
+/// given back ([`lanes::give_back`]: `scheduled` again, the attempt number not spent) and the
 /// same attempt queued on the message's lane after [`GIVE_BACK_AFTER_ERROR_SECONDS`]. The
 /// message is done then (`Requeued`). Only for a failed AWS call
 /// ([`ServiceError::Unavailable`], which a later try can get past): an error of ours (an item
@@ -131,8 +131,8 @@ async fn give_back_after_error(
         return Err(error);
     }
     let payload = msg.payload.as_ref().map(|p| Bytes::from(p.clone()));
-    let queue = lane::queue_for(app, lane == Lane::Slow);
-    match lane::give_back(app, delivery, GIVE_BACK_AFTER_ERROR_SECONDS, payload.as_ref(), queue).await {
+    let queue = lanes::queue_for(app, lane == Lane::Slow);
+    match lanes::give_back(app, delivery, GIVE_BACK_AFTER_ERROR_SECONDS, payload.as_ref(), queue).await {
         Ok(true) => {
             tracing::warn!(delivery_id = %delivery.id, error = %error, "call before the POST failed; claim given back, nothing sent");
             Ok(Handled::Requeued)
@@ -221,17 +221,17 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
         let mut slot_at = None;
         if let (Some(ep), Mode::Policy) = (&endpoint, mode) {
             if lane == Lane::Main && app.slow_queue.is_some() && lane::is_slow(ep, app.clock.now()) {
-                let slow = lane::queue_for(app, true);
-                if !lane::give_back(app, &delivery, 0, payload.as_ref(), slow).await? {
+                let slow = lanes::queue_for(app, true);
+                if !lanes::give_back(app, &delivery, 0, payload.as_ref(), slow).await? {
                     return Ok(Err(Handled::Duplicate));
                 }
                 tracing::info!(delivery_id = %delivery.id, endpoint_id = %ep.id, "endpoint is slow; attempt moved to the slow lane");
                 return Ok(Err(Handled::Rerouted));
             }
-            match rate::admit(app, &delivery, ep, payload.as_ref()).await? {
-                rate::Admission::Go(at) => slot_at = at,
-                rate::Admission::Waits => return Ok(Err(Handled::RateLimited)),
-                rate::Admission::Lost => return Ok(Err(Handled::Duplicate)),
+            match throttle::admit(app, &delivery, ep, payload.as_ref()).await? {
+                throttle::Admission::Go(at) => slot_at = at,
+                throttle::Admission::Waits => return Ok(Err(Handled::RateLimited)),
+                throttle::Admission::Lost => return Ok(Err(Handled::Duplicate)),
             }
         }
         // Taking the slot was an AWS call after the endpoint read: read it again, so the read the
@@ -251,7 +251,7 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
             // and the sweeper would re-drive a second one. Give the claim back instead, to the
             // endpoint's lane (a slow endpoint's attempt stays in the slow lane).
             let slow = endpoint.as_ref().is_some_and(|ep| lane::is_slow(ep, app.clock.now()));
-            if !lane::give_back(app, &delivery, 0, payload.as_ref(), lane::queue_for(app, slow)).await? {
+            if !lanes::give_back(app, &delivery, 0, payload.as_ref(), lanes::queue_for(app, slow)).await? {
                 tracing::warn!(delivery_id = %delivery.id, "lease lost before the claim was given back");
                 return Ok(Err(Handled::Duplicate));
             }
@@ -422,15 +422,15 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
     // change (see crate::domain::lane and crate::domain::rate).
     let slow = match &endpoint {
         Some(ep) if ours.is_none() => {
-            rate::observe(app, ep, result.outcome, result.retry_after_seconds, failures_in_a_row).await;
-            lane::observe(app, ep, result.duration_ms).await
+            throttle::observe(app, ep, result.outcome, result.retry_after_seconds, failures_in_a_row).await;
+            lanes::observe(app, ep, result.duration_ms).await
         }
         _ => false,
     };
     if let Some(mut e) = enqueue {
         // The next attempt takes the payload along (when it fits), so it needs no read.
         e.message.payload = payload.and_then(|p| String::from_utf8(p.to_vec()).ok());
-        lane::queue_for(app, slow).send(&[e]).await?;
+        lanes::queue_for(app, slow).send(&[e]).await?;
     }
     if let Some(ep) =
         endpoint.as_ref().filter(|ep| verdict == Verdict::Success && !probe && ep.consecutive_failures > 0)

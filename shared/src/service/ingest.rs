@@ -35,6 +35,7 @@ use crate::domain::lane;
 use crate::domain::model::{Attempt, DeliveryStatus, StoredEvent, delivery_id};
 use crate::error::ServiceError;
 use crate::service::deliver::{self, Handled, Mode};
+use crate::service::lanes;
 use crate::store::StoreError;
 use serde::Serialize;
 
@@ -234,7 +235,7 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
         if batch.is_empty() {
             return;
         }
-        if let Err(e) = lane::queue_for(app, slow).send(&batch).await {
+        if let Err(e) = lanes::queue_for(app, slow).send(&batch).await {
             // The deliveries are written and in the due index: the sweeper re-drives them.
             tracing::warn!(event_id = id, slow, error = %e, "enqueue failed after write; the sweeper will re-drive");
         }

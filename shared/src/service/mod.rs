@@ -5,4 +5,6 @@ pub mod admin;
 pub mod deliver;
 pub mod endpoint_state;
 pub mod ingest;
+pub mod lanes;
 pub mod sweep;
+pub mod throttle;

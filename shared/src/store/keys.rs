@@ -1,7 +1,5 @@
 //! Every DynamoDB key and index attribute, built in one place.
 
-use sha2::{Digest, Sha256};
-
 /// Partition key attribute.
 pub const PK: &str = "pk";
 /// Sort key attribute.
@@ -108,8 +106,7 @@ pub const JOB_SK: &str = "JOB";
 
 /// The due-index shard of a delivery: the first four bytes of SHA-256(id), modulo `shards`.
 pub fn due_shard(id: &str, shards: u32) -> u32 {
-    let d = Sha256::digest(id.as_bytes());
-    u32::from_be_bytes([d[0], d[1], d[2], d[3]]) % shards.max(1)
+    crate::domain::ids::shard_of(id, shards)
 }
 
 /// The `by_endpoint` partition of a delivery: the endpoint id itself with one shard,

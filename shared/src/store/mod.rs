@@ -431,3 +431,22 @@ pub trait Store: Send + Sync {
         now_ms: i64,
     ) -> Result<bool, StoreError>;
 }
+
+/// How a store failure answers a caller: a bad cursor or an unsupported query is the
+/// caller's (422); a request DynamoDB refused or an item we cannot read back is ours (500);
+/// anything else is worth retrying (503).
+impl From<StoreError> for crate::error::ServiceError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::InvalidCursor => Self::Validation("cursor: not a cursor this API returned".into()),
+            StoreError::Unsupported(m) => Self::Validation(m),
+            // DynamoDB refused a request we built: validation belongs before any AWS call, so
+            // this is our bug, and retrying will not help.
+            StoreError::Invalid(m) => Self::Internal(format!("internal error: {m}")),
+            // An item we cannot read back (a payload frame that does not decompress): ours to
+            // fix; a retry reads the same item.
+            e @ StoreError::Corrupt(_) => Self::Internal(format!("internal error: {e}")),
+            other => Self::Unavailable(other.to_string()),
+        }
+    }
+}

@@ -1253,3 +1253,50 @@ fn the_library_has_no_import_cycle() {
     broken.get_mut("store").expect("store module").insert("error".into());
     assert_eq!(import_cycles(&broken), vec![vec!["error".to_string(), "store".to_string()]]);
 }
+
+/// The library's layers, lowest first, by a module's first path segment (shared/src/lib.rs
+/// draws them): a module may name its own layer and those below, never one above.
+const LAYERS: [(&str, &[&str]); 6] = [
+    ("base", &["config", "clock", "error", "error_text"]),
+    ("domain", &["domain"]),
+    ("adapters", &["store", "queue", "notify", "sender", "metrics", "bootstrap", "token_keys"]),
+    ("app", &["app"]),
+    ("service", &["service"]),
+    ("http", &["http"]),
+];
+
+fn layer_of(module: &str) -> Option<usize> {
+    let top = module.split('/').next().unwrap_or_default();
+    LAYERS.iter().position(|(_, tops)| tops.contains(&top))
+}
+
+/// Every arrow from a module to one in a higher layer, as `from -> to`.
+fn upward_arrows(imports: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let mut up = Vec::new();
+    for (from, tos) in imports {
+        for to in tos {
+            if let (Some(a), Some(b)) = (layer_of(from), layer_of(to))
+                && b > a
+            {
+                up.push(format!("{from} ({}) -> {to} ({})", LAYERS[a].0, LAYERS[b].0));
+            }
+        }
+    }
+    up
+}
+
+#[test]
+fn the_library_imports_only_downward() {
+    let imports = library_imports();
+    let unplaced: Vec<&String> = imports.keys().filter(|m| !m.is_empty() && layer_of(m).is_none()).collect();
+    assert!(unplaced.is_empty(), "modules in no layer (add them to LAYERS): {unplaced:?}");
+    assert_eq!(upward_arrows(&imports), Vec::<String>::new(), "imports up a layer");
+    // The check sees the arrows the layout removed: the errors naming the store (base ->
+    // adapters), an entity naming the store (domain -> adapters), the app naming the portal's
+    // pages (app -> http).
+    for (from, to) in [("error", "store"), ("domain/model", "store"), ("app", "http/ui")] {
+        let mut broken = imports.clone();
+        broken.get_mut(from).unwrap_or_else(|| panic!("module {from}")).insert(to.into());
+        assert_eq!(upward_arrows(&broken).len(), 1, "{from} -> {to} not seen");
+    }
+}

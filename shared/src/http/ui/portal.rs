@@ -18,7 +18,7 @@
 //! delivery id it is given must belong to that tenant: another tenant's id answers the same
 //! 404 page as a missing one. Every POST carries the session's form token (CSRF). A missing,
 //! tampered or expired token gets a 401 page that shows no data; a token key that cannot be
-//! read from Secrets Manager ([`super::token_keys`]), a 503 page.
+//! read from Secrets Manager ([`crate::token_keys`]), a 503 page.
 
 use super::token::{self, Claims, TokenError};
 use super::{endpoint_badge, error_page, page, see_other, status_badge, text, time, timeline};

@@ -10,7 +10,7 @@
 //! under the same key with another label, so a page of another site can neither read nor
 //! guess it (the session cookie is also `HttpOnly; SameSite=Strict`).
 //!
-//! The key comes from [`super::token_keys`]: a Secrets Manager secret read at cold start and
+//! The key comes from [`crate::token_keys`]: a Secrets Manager secret read at cold start and
 //! again every 300 s, so a rotation takes effect without a redeploy; around one, tokens and
 //! form tokens verify under either key of the [`KeySet`] until the overlap ends (4200 s after
 //! the new version's creation).
