@@ -301,7 +301,7 @@ async fn dashboard(client: Client, listen: std::net::SocketAddr) -> Result<Strin
     let router = webhooks::http::ui::dashboard::router(std::sync::Arc::new(HttpAdmin(client))).layer(
         axum::middleware::from_fn(move |request: axum::extract::Request, next: axum::middleware::Next| {
             let host = request.headers().get(http::header::HOST).and_then(|h| h.to_str().ok());
-            let host_ok = webhooks::http::api::is_local_host(host, addr);
+            let host_ok = webhooks::http::local_host::is_local_host(host, addr);
             async move {
                 if host_ok {
                     next.run(request).await

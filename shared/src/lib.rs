@@ -26,7 +26,7 @@
 //! - an **endpoint**: [`domain::endpoint_lifecycle`] (enabled, paused, probing, disabled;
 //!   every change one transaction guarded on the endpoint's version, with the jobs it needs);
 //! - a **job**: [`service::endpoint_state`] runs each step under the job's lease and writes
-//!   its progress only while the lease holds ([`store::Store::save_job`]).
+//!   its progress only while the lease holds ([`store::JobStore::save_job`]).
 
 pub mod app;
 pub mod bootstrap;

@@ -35,8 +35,9 @@ use webhooks::domain::model::{Delivery, DeliveryStatus, Endpoint, Job, StoredEve
 use webhooks::store::keys::{JOB_SHARD, due_shard, endpoint_bucket, endpoint_sk, stats_day_sk, time_sk};
 use webhooks::store::{
     Applied, Committed, DeliveredTally, DeliveryQuery, DeliverySummary, Due, EndpointWrite, FailureCount, Inserted,
-    Page, Store, StoreError,
+    Page, StoreError,
 };
+use webhooks::store::{CounterStore, DeliveryStore, EndpointStore, EventStore, JobStore};
 
 /// DynamoDB's largest item, bytes (400 KB).
 pub const MAX_ITEM_BYTES: usize = 400 * 1024;
@@ -402,7 +403,7 @@ impl MemStore {
 }
 
 #[async_trait]
-impl Store for MemStore {
+impl EndpointStore for MemStore {
     async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
         self.call("store.create_endpoint", |s, t| {
             s.check_size("endpoint", size_of(endpoint))?;
@@ -436,17 +437,7 @@ impl Store for MemStore {
         .await
     }
 
-    /// No copies here: the endpoint's own count.
-    async fn failures_in_a_row(&self, endpoint: &Endpoint) -> Result<u32, StoreError> {
-        Ok(endpoint.consecutive_failures)
-    }
-
-    /// No copies here: each endpoint's own count.
-    async fn listed_failures_in_a_row(&self, endpoints: &[Endpoint]) -> Result<Vec<u32>, StoreError> {
-        Ok(endpoints.iter().map(|e| e.consecutive_failures).collect())
-    }
-
-    /// One endpoint item (no copies): the same as [`Store::get_endpoint`].
+    /// One endpoint item (no copies): the same as [`EndpointStore::get_endpoint`].
     async fn read_endpoint(&self, tenant_id: &str, id: &str, _key: &str) -> Result<Option<Endpoint>, StoreError> {
         self.call("store.read_endpoint", |_, t| Ok(t.endpoints.get(&(tenant_id.to_string(), id.to_string())).cloned()))
             .await
@@ -455,80 +446,6 @@ impl Store for MemStore {
     async fn tenant_endpoints(&self, tenant_id: &str, _key: &str) -> Result<Vec<Endpoint>, StoreError> {
         self.call("store.tenant_endpoints", |_, t| {
             Ok(t.endpoints.iter().filter(|((tn, _), _)| tn == tenant_id).map(|(_, e)| e.clone()).collect())
-        })
-        .await
-    }
-
-    async fn count_failure(
-        &self,
-        tenant_id: &str,
-        id: &str,
-        key: &str,
-        attempt: u32,
-        threshold: u32,
-    ) -> Result<Option<FailureCount>, StoreError> {
-        let mark = format!("{key}#{attempt}");
-        self.call("store.count_failure", |_, t| {
-            let k = (tenant_id.to_string(), id.to_string());
-            let Some(e) = t.endpoints.get_mut(&k) else { return Ok(None) };
-            // DynamoStore's mark: the same (key, attempt) as the last counted adds nothing.
-            if t.failure_marks.get(&k) != Some(&mark) {
-                e.consecutive_failures += 1;
-                t.failure_marks.insert(k, mark);
-            }
-            Ok(Some(FailureCount::single(e.consecutive_failures, threshold)))
-        })
-        .await
-    }
-
-    async fn count_delivered(
-        &self,
-        endpoint_id: &str,
-        delivery_id: &str,
-        at: chrono::DateTime<chrono::Utc>,
-        _expires_at: i64,
-    ) -> Result<(), StoreError> {
-        self.call("store.count_delivered", |_, t| {
-            let day = t.delivered_days.entry((endpoint_id.to_string(), stats_day_sk(at))).or_default();
-            // DynamoStore's `last_counted`: the same delivery again adds nothing.
-            let last = t.delivered_marks.entry((endpoint_id.to_string(), stats_day_sk(at))).or_default();
-            if last != delivery_id {
-                day.delivered += 1;
-                day.last_delivered_at = Some(at);
-                *last = delivery_id.to_string();
-            }
-            Ok(())
-        })
-        .await
-    }
-
-    async fn delivered_tally(
-        &self,
-        endpoint_id: &str,
-        since: chrono::DateTime<chrono::Utc>,
-    ) -> Result<DeliveredTally, StoreError> {
-        let from = stats_day_sk(since);
-        self.call("store.delivered_tally", |_, t| {
-            let days: Vec<_> = t
-                .delivered_days
-                .iter()
-                .filter(|((ep, day), _)| ep == endpoint_id && *day >= from)
-                .map(|(_, d)| d)
-                .collect();
-            Ok(DeliveredTally {
-                delivered: days.iter().map(|d| d.delivered).sum(),
-                last_delivered_at: days.iter().filter_map(|d| d.last_delivered_at).max(),
-            })
-        })
-        .await
-    }
-
-    async fn reset_failures(&self, tenant_id: &str, id: &str, _key: &str) -> Result<(), StoreError> {
-        self.call("store.reset_failures", |_, t| {
-            if let Some(e) = t.endpoints.get_mut(&(tenant_id.to_string(), id.to_string())) {
-                e.consecutive_failures = 0;
-            }
-            Ok(())
         })
         .await
     }
@@ -618,7 +535,137 @@ impl Store for MemStore {
         })
         .await
     }
+}
 
+#[async_trait]
+impl CounterStore for MemStore {
+    /// No copies here: the endpoint's own count.
+    async fn failures_in_a_row(&self, endpoint: &Endpoint) -> Result<u32, StoreError> {
+        Ok(endpoint.consecutive_failures)
+    }
+
+    /// No copies here: each endpoint's own count.
+    async fn listed_failures_in_a_row(&self, endpoints: &[Endpoint]) -> Result<Vec<u32>, StoreError> {
+        Ok(endpoints.iter().map(|e| e.consecutive_failures).collect())
+    }
+
+    async fn count_failure(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        key: &str,
+        attempt: u32,
+        threshold: u32,
+    ) -> Result<Option<FailureCount>, StoreError> {
+        let mark = format!("{key}#{attempt}");
+        self.call("store.count_failure", |_, t| {
+            let k = (tenant_id.to_string(), id.to_string());
+            let Some(e) = t.endpoints.get_mut(&k) else { return Ok(None) };
+            // DynamoStore's mark: the same (key, attempt) as the last counted adds nothing.
+            if t.failure_marks.get(&k) != Some(&mark) {
+                e.consecutive_failures += 1;
+                t.failure_marks.insert(k, mark);
+            }
+            Ok(Some(FailureCount::single(e.consecutive_failures, threshold)))
+        })
+        .await
+    }
+
+    async fn count_delivered(
+        &self,
+        endpoint_id: &str,
+        delivery_id: &str,
+        at: chrono::DateTime<chrono::Utc>,
+        _expires_at: i64,
+    ) -> Result<(), StoreError> {
+        self.call("store.count_delivered", |_, t| {
+            let day = t.delivered_days.entry((endpoint_id.to_string(), stats_day_sk(at))).or_default();
+            // DynamoStore's `last_counted`: the same delivery again adds nothing.
+            let last = t.delivered_marks.entry((endpoint_id.to_string(), stats_day_sk(at))).or_default();
+            if last != delivery_id {
+                day.delivered += 1;
+                day.last_delivered_at = Some(at);
+                *last = delivery_id.to_string();
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn delivered_tally(
+        &self,
+        endpoint_id: &str,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<DeliveredTally, StoreError> {
+        let from = stats_day_sk(since);
+        self.call("store.delivered_tally", |_, t| {
+            let days: Vec<_> = t
+                .delivered_days
+                .iter()
+                .filter(|((ep, day), _)| ep == endpoint_id && *day >= from)
+                .map(|(_, d)| d)
+                .collect();
+            Ok(DeliveredTally {
+                delivered: days.iter().map(|d| d.delivered).sum(),
+                last_delivered_at: days.iter().filter_map(|d| d.last_delivered_at).max(),
+            })
+        })
+        .await
+    }
+
+    async fn reset_failures(&self, tenant_id: &str, id: &str, _key: &str) -> Result<(), StoreError> {
+        self.call("store.reset_failures", |_, t| {
+            if let Some(e) = t.endpoints.get_mut(&(tenant_id.to_string(), id.to_string())) {
+                e.consecutive_failures = 0;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn set_slow_until(&self, tenant_id: &str, id: &str, until: Option<DateTime<Utc>>) -> Result<(), StoreError> {
+        self.call("store.set_slow_until", |_, t| {
+            if let Some(e) = t.endpoints.get_mut(&(tenant_id.to_string(), id.to_string())) {
+                e.slow_until = until;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn take_rate_slot(&self, endpoint_id: &str, second: i64) -> Result<u64, StoreError> {
+        self.call("store.take_rate_slot", |_, t| {
+            let n = t.rate_windows.entry((endpoint_id.to_string(), second)).or_insert(0);
+            *n += 1;
+            Ok(*n)
+        })
+        .await
+    }
+
+    async fn set_effective_rate(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        expected_ms: Option<i64>,
+        rate: f64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.call("store.set_effective_rate", |_, t| {
+            Ok(match t.endpoints.get_mut(&(tenant_id.to_string(), id.to_string())) {
+                Some(e) if e.rate_changed_at_ms == expected_ms => {
+                    e.effective_rate_per_second = Some(rate);
+                    e.rate_changed_at_ms = Some(now_ms);
+                    true
+                }
+                _ => false,
+            })
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl EventStore for MemStore {
     async fn insert_event(
         &self,
         event: &StoredEvent,
@@ -730,7 +777,10 @@ impl Store for MemStore {
         })
         .await
     }
+}
 
+#[async_trait]
+impl DeliveryStore for MemStore {
     async fn get_delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError> {
         self.call("store.get_delivery", |_, t| Ok(t.deliveries.get(id).map(|r| r.d.clone()))).await
     }
@@ -857,7 +907,10 @@ impl Store for MemStore {
         })
         .await
     }
+}
 
+#[async_trait]
+impl JobStore for MemStore {
     async fn create_job(&self, job: &Job) -> Result<(), StoreError> {
         self.call("store.create_job", |s, t| {
             if t.jobs.contains_key(&job.id) {
@@ -888,46 +941,6 @@ impl Store for MemStore {
                 Ok(true)
             }
             _ => Ok(false),
-        })
-        .await
-    }
-
-    async fn set_slow_until(&self, tenant_id: &str, id: &str, until: Option<DateTime<Utc>>) -> Result<(), StoreError> {
-        self.call("store.set_slow_until", |_, t| {
-            if let Some(e) = t.endpoints.get_mut(&(tenant_id.to_string(), id.to_string())) {
-                e.slow_until = until;
-            }
-            Ok(())
-        })
-        .await
-    }
-
-    async fn take_rate_slot(&self, endpoint_id: &str, second: i64) -> Result<u64, StoreError> {
-        self.call("store.take_rate_slot", |_, t| {
-            let n = t.rate_windows.entry((endpoint_id.to_string(), second)).or_insert(0);
-            *n += 1;
-            Ok(*n)
-        })
-        .await
-    }
-
-    async fn set_effective_rate(
-        &self,
-        tenant_id: &str,
-        id: &str,
-        expected_ms: Option<i64>,
-        rate: f64,
-        now_ms: i64,
-    ) -> Result<bool, StoreError> {
-        self.call("store.set_effective_rate", |_, t| {
-            Ok(match t.endpoints.get_mut(&(tenant_id.to_string(), id.to_string())) {
-                Some(e) if e.rate_changed_at_ms == expected_ms => {
-                    e.effective_rate_per_second = Some(rate);
-                    e.rate_changed_at_ms = Some(now_ms);
-                    true
-                }
-                _ => false,
-            })
         })
         .await
     }

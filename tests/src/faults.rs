@@ -23,6 +23,7 @@ use webhooks::domain::model::{Delivery, Disabled, Endpoint, Job, StoredEvent};
 use webhooks::store::{
     Applied, Committed, DeliveryQuery, DeliverySummary, Due, EndpointWrite, Page, Store, StoreError,
 };
+use webhooks::store::{CounterStore, DeliveryStore, EndpointStore, EventStore, JobStore};
 
 /// When an injected failure strikes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -232,28 +233,59 @@ struct FaultyStore {
 }
 
 #[async_trait::async_trait]
-impl Store for FaultyStore {
+impl EndpointStore for FaultyStore {
     async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
         self.faults.run("create_endpoint", self.inner.create_endpoint(endpoint), any, aws).await
     }
+
     async fn get_endpoint(&self, tenant_id: &str, id: &str) -> Result<Option<Endpoint>, StoreError> {
         self.faults.run("get_endpoint", self.inner.get_endpoint(tenant_id, id), any, aws).await
     }
+
     async fn find_endpoint(&self, id: &str) -> Result<Option<Endpoint>, StoreError> {
         self.faults.run("find_endpoint", self.inner.find_endpoint(id), any, aws).await
     }
-    async fn failures_in_a_row(&self, endpoint: &Endpoint) -> Result<u32, StoreError> {
-        self.faults.run("failures_in_a_row", self.inner.failures_in_a_row(endpoint), any, aws).await
-    }
-    async fn listed_failures_in_a_row(&self, endpoints: &[Endpoint]) -> Result<Vec<u32>, StoreError> {
-        self.faults.run("listed_failures_in_a_row", self.inner.listed_failures_in_a_row(endpoints), any, aws).await
-    }
+
     async fn read_endpoint(&self, tenant_id: &str, id: &str, key: &str) -> Result<Option<Endpoint>, StoreError> {
         self.faults.run("read_endpoint", self.inner.read_endpoint(tenant_id, id, key), any, aws).await
     }
+
     async fn tenant_endpoints(&self, tenant_id: &str, key: &str) -> Result<Vec<Endpoint>, StoreError> {
         self.faults.run("tenant_endpoints", self.inner.tenant_endpoints(tenant_id, key), any, aws).await
     }
+
+    async fn commit(
+        &self,
+        endpoint: EndpointWrite<'_>,
+        delivery: Option<(&str, &Transition)>,
+    ) -> Result<Committed, StoreError> {
+        self.faults.run("commit", self.inner.commit(endpoint, delivery), any, aws).await
+    }
+
+    async fn delete_endpoint(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
+        self.faults.run("delete_endpoint", self.inner.delete_endpoint(tenant_id, id), any, aws).await
+    }
+
+    async fn list_endpoints(
+        &self,
+        tenant_id: &str,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<Endpoint>, StoreError> {
+        self.faults.run("list_endpoints", self.inner.list_endpoints(tenant_id, limit, cursor), any, aws).await
+    }
+}
+
+#[async_trait::async_trait]
+impl CounterStore for FaultyStore {
+    async fn failures_in_a_row(&self, endpoint: &Endpoint) -> Result<u32, StoreError> {
+        self.faults.run("failures_in_a_row", self.inner.failures_in_a_row(endpoint), any, aws).await
+    }
+
+    async fn listed_failures_in_a_row(&self, endpoints: &[Endpoint]) -> Result<Vec<u32>, StoreError> {
+        self.faults.run("listed_failures_in_a_row", self.inner.listed_failures_in_a_row(endpoints), any, aws).await
+    }
+
     async fn count_failure(
         &self,
         tenant_id: &str,
@@ -266,6 +298,7 @@ impl Store for FaultyStore {
             .run("count_failure", self.inner.count_failure(tenant_id, id, key, attempt, threshold), any, aws)
             .await
     }
+
     async fn count_delivered(
         &self,
         endpoint_id: &str,
@@ -276,6 +309,7 @@ impl Store for FaultyStore {
         let call = self.inner.count_delivered(endpoint_id, delivery_id, at, expires_at);
         self.faults.run("count_delivered", call, any, aws).await
     }
+
     async fn delivered_tally(
         &self,
         endpoint_id: &str,
@@ -283,78 +317,11 @@ impl Store for FaultyStore {
     ) -> Result<webhooks::store::DeliveredTally, StoreError> {
         self.faults.run("delivered_tally", self.inner.delivered_tally(endpoint_id, since), any, aws).await
     }
+
     async fn reset_failures(&self, tenant_id: &str, id: &str, key: &str) -> Result<(), StoreError> {
         self.faults.run("reset_failures", self.inner.reset_failures(tenant_id, id, key), any, aws).await
     }
-    async fn commit(
-        &self,
-        endpoint: EndpointWrite<'_>,
-        delivery: Option<(&str, &Transition)>,
-    ) -> Result<Committed, StoreError> {
-        self.faults.run("commit", self.inner.commit(endpoint, delivery), any, aws).await
-    }
-    async fn delete_endpoint(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
-        self.faults.run("delete_endpoint", self.inner.delete_endpoint(tenant_id, id), any, aws).await
-    }
-    async fn list_endpoints(
-        &self,
-        tenant_id: &str,
-        limit: usize,
-        cursor: Option<&str>,
-    ) -> Result<Page<Endpoint>, StoreError> {
-        self.faults.run("list_endpoints", self.inner.list_endpoints(tenant_id, limit, cursor), any, aws).await
-    }
-    async fn insert_event(
-        &self,
-        event: &StoredEvent,
-        deliveries: &[(&Delivery, Option<i64>)],
-    ) -> Result<webhooks::store::Inserted, StoreError> {
-        self.faults.run("insert_event", self.inner.insert_event(event, deliveries), any, aws).await
-    }
-    async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError> {
-        self.faults.run("get_payload", self.inner.get_payload(tenant_id, event_id), any, aws).await
-    }
-    async fn get_delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError> {
-        self.faults.run("get_delivery", self.inner.get_delivery(id), any, aws).await
-    }
-    async fn apply(&self, id: &str, transition: &Transition, return_new: bool) -> Result<Applied, StoreError> {
-        self.faults.run("apply", self.inner.apply(id, transition, return_new), any, aws).await
-    }
-    async fn due(&self, shard: u32, until_ms: i64, limit: usize, after: Option<&Due>) -> Result<Vec<Due>, StoreError> {
-        self.faults.run("due", self.inner.due(shard, until_ms, limit, after), |v: &Vec<Due>| !v.is_empty(), aws).await
-    }
-    async fn create_job(&self, job: &Job) -> Result<(), StoreError> {
-        self.faults.run("create_job", self.inner.create_job(job), any, aws).await
-    }
-    async fn save_job(&self, job: &Job, lease_due_at: i64) -> Result<bool, StoreError> {
-        self.faults.run("save_job", self.inner.save_job(job, lease_due_at), any, aws).await
-    }
-    async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError> {
-        self.faults.run("get_job", self.inner.get_job(id), any, aws).await
-    }
-    async fn claim_job(&self, id: &str, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError> {
-        self.faults.run("claim_job", self.inner.claim_job(id, expected_due_at, lease_due_at), any, aws).await
-    }
-    async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError> {
-        self.faults.run("event_deliveries", self.inner.event_deliveries(event_id), any, aws).await
-    }
-    async fn list_deliveries(&self, query: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError> {
-        self.faults.run("list_deliveries", self.inner.list_deliveries(query), any, aws).await
-    }
-    async fn count_deliveries(
-        &self,
-        endpoint_id: &str,
-        status: webhooks::domain::model::DeliveryStatus,
-    ) -> Result<u64, StoreError> {
-        self.faults.run("count_deliveries", self.inner.count_deliveries(endpoint_id, status), any, aws).await
-    }
-    async fn count_deliveries_in(
-        &self,
-        endpoint_id: &str,
-        statuses: &[webhooks::domain::model::DeliveryStatus],
-    ) -> Result<Vec<webhooks::store::Counted>, StoreError> {
-        self.faults.run("count_deliveries", self.inner.count_deliveries_in(endpoint_id, statuses), any, aws).await
-    }
+
     async fn set_slow_until(
         &self,
         tenant_id: &str,
@@ -363,9 +330,11 @@ impl Store for FaultyStore {
     ) -> Result<(), StoreError> {
         self.faults.run("set_slow_until", self.inner.set_slow_until(tenant_id, id, until), any, aws).await
     }
+
     async fn take_rate_slot(&self, endpoint_id: &str, second: i64) -> Result<u64, StoreError> {
         self.faults.run("take_rate_slot", self.inner.take_rate_slot(endpoint_id, second), any, aws).await
     }
+
     async fn set_effective_rate(
         &self,
         tenant_id: &str,
@@ -376,6 +345,79 @@ impl Store for FaultyStore {
     ) -> Result<bool, StoreError> {
         let call = self.inner.set_effective_rate(tenant_id, id, expected_ms, rate, now_ms);
         self.faults.run("set_effective_rate", call, any, aws).await
+    }
+}
+
+#[async_trait::async_trait]
+impl EventStore for FaultyStore {
+    async fn insert_event(
+        &self,
+        event: &StoredEvent,
+        deliveries: &[(&Delivery, Option<i64>)],
+    ) -> Result<webhooks::store::Inserted, StoreError> {
+        self.faults.run("insert_event", self.inner.insert_event(event, deliveries), any, aws).await
+    }
+
+    async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError> {
+        self.faults.run("get_payload", self.inner.get_payload(tenant_id, event_id), any, aws).await
+    }
+}
+
+#[async_trait::async_trait]
+impl DeliveryStore for FaultyStore {
+    async fn get_delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError> {
+        self.faults.run("get_delivery", self.inner.get_delivery(id), any, aws).await
+    }
+
+    async fn apply(&self, id: &str, transition: &Transition, return_new: bool) -> Result<Applied, StoreError> {
+        self.faults.run("apply", self.inner.apply(id, transition, return_new), any, aws).await
+    }
+
+    async fn due(&self, shard: u32, until_ms: i64, limit: usize, after: Option<&Due>) -> Result<Vec<Due>, StoreError> {
+        self.faults.run("due", self.inner.due(shard, until_ms, limit, after), |v: &Vec<Due>| !v.is_empty(), aws).await
+    }
+
+    async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError> {
+        self.faults.run("event_deliveries", self.inner.event_deliveries(event_id), any, aws).await
+    }
+
+    async fn list_deliveries(&self, query: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError> {
+        self.faults.run("list_deliveries", self.inner.list_deliveries(query), any, aws).await
+    }
+
+    async fn count_deliveries(
+        &self,
+        endpoint_id: &str,
+        status: webhooks::domain::model::DeliveryStatus,
+    ) -> Result<u64, StoreError> {
+        self.faults.run("count_deliveries", self.inner.count_deliveries(endpoint_id, status), any, aws).await
+    }
+
+    async fn count_deliveries_in(
+        &self,
+        endpoint_id: &str,
+        statuses: &[webhooks::domain::model::DeliveryStatus],
+    ) -> Result<Vec<webhooks::store::Counted>, StoreError> {
+        self.faults.run("count_deliveries", self.inner.count_deliveries_in(endpoint_id, statuses), any, aws).await
+    }
+}
+
+#[async_trait::async_trait]
+impl JobStore for FaultyStore {
+    async fn create_job(&self, job: &Job) -> Result<(), StoreError> {
+        self.faults.run("create_job", self.inner.create_job(job), any, aws).await
+    }
+
+    async fn save_job(&self, job: &Job, lease_due_at: i64) -> Result<bool, StoreError> {
+        self.faults.run("save_job", self.inner.save_job(job, lease_due_at), any, aws).await
+    }
+
+    async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError> {
+        self.faults.run("get_job", self.inner.get_job(id), any, aws).await
+    }
+
+    async fn claim_job(&self, id: &str, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError> {
+        self.faults.run("claim_job", self.inner.claim_job(id, expected_due_at, lease_due_at), any, aws).await
     }
 }
 

@@ -25,6 +25,7 @@ use webhooks::domain::model::{Delivery, Endpoint, Job, StoredEvent};
 use webhooks::store::{
     Applied, Committed, DeliveryQuery, DeliverySummary, Due, EndpointWrite, Page, Store, StoreError,
 };
+use webhooks::store::{CounterStore, DeliveryStore, EndpointStore, EventStore, JobStore};
 use webhooks::{App, Config, bootstrap};
 use webhooks_local::{Options, Running};
 
@@ -872,35 +873,71 @@ impl Serialized {
 }
 
 #[async_trait::async_trait]
-impl Store for Serialized {
+impl EndpointStore for Serialized {
     async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
         self.before("create_endpoint").await?;
         self.inner.create_endpoint(endpoint).await
     }
+
     async fn get_endpoint(&self, tenant_id: &str, id: &str) -> Result<Option<Endpoint>, StoreError> {
         self.before("get_endpoint").await?;
         self.inner.get_endpoint(tenant_id, id).await
     }
+
     async fn find_endpoint(&self, id: &str) -> Result<Option<Endpoint>, StoreError> {
         self.before("find_endpoint").await?;
         self.inner.find_endpoint(id).await
     }
-    async fn failures_in_a_row(&self, endpoint: &Endpoint) -> Result<u32, StoreError> {
-        self.before("failures_in_a_row").await?;
-        self.inner.failures_in_a_row(endpoint).await
-    }
-    async fn listed_failures_in_a_row(&self, endpoints: &[Endpoint]) -> Result<Vec<u32>, StoreError> {
-        self.before("listed_failures_in_a_row").await?;
-        self.inner.listed_failures_in_a_row(endpoints).await
-    }
+
     async fn read_endpoint(&self, tenant_id: &str, id: &str, key: &str) -> Result<Option<Endpoint>, StoreError> {
         self.before("read_endpoint").await?;
         self.inner.read_endpoint(tenant_id, id, key).await
     }
+
     async fn tenant_endpoints(&self, tenant_id: &str, key: &str) -> Result<Vec<Endpoint>, StoreError> {
         self.before("tenant_endpoints").await?;
         self.inner.tenant_endpoints(tenant_id, key).await
     }
+
+    async fn commit(
+        &self,
+        endpoint: EndpointWrite<'_>,
+        delivery: Option<(&str, &Transition)>,
+    ) -> Result<Committed, StoreError> {
+        self.before("commit").await?;
+        let _one = self.one().await;
+        self.inner.commit(endpoint, delivery).await
+    }
+
+    async fn delete_endpoint(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
+        self.before("delete_endpoint").await?;
+        let _one = self.one().await;
+        self.inner.delete_endpoint(tenant_id, id).await
+    }
+
+    async fn list_endpoints(
+        &self,
+        tenant_id: &str,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<Endpoint>, StoreError> {
+        self.before("list_endpoints").await?;
+        self.inner.list_endpoints(tenant_id, limit, cursor).await
+    }
+}
+
+#[async_trait::async_trait]
+impl CounterStore for Serialized {
+    async fn failures_in_a_row(&self, endpoint: &Endpoint) -> Result<u32, StoreError> {
+        self.before("failures_in_a_row").await?;
+        self.inner.failures_in_a_row(endpoint).await
+    }
+
+    async fn listed_failures_in_a_row(&self, endpoints: &[Endpoint]) -> Result<Vec<u32>, StoreError> {
+        self.before("listed_failures_in_a_row").await?;
+        self.inner.listed_failures_in_a_row(endpoints).await
+    }
+
     async fn count_failure(
         &self,
         tenant_id: &str,
@@ -913,6 +950,7 @@ impl Store for Serialized {
         let _one = self.one().await;
         self.inner.count_failure(tenant_id, id, key, attempt, threshold).await
     }
+
     async fn count_delivered(
         &self,
         endpoint_id: &str,
@@ -923,6 +961,7 @@ impl Store for Serialized {
         self.before("count_delivered").await?;
         self.inner.count_delivered(endpoint_id, delivery_id, at, expires_at).await
     }
+
     async fn delivered_tally(
         &self,
         endpoint_id: &str,
@@ -931,113 +970,25 @@ impl Store for Serialized {
         self.before("delivered_tally").await?;
         self.inner.delivered_tally(endpoint_id, since).await
     }
+
     async fn reset_failures(&self, tenant_id: &str, id: &str, key: &str) -> Result<(), StoreError> {
         self.before("reset_failures").await?;
         let _one = self.one().await;
         self.inner.reset_failures(tenant_id, id, key).await
     }
-    async fn commit(
-        &self,
-        endpoint: EndpointWrite<'_>,
-        delivery: Option<(&str, &Transition)>,
-    ) -> Result<Committed, StoreError> {
-        self.before("commit").await?;
-        let _one = self.one().await;
-        self.inner.commit(endpoint, delivery).await
-    }
-    async fn delete_endpoint(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
-        self.before("delete_endpoint").await?;
-        let _one = self.one().await;
-        self.inner.delete_endpoint(tenant_id, id).await
-    }
-    async fn list_endpoints(
-        &self,
-        tenant_id: &str,
-        limit: usize,
-        cursor: Option<&str>,
-    ) -> Result<Page<Endpoint>, StoreError> {
-        self.before("list_endpoints").await?;
-        self.inner.list_endpoints(tenant_id, limit, cursor).await
-    }
-    async fn insert_event(
-        &self,
-        event: &StoredEvent,
-        deliveries: &[(&Delivery, Option<i64>)],
-    ) -> Result<webhooks::store::Inserted, StoreError> {
-        self.before("insert_event").await?;
-        let _one = self.one().await;
-        self.inner.insert_event(event, deliveries).await
-    }
-    async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError> {
-        self.before("get_payload").await?;
-        self.inner.get_payload(tenant_id, event_id).await
-    }
-    async fn get_delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError> {
-        self.before("get_delivery").await?;
-        self.inner.get_delivery(id).await
-    }
-    async fn apply(&self, id: &str, transition: &Transition, return_new: bool) -> Result<Applied, StoreError> {
-        self.before("apply").await?;
-        let _one = self.one().await;
-        self.inner.apply(id, transition, return_new).await
-    }
-    async fn due(&self, shard: u32, until_ms: i64, limit: usize, after: Option<&Due>) -> Result<Vec<Due>, StoreError> {
-        self.before("due").await?;
-        self.inner.due(shard, until_ms, limit, after).await
-    }
-    async fn create_job(&self, job: &Job) -> Result<(), StoreError> {
-        self.before("create_job").await?;
-        let _one = self.one().await;
-        self.inner.create_job(job).await
-    }
-    async fn save_job(&self, job: &Job, lease_due_at: i64) -> Result<bool, StoreError> {
-        self.before("save_job").await?;
-        let _one = self.one().await;
-        self.inner.save_job(job, lease_due_at).await
-    }
-    async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError> {
-        self.before("get_job").await?;
-        self.inner.get_job(id).await
-    }
-    async fn claim_job(&self, id: &str, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError> {
-        self.before("claim_job").await?;
-        let _one = self.one().await;
-        self.inner.claim_job(id, expected_due_at, lease_due_at).await
-    }
-    async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError> {
-        self.before("event_deliveries").await?;
-        self.inner.event_deliveries(event_id).await
-    }
-    async fn list_deliveries(&self, query: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError> {
-        self.before("list_deliveries").await?;
-        self.inner.list_deliveries(query).await
-    }
-    async fn count_deliveries(
-        &self,
-        endpoint_id: &str,
-        status: webhooks::domain::model::DeliveryStatus,
-    ) -> Result<u64, StoreError> {
-        self.before("count_deliveries").await?;
-        self.inner.count_deliveries(endpoint_id, status).await
-    }
-    async fn count_deliveries_in(
-        &self,
-        endpoint_id: &str,
-        statuses: &[webhooks::domain::model::DeliveryStatus],
-    ) -> Result<Vec<webhooks::store::Counted>, StoreError> {
-        self.before("count_deliveries").await?;
-        self.inner.count_deliveries_in(endpoint_id, statuses).await
-    }
+
     async fn set_slow_until(&self, tenant_id: &str, id: &str, until: Option<DateTime<Utc>>) -> Result<(), StoreError> {
         self.before("set_slow_until").await?;
         let _one = self.one().await;
         self.inner.set_slow_until(tenant_id, id, until).await
     }
+
     async fn take_rate_slot(&self, endpoint_id: &str, second: i64) -> Result<u64, StoreError> {
         self.before("take_rate_slot").await?;
         let _one = self.one().await;
         self.inner.take_rate_slot(endpoint_id, second).await
     }
+
     async fn set_effective_rate(
         &self,
         tenant_id: &str,
@@ -1049,5 +1000,96 @@ impl Store for Serialized {
         self.before("set_effective_rate").await?;
         let _one = self.one().await;
         self.inner.set_effective_rate(tenant_id, id, expected_ms, rate, now_ms).await
+    }
+}
+
+#[async_trait::async_trait]
+impl EventStore for Serialized {
+    async fn insert_event(
+        &self,
+        event: &StoredEvent,
+        deliveries: &[(&Delivery, Option<i64>)],
+    ) -> Result<webhooks::store::Inserted, StoreError> {
+        self.before("insert_event").await?;
+        let _one = self.one().await;
+        self.inner.insert_event(event, deliveries).await
+    }
+
+    async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError> {
+        self.before("get_payload").await?;
+        self.inner.get_payload(tenant_id, event_id).await
+    }
+}
+
+#[async_trait::async_trait]
+impl DeliveryStore for Serialized {
+    async fn get_delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError> {
+        self.before("get_delivery").await?;
+        self.inner.get_delivery(id).await
+    }
+
+    async fn apply(&self, id: &str, transition: &Transition, return_new: bool) -> Result<Applied, StoreError> {
+        self.before("apply").await?;
+        let _one = self.one().await;
+        self.inner.apply(id, transition, return_new).await
+    }
+
+    async fn due(&self, shard: u32, until_ms: i64, limit: usize, after: Option<&Due>) -> Result<Vec<Due>, StoreError> {
+        self.before("due").await?;
+        self.inner.due(shard, until_ms, limit, after).await
+    }
+
+    async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError> {
+        self.before("event_deliveries").await?;
+        self.inner.event_deliveries(event_id).await
+    }
+
+    async fn list_deliveries(&self, query: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError> {
+        self.before("list_deliveries").await?;
+        self.inner.list_deliveries(query).await
+    }
+
+    async fn count_deliveries(
+        &self,
+        endpoint_id: &str,
+        status: webhooks::domain::model::DeliveryStatus,
+    ) -> Result<u64, StoreError> {
+        self.before("count_deliveries").await?;
+        self.inner.count_deliveries(endpoint_id, status).await
+    }
+
+    async fn count_deliveries_in(
+        &self,
+        endpoint_id: &str,
+        statuses: &[webhooks::domain::model::DeliveryStatus],
+    ) -> Result<Vec<webhooks::store::Counted>, StoreError> {
+        self.before("count_deliveries").await?;
+        self.inner.count_deliveries_in(endpoint_id, statuses).await
+    }
+}
+
+#[async_trait::async_trait]
+impl JobStore for Serialized {
+    async fn create_job(&self, job: &Job) -> Result<(), StoreError> {
+        self.before("create_job").await?;
+        let _one = self.one().await;
+        self.inner.create_job(job).await
+    }
+
+    async fn save_job(&self, job: &Job, lease_due_at: i64) -> Result<bool, StoreError> {
+        self.before("save_job").await?;
+        let _one = self.one().await;
+        self.inner.save_job(job, lease_due_at).await
+    }
+
+    async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError> {
+        self.before("get_job").await?;
+        self.inner.get_job(id).await
+    }
+
+    async fn claim_job(&self, id: &str, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError> {
+        self.before("claim_job").await?;
+        let _one = self.one().await;
+        self.inner.claim_job(id, expected_due_at, lease_due_at).await
     }
 }

@@ -120,8 +120,8 @@ pub async fn start_with(app: App, inbox: Arc<dyn Inbox>, options: Options) -> Re
         .layer(axum::middleware::map_response(close_after_413))
         .layer(axum::middleware::from_fn(move |request: axum::extract::Request, next: axum::middleware::Next| {
             let host = request.headers().get(axum::http::header::HOST).and_then(|h| h.to_str().ok());
-            let local = webhooks::http::api::is_local_host(host, addr);
-            async move { if local { next.run(request).await } else { webhooks::http::api::misdirected(addr) } }
+            let local = webhooks::http::local_host::is_local_host(host, addr);
+            async move { if local { next.run(request).await } else { webhooks::http::local_host::misdirected(addr) } }
         }));
     let mut rx = stopped.clone();
     tasks.push(tokio::spawn(async move {

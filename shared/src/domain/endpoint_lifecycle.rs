@@ -18,7 +18,7 @@
 //! outcome) and the sweeper's probe job. Each function here returns a [`Change`]: the endpoint
 //! as it must be stored, the version it must still have (the guard), and the jobs that must
 //! follow the transition. The store writes all of it in one TransactWriteItems
-//! ([`crate::store::Store::commit`]), so a transition and its side effects (hold, notify,
+//! ([`crate::store::EndpointStore::commit`]), so a transition and its side effects (hold, notify,
 //! release, the next probe) are recorded together or not at all; the jobs sit in the due
 //! index and the sweeper finishes whatever the caller did not finish inline, so a failed AWS
 //! call or a dead process cannot leave one undone. A write whose guard lost (someone changed
@@ -33,7 +33,7 @@
 //! - **probing**: as paused, except the one probe delivery, which is attempted.
 //!
 //! The failures-in-a-row counter is not state: it moves with an atomic ADD
-//! ([`crate::store::Store::count_failure`]) and no versioned write touches it, except the
+//! ([`crate::store::CounterStore::count_failure`]) and no versioned write touches it, except the
 //! ones that reset it (enable, a successful probe).
 
 use crate::clock::Random;

@@ -87,8 +87,8 @@ pub struct Endpoint {
 }
 
 /// Endpoint attributes that are state kept beside the configuration, each written by its own
-/// guarded update ([`crate::store::Store::set_slow_until`],
-/// [`crate::store::Store::set_effective_rate`]) and never by an endpoint transition, so
+/// guarded update ([`crate::store::CounterStore::set_slow_until`],
+/// [`crate::store::CounterStore::set_effective_rate`]) and never by an endpoint transition, so
 /// they do not bump `version` (PATCH's optimistic concurrency) and a transition does not write
 /// back a stale copy of them.
 pub const UNVERSIONED_ENDPOINT_ATTRIBUTES: [&str; 3] =

@@ -5,7 +5,7 @@
 //! **Enforcement.** Before the POST (after the claim and the strongly consistent endpoint
 //! read deliver makes anyway), an attempt of a limited endpoint takes a slot in the current
 //! one-second window: one atomic `ADD` on a counter item (`RATE#{endpoint}`, `S#{unix
-//! second}`, TTL two minutes; see [`crate::store::Store::take_rate_slot`]). A count within the
+//! second}`, TTL two minutes; see [`crate::store::CounterStore::take_rate_slot`]). A count within the
 //! limit goes ahead. Above [`SLOTS_PER_COUNTER`] attempts a second the window is split over
 //! several counters, each its own partition key with its share of the slots ([`counter`]), so
 //! no counter item takes more writes than a partition allows. Over it, the attempt waits: the claim is given back without an attempt

@@ -27,6 +27,9 @@
 //! parameter is checked before any AWS call: ids by the rule of [`crate::domain::ids`], a cursor
 //! against the listing it must come from.
 
+use super::extract::{
+    NoBody, NoParams, Params, PathParam, body_bytes, is_blank, parse_body, parse_json_object, required,
+};
 use crate::App;
 use crate::config::MAX_PAYLOAD_BYTES;
 use crate::domain::model::DeliveryStatus;
@@ -34,191 +37,18 @@ use crate::error::ServiceError;
 use crate::service::{admin, ingest};
 use crate::store::DeliveryQuery;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, MatchedPath, Path, Request, State};
-use axum::http::request::Parts;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 
 /// Largest request body read, in bytes: room for a 256 KiB payload and its envelope. Larger
 /// bodies get 413 before they are parsed.
 pub const MAX_BODY_BYTES: usize = MAX_PAYLOAD_BYTES + 64 * 1024;
-
-impl IntoResponse for ServiceError {
-    fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        if status.is_server_error() {
-            tracing::error!(error = %self, "request failed");
-        }
-        (status, Json(self.body())).into_response()
-    }
-}
-
-/// Reads a JSON body: 413 when over [`MAX_BODY_BYTES`], 400 when it is not JSON, 422
-/// `body: must be a JSON object` for any other JSON value, 422 naming the field when it does
-/// not fit `T` (an unknown field included: the bodies deny them).
-fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ServiceError> {
-    parse_json_object(&body_bytes(body)?)
-}
-
-/// The request body, or 413 `payload_too_large` / 400 `invalid_json` when it could not be
-/// read.
-fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ServiceError> {
-    body.map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ServiceError::TooLarge(format!("request body is over the limit of {MAX_BODY_BYTES} bytes"))
-        } else {
-            ServiceError::InvalidJson(e.body_text())
-        }
-    })
-}
-
-/// A request body that must be one JSON object, deserialized into `T`; errors name the path.
-fn parse_json_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ServiceError> {
-    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-        return match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
-            Ok(_) => Err(ServiceError::Validation("body: must be a JSON object".into())),
-            Err(e) => Err(ServiceError::InvalidJson(format!("request body is not valid JSON: {e}"))),
-        };
-    }
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        match inner.classify() {
-            serde_json::error::Category::Data => {
-                if path == "." {
-                    ServiceError::Validation(format!("body: {inner}"))
-                } else {
-                    ServiceError::Validation(format!("{path}: {inner}"))
-                }
-            }
-            _ => ServiceError::InvalidJson(format!("request body is not valid JSON: {inner}")),
-        }
-    })
-}
-
-/// A route's one path parameter (`{id}`, `{tenant_id}`), percent-decoded. axum's own
-/// rejection of a segment that is not UTF-8 once decoded (`caf%E9`) is a plain-text 400; this
-/// one is the error shape: 404 `not_found` for an id (no id that could be stored is not
-/// UTF-8), 422 naming `tenant_id` for a tenant, as the id rule answers.
-struct PathParam(String);
-
-impl<S: Send + Sync> FromRequestParts<S> for PathParam {
-    type Rejection = ServiceError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ServiceError> {
-        match Path::<String>::from_request_parts(parts, state).await {
-            Ok(Path(value)) => Ok(Self(value)),
-            Err(_) => {
-                let tenant = parts.extensions.get::<MatchedPath>().is_some_and(|m| m.as_str().contains("{tenant_id}"));
-                Err(if tenant {
-                    ServiceError::Validation(format!(
-                        "tenant_id: is not UTF-8 once percent-decoded; ids and names use only {}",
-                        crate::domain::ids::ID_ALPHABET
-                    ))
-                } else {
-                    ServiceError::NotFound(format!(
-                        "{}: no such resource (its id is not UTF-8 once percent-decoded)",
-                        crate::domain::ids::shown(parts.uri.path())
-                    ))
-                })
-            }
-        }
-    }
-}
-
-fn required<T>(value: Option<T>, field: &str) -> Result<T, ServiceError> {
-    value.ok_or_else(|| ServiceError::Validation(format!("{field}: is required")))
-}
-
-/// Reads a route's query string into `T`, whose fields are the route's parameters (each
-/// `T` denies unknown ones), as axum's `Query` reads it (`serde_urlencoded`): 422
-/// `validation_error` naming the parameter, the same shape as a body error (an unknown or
-/// misspelt parameter is `name: unknown field ...`, a malformed value `limit: invalid digit
-/// ...`).
-fn parse_query<T: DeserializeOwned>(query: Option<&str>) -> Result<T, ServiceError> {
-    let pairs = url::form_urlencoded::parse(query.unwrap_or("").as_bytes());
-    serde_path_to_error::deserialize(serde_urlencoded::Deserializer::new(pairs)).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        if path == "." {
-            ServiceError::Validation(format!("query: {inner}"))
-        } else {
-            ServiceError::Validation(format!("{}: {inner}", crate::domain::ids::shown(&path)))
-        }
-    })
-}
-
-/// The query string of a route that takes no parameters: empty, or 422 `validation_error`
-/// naming the first parameter given (a misspelt one, or one another route takes, would
-/// otherwise be ignored without a word).
-fn no_params(query: Option<&str>) -> Result<(), ServiceError> {
-    match url::form_urlencoded::parse(query.unwrap_or("").as_bytes()).next() {
-        None => Ok(()),
-        Some((name, _)) => Err(ServiceError::Validation(format!(
-            "{}: unknown parameter; this route takes no query parameters",
-            crate::domain::ids::shown(&name)
-        ))),
-    }
-}
-
-/// A route's query parameters, read into `T` by [`parse_query`] (an extractor: a refused
-/// query answers before the handler runs).
-struct Params<T>(T);
-
-impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Params<T> {
-    type Rejection = ServiceError;
-
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ServiceError> {
-        parse_query(parts.uri.query()).map(Self)
-    }
-}
-
-/// The extractor of a route that takes no query parameters: [`no_params`].
-struct NoParams;
-
-impl<S: Send + Sync> FromRequestParts<S> for NoParams {
-    type Rejection = ServiceError;
-
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ServiceError> {
-        no_params(parts.uri.query()).map(|()| Self)
-    }
-}
-
-/// The extractor of a route that takes no body (enable, disable, replay, delete): an empty
-/// body, or `{}`. Anything else is refused as on the routes that take one: 422
-/// `validation_error` naming the unknown field, 400 `invalid_json` when it is not JSON, 413
-/// over the body limit. Must be a handler's last argument (it reads the body).
-struct NoBody;
-
-/// Whether a request body counts as no body: empty or ASCII whitespace only (what the routes
-/// without a body and those with an optional one take as absent).
-fn is_blank(body: &[u8]) -> bool {
-    body.iter().all(u8::is_ascii_whitespace)
-}
-
-/// The fields of a route without a body: none.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EmptyBody {}
-
-impl<S: Send + Sync> FromRequest<S> for NoBody {
-    type Rejection = ServiceError;
-
-    async fn from_request(req: Request, state: &S) -> Result<Self, ServiceError> {
-        let bytes = body_bytes(Bytes::from_request(req, state).await)?;
-        if is_blank(&bytes) {
-            return Ok(Self);
-        }
-        parse_json_object::<EmptyBody>(&bytes).map(|_| Self)
-    }
-}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -707,6 +537,8 @@ pub fn router(app: App) -> Router {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::extract::{no_params, parse_query};
+    use serde::de::DeserializeOwned;
 
     fn refused<T: DeserializeOwned>(query: &str) -> String {
         match parse_query::<T>(Some(query)) {
@@ -742,46 +574,5 @@ mod tests {
         let e = no_params(Some("mode=sync")).unwrap_err();
         assert_eq!(e.to_string(), "mode: unknown parameter; this route takes no query parameters");
         assert!(no_params(Some("")).is_ok() && no_params(None).is_ok());
-    }
-}
-
-/// Whether a request's `Host` header (`host`) names a server listening on `addr` by a
-/// loopback name: `addr` itself, or `localhost`, `127.0.0.1` or `[::1]` with its port. The
-/// local runtime and the CLI's dashboard answer only these, so a page of another site that
-/// rebinds its DNS name to 127.0.0.1 (its requests carry its own name) cannot reach the
-/// unauthenticated local API or read the dashboard (DNS rebinding). A missing header is
-/// refused.
-pub fn is_local_host(host: Option<&str>, addr: std::net::SocketAddr) -> bool {
-    let Some(host) = host else { return false };
-    let port = addr.port();
-    host == addr.to_string() || ["localhost", "127.0.0.1", "[::1]"].iter().any(|name| host == format!("{name}:{port}"))
-}
-
-/// The local runtime's answer to a request whose `Host` is not a loopback name of the server
-/// (see [`is_local_host`]): 421 in the API's error shape, `misdirected_request`.
-pub fn misdirected(addr: std::net::SocketAddr) -> Response {
-    let body = serde_json::json!({"error": {
-        "code": "misdirected_request",
-        "message": format!("this local server answers only requests to http://{addr} or http://localhost:{} (a Host of another name is refused: DNS rebinding)", addr.port()),
-    }});
-    (axum::http::StatusCode::MISDIRECTED_REQUEST, Json(body)).into_response()
-}
-
-#[cfg(test)]
-mod local_host_tests {
-    use super::is_local_host;
-
-    /// Issue #34, failing input 7: `make run` answered any Host, so a page on another site
-    /// could reach the unauthenticated admin API by DNS rebinding.
-    #[test]
-    fn only_loopback_names_of_the_local_server_are_answered() {
-        let addr: std::net::SocketAddr = "127.0.0.1:3000".parse().unwrap_or_else(|_| unreachable!());
-        for ok in ["127.0.0.1:3000", "localhost:3000", "[::1]:3000"] {
-            assert!(is_local_host(Some(ok), addr), "{ok}");
-        }
-        for refused in ["attacker.example", "attacker.example:3000", "localhost:3001", "127.0.0.1", ""] {
-            assert!(!is_local_host(Some(refused), addr), "{refused}");
-        }
-        assert!(!is_local_host(None, addr));
     }
 }

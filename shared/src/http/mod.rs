@@ -1,4 +1,6 @@
 //! HTTP: the admin API's router and the pages (dashboard, portal) over the services.
 
 pub mod api;
+mod extract;
+pub mod local_host;
 pub mod ui;

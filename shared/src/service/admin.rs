@@ -291,7 +291,7 @@ pub async fn create_endpoint(app: &App, body: &Map<String, Value>) -> Result<End
     Ok(EndpointView::of(endpoint, true))
 }
 
-/// The failures in a row to show for `ep` ([`crate::store::Store::failures_in_a_row`]: summed
+/// The failures in a row to show for `ep` ([`crate::store::CounterStore::failures_in_a_row`]: summed
 /// over its copies when the counter is split). Never an error: the answers that show it come
 /// after a write that has answered (a rotation's new secret, an enable's job), so a failed
 /// read of the copies shows the endpoint item's own count, logged, instead of failing them.
@@ -306,7 +306,7 @@ pub async fn failures_in_a_row(app: &App, ep: &Endpoint) -> u32 {
 }
 
 /// Sets each of a listing's endpoints' failures in a row to what its view shows (summed over
-/// the copies when the counter is split: [`crate::store::Store::listed_failures_in_a_row`]); when
+/// the copies when the counter is split: [`crate::store::CounterStore::listed_failures_in_a_row`]); when
 /// that read fails, the listing shows the endpoint items' own counts (logged), not an error.
 async fn show_failures_in_a_row(app: &App, endpoints: &mut [Endpoint]) {
     match app.store.listed_failures_in_a_row(endpoints).await {
@@ -522,11 +522,11 @@ pub struct EndpointStats {
 /// Counts an endpoint's deliveries by status without reading its history:
 /// - `delivered`: the per-day delivered counters of the last `WEBHOOKS_DELIVERED_RETENTION_DAYS`
 ///   days (UTC days: a delivered delivery is kept that long), one Query per counter partition
-///   ([`crate::store::Store::delivered_tally`]);
+///   ([`crate::store::CounterStore::delivered_tally`]);
 /// - the others: one `Select=COUNT` Query each of their `by_endpoint` key range, which holds
 ///   only unfinished deliveries (`scheduled`, `sending`, `held`) or dead letters
 ///   (`exhausted`, kept `WEBHOOKS_EXHAUSTED_RETENTION_DAYS`), never delivered ones, each read
-///   up to a cap ([`crate::store::Store::count_deliveries_in`]; `approximate` names those
+///   up to a cap ([`crate::store::DeliveryStore::count_deliveries_in`]; `approximate` names those
 ///   that stopped there);
 /// - the last success: the counters' `last_delivered_at` (the time a delivered delivery was
 ///   counted), or one entry of the `delivered` range when that is later (a count is best

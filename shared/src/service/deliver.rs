@@ -445,7 +445,7 @@ struct Effect {
     verdict: Verdict,
     probe: bool,
     expired: bool,
-    /// The failure counted opens the circuit breaker (see [`crate::store::Store::count_failure`]).
+    /// The failure counted opens the circuit breaker (see [`crate::store::CounterStore::count_failure`]).
     opens_breaker: bool,
     status_code: Option<u16>,
 }

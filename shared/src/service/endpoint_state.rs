@@ -207,7 +207,7 @@ pub async fn run_job_step(app: &App, id: &str, due_at: i64) -> Result<Vec<Enqueu
 }
 
 /// One step of job `id`, taken with the lease `lease` (due time, milliseconds): its work, then
-/// its outcome written only while the lease still holds ([`crate::store::Store::save_job`]).
+/// its outcome written only while the lease still holds ([`crate::store::JobStore::save_job`]).
 async fn job_step(app: &App, id: &str, now: DateTime<Utc>, lease: i64) -> Result<Vec<Enqueue>, ServiceError> {
     let Some(mut job) = app.store.get_job(id).await? else { return Ok(Vec::new()) };
     let endpoint = app.store.get_endpoint(&job.tenant_id, &job.endpoint_id).await?;

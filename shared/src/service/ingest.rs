@@ -8,7 +8,7 @@
 //! without it: a failed put takes back what the call wrote (deletes conditional on this call's
 //! random `ingest_token`), so a 503 means nothing was accepted, and a call that relies on
 //! another's items marks the event `promised` first, so a 202 is never taken back (see
-//! [`crate::store::Store::insert_event`] for the windows left). Idempotency rides on the
+//! [`crate::store::EventStore::insert_event`] for the windows left). Idempotency rides on the
 //! ids: the payload item is keyed by (tenant, event id) and
 //! a delivery id is derived from (event id, endpoint id), every put is conditional, so
 //! ingesting the same event id twice creates nothing new. An `Idempotency-Key` is no more

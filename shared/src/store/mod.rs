@@ -147,7 +147,7 @@ pub async fn collect_deliveries(
     Ok(out)
 }
 
-/// What [`Store::insert_event`] created.
+/// What [`EventStore::insert_event`] created.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inserted {
     /// The payload item (false: the event id was seen before and keeps its first payload).
@@ -156,7 +156,7 @@ pub struct Inserted {
     pub deliveries: Vec<bool>,
 }
 
-/// The endpoint part of a [`Store::commit`].
+/// The endpoint part of a [`EndpointStore::commit`].
 #[derive(Debug, Clone, Copy)]
 pub enum EndpointWrite<'a> {
     /// Write this change (guarded by its expected version) and create its jobs.
@@ -172,7 +172,7 @@ pub enum EndpointWrite<'a> {
     },
 }
 
-/// What a [`Store::commit`] came to.
+/// What a [`EndpointStore::commit`] came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Committed {
     /// Everything was written.
@@ -184,7 +184,7 @@ pub enum Committed {
 }
 
 /// What an endpoint's per-day delivered counters hold over a span of days
-/// ([`Store::delivered_tally`]).
+/// ([`CounterStore::delivered_tally`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DeliveredTally {
     /// Deliveries counted delivered.
@@ -193,7 +193,7 @@ pub struct DeliveredTally {
     pub last_delivered_at: Option<DateTime<Utc>>,
 }
 
-/// How many deliveries are in one status ([`Store::count_deliveries_in`]).
+/// How many deliveries are in one status ([`DeliveryStore::count_deliveries_in`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Counted {
     /// The count.
@@ -204,7 +204,7 @@ pub struct Counted {
     pub exact: bool,
 }
 
-/// What [`Store::count_failure`] came to.
+/// What [`CounterStore::count_failure`] came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FailureCount {
     /// Failed attempts in a row, this one included (of the attempts that read the same copy
@@ -231,9 +231,10 @@ pub enum Applied {
     Lost,
 }
 
-/// Persistence of endpoints and deliveries.
+/// An endpoint's configuration and state: its item (and copies), its id pointer, the listing
+/// of a tenant's endpoints. Every change after creation goes through [`EndpointStore::commit`].
 #[async_trait]
-pub trait Store: Send + Sync {
+pub trait EndpointStore: Send + Sync {
     /// Creates an endpoint (and its id pointer). Finding the very same endpoint there (its
     /// secret and creation time: an earlier try of this create, whose answer was lost) is
     /// success, not a conflict.
@@ -246,13 +247,38 @@ pub trait Store: Send + Sync {
     /// An endpoint by id alone (reads its pointer first).
     async fn find_endpoint(&self, id: &str) -> Result<Option<Endpoint>, StoreError>;
     /// The endpoint as an attempt reads it right before its POST (strongly consistent): the
-    /// same as [`Store::get_endpoint`], from the copy of the endpoint item that `key` (the
+    /// same as [`EndpointStore::get_endpoint`], from the copy of the endpoint item that `key` (the
     /// delivery id) picks when the store keeps copies ([`dynamo`]'s endpoint copies), so one
     /// hot endpoint's reads spread over several partitions.
     async fn read_endpoint(&self, tenant_id: &str, id: &str, key: &str) -> Result<Option<Endpoint>, StoreError>;
     /// Every endpoint of a tenant: one strongly consistent Query (paged past 1 MB), of the
     /// copy that `key` (the event id) picks when the store keeps copies.
     async fn tenant_endpoints(&self, tenant_id: &str, key: &str) -> Result<Vec<Endpoint>, StoreError>;
+    /// Writes, in one TransactWriteItems, an endpoint transition (or only a check that the
+    /// endpoint is still at a version) with its jobs and, when given, a guarded delivery
+    /// transition: all of it or nothing. The one way an endpoint's configuration or state is
+    /// written after its creation (see [`crate::domain::endpoint_lifecycle`]).
+    async fn commit(
+        &self,
+        endpoint: EndpointWrite<'_>,
+        delivery: Option<(&str, &Transition)>,
+    ) -> Result<Committed, StoreError>;
+    /// Deletes an endpoint and its pointer.
+    async fn delete_endpoint(&self, tenant_id: &str, id: &str) -> Result<(), StoreError>;
+    /// A page of a tenant's endpoints.
+    async fn list_endpoints(
+        &self,
+        tenant_id: &str,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<Endpoint>, StoreError>;
+}
+
+/// The counters beside an endpoint's versioned configuration, written without a version
+/// check: failures in a row, deliveries counted per day, the slow-lane marker, the adaptive
+/// rate and the per-second rate windows.
+#[async_trait]
+pub trait CounterStore: Send + Sync {
     /// Adds one to the endpoint's failures in a row (on the copy an attempt keyed by `key`
     /// read, when the table keeps copies) and says whether the circuit breaker at `threshold`
     /// (0: never) opens (None: gone). With one copy: the new count, opening at exactly
@@ -277,7 +303,7 @@ pub trait Store: Send + Sync {
         threshold: u32,
     ) -> Result<Option<FailureCount>, StoreError>;
     /// Zeroes the endpoint's failures in a row, on the copy an attempt keyed by `key` read (a
-    /// counter; see [`Store::count_failure`]).
+    /// counter; see [`CounterStore::count_failure`]).
     async fn reset_failures(&self, tenant_id: &str, id: &str, key: &str) -> Result<(), StoreError>;
     /// The failures in a row an endpoint's view shows: `endpoint`'s own count (the endpoint
     /// item's) when the counter is one item; summed over the copies when it is split
@@ -285,109 +311,12 @@ pub trait Store: Send + Sync {
     /// copies). Only the views read it, so that finding an endpoint to change it costs no
     /// read of the copies.
     async fn failures_in_a_row(&self, endpoint: &Endpoint) -> Result<u32, StoreError>;
-    /// As [`Store::failures_in_a_row`], for a listing's page of one tenant's endpoints (as
+    /// As [`CounterStore::failures_in_a_row`], for a listing's page of one tenant's endpoints (as
     /// read), in their order: summed over the copies when the counter is split, with one
     /// Query per copy after the first over the page's key range. Apart from the
     /// single-endpoint read so that the functions that show one endpoint (deliver's disable
     /// answers with it) need no Query of the table.
     async fn listed_failures_in_a_row(&self, endpoints: &[Endpoint]) -> Result<Vec<u32>, StoreError>;
-    /// Writes, in one TransactWriteItems, an endpoint transition (or only a check that the
-    /// endpoint is still at a version) with its jobs and, when given, a guarded delivery
-    /// transition: all of it or nothing. The one way an endpoint's configuration or state is
-    /// written after its creation (see [`crate::domain::endpoint_lifecycle`]).
-    async fn commit(
-        &self,
-        endpoint: EndpointWrite<'_>,
-        delivery: Option<(&str, &Transition)>,
-    ) -> Result<Committed, StoreError>;
-    /// Deletes an endpoint and its pointer.
-    async fn delete_endpoint(&self, tenant_id: &str, id: &str) -> Result<(), StoreError>;
-    /// A page of a tenant's endpoints.
-    async fn list_endpoints(
-        &self,
-        tenant_id: &str,
-        limit: usize,
-        cursor: Option<&str>,
-    ) -> Result<Page<Endpoint>, StoreError>;
-    /// Writes an accepted event: its payload item and one delivery per endpoint, each in the
-    /// due index at its `due_at` (`None` for a held delivery, which goes to the `by_status`
-    /// index instead), all or nothing, by conditional PutItems (a transaction would bill every
-    /// KB twice, DynamoDB pricing): the payload item first, then the deliveries. On an error,
-    /// whatever this call wrote is deleted again (even a write whose answer was lost after it
-    /// landed), unless a concurrent call with the same event id relies on it: a call that
-    /// finds items it did not write marks the event `promised` before it answers, and a
-    /// promised event and its deliveries are never deleted (the error then says to retry with
-    /// the id). No delivery is left without its payload item. Says which items this call
-    /// created: an item that existed already (the same event id ingested twice) is left as it
-    /// was, payload included.
-    ///
-    /// # Errors
-    /// [`StoreError::RequestMismatch`] when the event id exists with another
-    /// `request_sha256` and this event has one too (a reused `Idempotency-Key`): nothing of
-    /// this call's stays. Otherwise an AWS error as above.
-    async fn insert_event(
-        &self,
-        event: &StoredEvent,
-        deliveries: &[(&Delivery, Option<i64>)],
-    ) -> Result<Inserted, StoreError>;
-    /// An event's payload (strongly consistent); `None` once retention removed it.
-    async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError>;
-    /// A delivery by id, with its attempts.
-    async fn get_delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError>;
-    /// Applies a guarded transition; with `return_new`, the item after it.
-    async fn apply(&self, id: &str, transition: &Transition, return_new: bool) -> Result<Applied, StoreError>;
-    /// Up to `limit` items of one due-index shard with `due_at <= until_ms`, earliest first;
-    /// with `after` (the last item of a previous call on this shard), those after it. An
-    /// item that does not read as a due delivery is logged with its key and left out, not
-    /// an error.
-    async fn due(&self, shard: u32, until_ms: i64, limit: usize, after: Option<&Due>) -> Result<Vec<Due>, StoreError>;
-    /// Creates a job (its id is new: a conditional PutItem), in the due index at `run_at`
-    /// while it is running.
-    ///
-    /// # Errors
-    /// [`StoreError::AlreadyExists`] when a job has the id.
-    async fn create_job(&self, job: &Job) -> Result<(), StoreError>;
-    /// Writes what a job step came to (progress, cursor, next `run_at`, end), guarded like
-    /// every other transition: only while the job's due time is still `lease_due_at`
-    /// (milliseconds), the lease the step took with [`Store::claim_job`]. False when the
-    /// step outlived its lease and a later step took the job: that step's progress stands,
-    /// and this one's is dropped (every step's own writes are guarded transitions, so the
-    /// later step finds what this one did).
-    async fn save_job(&self, job: &Job, lease_due_at: i64) -> Result<bool, StoreError>;
-    /// A job by id.
-    async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError>;
-    /// Takes a job's due step: moves its due time from `expected_due_at` to `lease_due_at`
-    /// (both milliseconds); false when another tick took it first.
-    async fn claim_job(&self, id: &str, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError>;
-    /// Every delivery of an event id (one per endpoint it went to, of every tenant that used
-    /// the id), read by their ids from the endpoints its event items list (a strongly
-    /// consistent Query of the id's `EVENT_ID#` partition).
-    async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError>;
-    /// A page of deliveries: up to `query.limit` of them (clamped to 1-100). A page can be
-    /// shorter than the limit, even empty, and still have a `next_cursor`: every request reads
-    /// a bounded number of index entries and items, whatever the backlog (a status filter on
-    /// the `open` range reads past the entries of the other status only so far). Only a page
-    /// without `next_cursor` is the last.
-    async fn list_deliveries(&self, query: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError>;
-    /// How many of an endpoint's deliveries are in `status` ([`Self::count_deliveries_in`]'s
-    /// count, exact or not).
-    async fn count_deliveries(&self, endpoint_id: &str, status: DeliveryStatus) -> Result<u64, StoreError>;
-    /// How many of an endpoint's deliveries are in each of `statuses`, in their order, with a
-    /// bounded read whatever the backlog: in DynamoStore, per index partition one
-    /// `Select=COUNT` Query of each status's key range, stopping at 5,000 entries, and for
-    /// `scheduled` and `sending` (one `open` range: `by_endpoint` projects no status) the
-    /// items of its oldest 100 entries (eventually consistent, half a read unit each). A count
-    /// that stopped at a cap says so (`exact` false). By default, one exact
-    /// `count_deliveries` each.
-    async fn count_deliveries_in(
-        &self,
-        endpoint_id: &str,
-        statuses: &[DeliveryStatus],
-    ) -> Result<Vec<Counted>, StoreError> {
-        let counts =
-            futures::future::try_join_all(statuses.iter().map(|st| self.count_deliveries(endpoint_id, *st))).await?;
-        Ok(counts.into_iter().map(|n| Counted { n, exact: true }).collect())
-    }
     /// Counts one delivery of `endpoint_id` as delivered on the UTC day of `at`: an atomic
     /// ADD of 1 to a small counter item per (endpoint, day, split), `expires_at` (unix
     /// seconds) its TTL, and `at` as the item's `last_delivered_at` (a plain SET in the same
@@ -395,7 +324,7 @@ pub trait Store: Send + Sync {
     /// effort, after the delivery's record: a failure or a crash in between leaves the count
     /// one short and the time as it was, never a delivery unrecorded.
     ///
-    /// Counted once per `delivery_id`, as [`Store::count_failure`] is per attempt: the
+    /// Counted once per `delivery_id`, as [`CounterStore::count_failure`] is per attempt: the
     /// counter keeps the last delivery it counted (`last_counted`) and the ADD is conditional
     /// on it being another, so a retry of the same write after a lost answer counts nothing.
     async fn count_delivered(
@@ -431,6 +360,109 @@ pub trait Store: Send + Sync {
         now_ms: i64,
     ) -> Result<bool, StoreError>;
 }
+
+/// Accepted events: the event item (payload, fingerprint) with its deliveries.
+#[async_trait]
+pub trait EventStore: Send + Sync {
+    /// Writes an accepted event: its payload item and one delivery per endpoint, each in the
+    /// due index at its `due_at` (`None` for a held delivery, which goes to the `by_status`
+    /// index instead), all or nothing, by conditional PutItems (a transaction would bill every
+    /// KB twice, DynamoDB pricing): the payload item first, then the deliveries. On an error,
+    /// whatever this call wrote is deleted again (even a write whose answer was lost after it
+    /// landed), unless a concurrent call with the same event id relies on it: a call that
+    /// finds items it did not write marks the event `promised` before it answers, and a
+    /// promised event and its deliveries are never deleted (the error then says to retry with
+    /// the id). No delivery is left without its payload item. Says which items this call
+    /// created: an item that existed already (the same event id ingested twice) is left as it
+    /// was, payload included.
+    ///
+    /// # Errors
+    /// [`StoreError::RequestMismatch`] when the event id exists with another
+    /// `request_sha256` and this event has one too (a reused `Idempotency-Key`): nothing of
+    /// this call's stays. Otherwise an AWS error as above.
+    async fn insert_event(
+        &self,
+        event: &StoredEvent,
+        deliveries: &[(&Delivery, Option<i64>)],
+    ) -> Result<Inserted, StoreError>;
+    /// An event's payload (strongly consistent); `None` once retention removed it.
+    async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError>;
+}
+
+/// Deliveries: read one, apply a guarded transition ([`crate::domain::delivery_lifecycle`]
+/// builds them), the due index, listings and counts.
+#[async_trait]
+pub trait DeliveryStore: Send + Sync {
+    /// A delivery by id, with its attempts.
+    async fn get_delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError>;
+    /// Applies a guarded transition; with `return_new`, the item after it.
+    async fn apply(&self, id: &str, transition: &Transition, return_new: bool) -> Result<Applied, StoreError>;
+    /// Up to `limit` items of one due-index shard with `due_at <= until_ms`, earliest first;
+    /// with `after` (the last item of a previous call on this shard), those after it. An
+    /// item that does not read as a due delivery is logged with its key and left out, not
+    /// an error.
+    async fn due(&self, shard: u32, until_ms: i64, limit: usize, after: Option<&Due>) -> Result<Vec<Due>, StoreError>;
+    /// Every delivery of an event id (one per endpoint it went to, of every tenant that used
+    /// the id), read by their ids from the endpoints its event items list (a strongly
+    /// consistent Query of the id's `EVENT_ID#` partition).
+    async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError>;
+    /// A page of deliveries: up to `query.limit` of them (clamped to 1-100). A page can be
+    /// shorter than the limit, even empty, and still have a `next_cursor`: every request reads
+    /// a bounded number of index entries and items, whatever the backlog (a status filter on
+    /// the `open` range reads past the entries of the other status only so far). Only a page
+    /// without `next_cursor` is the last.
+    async fn list_deliveries(&self, query: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError>;
+    /// How many of an endpoint's deliveries are in `status` ([`Self::count_deliveries_in`]'s
+    /// count, exact or not).
+    async fn count_deliveries(&self, endpoint_id: &str, status: DeliveryStatus) -> Result<u64, StoreError>;
+    /// How many of an endpoint's deliveries are in each of `statuses`, in their order, with a
+    /// bounded read whatever the backlog: in DynamoStore, per index partition one
+    /// `Select=COUNT` Query of each status's key range, stopping at 5,000 entries, and for
+    /// `scheduled` and `sending` (one `open` range: `by_endpoint` projects no status) the
+    /// items of its oldest 100 entries (eventually consistent, half a read unit each). A count
+    /// that stopped at a cap says so (`exact` false). By default, one exact
+    /// `count_deliveries` each.
+    async fn count_deliveries_in(
+        &self,
+        endpoint_id: &str,
+        statuses: &[DeliveryStatus],
+    ) -> Result<Vec<Counted>, StoreError> {
+        let counts =
+            futures::future::try_join_all(statuses.iter().map(|st| self.count_deliveries(endpoint_id, *st))).await?;
+        Ok(counts.into_iter().map(|n| Counted { n, exact: true }).collect())
+    }
+}
+
+/// Jobs (recover, hold, release, probe): created, claimed and saved under a lease.
+#[async_trait]
+pub trait JobStore: Send + Sync {
+    /// Creates a job (its id is new: a conditional PutItem), in the due index at `run_at`
+    /// while it is running.
+    ///
+    /// # Errors
+    /// [`StoreError::AlreadyExists`] when a job has the id.
+    async fn create_job(&self, job: &Job) -> Result<(), StoreError>;
+    /// Writes what a job step came to (progress, cursor, next `run_at`, end), guarded like
+    /// every other transition: only while the job's due time is still `lease_due_at`
+    /// (milliseconds), the lease the step took with [`JobStore::claim_job`]. False when the
+    /// step outlived its lease and a later step took the job: that step's progress stands,
+    /// and this one's is dropped (every step's own writes are guarded transitions, so the
+    /// later step finds what this one did).
+    async fn save_job(&self, job: &Job, lease_due_at: i64) -> Result<bool, StoreError>;
+    /// A job by id.
+    async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError>;
+    /// Takes a job's due step: moves its due time from `expected_due_at` to `lease_due_at`
+    /// (both milliseconds); false when another tick took it first.
+    async fn claim_job(&self, id: &str, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError>;
+}
+
+/// Persistence of endpoints, events, deliveries and jobs: every aggregate's trait, which
+/// [`DynamoStore`] (one file per aggregate under `dynamo/`) and the simulation's in-memory
+/// store implement. Services take an `Arc<dyn Store>` and name the trait whose methods they
+/// call.
+pub trait Store: EndpointStore + CounterStore + EventStore + DeliveryStore + JobStore {}
+
+impl<T: EndpointStore + CounterStore + EventStore + DeliveryStore + JobStore> Store for T {}
 
 /// How a store failure answers a caller: a bad cursor or an unsupported query is the
 /// caller's (422); a request DynamoDB refused or an item we cannot read back is ours (500);

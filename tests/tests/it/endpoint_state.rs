@@ -14,6 +14,7 @@ use webhooks::App;
 use webhooks::domain::delivery_lifecycle::{self, AttemptMessage};
 use webhooks::sender::{SendResult, Sender};
 use webhooks::service::{admin, deliver, sweep};
+use webhooks::store::DeliveryStore;
 use webhooks::store::{Applied, Due, StoreError};
 use webhooks_local::Options;
 use webhooks_tests::faults::Faults;
@@ -696,7 +697,6 @@ async fn finding_an_endpoints_held_deliveries_reads_none_of_its_history() {
         webhooks::store::DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf), &cfg.table, cfg.due_shards)
             .with_index_shards(cfg.endpoint_index_shards, cfg.status_index_shards)
             .with_endpoint_copies(cfg.endpoint_copies);
-    use webhooks::store::Store as _;
     let page = store
         .list_deliveries(&webhooks::store::DeliveryQuery {
             endpoint_id: Some(ep_id.clone()),

@@ -699,7 +699,7 @@ fn the_call_analysis_follows_calls_and_transactions_and_skips_tests() {
     // not reached.
     let src = r#"
         trait Store { async fn commit(&self); }
-        impl Store for Dynamo {
+        impl EndpointStore for Dynamo {
             async fn commit(&self) {
                 let put = Put::builder().build();
                 self.client.transact_write_items().transact_items(TransactWriteItem::builder().put(put).build()).send().await;
@@ -1169,7 +1169,7 @@ impl<'ast> Visit<'ast> for CratePaths {
     }
 }
 
-/// The library's modules, file by file (`store/dynamo` for shared/src/store/dynamo.rs), and
+/// The library's modules, file by file (`store/dynamo` for shared/src/store/dynamo/mod.rs), and
 /// the modules each one's code names through `crate::` paths (doc links and tests left out).
 fn library_imports() -> BTreeMap<String, BTreeSet<String>> {
     let src = root().join("shared/src");

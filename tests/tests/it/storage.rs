@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 use webhooks::store::keys::{PK, SK, event_key};
 use webhooks::store::payload::PAYLOAD_Z;
+use webhooks::store::{CounterStore, DeliveryStore, EndpointStore, EventStore, JobStore};
 use webhooks_tests::{Receiver, Reply, Stack};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -127,7 +128,6 @@ async fn an_event_item_that_cannot_be_decompressed_fails_the_attempt_not_the_pro
 
 /// Every id of a listing, page by page (`limit` a page) from `q`'s cursor, in the order given.
 async fn list_all(store: &webhooks::store::DynamoStore, q: webhooks::store::DeliveryQuery) -> Vec<String> {
-    use webhooks::store::Store as _;
     let mut ids = Vec::new();
     let mut cursor = q.cursor.clone();
     for _ in 0..100 {
@@ -159,7 +159,6 @@ async fn write_delivery(
     exhausted: bool,
 ) -> String {
     use webhooks::domain::model::{DeliveryStatus, StoredEvent};
-    use webhooks::store::Store as _;
     let event = StoredEvent {
         tenant_id: "acme".into(),
         event_id: format!("evt-{name}"),
@@ -235,7 +234,7 @@ async fn listings_read_unsplit_and_sharded_index_partitions_alike() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_listing_goes_on_across_a_raised_index_split_and_refuses_tampered_cursors() {
     use webhooks::domain::model::DeliveryStatus;
-    use webhooks::store::{DeliveryQuery, DynamoStore, Store as _, StoreError};
+    use webhooks::store::{DeliveryQuery, DynamoStore, StoreError};
     let stack = Stack::start(|_| {}).await;
     let table = stack.app.config.table.clone();
     let unsplit = DynamoStore::new(ddb().await, &table, 8);
@@ -421,7 +420,7 @@ async fn an_event_and_its_deliveries_have_no_index_entry_and_are_found_by_the_ev
 #[tokio::test(flavor = "multi_thread")]
 async fn the_due_read_gives_due_deliveries_and_jobs_in_due_order_page_by_page() {
     use webhooks::domain::model::StoredEvent;
-    use webhooks::store::{Due, DynamoStore, Store as _};
+    use webhooks::store::{Due, DynamoStore};
     // No sweeper of the stack's own: it would re-drive what this test reads.
     let stack = still_stack(|_| {}).await;
     let table = stack.app.config.table.clone();
@@ -819,7 +818,6 @@ async fn the_failures_counter_is_split_over_the_copies_and_summed_at_a_copys_sha
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_slow_marker_mirror_older_than_the_copys_marker_is_refused() {
-    use webhooks::store::Store as _;
     use webhooks::store::dynamo::SLOW_SEQ;
     let stack = still_stack(|_| {}).await;
     let table = stack.app.config.table.clone();
@@ -897,7 +895,7 @@ async fn a_sharded_listing_reads_only_the_items_it_lists_and_each_once() {
     use std::sync::atomic::Ordering;
     use webhooks::domain::delivery_lifecycle;
     use webhooks::domain::model::DeliveryStatus;
-    use webhooks::store::{Applied, DeliveryQuery, DynamoStore, Store as _};
+    use webhooks::store::{Applied, DeliveryQuery, DynamoStore};
     let stack = still_stack(|_| {}).await;
     let table = stack.app.config.table.clone();
     // 4 shards of `by_endpoint`, on a client that counts the items it reads.
@@ -956,7 +954,7 @@ async fn a_sharded_listing_reads_only_the_items_it_lists_and_each_once() {
 async fn an_endpoints_counts_read_a_bounded_number_of_entries_and_say_when_they_are_not_exact() {
     use std::sync::atomic::Ordering;
     use webhooks::domain::model::DeliveryStatus::{Exhausted, Held, Scheduled, Sending};
-    use webhooks::store::{DynamoStore, Store as _};
+    use webhooks::store::DynamoStore;
     let stack = still_stack(|_| {}).await;
     let table = stack.app.config.table.clone();
     let reads = webhooks_tests::QueryReads::default();
@@ -1004,7 +1002,7 @@ async fn an_endpoints_counts_read_a_bounded_number_of_entries_and_say_when_they_
 async fn a_status_listing_reads_past_the_entries_it_leaves_out() {
     use webhooks::domain::delivery_lifecycle;
     use webhooks::domain::model::DeliveryStatus;
-    use webhooks::store::{Applied, DeliveryQuery, DynamoStore, Store as _};
+    use webhooks::store::{Applied, DeliveryQuery, DynamoStore};
     let stack = still_stack(|_| {}).await;
     let store = DynamoStore::new(ddb().await, &stack.app.config.table, 8);
     let t0 = chrono::Utc::now() - chrono::Duration::minutes(5);
@@ -1087,7 +1085,7 @@ async fn a_status_listing_reads_a_bounded_number_of_items_whatever_the_backlog()
     use std::sync::atomic::Ordering;
     use webhooks::domain::delivery_lifecycle;
     use webhooks::domain::model::DeliveryStatus;
-    use webhooks::store::{Applied, DeliveryQuery, DynamoStore, Store as _, collect_deliveries};
+    use webhooks::store::{Applied, DeliveryQuery, DynamoStore, collect_deliveries};
     let stack = still_stack(|_| {}).await;
     let table = stack.app.config.table.clone();
     let reads = webhooks_tests::QueryReads::default();
@@ -1134,7 +1132,7 @@ async fn a_status_listing_reads_a_bounded_number_of_items_whatever_the_backlog()
 async fn a_transition_whose_answer_was_lost_is_known_as_its_own_not_someone_elses() {
     use webhooks::domain::delivery_lifecycle::{self, AttemptMessage, EndpointEntry};
     use webhooks::domain::model::DeliveryStatus;
-    use webhooks::store::{Applied, DynamoStore, Store as _};
+    use webhooks::store::{Applied, DynamoStore};
     use webhooks_tests::{FailNth, Fault};
     let stack = still_stack(|_| {}).await;
     let config = stack.app.config.clone();
@@ -1179,7 +1177,7 @@ async fn a_transition_whose_answer_was_lost_is_known_as_its_own_not_someone_else
 /// once per delivery (per attempt for failures).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_count_whose_answer_was_lost_is_counted_once() {
-    use webhooks::store::{DynamoStore, Store as _};
+    use webhooks::store::DynamoStore;
     use webhooks_tests::{FailNth, Fault};
     let stack = still_stack(|c| c.endpoint_copies = 1).await;
     let config = stack.app.config.clone();

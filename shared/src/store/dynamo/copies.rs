@@ -118,7 +118,7 @@ impl DynamoStore {
         self.query_all(self.endpoints_query(&endpoint_copy_pk(tenant_id, j)).consistent_read(true)).await
     }
 
-    /// See [`crate::store::Store::count_failure`]: ADD 1 on the copy the attempt read. With one
+    /// See [`crate::store::CounterStore::count_failure`]: ADD 1 on the copy the attempt read. With one
     /// copy the breaker opens at the threshold; with R, once this copy's count reaches its
     /// share (threshold / R, rounded up) the counts of the R copies are read (one
     /// BatchGetItem) and summed, and the breaker opens when the sum reaches the threshold.
@@ -144,7 +144,7 @@ impl DynamoStore {
     }
 
     /// ADD 1 to copy `j`'s counter, marked with `mark` (`{key}#{attempt}`, see
-    /// [`crate::store::Store::count_failure`]): a write that finds its own mark already there
+    /// [`crate::store::CounterStore::count_failure`]): a write that finds its own mark already there
     /// (its first try applied, the answer was lost) adds nothing and returns the count as it
     /// stands. `None` when the endpoint is gone.
     async fn copy_failures_add(
@@ -179,7 +179,7 @@ impl DynamoStore {
         }
     }
 
-    /// See [`crate::store::Store::reset_failures`]: zeroes the counter of the copy an attempt
+    /// See [`crate::store::CounterStore::reset_failures`]: zeroes the counter of the copy an attempt
     /// keyed by `key` read (nothing when the endpoint is gone).
     pub(super) async fn reset_copy_failures(&self, tenant_id: &str, id: &str, key: &str) -> Result<(), StoreError> {
         let result = self

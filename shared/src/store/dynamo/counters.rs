@@ -8,7 +8,7 @@
 //! |---|---|---|---|
 //! | rate window | `RATE#{endpoint_id}` | `S#{unix second}` | `n` (attempt starts counted), `expires_at` (TTL: the second + [`RATE_WINDOW_TTL_SECONDS`]) |
 
-use super::{DynamoStore, StoreError, aws, n, s};
+use super::*;
 use crate::store::keys::{PK, SK, TTL};
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use chrono::{DateTime, Utc};
@@ -139,5 +139,124 @@ impl DynamoStore {
         };
         let marker = "SET effective_rate_per_second = :r, rate_changed_at_ms = :now";
         self.write_marker(tenant_id, id, marker, values, Some(condition), RATE_SEQ).await
+    }
+}
+
+#[async_trait]
+impl CounterStore for DynamoStore {
+    async fn failures_in_a_row(&self, endpoint: &Endpoint) -> Result<u32, StoreError> {
+        if self.copies > 1 {
+            // The counter is split over the copies (see [`copies`]): shown summed.
+            return self.failures_summed(&endpoint.tenant_id, &endpoint.id).await;
+        }
+        Ok(endpoint.consecutive_failures)
+    }
+
+    async fn listed_failures_in_a_row(&self, endpoints: &[Endpoint]) -> Result<Vec<u32>, StoreError> {
+        if self.copies > 1 {
+            return self.failures_summed_page(endpoints).await;
+        }
+        Ok(endpoints.iter().map(|e| e.consecutive_failures).collect())
+    }
+
+    async fn count_failure(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        key: &str,
+        attempt: u32,
+        threshold: u32,
+    ) -> Result<Option<crate::store::FailureCount>, StoreError> {
+        self.count_copy_failure(tenant_id, id, key, attempt, threshold).await
+    }
+
+    async fn count_delivered(
+        &self,
+        endpoint_id: &str,
+        delivery_id: &str,
+        at: chrono::DateTime<chrono::Utc>,
+        expires_at: i64,
+    ) -> Result<(), StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, s(stats_partition(endpoint_id, delivery_id, self.endpoint_shards)))
+            .key(SK, s(stats_day_sk(at)))
+            .update_expression("ADD delivered :one SET expires_at = :ttl, last_delivered_at = :at, last_counted = :id")
+            .condition_expression("attribute_not_exists(last_counted) OR last_counted <> :id")
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":ttl", n(expires_at))
+            .expression_attribute_values(":at", time(&at))
+            .expression_attribute_values(":id", s(delivery_id))
+            .send()
+            .await;
+        // A failed condition: this delivery is the last one counted there (a retry of this
+        // same write, whose first try applied).
+        conditional(result)?;
+        Ok(())
+    }
+
+    async fn delivered_tally(
+        &self,
+        endpoint_id: &str,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<crate::store::DeliveredTally, StoreError> {
+        /// A day's counter item as read.
+        #[derive(serde::Deserialize)]
+        struct Day {
+            #[serde(default)]
+            delivered: u64,
+            #[serde(default)]
+            last_delivered_at: Option<chrono::DateTime<chrono::Utc>>,
+        }
+        let reads = stats_partitions(endpoint_id, self.endpoint_shards).into_iter().map(|partition| async move {
+            let query = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :p AND sk >= :from")
+                .expression_attribute_values(":p", s(partition))
+                .expression_attribute_values(":from", s(stats_day_sk(since)))
+                .projection_expression("delivered, last_delivered_at");
+            self.query_all::<Day>(query).await
+        });
+        // Every partition's days, summed once.
+        let mut days = Vec::new();
+        for read in futures::stream::iter(reads).buffer_unordered(8).collect::<Vec<_>>().await {
+            days.extend(read?);
+        }
+        Ok(crate::store::DeliveredTally {
+            delivered: days.iter().map(|d| d.delivered).sum(),
+            last_delivered_at: days.iter().filter_map(|d| d.last_delivered_at).max(),
+        })
+    }
+
+    async fn reset_failures(&self, tenant_id: &str, id: &str, key: &str) -> Result<(), StoreError> {
+        self.reset_copy_failures(tenant_id, id, key).await
+    }
+
+    async fn set_slow_until(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        until: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> Result<(), StoreError> {
+        self.write_slow_until(tenant_id, id, until).await
+    }
+
+    async fn take_rate_slot(&self, endpoint_id: &str, second: i64) -> Result<u64, StoreError> {
+        self.add_rate_slot(endpoint_id, second).await
+    }
+
+    async fn set_effective_rate(
+        &self,
+        tenant_id: &str,
+        id: &str,
+        expected_ms: Option<i64>,
+        rate: f64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.write_effective_rate(tenant_id, id, expected_ms, rate, now_ms).await
     }
 }
