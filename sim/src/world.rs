@@ -21,7 +21,7 @@ use webhooks::domain::delivery_lifecycle::Transition;
 use webhooks::domain::model::{Delivery, DeliveryStatus, Endpoint, EndpointState, JobKind, REASON_MANUAL};
 use webhooks::domain::retry_policy::{Outcome, RetryPolicy};
 use webhooks::sender::{SendResult, Sender};
-use webhooks::service::{admin, deliver, ingest, sweep};
+use webhooks::service::{deliver, deliveries, endpoints, ingest, sweep};
 use webhooks::{App, Config};
 
 /// What the services' hooks and the receivers report to the driver.
@@ -594,7 +594,7 @@ impl World {
                     Kind::Admin,
                     format!("disable {ep}"),
                     Box::pin(async move {
-                        let r = admin::disable_endpoint(&app, &ep).await;
+                        let r = endpoints::disable_endpoint(&app, &ep).await;
                         let manual = r.is_ok_and(|v| v.disabled.is_some_and(|d| d.reason == REASON_MANUAL));
                         promises.borrow_mut().entry(ep).or_default().answered(g, |p| p.manual_disable = manual);
                     }),
@@ -606,7 +606,7 @@ impl World {
                     Kind::Admin,
                     format!("enable {ep}"),
                     Box::pin(async move {
-                        let _ = admin::enable_endpoint(&app, &ep).await;
+                        let _ = endpoints::enable_endpoint(&app, &ep).await;
                         promises.borrow_mut().entry(ep).or_default().answered(g, |_| {});
                     }),
                 );
@@ -623,7 +623,7 @@ impl World {
                     Box::pin(async move {
                         let mut body = serde_json::Map::new();
                         body.insert("url".into(), serde_json::Value::String(url.clone()));
-                        let r = admin::update_endpoint(&app, &ep, &body).await;
+                        let r = endpoints::update_endpoint(&app, &ep, &body).await;
                         let url = r.is_ok().then_some(url);
                         promises.borrow_mut().entry(ep).or_default().answered(g, |p| p.url = url);
                     }),
@@ -635,7 +635,7 @@ impl World {
                     Kind::Admin,
                     format!("rotate {ep}"),
                     Box::pin(async move {
-                        let r = admin::rotate_secret(&app, &ep, None).await;
+                        let r = endpoints::rotate_secret(&app, &ep, None).await;
                         let secret = r.ok().and_then(|v| v.secret);
                         promises.borrow_mut().entry(ep).or_default().answered(g, |p| p.secret = secret);
                     }),
@@ -654,7 +654,7 @@ impl World {
                     Kind::Admin,
                     format!("replay {id}"),
                     Box::pin(async move {
-                        let _ = admin::replay(&app, &id).await;
+                        let _ = deliveries::replay(&app, &id).await;
                     }),
                 );
             }
@@ -664,7 +664,7 @@ impl World {
                     Kind::Admin,
                     format!("recover {ep}"),
                     Box::pin(async move {
-                        let _ = admin::recover(&app, &ep, since, None).await;
+                        let _ = endpoints::recover(&app, &ep, since, None).await;
                     }),
                 );
             }
@@ -674,7 +674,7 @@ impl World {
                     Kind::Admin,
                     format!("delete {ep}"),
                     Box::pin(async move {
-                        let _ = admin::delete_endpoint(&app, &ep, true).await;
+                        let _ = endpoints::delete_endpoint(&app, &ep, true).await;
                         promises.borrow_mut().entry(ep).or_default().answered(g, |_| {});
                     }),
                 );

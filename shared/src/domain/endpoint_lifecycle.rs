@@ -14,7 +14,7 @@
 //! ```
 //!
 //! Who moves it: an operator (`disable`, `enable`, `PATCH`, `rotate-secret` through
-//! [`crate::service::admin`]), deliver (a disable code, the circuit breaker, the probe's
+//! [`crate::service::endpoints`]), deliver (a disable code, the circuit breaker, the probe's
 //! outcome) and the sweeper's probe job. Each function here returns a [`Change`]: the endpoint
 //! as it must be stored, the version it must still have (the guard), and the jobs that must
 //! follow the transition. The store writes all of it in one TransactWriteItems

@@ -4,21 +4,21 @@
 //! | route | answer |
 //! |---|---|
 //! | `POST /v1/events` | 202 [`ingest::Accepted`]; with `"mode": "sync"`, 200 or 502 with the attempt |
-//! | `POST /v1/endpoints` | 201 [`admin::EndpointView`] with the secret |
-//! | `GET /v1/endpoints/{id}` | 200 [`admin::EndpointView`] |
-//! | `PATCH /v1/endpoints/{id}` | 200 [`admin::EndpointView`] |
-//! | `POST /v1/endpoints/{id}/disable` | 200 [`admin::EndpointView`]; its deliveries are held |
-//! | `POST /v1/endpoints/{id}/enable` | 200 [`admin::EndpointView`] + `release_job` |
+//! | `POST /v1/endpoints` | 201 [`endpoints::EndpointView`] with the secret |
+//! | `GET /v1/endpoints/{id}` | 200 [`endpoints::EndpointView`] |
+//! | `PATCH /v1/endpoints/{id}` | 200 [`endpoints::EndpointView`] |
+//! | `POST /v1/endpoints/{id}/disable` | 200 [`endpoints::EndpointView`]; its deliveries are held |
+//! | `POST /v1/endpoints/{id}/enable` | 200 [`endpoints::EndpointView`] + `release_job` |
 //! | `GET /v1/endpoints?tenant_id=&limit=&cursor=` | 200 `{"data", "next_cursor"}` |
 //! | `DELETE /v1/endpoints/{id}?force=` | 200; 409 with unfinished deliveries unless `force=true` |
-//! | `GET /v1/endpoints/{id}/stats` | 200 [`admin::EndpointStats`] |
+//! | `GET /v1/endpoints/{id}/stats` | 200 [`endpoints::EndpointStats`] |
 //! | `POST /v1/endpoints/{id}/rotate-secret` `{"secret"?}` | 200 endpoint with the new secret |
 //! | `POST /v1/endpoints/{id}/recover` `{"since", "until"?}` | 202 [`crate::domain::model::Job`] |
-//! | `GET /v1/events/{id}?tenant_id=` | 200 [`admin::EventView`]; 409 naming the tenants when the id is in several and `tenant_id` is not given |
+//! | `GET /v1/events/{id}?tenant_id=` | 200 [`deliveries::EventView`]; 409 naming the tenants when the id is in several and `tenant_id` is not given |
 //! | `GET /v1/jobs/{id}` | 200 [`crate::domain::model::Job`] (progress of a release, recover or probe) |
-//! | `GET /v1/deliveries/{id}` | 200 [`admin::DeliveryView`] |
+//! | `GET /v1/deliveries/{id}` | 200 [`deliveries::DeliveryView`] |
 //! | `GET /v1/deliveries?status=&endpoint_id=&limit=&cursor=` | 200 `{"data", "next_cursor"}` |
-//! | `POST /v1/deliveries/{id}/replay` | 202 [`admin::DeliveryView`] |
+//! | `POST /v1/deliveries/{id}/replay` | 202 [`deliveries::DeliveryView`] |
 //! | `POST /v1/tenants/{tenant_id}/portal-sessions` `{"ttl_seconds"?}` | 201 [`crate::http::ui::token::PortalSession`]: a signed portal URL for one tenant |
 //!
 //! Every error is `{"error": {"code", "message"}}` with the status of [`ServiceError`]. A
@@ -34,7 +34,7 @@ use crate::App;
 use crate::config::MAX_PAYLOAD_BYTES;
 use crate::domain::model::DeliveryStatus;
 use crate::error::ServiceError;
-use crate::service::{admin, ingest};
+use crate::service::{deliveries, endpoints, ingest};
 use crate::store::DeliveryQuery;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
@@ -212,7 +212,7 @@ async fn post_endpoint(
     _: NoParams,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServiceError> {
-    let created = admin::create_endpoint(&app, &parse_object(body)?).await?;
+    let created = endpoints::create_endpoint(&app, &parse_object(body)?).await?;
     Ok((StatusCode::CREATED, Json(created)).into_response())
 }
 
@@ -222,7 +222,7 @@ async fn patch_endpoint(
     _: NoParams,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServiceError> {
-    Ok(Json(admin::update_endpoint(&app, &id, &parse_object(body)?).await?).into_response())
+    Ok(Json(endpoints::update_endpoint(&app, &id, &parse_object(body)?).await?).into_response())
 }
 
 async fn enable_endpoint(
@@ -231,7 +231,7 @@ async fn enable_endpoint(
     _: NoParams,
     _: NoBody,
 ) -> Result<Response, ServiceError> {
-    let (endpoint, job) = admin::enable_endpoint(&app, &id).await?;
+    let (endpoint, job) = endpoints::enable_endpoint(&app, &id).await?;
     let mut body = serde_json::to_value(endpoint).map_err(|e| ServiceError::Internal(e.to_string()))?;
     body["release_job"] = serde_json::to_value(job).map_err(|e| ServiceError::Internal(e.to_string()))?;
     Ok(Json(body).into_response())
@@ -243,7 +243,7 @@ async fn disable_endpoint(
     _: NoParams,
     _: NoBody,
 ) -> Result<Response, ServiceError> {
-    Ok(Json(admin::disable_endpoint(&app, &id).await?).into_response())
+    Ok(Json(endpoints::disable_endpoint(&app, &id).await?).into_response())
 }
 
 /// `GET /v1/endpoints`'s parameters.
@@ -262,7 +262,7 @@ async fn list_endpoints(
     let tenant = p.tenant_id.unwrap_or_default();
     crate::domain::ids::client_id("tenant_id", &tenant)?;
     let limit = check_limit(p.limit)?;
-    Ok(Json(admin::list_endpoints(&app, &tenant, limit, p.cursor.as_deref().filter(|c| !c.is_empty())).await?)
+    Ok(Json(endpoints::list_endpoints(&app, &tenant, limit, p.cursor.as_deref().filter(|c| !c.is_empty())).await?)
         .into_response())
 }
 
@@ -279,7 +279,7 @@ async fn delete_endpoint(
     Params(p): Params<DeleteParams>,
     _: NoBody,
 ) -> Result<Response, ServiceError> {
-    let done = admin::delete_endpoint(&app, &id, p.force.unwrap_or(false)).await?;
+    let done = endpoints::delete_endpoint(&app, &id, p.force.unwrap_or(false)).await?;
     Ok(Json(serde_json::json!({
         "id": id,
         "deleted": true,
@@ -294,7 +294,7 @@ async fn endpoint_stats(
     PathParam(id): PathParam,
     _: NoParams,
 ) -> Result<Response, ServiceError> {
-    Ok(Json(admin::endpoint_stats(&app, &id).await?).into_response())
+    Ok(Json(endpoints::endpoint_stats(&app, &id).await?).into_response())
 }
 
 #[derive(Deserialize)]
@@ -313,7 +313,7 @@ async fn rotate_secret(
         Ok(bytes) if is_blank(bytes) => RotateBody { secret: None },
         _ => parse_body(body)?,
     };
-    Ok(Json(admin::rotate_secret(&app, &id, b.secret.as_deref()).await?).into_response())
+    Ok(Json(endpoints::rotate_secret(&app, &id, b.secret.as_deref()).await?).into_response())
 }
 
 #[derive(Deserialize)]
@@ -331,7 +331,7 @@ async fn recover(
 ) -> Result<Response, ServiceError> {
     let b: RecoverBody = parse_body(body)?;
     let since = time_param("since", b.since)?.ok_or_else(|| ServiceError::Validation("since: is required".into()))?;
-    let job = admin::recover(&app, &id, since, time_param("until", b.until)?).await?;
+    let job = endpoints::recover(&app, &id, since, time_param("until", b.until)?).await?;
     Ok((StatusCode::ACCEPTED, Json(job)).into_response())
 }
 
@@ -351,7 +351,7 @@ async fn get_event(
     if let Some(t) = &tenant {
         crate::domain::ids::client_id("tenant_id", t)?;
     }
-    Ok(Json(admin::get_event(&app, &id, tenant.as_deref()).await?).into_response())
+    Ok(Json(deliveries::get_event(&app, &id, tenant.as_deref()).await?).into_response())
 }
 
 /// A listing's `limit`: 50 when absent or empty (`?limit=`, as every other empty parameter),
@@ -368,15 +368,15 @@ fn check_limit(limit: Option<String>) -> Result<usize, ServiceError> {
 }
 
 async fn get_job(State(app): State<App>, PathParam(id): PathParam, _: NoParams) -> Result<Response, ServiceError> {
-    Ok(Json(admin::get_job(&app, &id).await?).into_response())
+    Ok(Json(deliveries::get_job(&app, &id).await?).into_response())
 }
 
 async fn get_endpoint(State(app): State<App>, PathParam(id): PathParam, _: NoParams) -> Result<Response, ServiceError> {
-    Ok(Json(admin::get_endpoint(&app, &id).await?).into_response())
+    Ok(Json(endpoints::get_endpoint(&app, &id).await?).into_response())
 }
 
 async fn get_delivery(State(app): State<App>, PathParam(id): PathParam, _: NoParams) -> Result<Response, ServiceError> {
-    Ok(Json(admin::get_delivery(&app, &id).await?).into_response())
+    Ok(Json(deliveries::get_delivery(&app, &id).await?).into_response())
 }
 
 /// `GET /v1/deliveries`'s parameters.
@@ -438,7 +438,7 @@ async fn list_deliveries(State(app): State<App>, Params(p): Params<ListParams>) 
         limit,
         cursor: p.cursor.filter(|s| !s.is_empty()),
     };
-    Ok(Json(admin::list_deliveries(&app, query).await?).into_response())
+    Ok(Json(deliveries::list_deliveries(&app, query).await?).into_response())
 }
 
 async fn replay(
@@ -447,7 +447,7 @@ async fn replay(
     _: NoParams,
     _: NoBody,
 ) -> Result<Response, ServiceError> {
-    let d = admin::replay(&app, &id).await?;
+    let d = deliveries::replay(&app, &id).await?;
     Ok((StatusCode::ACCEPTED, Json(d)).into_response())
 }
 

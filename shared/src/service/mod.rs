@@ -1,9 +1,11 @@
 //! The services the Lambda handlers and the local runtime call: plain async functions over an
 //! [`crate::App`].
 
-pub mod admin;
 pub mod deliver;
+pub mod deliveries;
+pub mod endpoint_settings;
 pub mod endpoint_state;
+pub mod endpoints;
 pub mod ingest;
 pub mod lanes;
 pub mod sweep;

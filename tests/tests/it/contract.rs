@@ -41,9 +41,9 @@ async fn post_keyed(stack: &Stack, key: &str, body: &Value) -> (u16, Value, bool
 #[tokio::test(flavor = "multi_thread")]
 async fn an_endpoints_url_and_filter_are_bounded() {
     let stack = Stack::start(|_| {}).await;
-    let long = format!("https://example.com/{}", "a".repeat(webhooks::service::admin::MAX_URL_BYTES));
+    let long = format!("https://example.com/{}", "a".repeat(webhooks::service::endpoint_settings::MAX_URL_BYTES));
     let many: Vec<String> =
-        (0..=webhooks::service::admin::MAX_EVENT_TYPE_FILTERS).map(|n| format!("type.{n}")).collect();
+        (0..=webhooks::service::endpoint_settings::MAX_EVENT_TYPE_FILTERS).map(|n| format!("type.{n}")).collect();
     for (body, field) in [
         (json!({"tenant_id": "acme", "url": long}), "url"),
         (json!({"tenant_id": "acme", "url": "https://example.com/hook", "event_types": many}), "event_types"),

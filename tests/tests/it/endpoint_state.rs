@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use webhooks::App;
 use webhooks::domain::delivery_lifecycle::{self, AttemptMessage};
 use webhooks::sender::{SendResult, Sender};
-use webhooks::service::{admin, deliver, sweep};
+use webhooks::service::{deliver, deliveries, endpoints, sweep};
 use webhooks::store::DeliveryStore;
 use webhooks::store::{Applied, Due, StoreError};
 use webhooks_local::Options;
@@ -587,7 +587,7 @@ async fn the_attempt_history_on_an_item_stays_bounded_however_many_attempts() {
     let id = first_delivery(&stack.event("acme", "order.paid", json!({"n": 1})).await);
     for n in 1..=150u32 {
         if n > 1 && (n - 1) % 50 == 0 {
-            admin::replay(&stack.app, &id).await.unwrap();
+            deliveries::replay(&stack.app, &id).await.unwrap();
         }
         let msg = AttemptMessage::new(id.clone(), n);
         let mut handled = deliver::deliver_message(&stack.app, &msg).await;
@@ -849,7 +849,7 @@ async fn a_forced_delete_answers_after_a_bounded_number_and_its_job_ends_the_res
     let ep_id = ep["id"].as_str().unwrap().to_string();
     let (status, _) = stack.call(Method::POST, &format!("/v1/endpoints/{ep_id}/disable"), None).await;
     assert_eq!(status, 200);
-    let total = admin::DELETE_ENDS_INLINE + 20;
+    let total = endpoints::DELETE_ENDS_INLINE + 20;
     let mut ids = Vec::new();
     for n in 0..total {
         ids.push(first_delivery(&stack.event("acme", "order.paid", json!({"n": n})).await));
@@ -863,7 +863,7 @@ async fn a_forced_delete_answers_after_a_bounded_number_and_its_job_ends_the_res
     assert!(body["error"]["message"].as_str().unwrap().contains(&format!("has {total} unfinished")), "{body}");
     let (status, body) = stack.call(Method::DELETE, &format!("{path}?force=true"), None).await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(body["deliveries_ended"], admin::DELETE_ENDS_INLINE, "{body}");
+    assert_eq!(body["deliveries_ended"], endpoints::DELETE_ENDS_INLINE, "{body}");
     for id in &ids {
         let d = stack.wait_status(id, "exhausted", WITHIN).await;
         assert_eq!(d["reason"], "endpoint_deleted", "{d:#}");
@@ -886,7 +886,7 @@ async fn the_last_success_is_the_latest_one_also_after_replaying_an_older_dead_l
     stack.wait_status(&older, "exhausted", WITHIN).await;
     let newer = first_delivery(&stack.event("acme", "order.paid", json!({"n": 2})).await);
     let delivered = stack.wait_status(&newer, "delivered", WITHIN).await;
-    let stats = admin::endpoint_stats(&stack.app, &ep_id).await.unwrap();
+    let stats = endpoints::endpoint_stats(&stack.app, &ep_id).await.unwrap();
     let at = |v: &Value| v.as_str().and_then(|t| DateTime::parse_from_rfc3339(t).ok()).map(|t| t.with_timezone(&Utc));
     assert_eq!(stats.last_success_at, at(&delivered["updated_at"]), "{stats:?}");
     // The older one replayed and delivered: its success is the latest.
@@ -895,10 +895,10 @@ async fn the_last_success_is_the_latest_one_also_after_replaying_an_older_dead_l
     let replayed = stack.wait_status(&older, "delivered", WITHIN).await;
     // Deliver counts a delivery right after recording it: wait for that count to land.
     eventually("the replay counted", WITHIN, || async {
-        admin::endpoint_stats(&stack.app, &ep_id).await.is_ok_and(|s| s.counts["delivered"] == 2)
+        endpoints::endpoint_stats(&stack.app, &ep_id).await.is_ok_and(|s| s.counts["delivered"] == 2)
     })
     .await;
-    let stats = admin::endpoint_stats(&stack.app, &ep_id).await.unwrap();
+    let stats = endpoints::endpoint_stats(&stack.app, &ep_id).await.unwrap();
     assert!(at(&replayed["updated_at"]) > at(&delivered["updated_at"]), "{replayed:#}");
     assert_eq!(stats.last_success_at, at(&replayed["updated_at"]), "{stats:?}");
     assert_eq!(stats.counts["delivered"], 2, "{stats:?}");
@@ -932,7 +932,7 @@ async fn an_endpoints_stats_read_none_of_its_delivered_history() {
             .with_index_shards(cfg.endpoint_index_shards, cfg.status_index_shards)
             .with_endpoint_copies(cfg.endpoint_copies),
     );
-    let stats = admin::endpoint_stats(&app, &ep_id).await.unwrap();
+    let stats = endpoints::endpoint_stats(&app, &ep_id).await.unwrap();
     assert_eq!(stats.counts["delivered"], 40, "{stats:?}");
     assert_eq!(stats.counted, 40, "{stats:?}");
     assert!(stats.last_success_at.is_some());

@@ -778,9 +778,9 @@ async fn the_failures_counter_is_split_over_the_copies_and_summed_at_a_copys_sha
     let n = count(k0.clone(), 2).await;
     assert_eq!((n.in_a_row, n.opens_breaker), (2, true));
     let shown =
-        || async { webhooks::service::admin::get_endpoint(&stack.app, &id).await.unwrap().consecutive_failures };
+        || async { webhooks::service::endpoints::get_endpoint(&stack.app, &id).await.unwrap().consecutive_failures };
     assert_eq!(shown().await, 4, "the endpoint's view shows the copies summed");
-    let stats = webhooks::service::admin::endpoint_stats(&stack.app, &id).await.unwrap();
+    let stats = webhooks::service::endpoints::endpoint_stats(&stack.app, &id).await.unwrap();
     assert_eq!(stats.consecutive_failures, 4, "and its stats");
     // Finding the endpoint (to change it) reads no copy: the endpoint item's own count.
     assert_eq!(store.find_endpoint(&id).await.unwrap().unwrap().consecutive_failures, 2);
@@ -807,7 +807,7 @@ async fn the_failures_counter_is_split_over_the_copies_and_summed_at_a_copys_sha
     // A listing (the API's, the dashboard's and the portal's) shows each endpoint's copies
     // summed too, each its own: `fails` 2 + 1 + 1, `lone` 1 + 0 + 4 (their items count 2 and 1).
     store.count_failure("acme", &lone, &k0, 1, 4).await.unwrap();
-    let listed = webhooks::service::admin::list_endpoints(&stack.app, "acme", 100, None).await.unwrap();
+    let listed = webhooks::service::endpoints::list_endpoints(&stack.app, "acme", 100, None).await.unwrap();
     let listed_of = |id: &str| listed.data.iter().find(|e| e.id == id).map(|e| e.consecutive_failures);
     assert_eq!((listed_of(&id), listed_of(&lone)), (Some(4), Some(5)), "{:?}", listed.data);
     // Gone: nothing counted, nothing created.
@@ -990,7 +990,7 @@ async fn an_endpoints_counts_read_a_bounded_number_of_entries_and_say_when_they_
     // The stats answer names what is not exact.
     let mut app = stack.app.clone();
     app.store = std::sync::Arc::new(capped);
-    let stats = webhooks::service::admin::endpoint_stats(&app, &ep).await.unwrap();
+    let stats = webhooks::service::endpoints::endpoint_stats(&app, &ep).await.unwrap();
     assert_eq!(stats.approximate, ["scheduled", "sending", "exhausted"], "{stats:?}");
     assert_eq!((stats.counts["scheduled"], stats.counts["exhausted"]), (10, 10), "{stats:?}");
     let (status, body) = stack.call(Method::GET, &format!("/v1/endpoints/{ep}/stats"), None).await;
@@ -1193,13 +1193,13 @@ async fn a_count_whose_answer_was_lost_is_counted_once() {
     let ttl = now.timestamp() + 86_400;
     lossy().count_delivered(&ep, "dlv_a", now, ttl).await.unwrap();
     stack.app.store.count_delivered(&ep, "dlv_b", now, ttl).await.unwrap();
-    let stats = webhooks::service::admin::endpoint_stats(&stack.app, &ep).await.unwrap();
+    let stats = webhooks::service::endpoints::endpoint_stats(&stack.app, &ep).await.unwrap();
     assert_eq!(stats.counts.get("delivered"), Some(&2), "two deliveries, each counted once: {stats:?}");
 
     let first = lossy().count_failure("acme", &ep, "dlv_a", 1, 100).await.unwrap().unwrap();
     assert_eq!(first.in_a_row, 1, "the retry of the same attempt's count finds its own mark");
     let second = lossy().count_failure("acme", &ep, "dlv_a", 2, 100).await.unwrap().unwrap();
     assert_eq!(second.in_a_row, 2, "the next attempt counts");
-    assert_eq!(webhooks::service::admin::get_endpoint(&stack.app, &ep).await.unwrap().consecutive_failures, 2);
+    assert_eq!(webhooks::service::endpoints::get_endpoint(&stack.app, &ep).await.unwrap().consecutive_failures, 2);
     stack.stop().await;
 }

@@ -25,7 +25,7 @@ use super::{endpoint_badge, error_page, page, see_other, status_badge, text, tim
 use crate::App;
 use crate::domain::model::{Delivery, Endpoint};
 use crate::error::ServiceError;
-use crate::service::admin;
+use crate::service::{deliveries, endpoints};
 use crate::store::DeliveryQuery;
 use crate::token_keys::KeySet;
 use axum::Router;
@@ -194,7 +194,7 @@ fn action(s: &Session, to: &str, label: &str, class: &str) -> Markup {
 /// tenant's) [`ServiceError::NotFound`].
 async fn owned_endpoint(app: &App, s: &Session, id: &str) -> Result<Endpoint, ServiceError> {
     let not_found = || ServiceError::NotFound(format!("endpoint {id}"));
-    let ep = admin::find_endpoint(app, id).await.map_err(|e| match e {
+    let ep = endpoints::find_endpoint(app, id).await.map_err(|e| match e {
         ServiceError::Validation(_) => not_found(),
         other => other,
     })?;
@@ -263,11 +263,11 @@ async fn home(
 }
 
 async fn home_page(app: &App, s: &Session) -> Result<Response, ServiceError> {
-    let endpoints = admin::list_endpoints(app, &s.claims.tenant_id, MAX_ENDPOINTS, None).await?.data;
+    let endpoints = endpoints::list_endpoints(app, &s.claims.tenant_id, MAX_ENDPOINTS, None).await?.data;
     let mut recent = Vec::new();
     for ep in &endpoints {
         let q = DeliveryQuery { endpoint_id: Some(ep.id.clone()), limit: 10, ..DeliveryQuery::default() };
-        recent.extend(admin::list_deliveries(app, q).await?.data);
+        recent.extend(deliveries::list_deliveries(app, q).await?.data);
     }
     recent.sort_by_key(|d| std::cmp::Reverse(d.created_at));
     recent.truncate(25);
@@ -386,7 +386,7 @@ async fn create(
     if let Value::Array(t) = parse_types(&f.event_types) {
         body.insert("event_types".into(), Value::Array(t));
     }
-    match admin::create_endpoint(&app, &body).await {
+    match endpoints::create_endpoint(&app, &body).await {
         Ok(ep) => {
             let body = html! {
                 h1 { "Endpoint added" }
@@ -418,9 +418,9 @@ async fn endpoint_page(State(app): State<App>, Path(id): Path<String>, headers: 
     };
     let result = async {
         let mut ep = owned_endpoint(&app, &s, &id).await?;
-        ep.consecutive_failures = admin::failures_in_a_row(&app, &ep).await;
+        ep.consecutive_failures = endpoints::failures_in_a_row(&app, &ep).await;
         let q = DeliveryQuery { endpoint_id: Some(ep.id.clone()), limit: 50, ..DeliveryQuery::default() };
-        let deliveries = admin::list_deliveries(&app, q).await?.data;
+        let deliveries = deliveries::list_deliveries(&app, q).await?.data;
         Ok::<_, ServiceError>(endpoint_body(&s, &ep, &deliveries.iter().map(json_of).collect::<Vec<_>>()))
     }
     .await;
@@ -431,7 +431,7 @@ async fn endpoint_page(State(app): State<App>, Path(id): Path<String>, headers: 
 }
 
 fn endpoint_body(s: &Session, ep: &Endpoint, deliveries: &[Value]) -> Markup {
-    let v = json_of(&admin::EndpointView::of(ep.clone(), false));
+    let v = json_of(&endpoints::EndpointView::of(ep.clone(), false));
     let base = format!("/portal/endpoints/{}", ep.id);
     let types = ep.event_types.as_ref().map(|t| t.join(", ")).unwrap_or_default();
     html! {
@@ -485,7 +485,7 @@ async fn edit(
         let mut body = Map::new();
         body.insert("url".into(), json!(f.url.trim()));
         body.insert("event_types".into(), parse_types(&f.event_types));
-        admin::update_endpoint(&app, &ep.id, &body).await
+        endpoints::update_endpoint(&app, &ep.id, &body).await
     }
     .await;
     match result {
@@ -527,7 +527,7 @@ async fn disable(
     form: Result<Form<CsrfForm>, FormRejection>,
 ) -> Response {
     endpoint_action(&app, &headers, &id, &csrf_of(form), |app, _, ep| async move {
-        admin::disable_endpoint(&app, &ep.id).await?;
+        endpoints::disable_endpoint(&app, &ep.id).await?;
         Ok(see_other(&format!("/portal/endpoints/{}", ep.id)))
     })
     .await
@@ -540,7 +540,7 @@ async fn enable(
     form: Result<Form<CsrfForm>, FormRejection>,
 ) -> Response {
     endpoint_action(&app, &headers, &id, &csrf_of(form), |app, _, ep| async move {
-        admin::enable_endpoint(&app, &ep.id).await?;
+        endpoints::enable_endpoint(&app, &ep.id).await?;
         Ok(see_other(&format!("/portal/endpoints/{}", ep.id)))
     })
     .await
@@ -553,7 +553,7 @@ async fn rotate(
     form: Result<Form<CsrfForm>, FormRejection>,
 ) -> Response {
     endpoint_action(&app, &headers, &id, &csrf_of(form), |app, s, ep| async move {
-        let view = admin::rotate_secret(&app, &ep.id, None).await?;
+        let view = endpoints::rotate_secret(&app, &ep.id, None).await?;
         let body = html! {
             h1 { "Secret rotated" }
             (secret_box(view.secret.as_deref().unwrap_or("")))
@@ -662,7 +662,7 @@ async fn delivery_page(State(app): State<App>, Path(id): Path<String>, headers: 
         Ok(d) => d,
         Err(e) => return problem(&e),
     };
-    let view = json_of(&admin::DeliveryView::from(d.clone()));
+    let view = json_of(&deliveries::DeliveryView::from(d.clone()));
     let live = matches!(
         d.status,
         crate::domain::model::DeliveryStatus::Scheduled | crate::domain::model::DeliveryStatus::Sending
@@ -698,7 +698,7 @@ async fn resend(
     };
     let result = async {
         let d = owned_delivery(&app, &s, &id).await?;
-        admin::replay(&app, &d.id).await
+        deliveries::replay(&app, &d.id).await
     }
     .await;
     match result {
