@@ -34,8 +34,8 @@ use webhooks::lifecycle::{DueItem, Field, Transition};
 use webhooks::model::{Delivery, DeliveryStatus, Endpoint, Job, StoredEvent};
 use webhooks::store::keys::{JOB_SHARD, due_shard, endpoint_bucket, endpoint_sk, stats_day_sk, time_sk};
 use webhooks::store::{
-    Applied, Committed, DeliveredTally, DeliveryQuery, DeliverySummary, Due, EndpointWrite, FailureCount, Inserted,
-    Page, Store, StoreError,
+    Applied, Attention, AttentionMark, Committed, DeliveredTally, DeliveryQuery, DeliverySummary, Due, EndpointWrite,
+    FailureCount, Inserted, Page, Store, StoreError,
 };
 
 /// DynamoDB's largest item, bytes (400 KB).
@@ -97,6 +97,8 @@ pub struct Tables {
     delivered_marks: BTreeMap<(String, String), String>,
     /// The last (delivery, attempt) counted on each endpoint's failures (`last_failure`).
     failure_marks: BTreeMap<(String, String), String>,
+    /// When each endpoint's run of failures began (DynamoStore's failing mark), while it runs.
+    failing_since: BTreeMap<(String, String), chrono::DateTime<chrono::Utc>>,
     /// Per item key, its versions as the GSIs will see them: (visible from, ms; item or gone).
     gsi: BTreeMap<String, Vec<(i64, Option<Indexed>)>>,
 }
@@ -466,6 +468,7 @@ impl Store for MemStore {
         key: &str,
         attempt: u32,
         threshold: u32,
+        at: chrono::DateTime<chrono::Utc>,
     ) -> Result<Option<FailureCount>, StoreError> {
         let mark = format!("{key}#{attempt}");
         self.call("store.count_failure", |_, t| {
@@ -474,8 +477,9 @@ impl Store for MemStore {
             // DynamoStore's mark: the same (key, attempt) as the last counted adds nothing.
             if t.failure_marks.get(&k) != Some(&mark) {
                 e.consecutive_failures += 1;
-                t.failure_marks.insert(k, mark);
+                t.failure_marks.insert(k.clone(), mark);
             }
+            t.failing_since.entry(k).or_insert(at);
             Ok(Some(FailureCount::single(e.consecutive_failures, threshold)))
         })
         .await
@@ -528,6 +532,7 @@ impl Store for MemStore {
             if let Some(e) = t.endpoints.get_mut(&(tenant_id.to_string(), id.to_string())) {
                 e.consecutive_failures = 0;
             }
+            t.failing_since.remove(&(tenant_id.to_string(), id.to_string()));
             Ok(())
         })
         .await
@@ -568,6 +573,8 @@ impl Store for MemStore {
                 let mut new = c.endpoint.clone();
                 if !c.reset_failures {
                     new.consecutive_failures = old;
+                } else {
+                    t.failing_since.remove(&key);
                 }
                 // As DynamoStore's endpoint change: the unversioned state (the adaptive rate,
                 // the slow-lane marker; model::UNVERSIONED_ENDPOINT_ATTRIBUTES) is not written
@@ -588,6 +595,7 @@ impl Store for MemStore {
     async fn delete_endpoint(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
         self.call("store.delete_endpoint", |_, t| {
             t.endpoints.remove(&(tenant_id.to_string(), id.to_string()));
+            t.failing_since.remove(&(tenant_id.to_string(), id.to_string()));
             t.pointers.remove(id);
             Ok(())
         })
@@ -615,6 +623,34 @@ impl Store for MemStore {
             all.truncate(take);
             let next_cursor = if more { all.last().map(|e| cursor_of(&e.id)) } else { None };
             Ok(Page { data: all, next_cursor })
+        })
+        .await
+    }
+
+    /// DynamoStore's marks, read from the table as it is (no index lag), newest first; one
+    /// page (the simulation's services do not list them).
+    async fn attention_endpoints(
+        &self,
+        why: Attention,
+        limit: usize,
+        _cursor: Option<&str>,
+    ) -> Result<Page<AttentionMark>, StoreError> {
+        self.call("store.attention_endpoints", |_, t| {
+            let mut data: Vec<AttentionMark> = t
+                .endpoints
+                .iter()
+                .filter_map(|(k, e)| {
+                    let since = match why {
+                        Attention::Stopped if !e.enabled => Some(e.disabled.as_ref().map_or(e.updated_at, |d| d.at)),
+                        Attention::Failing if e.enabled => t.failing_since.get(k).copied(),
+                        _ => None,
+                    }?;
+                    Some(AttentionMark { tenant_id: k.0.clone(), endpoint_id: k.1.clone(), since })
+                })
+                .collect();
+            data.sort_by(|a, b| b.since.cmp(&a.since).then_with(|| b.endpoint_id.cmp(&a.endpoint_id)));
+            data.truncate(limit.clamp(1, 100));
+            Ok(Page { data, next_cursor: None })
         })
         .await
     }

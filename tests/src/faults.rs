@@ -34,7 +34,7 @@ pub enum Strike {
 }
 
 /// The calls that change nothing: failing one after it was made is the same as before.
-const READS: [&str; 14] = [
+const READS: [&str; 15] = [
     "get_endpoint",
     "failures_in_a_row",
     "listed_failures_in_a_row",
@@ -42,6 +42,7 @@ const READS: [&str; 14] = [
     "find_endpoint",
     "tenant_endpoints",
     "list_endpoints",
+    "attention_endpoints",
     "get_payload",
     "get_delivery",
     "due",
@@ -261,9 +262,10 @@ impl Store for FaultyStore {
         key: &str,
         attempt: u32,
         threshold: u32,
+        at: chrono::DateTime<chrono::Utc>,
     ) -> Result<Option<webhooks::store::FailureCount>, StoreError> {
         self.faults
-            .run("count_failure", self.inner.count_failure(tenant_id, id, key, attempt, threshold), any, aws)
+            .run("count_failure", self.inner.count_failure(tenant_id, id, key, attempt, threshold, at), any, aws)
             .await
     }
     async fn count_delivered(
@@ -303,6 +305,14 @@ impl Store for FaultyStore {
         cursor: Option<&str>,
     ) -> Result<Page<Endpoint>, StoreError> {
         self.faults.run("list_endpoints", self.inner.list_endpoints(tenant_id, limit, cursor), any, aws).await
+    }
+    async fn attention_endpoints(
+        &self,
+        why: webhooks::store::Attention,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<webhooks::store::AttentionMark>, StoreError> {
+        self.faults.run("attention_endpoints", self.inner.attention_endpoints(why, limit, cursor), any, aws).await
     }
     async fn insert_event(
         &self,

@@ -904,10 +904,11 @@ impl Store for Serialized {
         key: &str,
         attempt: u32,
         threshold: u32,
+        at: chrono::DateTime<chrono::Utc>,
     ) -> Result<Option<webhooks::store::FailureCount>, StoreError> {
         self.before("count_failure").await?;
         let _one = self.one().await;
-        self.inner.count_failure(tenant_id, id, key, attempt, threshold).await
+        self.inner.count_failure(tenant_id, id, key, attempt, threshold, at).await
     }
     async fn count_delivered(
         &self,
@@ -954,6 +955,15 @@ impl Store for Serialized {
     ) -> Result<Page<Endpoint>, StoreError> {
         self.before("list_endpoints").await?;
         self.inner.list_endpoints(tenant_id, limit, cursor).await
+    }
+    async fn attention_endpoints(
+        &self,
+        why: webhooks::store::Attention,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<webhooks::store::AttentionMark>, StoreError> {
+        self.before("attention_endpoints").await?;
+        self.inner.attention_endpoints(why, limit, cursor).await
     }
     async fn insert_event(
         &self,

@@ -2,6 +2,7 @@
 //! [`crate::App`].
 
 pub mod admin;
+pub mod attention;
 pub mod deliver;
 pub mod health;
 pub mod ingest;

@@ -17,6 +17,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use futures::StreamExt;
 use std::collections::HashMap;
 
+mod attention;
 mod copies;
 mod lanes;
 pub use lanes::{RATE_SEQ, RATE_WINDOW_TTL_SECONDS, SLOW_SEQ, rate_pk, rate_sk};
@@ -534,12 +535,20 @@ impl DynamoStore {
                 remove.push(format!("#r{i}"));
             }
         }
-        let mut expression = format!("SET {}", set.join(", "));
-        if !remove.is_empty() {
-            expression.push_str(&format!(" REMOVE {}", remove.join(", ")));
-        }
+        let expression = |set: &[String], remove: &[String]| {
+            let mut expression = format!("SET {}", set.join(", "));
+            if !remove.is_empty() {
+                expression.push_str(&format!(" REMOVE {}", remove.join(", ")));
+            }
+            expression
+        };
+        // The attention marks (see `attention`): the endpoint item's differ from its copies'.
+        let marks = attention::Marks::of(change);
+        let copy_expression = expression(&set, &[remove.clone(), marks.copy_remove].concat());
         let (tenant_id, id) = (&change.endpoint.tenant_id, &change.endpoint.id);
-        let copies = self.copy_updates(tenant_id, id, &expression, &names, &values)?;
+        let copies = self.copy_updates(tenant_id, id, &copy_expression, &names, &values)?;
+        values.extend(marks.values);
+        let expression = expression(&[set, marks.set].concat(), &[remove, marks.remove].concat());
         let update = aws_sdk_dynamodb::types::Update::builder()
             .table_name(&self.table)
             .key(PK, s(tenant_pk(tenant_id)))
@@ -1107,8 +1116,18 @@ impl Store for DynamoStore {
         key: &str,
         attempt: u32,
         threshold: u32,
+        at: chrono::DateTime<chrono::Utc>,
     ) -> Result<Option<super::FailureCount>, StoreError> {
-        self.count_copy_failure(tenant_id, id, key, attempt, threshold).await
+        self.count_copy_failure(tenant_id, id, key, attempt, threshold, at).await
+    }
+
+    async fn attention_endpoints(
+        &self,
+        why: super::Attention,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<super::AttentionMark>, StoreError> {
+        self.attention_page(why, limit, cursor).await
     }
 
     async fn count_delivered(
