@@ -375,7 +375,7 @@ fn why(a: &Attention) -> Markup {
             parts.push(html! { (state) " since " (at(&a.since)) })
         }
         "enabled" if failures > 0 => parts.push(html! {
-            "failing" @if a.since.is_some() { " since " (at(&a.since)) } ": " (failures) " failed attempts in a row"
+            "failing" @if a.since.is_some() { " since " (at(&a.since)) } "; failures in a row " (failures)
         }),
         _ => {}
     }

@@ -460,7 +460,7 @@ async fn ops_see_health_filter_deliveries_replay_and_toggle_in_the_dashboard() {
         failing_row.contains(&t_failing)
             && failing_row.contains("enabled")
             && failing_row.contains("failing since")
-            && failing_row.contains("1 failed attempts in a row")
+            && failing_row.contains("failures in a row 1")
             && failing_row.contains("retrying 1"),
         "{landing}"
     );
