@@ -34,8 +34,8 @@ use webhooks::domain::delivery_lifecycle::{DueItem, Field, Transition};
 use webhooks::domain::model::{Delivery, DeliveryStatus, Endpoint, Job, StoredEvent};
 use webhooks::store::keys::{JOB_SHARD, due_shard, endpoint_bucket, endpoint_sk, stats_day_sk, time_sk};
 use webhooks::store::{
-    Applied, Committed, DeliveredTally, DeliveryQuery, DeliverySummary, Due, EndpointWrite, FailureCount, Inserted,
-    Page, StoreError,
+    Applied, Attention, AttentionMark, Committed, DeliveredTally, DeliveryQuery, DeliverySummary, Due, EndpointWrite,
+    FailureCount, Inserted, Page, StoreError,
 };
 use webhooks::store::{CounterStore, DeliveryStore, EndpointStore, EventStore, JobStore};
 
@@ -98,6 +98,8 @@ pub struct Tables {
     delivered_marks: BTreeMap<(String, String), String>,
     /// The last (delivery, attempt) counted on each endpoint's failures (`last_failure`).
     failure_marks: BTreeMap<(String, String), String>,
+    /// When each endpoint's run of failures began (DynamoStore's failing mark), while it runs.
+    failing_since: BTreeMap<(String, String), chrono::DateTime<chrono::Utc>>,
     /// Per item key, its versions as the GSIs will see them: (visible from, ms; item or gone).
     gsi: BTreeMap<String, Vec<(i64, Option<Indexed>)>>,
 }
@@ -404,6 +406,34 @@ impl MemStore {
 
 #[async_trait]
 impl EndpointStore for MemStore {
+    /// DynamoStore's marks, read from the table as it is (no index lag), newest first; one
+    /// page (the simulation's services do not list them).
+    async fn attention_endpoints(
+        &self,
+        why: Attention,
+        limit: usize,
+        _cursor: Option<&str>,
+    ) -> Result<Page<AttentionMark>, StoreError> {
+        self.call("store.attention_endpoints", |_, t| {
+            let mut data: Vec<AttentionMark> = t
+                .endpoints
+                .iter()
+                .filter_map(|(k, e)| {
+                    let since = match why {
+                        Attention::Stopped if !e.enabled => Some(e.disabled.as_ref().map_or(e.updated_at, |d| d.at)),
+                        Attention::Failing if e.enabled => t.failing_since.get(k).copied(),
+                        _ => None,
+                    }?;
+                    Some(AttentionMark { tenant_id: k.0.clone(), endpoint_id: k.1.clone(), since })
+                })
+                .collect();
+            data.sort_by(|a, b| b.since.cmp(&a.since).then_with(|| b.endpoint_id.cmp(&a.endpoint_id)));
+            data.truncate(limit.clamp(1, 100));
+            Ok(Page { data, next_cursor: None })
+        })
+        .await
+    }
+
     async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
         self.call("store.create_endpoint", |s, t| {
             s.check_size("endpoint", size_of(endpoint))?;
@@ -485,6 +515,8 @@ impl EndpointStore for MemStore {
                 let mut new = c.endpoint.clone();
                 if !c.reset_failures {
                     new.consecutive_failures = old;
+                } else {
+                    t.failing_since.remove(&key);
                 }
                 // As DynamoStore's endpoint change: the unversioned state (the adaptive rate,
                 // the slow-lane marker; model::UNVERSIONED_ENDPOINT_ATTRIBUTES) is not written
@@ -505,6 +537,7 @@ impl EndpointStore for MemStore {
     async fn delete_endpoint(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
         self.call("store.delete_endpoint", |_, t| {
             t.endpoints.remove(&(tenant_id.to_string(), id.to_string()));
+            t.failing_since.remove(&(tenant_id.to_string(), id.to_string()));
             t.pointers.remove(id);
             Ok(())
         })
@@ -556,6 +589,7 @@ impl CounterStore for MemStore {
         key: &str,
         attempt: u32,
         threshold: u32,
+        at: chrono::DateTime<chrono::Utc>,
     ) -> Result<Option<FailureCount>, StoreError> {
         let mark = format!("{key}#{attempt}");
         self.call("store.count_failure", |_, t| {
@@ -564,8 +598,9 @@ impl CounterStore for MemStore {
             // DynamoStore's mark: the same (key, attempt) as the last counted adds nothing.
             if t.failure_marks.get(&k) != Some(&mark) {
                 e.consecutive_failures += 1;
-                t.failure_marks.insert(k, mark);
+                t.failure_marks.insert(k.clone(), mark);
             }
+            t.failing_since.entry(k).or_insert(at);
             Ok(Some(FailureCount::single(e.consecutive_failures, threshold)))
         })
         .await
@@ -618,6 +653,7 @@ impl CounterStore for MemStore {
             if let Some(e) = t.endpoints.get_mut(&(tenant_id.to_string(), id.to_string())) {
                 e.consecutive_failures = 0;
             }
+            t.failing_since.remove(&(tenant_id.to_string(), id.to_string()));
             Ok(())
         })
         .await

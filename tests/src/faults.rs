@@ -35,7 +35,7 @@ pub enum Strike {
 }
 
 /// The calls that change nothing: failing one after it was made is the same as before.
-const READS: [&str; 14] = [
+const READS: [&str; 15] = [
     "get_endpoint",
     "failures_in_a_row",
     "listed_failures_in_a_row",
@@ -43,6 +43,7 @@ const READS: [&str; 14] = [
     "find_endpoint",
     "tenant_endpoints",
     "list_endpoints",
+    "attention_endpoints",
     "get_payload",
     "get_delivery",
     "due",
@@ -234,6 +235,14 @@ struct FaultyStore {
 
 #[async_trait::async_trait]
 impl EndpointStore for FaultyStore {
+    async fn attention_endpoints(
+        &self,
+        why: webhooks::store::Attention,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<webhooks::store::AttentionMark>, StoreError> {
+        self.faults.run("attention_endpoints", self.inner.attention_endpoints(why, limit, cursor), any, aws).await
+    }
     async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
         self.faults.run("create_endpoint", self.inner.create_endpoint(endpoint), any, aws).await
     }
@@ -293,9 +302,10 @@ impl CounterStore for FaultyStore {
         key: &str,
         attempt: u32,
         threshold: u32,
+        at: chrono::DateTime<chrono::Utc>,
     ) -> Result<Option<webhooks::store::FailureCount>, StoreError> {
         self.faults
-            .run("count_failure", self.inner.count_failure(tenant_id, id, key, attempt, threshold), any, aws)
+            .run("count_failure", self.inner.count_failure(tenant_id, id, key, attempt, threshold, at), any, aws)
             .await
     }
 

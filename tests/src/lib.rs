@@ -874,6 +874,15 @@ impl Serialized {
 
 #[async_trait::async_trait]
 impl EndpointStore for Serialized {
+    async fn attention_endpoints(
+        &self,
+        why: webhooks::store::Attention,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<webhooks::store::AttentionMark>, StoreError> {
+        self.before("attention_endpoints").await?;
+        self.inner.attention_endpoints(why, limit, cursor).await
+    }
     async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
         self.before("create_endpoint").await?;
         self.inner.create_endpoint(endpoint).await
@@ -945,10 +954,11 @@ impl CounterStore for Serialized {
         key: &str,
         attempt: u32,
         threshold: u32,
+        at: chrono::DateTime<chrono::Utc>,
     ) -> Result<Option<webhooks::store::FailureCount>, StoreError> {
         self.before("count_failure").await?;
         let _one = self.one().await;
-        self.inner.count_failure(tenant_id, id, key, attempt, threshold).await
+        self.inner.count_failure(tenant_id, id, key, attempt, threshold, at).await
     }
 
     async fn count_delivered(

@@ -10,6 +10,7 @@
 //! | `POST /v1/endpoints/{id}/disable` | 200 [`endpoints::EndpointView`]; its deliveries are held |
 //! | `POST /v1/endpoints/{id}/enable` | 200 [`endpoints::EndpointView`] + `release_job` |
 //! | `GET /v1/endpoints?tenant_id=&limit=&cursor=` | 200 `{"data", "next_cursor"}` |
+//! | `GET /v1/endpoints?attention=stopped\|failing&limit=&cursor=` | 200 `{"data", "next_cursor"}`: endpoints stopped or failing across tenants, newest first ([`crate::service::attention`]) |
 //! | `DELETE /v1/endpoints/{id}?force=` | 200; 409 with unfinished deliveries unless `force=true` |
 //! | `GET /v1/endpoints/{id}/stats` | 200 [`endpoints::EndpointStats`] |
 //! | `POST /v1/endpoints/{id}/rotate-secret` `{"secret"?}` | 200 endpoint with the new secret |
@@ -251,6 +252,7 @@ async fn disable_endpoint(
 #[serde(deny_unknown_fields)]
 struct EndpointListParams {
     tenant_id: Option<String>,
+    attention: Option<String>,
     limit: Option<String>,
     cursor: Option<String>,
 }
@@ -259,6 +261,23 @@ async fn list_endpoints(
     State(app): State<App>,
     Params(p): Params<EndpointListParams>,
 ) -> Result<Response, ServiceError> {
+    if let Some(a) = p.attention.as_deref().filter(|a| !a.is_empty()) {
+        let why = crate::store::Attention::parse(a).ok_or_else(|| {
+            ServiceError::Validation(format!(
+                "attention: {:?} is not one of stopped, failing",
+                crate::domain::ids::shown(a)
+            ))
+        })?;
+        if p.tenant_id.as_deref().is_some_and(|t| !t.is_empty()) {
+            return Err(ServiceError::Validation(
+                "tenant_id, attention: give one (a tenant's endpoints, or those needing attention across tenants)"
+                    .into(),
+            ));
+        }
+        let limit = check_limit(p.limit)?;
+        let cursor = p.cursor.as_deref().filter(|c| !c.is_empty());
+        return Ok(Json(crate::service::attention::list(&app, why, limit, cursor).await?).into_response());
+    }
     let tenant = p.tenant_id.unwrap_or_default();
     crate::domain::ids::client_id("tenant_id", &tenant)?;
     let limit = check_limit(p.limit)?;
@@ -551,7 +570,7 @@ mod tests {
     fn a_query_error_names_the_parameter() {
         assert_eq!(
             refused::<EndpointListParams>("tenant=acme"),
-            "validation_error tenant: unknown field `tenant`, expected one of `tenant_id`, `limit`, `cursor`"
+            "validation_error tenant: unknown field `tenant`, expected one of `tenant_id`, `attention`, `limit`, `cursor`"
         );
         assert_eq!(
             refused::<DeleteParams>("force=yes"),

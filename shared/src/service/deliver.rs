@@ -343,6 +343,7 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
                     &delivery.id,
                     delivery.attempt_count,
                     ep.circuit_breaker_threshold,
+                    app.clock.now(),
                 )
                 .await
             {

@@ -177,6 +177,16 @@ pub fn endpoint_sk(
     format!("{}#{}", endpoint_bucket(status), time_sk(created_at, id))
 }
 
+/// The `by_status` partition of endpoints stopped (paused, probing or disabled): the
+/// endpoint item carries it while it is not enabled, with `status_sk` = [`time_sk`] of when it
+/// stopped (see `dynamo::attention`).
+pub const ATTENTION_STOPPED: &str = "attention#stopped";
+
+/// The `by_status` partition of endpoints failing: an endpoint item (or copy) carries it while
+/// its failures-in-a-row counter is above 0, with `status_sk` = [`time_sk`] of the run's first
+/// failure (see `dynamo::attention`).
+pub const ATTENTION_FAILING: &str = "attention#failing";
+
 /// A sortable `{time}#{id}` sort key (RFC 3339, milliseconds, `Z`).
 pub fn time_sk(at: chrono::DateTime<chrono::Utc>, id: &str) -> String {
     format!("{}#{id}", at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))

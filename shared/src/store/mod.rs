@@ -147,6 +147,46 @@ pub async fn collect_deliveries(
     Ok(out)
 }
 
+/// Why an endpoint needs attention ([`EndpointStore::attention_endpoints`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Attention {
+    /// Not enabled: paused, probing or disabled; since it stopped.
+    Stopped,
+    /// Failed attempts in a row (retries under way); since the run's first failure.
+    Failing,
+}
+
+impl Attention {
+    /// As the API spells it: `stopped`, `failing`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stopped => "stopped",
+            Self::Failing => "failing",
+        }
+    }
+
+    /// From the API's spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "stopped" => Some(Self::Stopped),
+            "failing" => Some(Self::Failing),
+            _ => None,
+        }
+    }
+}
+
+/// An endpoint that needs attention, as [`EndpointStore::attention_endpoints`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttentionMark {
+    /// Tenant.
+    pub tenant_id: String,
+    /// Endpoint id.
+    pub endpoint_id: String,
+    /// Since when: when it stopped, or its run of failures began.
+    pub since: DateTime<Utc>,
+}
+
 /// What [`EventStore::insert_event`] created.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inserted {
@@ -263,6 +303,18 @@ pub trait EndpointStore: Send + Sync {
         endpoint: EndpointWrite<'_>,
         delivery: Option<(&str, &Transition)>,
     ) -> Result<Committed, StoreError>;
+    /// A page of the endpoints, across tenants, that are `why` (stopped or failing), newest
+    /// first by when they became so, up to `limit` (1 to 100), after `cursor`. Marks kept on
+    /// the endpoint items themselves (written by [`EndpointStore::commit`],
+    /// [`CounterStore::count_failure`] and [`CounterStore::reset_failures`]) and read through
+    /// an index that can lag the table a moment: a caller reads each endpoint before it shows
+    /// it. With endpoint copies, a failing endpoint can be listed once per copy failing.
+    async fn attention_endpoints(
+        &self,
+        why: Attention,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<AttentionMark>, StoreError>;
     /// Deletes an endpoint and its pointer.
     async fn delete_endpoint(&self, tenant_id: &str, id: &str) -> Result<(), StoreError>;
     /// A page of a tenant's endpoints.
@@ -294,6 +346,10 @@ pub trait CounterStore: Send + Sync {
     /// that comes after another attempt's failure was counted on the same item counts again;
     /// SDK retries come within milliseconds, so that takes a lost answer and a second failure
     /// of the same endpoint in that window.)
+    ///
+    /// `at` is the attempt's time: the first failure of a run marks the endpoint failing
+    /// since then ([`EndpointStore::attention_endpoints`]), and the reset that ends the run removes
+    /// the mark.
     async fn count_failure(
         &self,
         tenant_id: &str,
@@ -301,6 +357,7 @@ pub trait CounterStore: Send + Sync {
         key: &str,
         attempt: u32,
         threshold: u32,
+        at: DateTime<Utc>,
     ) -> Result<Option<FailureCount>, StoreError>;
     /// Zeroes the endpoint's failures in a row, on the copy an attempt keyed by `key` read (a
     /// counter; see [`CounterStore::count_failure`]).

@@ -711,3 +711,90 @@ async fn an_endpoint_create_cancelled_is_never_a_conflict_of_the_callers() {
     }
     stack.stop().await;
 }
+
+/// `GET /v1/endpoints?attention=` across tenants (the dashboard's landing page): a failing
+/// endpoint (a failed attempt, its retry waiting) is listed from its first failure until a
+/// 2xx; a disabled one from its disable until its enable; newest first, paged, and the
+/// parameter checked.
+#[tokio::test(flavor = "multi_thread")]
+async fn endpoints_needing_attention_are_listed_across_tenants_until_they_recover() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(503)).await;
+    let listed = |why: &'static str| {
+        let stack = &stack;
+        async move {
+            let (status, page) = stack.call(Method::GET, &format!("/v1/endpoints?attention={why}"), None).await;
+            assert_eq!(status, 200, "{page}");
+            page["data"].as_array().cloned().unwrap_or_default()
+        }
+    };
+    let ids = |rows: &[Value]| rows.iter().filter_map(|r| r["id"].as_str().map(String::from)).collect::<Vec<_>>();
+
+    // Failing: the first attempt fails, the retry waits (1 s); listed since that failure.
+    let failing = stack.endpoint("acme", &rx.url, json!({"schedule_seconds": [1], "max_attempts": 50})).await;
+    let failing_id = failing["id"].as_str().unwrap().to_string();
+    let dlv = delivery_id(&stack.event("acme", "order.paid", json!({"n": 1})).await);
+    stack.wait_delivery(&dlv, WAIT, |d| d["attempt_count"].as_u64() >= Some(1)).await;
+    eventually("the failing endpoint listed", WAIT, || async { ids(&listed("failing").await).contains(&failing_id) })
+        .await;
+    let row = listed("failing").await.into_iter().find(|r| r["id"] == failing_id.as_str()).unwrap();
+    assert_eq!(
+        (row["attention"].as_str(), row["state"].as_str(), row["tenant_id"].as_str()),
+        (Some("failing"), Some("enabled"), Some("acme"))
+    );
+    assert!(row["attention_since"].is_string() && row["consecutive_failures"].as_u64() >= Some(1), "{row}");
+    assert!(!ids(&listed("stopped").await).contains(&failing_id), "failing is not stopped");
+
+    // Stopped: two endpoints of two other tenants disabled, nothing held; newest first.
+    let mut off = Vec::new();
+    for tenant in ["globex", "initech"] {
+        let ep = stack.endpoint(tenant, &rx.url, Value::Null).await;
+        let id = ep["id"].as_str().unwrap().to_string();
+        let (status, v) = stack.call(Method::POST, &format!("/v1/endpoints/{id}/disable"), None).await;
+        assert_eq!((status, v["state"].as_str()), (200, Some("disabled")), "{v}");
+        off.push(id);
+        tokio::time::sleep(Duration::from_millis(5)).await; // distinct times: a defined order
+    }
+    eventually("both disabled endpoints listed", WAIT, || async {
+        let listed = ids(&listed("stopped").await);
+        off.iter().all(|id| listed.contains(id))
+    })
+    .await;
+    let stopped = listed("stopped").await;
+    assert_eq!(ids(&stopped), [off[1].clone(), off[0].clone()], "newest first: {stopped:?}");
+    assert_eq!(stopped[0]["tenant_id"], "initech");
+    // Since the disable, to the millisecond (the index key's precision).
+    let ms = |v: &Value| v.as_str().and_then(|t| t.get(..23)).map(String::from);
+    assert_eq!(ms(&stopped[0]["attention_since"]), ms(&stopped[0]["disabled"]["at"]), "{stopped:?}");
+    // Paged: one at a time, the cursor leads to the other.
+    let (_, first) = stack.call(Method::GET, "/v1/endpoints?attention=stopped&limit=1", None).await;
+    let cursor = first["next_cursor"].as_str().expect("a cursor").to_string();
+    let (status, second) =
+        stack.call(Method::GET, &format!("/v1/endpoints?attention=stopped&limit=1&cursor={cursor}"), None).await;
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(ids(second["data"].as_array().unwrap()), [off[0].clone()]);
+
+    // Recovered: enabled, and a 2xx after the failures; neither is listed any more.
+    let (status, _) = stack.call(Method::POST, &format!("/v1/endpoints/{}/enable", off[1]), None).await;
+    assert_eq!(status, 200);
+    rx.set_default(Reply::Status(200));
+    stack.wait_status(&dlv, "delivered", WAIT).await;
+    eventually("the recovered endpoints gone from the lists", WAIT, || async {
+        !ids(&listed("stopped").await).contains(&off[1]) && !ids(&listed("failing").await).contains(&failing_id)
+    })
+    .await;
+    assert!(ids(&listed("stopped").await).contains(&off[0]), "the other stays stopped");
+
+    // The parameter: one of the two words, not with tenant_id, no cursor of another listing.
+    for (query, needle) in [
+        ("attention=broken", "attention: \"broken\" is not one of stopped, failing"),
+        ("attention=stopped&tenant_id=acme", "tenant_id, attention"),
+        ("attention=failing&limit=0", "limit"),
+        (&format!("attention=failing&cursor={cursor}") as &str, "cursor"),
+    ] {
+        let (status, v) = stack.call(Method::GET, &format!("/v1/endpoints?{query}"), None).await;
+        assert_eq!(status, 422, "{query}: {v}");
+        assert!(v["error"]["message"].as_str().unwrap_or_default().contains(needle), "{query}: {v}");
+    }
+    stack.stop().await;
+}

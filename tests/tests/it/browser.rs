@@ -418,13 +418,63 @@ async fn ops_see_health_filter_deliveries_replay_and_toggle_in_the_dashboard() {
     let accepted = stack.event(&t, "order.paid", json!({"n": 1})).await;
     let dlv = accepted["deliveries"][0]["id"].as_str().unwrap().to_string();
     stack.wait_status(&dlv, "exhausted", Duration::from_secs(20)).await;
+    // In other tenants: an endpoint failing (its first attempt failed, the retry waits ten
+    // minutes: no dead letter yet) and one disabled with nothing held.
+    let t_failing = tenant("failing");
+    let failing_rx = Receiver::start(Reply::Status(500)).await;
+    let failing =
+        stack.endpoint(&t_failing, &failing_rx.url, json!({"schedule_seconds": [600], "max_attempts": 3})).await;
+    let failing_id = failing["id"].as_str().unwrap().to_string();
+    let retried = stack.event(&t_failing, "order.paid", json!({"n": 2})).await;
+    let retried = retried["deliveries"][0]["id"].as_str().unwrap().to_string();
+    stack
+        .wait_delivery(&retried, Duration::from_secs(20), |d| d["attempt_count"] == 1 && d["status"] == "scheduled")
+        .await;
+    let t_off = tenant("off");
+    let off = stack.endpoint(&t_off, &failing_rx.url, serde_json::Value::Null).await;
+    let off_id = off["id"].as_str().unwrap().to_string();
+    let (status, _) = stack.call(reqwest::Method::POST, &format!("/v1/endpoints/{off_id}/disable"), None).await;
+    assert_eq!(status, 200);
 
     let b = Browser::start().await;
-    b.goto(&format!("{}/dashboard", stack.base)).await;
-    let landing = b.wait_text("Newest dead letters", Duration::from_secs(20), false).await;
-    // The landing page opens on what needs attention: the endpoint with the dead letter.
-    let attention = landing.split("Needs attention").nth(1).unwrap_or_default();
+    // The landing page opens on what needs attention: the endpoint with the dead letter, the
+    // failing one and the disabled one, each with its tenant and why (polled: the listing
+    // is read through an index that can lag a moment).
+    let start = Instant::now();
+    let (landing, attention) = loop {
+        b.goto(&format!("{}/dashboard", stack.base)).await;
+        let landing = b.wait_text("Newest dead letters", Duration::from_secs(20), false).await;
+        let attention = landing.split("Needs attention").nth(1).unwrap_or_default().to_string();
+        if [&ep_id, &failing_id, &off_id].iter().all(|id| attention.contains(id.as_str()))
+            || start.elapsed() > Duration::from_secs(20)
+        {
+            break (landing, attention);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     assert!(attention.contains(&ep_id) && attention.contains(&t) && attention.contains("enabled"), "{landing}");
+    assert!(attention.contains("dead letters 1"), "{landing}");
+    let row = |id: &str| attention.lines().find(|l| l.contains(id)).unwrap_or_default().to_string();
+    let failing_row = row(&failing_id);
+    assert!(
+        failing_row.contains(&t_failing)
+            && failing_row.contains("enabled")
+            && failing_row.contains("failing since")
+            && failing_row.contains("failures in a row 1")
+            && failing_row.contains("retrying 1"),
+        "{landing}"
+    );
+    let off_row = row(&off_id);
+    assert!(
+        off_row.contains(&t_off) && off_row.contains("disabled (manual)") && off_row.contains("disabled since"),
+        "{landing}"
+    );
+    assert!(!landing.contains("shows on its tenant's page"), "{landing}");
+    // Each row links to the endpoint's page and the tenant's.
+    b.click_link(&off_id).await;
+    b.wait_text(&format!("Endpoint {off_id}"), Duration::from_secs(20), false).await;
+    b.goto(&format!("{}/dashboard", stack.base)).await;
+    b.wait_text("Newest dead letters", Duration::from_secs(20), false).await;
     b.click_link(&t).await;
     let home = b.wait_text(&format!("Endpoints of {t}"), Duration::from_secs(20), false).await;
     assert!(home.contains(&ep_id) && home.contains("enabled"), "{home}");

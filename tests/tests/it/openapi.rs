@@ -133,6 +133,7 @@ async fn every_operation_in_openapi_yaml_answers_as_documented() {
         .await;
     call(s, sp, Method::GET, "/v1/endpoints", "/v1/endpoints?tenant_id=acme&limit=10", None).await;
     call(s, sp, Method::GET, "/v1/endpoints", "/v1/endpoints", None).await;
+    call(s, sp, Method::GET, "/v1/endpoints", "/v1/endpoints?attention=broken", None).await;
     call(s, sp, Method::GET, "/v1/endpoints/{id}", &format!("/v1/endpoints/{id}"), None).await;
     call(s, sp, Method::GET, "/v1/endpoints/{id}", "/v1/endpoints/ep_missing", None).await;
     call(
@@ -251,6 +252,13 @@ async fn every_operation_in_openapi_yaml_answers_as_documented() {
 
     // Health, rotation, recover, jobs, delete.
     call(s, sp, Method::POST, "/v1/endpoints/{id}/disable", &format!("/v1/endpoints/{id}/disable"), None).await;
+    // Disabled: listed among the endpoints needing attention (an index read; it may lag a moment).
+    webhooks_tests::eventually("the disabled endpoint listed", std::time::Duration::from_secs(20), || async {
+        let (_, page) =
+            call(s, sp, Method::GET, "/v1/endpoints", "/v1/endpoints?attention=stopped&limit=10", None).await;
+        page["data"].as_array().is_some_and(|d| !d.is_empty())
+    })
+    .await;
     let (_, enabled) =
         call(s, sp, Method::POST, "/v1/endpoints/{id}/enable", &format!("/v1/endpoints/{id}/enable"), None).await;
     let job = enabled["release_job"]["id"].as_str().unwrap().to_string();

@@ -768,7 +768,7 @@ async fn the_failures_counter_is_split_over_the_copies_and_summed_at_a_copys_sha
     let count = |k: String, attempt: u32| {
         let store = store.clone();
         let id = id.clone();
-        async move { store.count_failure("acme", &id, &k, attempt, 4).await.unwrap().unwrap() }
+        async move { store.count_failure("acme", &id, &k, attempt, 4, chrono::Utc::now()).await.unwrap().unwrap() }
     };
     for k in [&k0, &k1, &k2] {
         let n = count(k.clone(), 1).await;
@@ -799,19 +799,26 @@ async fn the_failures_counter_is_split_over_the_copies_and_summed_at_a_copys_sha
     let opened: Vec<bool> = {
         let mut v = Vec::new();
         for attempt in 1..=4 {
-            v.push(store.count_failure("acme", &lone, &k2, attempt, 4).await.unwrap().unwrap().opens_breaker);
+            v.push(
+                store
+                    .count_failure("acme", &lone, &k2, attempt, 4, chrono::Utc::now())
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .opens_breaker,
+            );
         }
         v
     };
     assert_eq!(opened, [false, false, false, true]);
     // A listing (the API's, the dashboard's and the portal's) shows each endpoint's copies
     // summed too, each its own: `fails` 2 + 1 + 1, `lone` 1 + 0 + 4 (their items count 2 and 1).
-    store.count_failure("acme", &lone, &k0, 1, 4).await.unwrap();
+    store.count_failure("acme", &lone, &k0, 1, 4, chrono::Utc::now()).await.unwrap();
     let listed = webhooks::service::endpoints::list_endpoints(&stack.app, "acme", 100, None).await.unwrap();
     let listed_of = |id: &str| listed.data.iter().find(|e| e.id == id).map(|e| e.consecutive_failures);
     assert_eq!((listed_of(&id), listed_of(&lone)), (Some(4), Some(5)), "{:?}", listed.data);
     // Gone: nothing counted, nothing created.
-    assert_eq!(store.count_failure("acme", "ep_missing", &k1, 1, 4).await.unwrap(), None);
+    assert_eq!(store.count_failure("acme", "ep_missing", &k1, 1, 4, chrono::Utc::now()).await.unwrap(), None);
     assert!(copy_item(&stack, "acme", "ep_missing", 1).await.is_none());
     stack.stop().await;
 }
@@ -1196,10 +1203,85 @@ async fn a_count_whose_answer_was_lost_is_counted_once() {
     let stats = webhooks::service::endpoints::endpoint_stats(&stack.app, &ep).await.unwrap();
     assert_eq!(stats.counts.get("delivered"), Some(&2), "two deliveries, each counted once: {stats:?}");
 
-    let first = lossy().count_failure("acme", &ep, "dlv_a", 1, 100).await.unwrap().unwrap();
+    let first = lossy().count_failure("acme", &ep, "dlv_a", 1, 100, chrono::Utc::now()).await.unwrap().unwrap();
     assert_eq!(first.in_a_row, 1, "the retry of the same attempt's count finds its own mark");
-    let second = lossy().count_failure("acme", &ep, "dlv_a", 2, 100).await.unwrap().unwrap();
+    let second = lossy().count_failure("acme", &ep, "dlv_a", 2, 100, chrono::Utc::now()).await.unwrap().unwrap();
     assert_eq!(second.in_a_row, 2, "the next attempt counts");
     assert_eq!(webhooks::service::endpoints::get_endpoint(&stack.app, &ep).await.unwrap().consecutive_failures, 2);
+    stack.stop().await;
+}
+
+/// The attention marks (`store::dynamo::attention`) on the items: a run of failures marks the
+/// copy it counts on from its first failure (later failures keep that time) until the reset;
+/// a stop marks the endpoint item and clears the copies; a 2xx of an attempt in flight keeps
+/// the stopped mark; an enable clears every mark; `attention_endpoints` lists them newest
+/// first.
+#[tokio::test(flavor = "multi_thread")]
+async fn attention_marks_follow_the_failures_and_the_endpoint_state_on_every_copy() {
+    use webhooks::store::keys::{ATTENTION_FAILING, ATTENTION_STOPPED, STATUS_KEY, STATUS_SK};
+    use webhooks::store::{Attention, AttentionMark};
+    let stack = still_stack(|_| {}).await;
+    let store = &stack.app.store;
+    let id = new_endpoint(&stack, "https://marks.example/hook").await;
+    let (k0, k2) = (key_reading(0), key_reading(2));
+    let marks = |copy: u32| {
+        let id = id.clone();
+        let stack = &stack;
+        async move {
+            let item = copy_item(stack, "acme", &id, copy).await.unwrap();
+            (
+                item.contains_key(STATUS_KEY).then(|| text(&item, STATUS_KEY)),
+                item.get(STATUS_SK).map(|_| text(&item, STATUS_SK)),
+            )
+        }
+    };
+    let listed = |why: Attention| async move {
+        let page = store.attention_endpoints(why, 100, None).await.unwrap();
+        page.data.into_iter().map(|m: AttentionMark| (m.endpoint_id, m.since)).collect::<Vec<_>>()
+    };
+    assert_eq!(marks(0).await, (None, None), "a new endpoint has no mark");
+
+    // A run on copy 2: marked since its first failure, the second keeps that time.
+    let first = chrono::Utc::now();
+    store.count_failure("acme", &id, &k2, 1, 0, first).await.unwrap();
+    store.count_failure("acme", &id, &k2, 2, 0, first + chrono::Duration::seconds(5)).await.unwrap();
+    let since = webhooks::store::keys::time_sk(first, &id);
+    assert_eq!(marks(2).await, (Some(ATTENTION_FAILING.to_string()), Some(since.clone())));
+    assert_eq!(marks(0).await, (None, None), "only the copy counting the run");
+    let failing = listed(Attention::Failing).await;
+    assert_eq!(failing.iter().map(|(e, _)| e.as_str()).collect::<Vec<_>>(), [id.as_str()], "{failing:?}");
+    assert_eq!(failing[0].1.timestamp_millis(), first.timestamp_millis());
+    // The reset ends the run and the mark.
+    store.reset_failures("acme", &id, &k2).await.unwrap();
+    assert_eq!(marks(2).await, (None, None));
+    assert!(listed(Attention::Failing).await.is_empty());
+
+    // Failing again on copy 2, then disabled: the endpoint item is marked stopped since the
+    // disable, the copies' marks go.
+    store.count_failure("acme", &id, &k2, 3, 0, chrono::Utc::now()).await.unwrap();
+    store.count_failure("acme", &id, &k0, 1, 0, chrono::Utc::now()).await.unwrap();
+    let off = webhooks::service::endpoints::disable_endpoint(&stack.app, &id).await.unwrap();
+    let at = off.disabled.as_ref().unwrap().at;
+    let stopped_sk = webhooks::store::keys::time_sk(at, &id);
+    assert_eq!(marks(0).await, (Some(ATTENTION_STOPPED.to_string()), Some(stopped_sk.clone())));
+    assert_eq!(marks(2).await, (None, None), "a stopped endpoint is listed as stopped only");
+    // An attempt in flight at the disable answers 2xx: the counter is zeroed, the mark stays.
+    store.reset_failures("acme", &id, &k0).await.unwrap();
+    let item = copy_item(&stack, "acme", &id, 0).await.unwrap();
+    assert_eq!(text(&item, "consecutive_failures"), "0");
+    assert_eq!(marks(0).await, (Some(ATTENTION_STOPPED.to_string()), Some(stopped_sk)));
+    // A failure while stopped (a probe's) keeps the stopped mark.
+    store.count_failure("acme", &id, &k0, 2, 0, chrono::Utc::now()).await.unwrap();
+    assert_eq!(marks(0).await.0.as_deref(), Some(ATTENTION_STOPPED));
+    let stopped = listed(Attention::Stopped).await;
+    assert_eq!(stopped.iter().map(|(e, _)| e.as_str()).collect::<Vec<_>>(), [id.as_str()], "{stopped:?}");
+    assert_eq!(stopped[0].1.timestamp_millis(), at.timestamp_millis());
+
+    // Enabled: no mark on any copy.
+    webhooks::service::endpoints::enable_endpoint(&stack.app, &id).await.unwrap();
+    for copy in 0..3 {
+        assert_eq!(marks(copy).await, (None, None), "copy {copy}");
+    }
+    assert!(listed(Attention::Stopped).await.is_empty() && listed(Attention::Failing).await.is_empty());
     stack.stop().await;
 }

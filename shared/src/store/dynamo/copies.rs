@@ -129,10 +129,11 @@ impl DynamoStore {
         key: &str,
         attempt: u32,
         threshold: u32,
+        at: chrono::DateTime<chrono::Utc>,
     ) -> Result<Option<FailureCount>, StoreError> {
         let j = endpoint_copy(key, self.copies);
         let mark = format!("{key}#{attempt}");
-        let Some(own) = self.copy_failures_add(tenant_id, id, j, &mark).await? else { return Ok(None) };
+        let Some(own) = self.copy_failures_add(tenant_id, id, j, &mark, at).await? else { return Ok(None) };
         if self.copies <= 1 {
             return Ok(Some(FailureCount::single(own, threshold)));
         }
@@ -146,17 +147,21 @@ impl DynamoStore {
     /// ADD 1 to copy `j`'s counter, marked with `mark` (`{key}#{attempt}`, see
     /// [`crate::store::CounterStore::count_failure`]): a write that finds its own mark already there
     /// (its first try applied, the answer was lost) adds nothing and returns the count as it
-    /// stands. `None` when the endpoint is gone.
+    /// stands. `None` when the endpoint is gone. The run's first failure (`at`) marks the copy
+    /// failing (see `attention`).
     async fn copy_failures_add(
         &self,
         tenant_id: &str,
         id: &str,
         j: u32,
         mark: &str,
+        at: chrono::DateTime<chrono::Utc>,
     ) -> Result<Option<u32>, StoreError> {
+        let (failing, failing_values) = super::attention::failing_mark(id, at);
         let result = self
             .copy_update(tenant_id, id, j)
-            .update_expression("SET last_failure = :mark ADD consecutive_failures :one")
+            .update_expression(format!("SET last_failure = :mark, {failing} ADD consecutive_failures :one"))
+            .set_expression_attribute_values(Some(failing_values))
             .condition_expression(
                 "attribute_exists(pk) AND (attribute_not_exists(last_failure) OR last_failure <> :mark)",
             )
@@ -182,14 +187,7 @@ impl DynamoStore {
     /// See [`crate::store::CounterStore::reset_failures`]: zeroes the counter of the copy an attempt
     /// keyed by `key` read (nothing when the endpoint is gone).
     pub(super) async fn reset_copy_failures(&self, tenant_id: &str, id: &str, key: &str) -> Result<(), StoreError> {
-        let result = self
-            .copy_update(tenant_id, id, endpoint_copy(key, self.copies))
-            .update_expression("SET consecutive_failures = :zero")
-            .expression_attribute_values(":zero", n(0))
-            .send()
-            .await;
-        super::conditional(result)?;
-        Ok(())
+        self.reset_marked(tenant_id, id, endpoint_copy(key, self.copies)).await
     }
 
     /// The failures-in-a-row counts of an endpoint's R copies summed (one strongly consistent
@@ -287,7 +285,7 @@ impl DynamoStore {
 
     /// An UpdateItem of an endpoint's copy `copy` (0: the endpoint item) that exists (the
     /// condition makes a missing one fail; a caller may set its own instead).
-    fn copy_update(
+    pub(super) fn copy_update(
         &self,
         tenant_id: &str,
         id: &str,

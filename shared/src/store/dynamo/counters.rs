@@ -166,8 +166,9 @@ impl CounterStore for DynamoStore {
         key: &str,
         attempt: u32,
         threshold: u32,
+        at: chrono::DateTime<chrono::Utc>,
     ) -> Result<Option<crate::store::FailureCount>, StoreError> {
-        self.count_copy_failure(tenant_id, id, key, attempt, threshold).await
+        self.count_copy_failure(tenant_id, id, key, attempt, threshold, at).await
     }
 
     async fn count_delivered(

@@ -34,12 +34,20 @@ impl DynamoStore {
                 remove.push(format!("#r{i}"));
             }
         }
-        let mut expression = format!("SET {}", set.join(", "));
-        if !remove.is_empty() {
-            expression.push_str(&format!(" REMOVE {}", remove.join(", ")));
-        }
+        let expression = |set: &[String], remove: &[String]| {
+            let mut expression = format!("SET {}", set.join(", "));
+            if !remove.is_empty() {
+                expression.push_str(&format!(" REMOVE {}", remove.join(", ")));
+            }
+            expression
+        };
+        // The attention marks (see `attention`): the endpoint item's differ from its copies'.
+        let marks = super::attention::Marks::of(change);
+        let copy_expression = expression(&set, &[remove.clone(), marks.copy_remove].concat());
         let (tenant_id, id) = (&change.endpoint.tenant_id, &change.endpoint.id);
-        let copies = self.copy_updates(tenant_id, id, &expression, &names, &values)?;
+        let copies = self.copy_updates(tenant_id, id, &copy_expression, &names, &values)?;
+        values.extend(marks.values);
+        let expression = expression(&[set, marks.set].concat(), &[remove, marks.remove].concat());
         let update = aws_sdk_dynamodb::types::Update::builder()
             .table_name(&self.table)
             .key(PK, s(tenant_pk(tenant_id)))
@@ -98,6 +106,15 @@ pub(super) fn same_endpoint(found: &Item, ours: &Item) -> bool {
 
 #[async_trait]
 impl EndpointStore for DynamoStore {
+    async fn attention_endpoints(
+        &self,
+        why: crate::store::Attention,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<crate::store::AttentionMark>, StoreError> {
+        self.attention_page(why, limit, cursor).await
+    }
+
     async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
         let mut item = to_item(endpoint)?;
         item.insert(PK.into(), s(tenant_pk(&endpoint.tenant_id)));

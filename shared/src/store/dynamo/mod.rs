@@ -26,6 +26,7 @@ use futures::StreamExt;
 use listing::prefixed_id;
 use std::collections::HashMap;
 
+mod attention;
 mod copies;
 mod counters;
 mod deliveries;
