@@ -1,7 +1,7 @@
 //! Endpoints that need attention across tenants (`GET /v1/endpoints?attention=`): the
 //! stopped (paused, probing, disabled) and the failing (enabled, with failed attempts in a
 //! row: retries under way), newest first. The store lists the marks it keeps on the endpoint
-//! items ([`crate::store::Store::attention_endpoints`]); each listed endpoint is read again
+//! items ([`crate::store::EndpointStore::attention_endpoints`]); each listed endpoint is read again
 //! here (a strongly consistent GetItem, and its copies' counters when the table keeps copies)
 //! and shown only while it is still so, since the index the marks are read through can lag
 //! the table a moment.

@@ -97,7 +97,7 @@ pub(super) fn failing_mark(id: &str, at: chrono::DateTime<chrono::Utc>) -> (Stri
 }
 
 impl DynamoStore {
-    /// See [`crate::store::Store::attention_endpoints`]: one Query of the mark's `by_status`
+    /// See [`crate::store::EndpointStore::attention_endpoints`]: one Query of the mark's `by_status`
     /// partition, newest first.
     pub(super) async fn attention_page(
         &self,
@@ -135,7 +135,7 @@ impl DynamoStore {
         Ok(Page { data, next_cursor })
     }
 
-    /// See [`crate::store::Store::reset_failures`]: zeroes copy `j`'s counter and removes its
+    /// See [`crate::store::CounterStore::reset_failures`]: zeroes copy `j`'s counter and removes its
     /// failing mark, unless the item carries the stopped mark, which stays (then a second
     /// UpdateItem zeroes the counter alone). Nothing when the endpoint is gone.
     pub(super) async fn reset_marked(&self, tenant_id: &str, id: &str, j: u32) -> Result<(), StoreError> {

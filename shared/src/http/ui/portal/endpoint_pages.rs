@@ -1,0 +1,313 @@
+//! The portal's endpoint pages: create, the endpoint's page (settings, secret, its newest\ndeliveries), edit, disable, enable, rotate the secret, and send a test event.
+
+use super::*;
+
+#[derive(Deserialize)]
+pub(super) struct EndpointForm {
+    csrf: String,
+    url: String,
+    #[serde(default)]
+    event_types: String,
+    retry_preset: Option<String>,
+}
+
+/// `"order.paid, invoice.*"` as the API's `event_types`: a list, or null (every type) when empty.
+pub(super) fn parse_types(field: &str) -> Value {
+    let types: Vec<&str> = field.split([',', ' ', '\n']).map(str::trim).filter(|t| !t.is_empty()).collect();
+    if types.is_empty() { Value::Null } else { json!(types) }
+}
+
+pub(super) fn form_problem(e: FormRejection) -> Response {
+    problem(&ServiceError::Validation(format!("the form could not be read: {}", e.body_text())))
+}
+
+pub(super) async fn create(
+    State(app): State<App>,
+    headers: HeaderMap,
+    form: Result<Form<EndpointForm>, FormRejection>,
+) -> Response {
+    let Form(f) = match form {
+        Ok(f) => f,
+        Err(e) => return form_problem(e),
+    };
+    let s = match posted(&app, &headers, &f.csrf).await {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    let preset = f.retry_preset.as_deref().unwrap_or("standard");
+    if !["standard", "svix", "frappe", "rate_limit_only"].contains(&preset) {
+        return problem(&ServiceError::Validation(format!("retry schedule: {preset:?} is not one of the choices")));
+    }
+    let mut body = Map::new();
+    body.insert("tenant_id".into(), json!(s.claims.tenant_id));
+    body.insert("url".into(), json!(f.url.trim()));
+    body.insert("retry_policy".into(), json!({"preset": preset}));
+    if let Value::Array(t) = parse_types(&f.event_types) {
+        body.insert("event_types".into(), Value::Array(t));
+    }
+    match endpoints::create_endpoint(&app, &body).await {
+        Ok(ep) => {
+            let body = html! {
+                h1 { "Endpoint added" }
+                p.flash role="status" { "Your endpoint " code { (ep.url) } " is ready." }
+                (secret_box(ep.secret.as_deref().unwrap_or("")))
+                p { a href={"/portal/endpoints/" (ep.id)} { "Open the endpoint" } " · " a href="/portal" { "All endpoints" } }
+            };
+            render(&s, "Endpoint added", body)
+        }
+        Err(e) => problem(&e),
+    }
+}
+
+pub(super) fn secret_box(secret: &str) -> Markup {
+    html! {
+        section.card aria-labelledby="secret-h" {
+            h2 #secret-h style="margin-top:0" { "Signing secret (shown once)" }
+            p { "Copy it now: it verifies the " code { "webhook-signature" } " header of every request we send. "
+                "It will not be shown again; rotate it to get a new one." }
+            code.secret #secret { (secret) }
+        }
+    }
+}
+
+pub(super) async fn endpoint_page(State(app): State<App>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+    let s = match session(&app, &headers).await {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    let result = async {
+        let mut ep = owned_endpoint(&app, &s, &id).await?;
+        ep.consecutive_failures = endpoints::failures_in_a_row(&app, &ep).await;
+        let q = DeliveryQuery { endpoint_id: Some(ep.id.clone()), limit: 50, ..DeliveryQuery::default() };
+        let deliveries = deliveries::list_deliveries(&app, q).await?.data;
+        Ok::<_, ServiceError>(endpoint_body(&s, &ep, &deliveries.iter().map(json_of).collect::<Vec<_>>()))
+    }
+    .await;
+    match result {
+        Ok(body) => render(&s, "Endpoint", body),
+        Err(e) => problem(&e),
+    }
+}
+
+pub(super) fn endpoint_body(s: &Session, ep: &Endpoint, deliveries: &[Value]) -> Markup {
+    let v = json_of(&endpoints::EndpointView::of(ep.clone(), false));
+    let base = format!("/portal/endpoints/{}", ep.id);
+    let types = ep.event_types.as_ref().map(|t| t.join(", ")).unwrap_or_default();
+    html! {
+        h1 { "Endpoint" }
+        dl.facts {
+            dt { "URL" } dd { code { (ep.url) } }
+            dt { "Id" } dd { code { (ep.id) } }
+            dt { "State" } dd { (endpoint_badge(&v)) }
+            dt { "Events" } dd { (event_types(&ep.event_types)) }
+            dt { "Retry schedule" } dd { (ep.retry_policy.preset) }
+            dt { "Failures in a row" } dd { (ep.consecutive_failures) }
+            @if let Some(until) = ep.previous_secret_expires_at { dt { "Previous secret" } dd { "also signs until " (until.format("%Y-%m-%d %H:%M UTC")) } }
+        }
+        div {
+            @if ep.enabled { (action(s, &format!("{base}/disable"), "Disable", "danger")) }
+            @else { (action(s, &format!("{base}/enable"), "Enable", "primary")) }
+            (action(s, &format!("{base}/rotate-secret"), "Rotate secret", ""))
+            (action(s, &format!("{base}/test"), "Send a test event", ""))
+        }
+        form.card method="post" action=(base) {
+            h2 style="margin-top:0" { "Edit" }
+            (csrf_field(s))
+            label for="url" { "Endpoint URL" }
+            input #url type="url" name="url" required value=(ep.url);
+            label for="event_types" { "Event types" }
+            input #event_types type="text" name="event_types" value=(types) aria-describedby="event_types_hint";
+            p.hint #event_types_hint { "Comma separated; a name ending in .* takes a prefix. Empty: every event." }
+            div { button.primary type="submit" { "Save" } }
+        }
+        h2 { "Deliveries" }
+        (deliveries_table(deliveries, false))
+    }
+}
+
+pub(super) async fn edit(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    form: Result<Form<EndpointForm>, FormRejection>,
+) -> Response {
+    let Form(f) = match form {
+        Ok(f) => f,
+        Err(e) => return form_problem(e),
+    };
+    let s = match posted(&app, &headers, &f.csrf).await {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    let result = async {
+        let ep = owned_endpoint(&app, &s, &id).await?;
+        let mut body = Map::new();
+        body.insert("url".into(), json!(f.url.trim()));
+        body.insert("event_types".into(), parse_types(&f.event_types));
+        endpoints::update_endpoint(&app, &ep.id, &body).await
+    }
+    .await;
+    match result {
+        Ok(ep) => see_other(&format!("/portal/endpoints/{}", ep.id)),
+        Err(e) => problem(&e),
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct CsrfForm {
+    csrf: String,
+}
+
+/// Checks the session, its form token and that `id` is the tenant's endpoint, then runs `f`.
+pub(super) async fn endpoint_action<F, Fut>(app: &App, headers: &HeaderMap, id: &str, csrf: &str, f: F) -> Response
+where
+    F: FnOnce(App, Session, Endpoint) -> Fut,
+    Fut: std::future::Future<Output = Result<Response, ServiceError>>,
+{
+    let s = match posted(app, headers, csrf).await {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    let ep = match owned_endpoint(app, &s, id).await {
+        Ok(ep) => ep,
+        Err(e) => return problem(&e),
+    };
+    f(app.clone(), s, ep).await.unwrap_or_else(|e| problem(&e))
+}
+
+pub(super) fn csrf_of(form: Result<Form<CsrfForm>, FormRejection>) -> String {
+    form.map(|Form(f)| f.csrf).unwrap_or_default()
+}
+
+pub(super) async fn disable(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    form: Result<Form<CsrfForm>, FormRejection>,
+) -> Response {
+    endpoint_action(&app, &headers, &id, &csrf_of(form), |app, _, ep| async move {
+        endpoints::disable_endpoint(&app, &ep.id).await?;
+        Ok(see_other(&format!("/portal/endpoints/{}", ep.id)))
+    })
+    .await
+}
+
+pub(super) async fn enable(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    form: Result<Form<CsrfForm>, FormRejection>,
+) -> Response {
+    endpoint_action(&app, &headers, &id, &csrf_of(form), |app, _, ep| async move {
+        endpoints::enable_endpoint(&app, &ep.id).await?;
+        Ok(see_other(&format!("/portal/endpoints/{}", ep.id)))
+    })
+    .await
+}
+
+pub(super) async fn rotate(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    form: Result<Form<CsrfForm>, FormRejection>,
+) -> Response {
+    endpoint_action(&app, &headers, &id, &csrf_of(form), |app, s, ep| async move {
+        let view = endpoints::rotate_secret(&app, &ep.id, None).await?;
+        let body = html! {
+            h1 { "Secret rotated" }
+            (secret_box(view.secret.as_deref().unwrap_or("")))
+            @if let Some(until) = view.previous_secret_expires_at {
+                p { "The previous secret also signs every request until " (until.format("%Y-%m-%d %H:%M UTC"))
+                    ", so you can switch your receiver over without missing a webhook." }
+            }
+            p { a href={"/portal/endpoints/" (ep.id)} { "Back to the endpoint" } }
+        };
+        Ok(render(&s, "Secret rotated", body))
+    })
+    .await
+}
+
+/// The event type of the portal's test event.
+pub const TEST_EVENT_TYPE: &str = "webhooks.test";
+
+pub(super) async fn test_event(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    form: Result<Form<CsrfForm>, FormRejection>,
+) -> Response {
+    endpoint_action(&app, &headers, &id, &csrf_of(form), |app, s, ep| async move {
+        let attempt = send_test(&app, &ep).await?;
+        let a = json_of(&attempt);
+        let body = html! {
+            h1 { "Test event sent" }
+            p { "One signed " code { (TEST_EVENT_TYPE) } " request went to " code { (ep.url) } " just now (it is not retried and is not listed among deliveries)." }
+            ol.timeline aria-label="Test attempt" { li class=(crate::http::ui::attempt_class(&a)) {
+                strong { "Result: " }
+                @match (attempt.status_code, attempt.error.as_deref()) {
+                    (Some(c), None) => { "HTTP " (c) " delivered" }
+                    (Some(c), Some(_)) => { "HTTP " (c) " failed" }
+                    (None, Some(e)) => { (e) @if let Some(c) = attempt.cause.as_deref() { " (" (c) ")" } }
+                    (None, None) => { "no answer" }
+                }
+                " · " (attempt.duration_ms) " ms"
+                @if let Some(b) = attempt.response_body.as_deref().filter(|b| !b.is_empty()) { pre { (b) } }
+            } }
+            p { a href={"/portal/endpoints/" (ep.id)} { "Back to the endpoint" } }
+        };
+        Ok(render(&s, "Test event", body))
+    })
+    .await
+}
+
+/// POSTs one test event (`webhooks.test`, a fresh `msg_test_` id) to `ep` now, signed as
+/// deliveries are (every current signing secret), and returns the attempt as it would be
+/// recorded. Writes nothing.
+///
+/// # Errors
+/// [`ServiceError::Conflict`] when the endpoint's secret cannot be decoded.
+pub async fn send_test(app: &App, ep: &Endpoint) -> Result<crate::domain::model::Attempt, ServiceError> {
+    let now = app.clock.now();
+    let id = format!("msg_test_{}", app.random.ulid(now));
+    let payload = json!({
+        "type": TEST_EVENT_TYPE,
+        "timestamp": now.to_rfc3339(),
+        "data": {"message": "A test event from the webhooks portal", "endpoint_id": ep.id},
+    });
+    let body = Bytes::from(payload.to_string());
+    let mut keys = Vec::new();
+    for secret in ep.signing_secrets(now) {
+        keys.push(
+            crate::domain::signing::secret_key(secret)
+                .map_err(|_| ServiceError::Conflict("the endpoint's secret is not valid; rotate it".into()))?,
+        );
+    }
+    let ts = now.timestamp();
+    let signature = keys.iter().map(|k| crate::domain::signing::sign(k, &id, ts, &body)).collect::<Vec<_>>().join(" ");
+    let headers = [
+        (crate::domain::signing::HEADER_ID, id.clone()),
+        (crate::domain::signing::HEADER_TIMESTAMP, ts.to_string()),
+        (crate::domain::signing::HEADER_SIGNATURE, signature),
+        (crate::domain::signing::HEADER_ATTEMPT, "1".to_string()),
+    ];
+    let r = app.sender.post(&ep.url, &headers, body).await;
+    let (status_code, error) = match r.outcome {
+        crate::domain::retry_policy::Outcome::Status(c) if (200..300).contains(&c) => (Some(c), None),
+        crate::domain::retry_policy::Outcome::Status(c) => (Some(c), Some("http_status".to_string())),
+        crate::domain::retry_policy::Outcome::Timeout => (None, Some("timeout".to_string())),
+        crate::domain::retry_policy::Outcome::Connection => (None, Some("connection".to_string())),
+        crate::domain::retry_policy::Outcome::Refused => (None, Some("destination_not_allowed".to_string())),
+    };
+    Ok(crate::domain::model::Attempt {
+        attempt: 1,
+        at: now,
+        status_code,
+        error,
+        cause: r.cause.map(String::from),
+        duration_ms: r.duration_ms,
+        response_body: r.body,
+        next_wait_seconds: None,
+        retry_after_seconds: None,
+        wait_source: None,
+    })
+}
