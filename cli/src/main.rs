@@ -182,6 +182,12 @@ struct CreateArgs {
     no_adaptive_rate_limit: bool,
 }
 
+/// Seconds the CLI waits for a TCP (and TLS) connection to the admin API.
+const CONNECT_TIMEOUT_SECONDS: u64 = 10;
+/// Seconds the CLI waits for a whole answer: API Gateway's own integration limit is 29 s, so
+/// a deployed API has answered (or given up) by then.
+const REQUEST_TIMEOUT_SECONDS: u64 = 35;
+
 struct Client {
     http: reqwest::Client,
     base: String,
@@ -210,7 +216,13 @@ impl Client {
         // reqwest is built without a crypto provider of its own (the service keeps aws-lc out
         // of its build): rustls on ring, as the service's sender; an error only says one is set.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder().build().map_err(|e| format!("HTTP client: {e}"))?;
+        // Bounded waits, so an address that swallows packets fails instead of hanging: a
+        // connection in CONNECT_TIMEOUT_SECONDS, a whole answer in REQUEST_TIMEOUT_SECONDS.
+        let http = reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(CONNECT_TIMEOUT_SECONDS))
+            .timeout(std::time::Duration::from_secs(REQUEST_TIMEOUT_SECONDS))
+            .build()
+            .map_err(|e| format!("HTTP client: {e}"))?;
         let base = cli.api.trim_end_matches('/').to_string();
         match url::Url::parse(&base) {
             Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
@@ -658,7 +670,11 @@ async fn run(cli: &Cli) -> Result<String, String> {
 /// What a request that got no answer from the admin API is told: why, in a word, and how to
 /// point the CLI at a running API. The URL once (reqwest's own message repeats it).
 fn unreachable_api(base: &str, e: &reqwest::Error) -> String {
-    let mut reason = if e.is_timeout() { "no answer in time".to_string() } else { e.to_string() };
+    let mut reason = if e.is_timeout() {
+        format!("no answer within {REQUEST_TIMEOUT_SECONDS} s (connection: {CONNECT_TIMEOUT_SECONDS} s)")
+    } else {
+        e.to_string()
+    };
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(s) = source {
         if let Some(io) = s.downcast_ref::<std::io::Error>() {
