@@ -1,4 +1,6 @@
-//! Recording an attempt's outcome: the delivery's transition together with what it does to its\nendpoint (failures in a row, the circuit breaker, a disable code), and the side effects that\nfollow (notify, hold, the next attempt's message).
+//! Recording an attempt's outcome: the delivery's transition together with what it does to its
+//! endpoint (failures in a row, the circuit breaker, a disable code), and the side effects that
+//! follow (notify, hold, the next attempt's message).
 
 use super::*;
 

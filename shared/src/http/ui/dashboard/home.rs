@@ -1,4 +1,5 @@
-//! The dashboard's landing page: what needs attention across tenants (endpoints stopped or\nfailing, dead letters, held deliveries), newest change first, and one tenant's endpoints.
+//! The dashboard's landing page: what needs attention across tenants (endpoints stopped or
+//! failing, dead letters, held deliveries), newest change first, and one tenant's endpoints.
 
 use super::*;
 

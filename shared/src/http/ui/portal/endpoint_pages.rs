@@ -1,4 +1,5 @@
-//! The portal's endpoint pages: create, the endpoint's page (settings, secret, its newest\ndeliveries), edit, disable, enable, rotate the secret, and send a test event.
+//! The portal's endpoint pages: create, the endpoint's page (settings, secret, its newest
+//! deliveries), edit, disable, enable, rotate the secret, and send a test event.
 
 use super::*;
 
