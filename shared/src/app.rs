@@ -32,6 +32,9 @@ pub struct App {
     /// The keys of tenant portal tokens: the Secrets Manager secret of
     /// `config.portal_secret_arn` ([`App::from_aws`]), else a random key per process.
     pub portal_keys: Arc<PortalKeys>,
+    /// OAuth tokens of the endpoints whose `auth` is `oauth2_client_credentials`, cached for
+    /// the process ([`crate::sender::oauth`]).
+    pub tokens: Arc<crate::sender::oauth::TokenCache>,
 }
 
 /// The AWS clients could not be set up.
@@ -59,6 +62,7 @@ impl App {
             notifier: Arc::new(LogNotifier),
             slow_queue: None,
             portal_keys: Arc::new(PortalKeys::process()),
+            tokens: Arc::new(crate::sender::oauth::TokenCache::new()),
         }
     }
 

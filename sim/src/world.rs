@@ -145,7 +145,7 @@ fn endpoint_of(url: &str) -> Option<&str> {
 
 #[async_trait]
 impl Sender for Receivers {
-    async fn post(&self, url: &str, headers: &[(&'static str, String)], body: Bytes) -> SendResult {
+    async fn post(&self, url: &str, headers: &[(String, String)], body: Bytes) -> SendResult {
         let header = |name: &str| headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str()).unwrap_or("");
         let ep_id = endpoint_of(url).unwrap_or("").to_string();
         let event_id = header(webhooks::domain::signing::HEADER_ID).to_string();

@@ -423,6 +423,8 @@ pub fn sweep(
                 next_wait_seconds: Some(0),
                 retry_after_seconds: None,
                 wait_source: None,
+                auth: None,
+                token_fetch_ms: None,
             };
             let (attempts, attempts_dropped) = record(claimed, lost);
             let t = Transition {

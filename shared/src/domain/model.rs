@@ -7,6 +7,7 @@ use crate::domain::retry_policy::RetryPolicy;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
 
 /// A receiver of webhooks, owned by a tenant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -22,6 +23,17 @@ pub struct Endpoint {
     pub event_types: Option<Vec<String>>,
     /// How failed attempts are retried.
     pub retry_policy: RetryPolicy,
+    /// Custom headers sent with every attempt, shown back in answers (see
+    /// [`crate::domain::endpoint_options`] for the names refused and the bounds).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// Custom headers sent with every attempt, write-only: answers list their names only.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub secret_headers: BTreeMap<String, String>,
+    /// How the receiver authenticates us beyond the signature (`bearer`, `basic`,
+    /// `oauth2_client_credentials`); its credentials are write-only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<crate::domain::endpoint_options::ReceiverAuth>,
     /// The signing secret, `whsec_` + base64.
     pub secret: String,
     /// Whether its deliveries are attempted. Events for a disabled endpoint are stored `held`.
@@ -174,6 +186,9 @@ impl Endpoint {
             url: url.into(),
             event_types: None,
             retry_policy: crate::domain::retry_policy::RetryPolicy::standard(),
+            headers: BTreeMap::new(),
+            secret_headers: BTreeMap::new(),
+            auth: None,
             secret: secret.into(),
             enabled: true,
             disabled: None,
@@ -296,7 +311,8 @@ pub struct Attempt {
     pub status_code: Option<u16>,
     /// The error class when it did not answer with a 2xx: `timeout`, `connection`,
     /// `http_status`, `destination_not_allowed`, `lease_expired`, `endpoint_deleted`,
-    /// `invalid_secret`, `payload_expired` (the payload item outlived its retention),
+    /// `invalid_secret`, `auth_failed` (the OAuth token could not be fetched: nothing was
+    /// sent to the receiver), `payload_expired` (the payload item outlived its retention),
     /// `unsubscribed` (the endpoint's event-type filter dropped the type after the event was
     /// accepted: not sent, a dead letter).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -319,6 +335,14 @@ pub struct Attempt {
     /// Which rule chose `next_wait_seconds`: `schedule` or `retry_after`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_source: Option<crate::domain::retry_policy::WaitSource>,
+    /// The endpoint's `auth` type the attempt used (`bearer`, `basic`,
+    /// `oauth2_client_credentials`), when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<String>,
+    /// With `oauth2_client_credentials`: how long fetching the token took before this attempt,
+    /// milliseconds (absent when a cached token was used).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_fetch_ms: Option<u64>,
 }
 
 /// One event for one endpoint: the unit that is attempted, retried and replayed.

@@ -76,6 +76,10 @@ pub enum Outcome {
     Connection,
     /// The destination is not allowed (a private address); never retried.
     Refused,
+    /// The endpoint's OAuth token could not be fetched (error class `auth_failed`): nothing
+    /// was sent to the receiver. Retried where the policy retries `connection` failures (the
+    /// token endpoint is part of reaching the receiver), or names `auth_failed`.
+    AuthFailed,
 }
 
 /// What a policy makes of an [`Outcome`].
@@ -371,13 +375,13 @@ impl RetryPolicy {
                 let mut out = Vec::new();
                 for (i, item) in items.iter().enumerate() {
                     let class = match item {
-                        Value::String(s) if CLASSES.contains(&s.as_str()) => s.clone(),
+                        Value::String(s) if CLASSES.contains(&s.as_str()) || s == "auth_failed" => s.clone(),
                         Value::String(s) if is_status_code(s) => s.clone(),
                         Value::Number(n) if n.as_u64().is_some_and(|c| (100..=599).contains(&c)) => n.to_string(),
                         _ => {
                             return Err(err(
                                 &format!("retry_on[{i}]"),
-                                "must be one of timeout, connection, 3xx, 4xx, 5xx, 429 or a status code",
+                                "must be one of timeout, connection, auth_failed, 3xx, 4xx, 5xx, 429 or a status code",
                             ));
                         }
                     };
@@ -435,7 +439,8 @@ impl RetryPolicy {
             }
             Outcome::Timeout if has("timeout") => Verdict::Retry,
             Outcome::Connection if has("connection") => Verdict::Retry,
-            Outcome::Timeout | Outcome::Connection | Outcome::Refused => Verdict::Final,
+            Outcome::AuthFailed if has("auth_failed") || has("connection") => Verdict::Retry,
+            Outcome::Timeout | Outcome::Connection | Outcome::Refused | Outcome::AuthFailed => Verdict::Final,
         }
     }
 

@@ -73,8 +73,8 @@ pub fn is_public(ip: IpAddr) -> bool {
 /// resolve in time is accepted: the connect-time check still applies to every attempt.
 pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
 
-fn refused(url: &str, why: impl std::fmt::Display) -> ServiceError {
-    ServiceError::DestinationNotAllowed(format!("url: {} is not allowed: {why}", redact_url(url)))
+fn refused(field: &str, url: &str, why: impl std::fmt::Display) -> ServiceError {
+    ServiceError::DestinationNotAllowed(format!("{field}: {} is not allowed: {why}", redact_url(url)))
 }
 
 /// Whether `host` is a `localhost` name (RFC 6761: always loopback, whatever DNS says).
@@ -94,9 +94,18 @@ fn is_localhost(host: &str) -> bool {
 ///   address in a refused range, a `localhost` name, or a name resolving into a refused range
 ///   now (any one of its addresses).
 pub async fn check_registration(cfg: &Config, url: &str) -> Result<(), ServiceError> {
-    let parsed = url::Url::parse(url).map_err(|e| ServiceError::Validation(format!("url: {}", not_a_url(e))))?;
+    check_field(cfg, "url", url).await
+}
+
+/// [`check_registration`] for a URL in another field (`auth.token_url`), named in the
+/// error.
+///
+/// # Errors
+/// As [`check_registration`], naming `field`.
+pub async fn check_field(cfg: &Config, field: &str, url: &str) -> Result<(), ServiceError> {
+    let parsed = url::Url::parse(url).map_err(|e| ServiceError::Validation(format!("{field}: {}", not_a_url(e))))?;
     if cfg.require_https && parsed.scheme() != "https" {
-        return Err(ServiceError::Validation("url: must be an https URL (WEBHOOKS_REQUIRE_HTTPS is on)".into()));
+        return Err(ServiceError::Validation(format!("{field}: must be an https URL (WEBHOOKS_REQUIRE_HTTPS is on)")));
     }
     if cfg.allow_private_destinations {
         return Ok(());
@@ -106,7 +115,7 @@ pub async fn check_registration(cfg: &Config, url: &str) -> Result<(), ServiceEr
         Some(url::Host::Ipv6(v6)) => IpAddr::V6(v6),
         Some(url::Host::Domain(name)) => {
             if is_localhost(name) {
-                return Err(refused(url, "localhost is loopback"));
+                return Err(refused(field, url, "localhost is loopback"));
             }
             let port = parsed.port_or_known_default().unwrap_or(443);
             let lookup = tokio::net::lookup_host((name, port));
@@ -114,7 +123,7 @@ pub async fn check_registration(cfg: &Config, url: &str) -> Result<(), ServiceEr
                 Ok(Ok(addrs)) => {
                     for a in addrs {
                         if let Some(range) = refused_range(a.ip()) {
-                            return Err(refused(url, format!("{name} resolves to {} ({range})", a.ip())));
+                            return Err(refused(field, url, format!("{name} resolves to {} ({range})", a.ip())));
                         }
                     }
                     Ok(())
@@ -124,10 +133,10 @@ pub async fn check_registration(cfg: &Config, url: &str) -> Result<(), ServiceEr
                 Ok(Err(_)) | Err(_) => Ok(()),
             };
         }
-        None => return Err(ServiceError::Validation("url: must have a host".into())),
+        None => return Err(ServiceError::Validation(format!("{field}: must have a host"))),
     };
     match refused_range(ip) {
-        Some(range) => Err(refused(url, format!("{ip} is {range}"))),
+        Some(range) => Err(refused(field, url, format!("{ip} is {range}"))),
         None => Ok(()),
     }
 }

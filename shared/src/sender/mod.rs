@@ -8,6 +8,7 @@
 //! ignored and redirects are never followed (a 3xx is a failed attempt).
 
 pub mod destination;
+pub mod oauth;
 pub mod tls_roots;
 
 use crate::domain::retry_policy::Outcome;
@@ -72,11 +73,28 @@ pub struct SendResult {
     pub cause: Option<&'static str>,
 }
 
+/// Most bytes of an OAuth token endpoint's answer read (64 KiB: a token response with a
+/// large JWT fits many times over).
+pub const TOKEN_ANSWER_LIMIT: usize = 64 * 1024;
+
 /// POSTs attempts.
 #[async_trait]
 pub trait Sender: Send + Sync {
-    /// POSTs `body` to `url` with `headers`. Never fails: every failure is an [`Outcome`].
-    async fn post(&self, url: &str, headers: &[(&'static str, String)], body: Bytes) -> SendResult;
+    /// POSTs `body` to `url` with `headers` (name, value). Never fails: every failure is an
+    /// [`Outcome`].
+    async fn post(&self, url: &str, headers: &[(String, String)], body: Bytes) -> SendResult;
+
+    /// POSTs an OAuth 2.0 token request (`form`, `application/x-www-form-urlencoded`, with
+    /// `authorization` as the `Authorization` header) to `url`, under the same destination
+    /// check as an attempt. The answer's status and its first [`TOKEN_ANSWER_LIMIT`] bytes.
+    ///
+    /// # Errors
+    /// Why no answer came (refused destination, connection, timeout), without credentials.
+    /// The default, for senders that fetch no tokens (the simulation's), always fails.
+    async fn request_token(&self, url: &str, authorization: &str, form: String) -> Result<(u16, Bytes), String> {
+        let _ = (url, authorization, form);
+        Err("this sender fetches no OAuth tokens".into())
+    }
 }
 
 /// [`Sender`] on reqwest, with the request timeout and the destination check.
@@ -226,7 +244,7 @@ pub fn parse_retry_after(value: Option<&str>, now: SystemTime) -> Option<u64> {
 
 #[async_trait]
 impl Sender for HttpSender {
-    async fn post(&self, url: &str, headers: &[(&'static str, String)], body: Bytes) -> SendResult {
+    async fn post(&self, url: &str, headers: &[(String, String)], body: Bytes) -> SendResult {
         let started = Instant::now();
         let elapsed = |s: Instant| u64::try_from(s.elapsed().as_millis()).unwrap_or(u64::MAX);
         if let Some(why) =
@@ -243,7 +261,7 @@ impl Sender for HttpSender {
         }
         let mut req = self.client.post(url).header("content-type", "application/json");
         for (name, value) in headers {
-            req = req.header(*name, value);
+            req = req.header(name.as_str(), value.as_str());
         }
         match req.body(body).send().await {
             Ok(mut resp) => {
@@ -283,14 +301,51 @@ impl Sender for HttpSender {
                     body: None,
                     retry_after_seconds: None,
                     duration_ms: elapsed(started),
-                    // reqwest's message carries the URL: keep its credentials out.
-                    detail: Some(match url::Url::parse(&crate::sender::destination::redact_url(url)) {
-                        Ok(shown) => crate::error_text::chain(&e.with_url(shown)),
-                        Err(_) => crate::error_text::chain(&e.without_url()),
-                    }),
+                    detail: Some(redacted_error(e, url)),
                 }
             }
         }
+    }
+
+    async fn request_token(&self, url: &str, authorization: &str, form: String) -> Result<(u16, Bytes), String> {
+        if let Some(why) =
+            crate::sender::destination::refused_before_connect(url, self.allow_private, self.require_https)
+        {
+            return Err(format!("token_url refused: {why}"));
+        }
+        let sent = self
+            .client
+            .post(url)
+            .header("authorization", authorization)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("accept", "application/json")
+            .body(form)
+            .send()
+            .await;
+        let mut resp = match sent {
+            Ok(resp) => resp,
+            Err(e) if is_refused(&e) => return Err(format!("token_url refused: {}", redacted_error(e, url))),
+            Err(e) => return Err(format!("token request failed ({}): {}", cause_of(&e), redacted_error(e, url))),
+        };
+        let status = resp.status().as_u16();
+        let mut kept: Vec<u8> = Vec::new();
+        while kept.len() < TOKEN_ANSWER_LIMIT {
+            match resp.chunk().await {
+                Ok(Some(chunk)) => kept.extend_from_slice(&chunk),
+                _ => break,
+            }
+        }
+        kept.truncate(TOKEN_ANSWER_LIMIT);
+        Ok((status, Bytes::from(kept)))
+    }
+}
+
+/// A reqwest error's chain as text with the URL's credentials and query values redacted
+/// (reqwest's message carries the URL).
+fn redacted_error(e: reqwest::Error, url: &str) -> String {
+    match url::Url::parse(&crate::sender::destination::redact_url(url)) {
+        Ok(shown) => crate::error_text::chain(&e.with_url(shown)),
+        Err(_) => crate::error_text::chain(&e.without_url()),
     }
 }
 

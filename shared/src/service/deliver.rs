@@ -25,13 +25,14 @@ use crate::domain::signing;
 use crate::error::ServiceError;
 use crate::metrics;
 use crate::queue;
-use crate::sender::{SendResult, Sender};
+use crate::sender::SendResult;
 use crate::service::endpoint_state;
 use crate::service::{lanes, throttle};
 use crate::store::{Applied, Committed, EndpointWrite, FailureCount};
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use bytes::Bytes;
 
+pub mod post;
 mod record;
 use record::*;
 
@@ -282,6 +283,7 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
     };
     let probe = current.state() == EndpointState::Probing(&delivery.id);
     let started = slot_at.unwrap_or_else(|| app.clock.now());
+    let (mut auth_used, mut token_fetch_ms) = (None, None);
     let result = match (&endpoint, &payload) {
         (None, _) => not_sent(REASON_ENDPOINT_DELETED),
         // The endpoint's event-type filter as it is now: a PATCH that dropped the type stops
@@ -291,7 +293,20 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
         (Some(ep), Some(payload)) => {
             match ep.signing_secrets(started).into_iter().map(signing::secret_key).collect::<Result<Vec<_>, _>>() {
                 Err(_) => not_sent(INVALID_SECRET),
-                Ok(keys) => send(&*app.sender, &delivery, payload.clone(), &ep.url, &keys, started.timestamp()).await,
+                Ok(keys) => {
+                    let p = post::post_signed(
+                        app,
+                        ep,
+                        &delivery.event_id,
+                        delivery.attempt_count,
+                        payload.clone(),
+                        &keys,
+                        started.timestamp(),
+                    )
+                    .await;
+                    (auth_used, token_fetch_ms) = (p.auth, p.token_fetch_ms);
+                    p.result
+                }
             }
         }
     };
@@ -328,6 +343,8 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
         next_wait_seconds: wait.map(|w| w.seconds),
         retry_after_seconds: result.retry_after_seconds,
         wait_source: wait.map(|w| w.source),
+        auth: auth_used.map(String::from),
+        token_fetch_ms,
     };
     // Nothing this endpoint will ever be sent for this delivery (its payload is gone, or the
     // endpoint no longer subscribes to its type).
@@ -519,26 +536,8 @@ pub fn error_class(outcome: Outcome) -> Option<&'static str> {
         Outcome::Timeout => Some("timeout"),
         Outcome::Connection => Some("connection"),
         Outcome::Refused => Some("destination_not_allowed"),
+        Outcome::AuthFailed => Some("auth_failed"),
     }
-}
-
-async fn send(
-    sender: &dyn Sender,
-    d: &Delivery,
-    body: Bytes,
-    url: &str,
-    keys: &[Vec<u8>],
-    timestamp: i64,
-) -> SendResult {
-    // During a secret rotation both signatures go out, space separated (Standard Webhooks).
-    let signature = keys.iter().map(|k| signing::sign(k, &d.event_id, timestamp, &body)).collect::<Vec<_>>().join(" ");
-    let headers = [
-        (signing::HEADER_ID, d.event_id.clone()),
-        (signing::HEADER_TIMESTAMP, timestamp.to_string()),
-        (signing::HEADER_SIGNATURE, signature),
-        (signing::HEADER_ATTEMPT, d.attempt_count.to_string()),
-    ];
-    sender.post(url, &headers, body).await
 }
 
 /// The attempt error when the endpoint's secret cannot be decoded.

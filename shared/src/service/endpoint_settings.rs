@@ -1,6 +1,7 @@
 //! The settings an endpoint's create or PATCH body carries (url, event type filters, retry
 //! policy, rate limit, ...) and their checks, each a 422 naming the field.
 
+use crate::domain::endpoint_options;
 use crate::domain::ids;
 use crate::domain::model::Endpoint;
 use crate::domain::retry_policy::RetryPolicy;
@@ -13,7 +14,8 @@ pub(crate) fn invalid(field: &str, message: impl std::fmt::Display) -> ServiceEr
 
 /// Applies the settable fields of a create or PATCH body to `ep`: `url`, `event_types`,
 /// `retry_policy`, `circuit_breaker_threshold`, `auto_resume`, `auto_resume_after_seconds`,
-/// `rate_limit_per_second`, `rate_limit_adaptive`. `extra` lists other keys the caller handles; any other key is refused.
+/// `rate_limit_per_second`, `rate_limit_adaptive`, `headers`, `secret_headers`, `auth` (see
+/// [`crate::domain::endpoint_options`]). `extra` lists other keys the caller handles; any other key is refused.
 pub(crate) fn apply_settings(ep: &mut Endpoint, body: &Map<String, Value>, extra: &[&str]) -> Result<(), ServiceError> {
     for (key, value) in body {
         match key.as_str() {
@@ -78,11 +80,30 @@ pub(crate) fn apply_settings(ep: &mut Endpoint, body: &Map<String, Value>, extra
             "rate_limit_adaptive" => {
                 ep.rate_limit_adaptive = value.as_bool().ok_or_else(|| invalid(key, "must be true or false"))?
             }
+            "headers" => ep.headers = endpoint_options::parse_headers(key, value).map_err(option_error)?,
+            "secret_headers" => {
+                ep.secret_headers = endpoint_options::parse_headers(key, value).map_err(option_error)?
+            }
+            "auth" => ep.auth = endpoint_options::parse_auth(value).map_err(option_error)?,
             other if extra.contains(&other) => {}
             other => return Err(invalid(other, "is not a field of an endpoint")),
         }
     }
-    Ok(())
+    endpoint_options::check_header_sets(&ep.headers, &ep.secret_headers).map_err(option_error)
+}
+
+fn option_error(e: endpoint_options::OptionError) -> ServiceError {
+    ServiceError::Validation(e.to_string())
+}
+
+/// The URLs a create or PATCH must check for their destination: `url`, and an OAuth
+/// `auth.token_url`, each with the field it came from.
+pub(crate) fn destinations(ep: &Endpoint) -> Vec<(&'static str, &str)> {
+    let mut out = vec![("url", ep.url.as_str())];
+    if let Some(endpoint_options::ReceiverAuth::OAuth2ClientCredentials { token_url, .. }) = &ep.auth {
+        out.push(("auth.token_url", token_url.as_str()));
+    }
+    out
 }
 
 /// An event-type filter: `*`, an event type (the id rule), or a prefix of one ending in `.*`.

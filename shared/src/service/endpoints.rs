@@ -10,7 +10,7 @@ use crate::domain::retry_policy::RetryPolicy;
 use crate::domain::signing;
 use crate::error::ServiceError;
 use crate::sender::destination;
-use crate::service::endpoint_settings::{apply_settings, invalid, validate_url};
+use crate::service::endpoint_settings::{apply_settings, destinations, invalid};
 use crate::service::endpoint_state;
 use crate::store::{DeliveryQuery, DeliverySummary, Page, StoreError, collect_deliveries};
 use chrono::{DateTime, Utc};
@@ -31,6 +31,17 @@ pub struct EndpointView {
     pub event_types: Option<Vec<String>>,
     /// The resolved retry policy.
     pub retry_policy: RetryPolicy,
+    /// Custom headers sent with every attempt (absent: none).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// The names of the write-only custom headers (their values are never shown).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub secret_headers: Vec<String>,
+    /// The receiver's authentication without its credentials: `{"type": "bearer"}`,
+    /// `{"type": "basic", "username"}`, `{"type": "oauth2_client_credentials", "token_url",
+    /// "client_id", "scope"?, "audience"?}` (absent: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth: Option<Value>,
     /// Whether it receives attempts.
     pub enabled: bool,
     /// `enabled`, `disabled` (an operator, or a disable code such as 410), `paused` (the
@@ -100,6 +111,9 @@ impl EndpointView {
             url: ep.url,
             event_types: ep.event_types,
             retry_policy: ep.retry_policy,
+            secret_headers: ep.secret_headers.into_keys().collect(),
+            auth: ep.auth.as_ref().map(|a| a.shown()),
+            headers: ep.headers,
             enabled: ep.enabled,
             disabled: ep.disabled,
             consecutive_failures: ep.consecutive_failures,
@@ -142,7 +156,9 @@ pub async fn create_endpoint(app: &App, body: &Map<String, Value>) -> Result<End
     let now = app.clock.now();
     let mut endpoint = Endpoint::new(format!("ep_{}", app.random.ulid(now)), tenant_id, "", secret, now);
     apply_settings(&mut endpoint, body, &["tenant_id", "secret"])?;
-    destination::check_registration(&app.config, &endpoint.url).await?;
+    for (field, url) in destinations(&endpoint) {
+        destination::check_field(&app.config, field, url).await?;
+    }
     // The tenant's endpoints (one strongly consistent Query, at most the limit's worth):
     // concurrent creations can each pass this count, so a tenant can end a few over it,
     // never unboundedly.
@@ -230,9 +246,14 @@ pub async fn get_endpoint(app: &App, id: &str) -> Result<EndpointView, ServiceEr
 /// non-public address; [`ServiceError::Conflict`] when the endpoint kept changing under it.
 pub async fn update_endpoint(app: &App, id: &str, body: &Map<String, Value>) -> Result<EndpointView, ServiceError> {
     let ep = find_endpoint(app, id).await?;
-    if let Some(url) = body.get("url").and_then(Value::as_str) {
-        validate_url(url)?;
-        destination::check_registration(&app.config, url).await?;
+    // The settings as they would be, to check new destinations before the write (the write
+    // applies them again to the endpoint as it is then).
+    let mut changed = ep.clone();
+    apply_settings(&mut changed, body, &[])?;
+    for (field, url) in destinations(&changed) {
+        if body.contains_key(field.split('.').next().unwrap_or(field)) {
+            destination::check_field(&app.config, field, url).await?;
+        }
     }
     let (ep, _) = endpoint_state::change_endpoint(app, &ep.tenant_id, id, |ep| {
         endpoint_lifecycle::configure(ep, app.clock.now(), &app.random, |e| apply_settings(e, body, &[])).map(Some)

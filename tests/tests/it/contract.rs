@@ -762,7 +762,7 @@ async fn since_after_until_is_refused_naming_both() {
 }
 
 /// Every log line of this test binary, as text.
-fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
+pub(crate) fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
     static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
     LOGS.get_or_init(|| {
         let buf: Arc<Mutex<Vec<u8>>> = Arc::default();

@@ -283,7 +283,7 @@ struct ArmAfterPost {
 
 #[async_trait::async_trait]
 impl Sender for ArmAfterPost {
-    async fn post(&self, url: &str, headers: &[(&'static str, String)], body: bytes::Bytes) -> SendResult {
+    async fn post(&self, url: &str, headers: &[(String, String)], body: bytes::Bytes) -> SendResult {
         let sent = self.inner.post(url, headers, body).await;
         self.faults.arm();
         sent

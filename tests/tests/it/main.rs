@@ -9,6 +9,7 @@ mod admin;
 mod browser;
 mod contract;
 mod destinations;
+mod endpoint_options;
 mod endpoint_state;
 mod iam;
 mod lanes;

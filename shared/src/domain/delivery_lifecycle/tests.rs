@@ -26,6 +26,8 @@ fn attempt(now: DateTime<Utc>) -> Attempt {
         next_wait_seconds: None,
         retry_after_seconds: None,
         wait_source: None,
+        auth: None,
+        token_fetch_ms: None,
     }
 }
 

@@ -283,22 +283,13 @@ pub async fn send_test(app: &App, ep: &Endpoint) -> Result<crate::domain::model:
                 .map_err(|_| ServiceError::Conflict("the endpoint's secret is not valid; rotate it".into()))?,
         );
     }
-    let ts = now.timestamp();
-    let signature = keys.iter().map(|k| crate::domain::signing::sign(k, &id, ts, &body)).collect::<Vec<_>>().join(" ");
-    let headers = [
-        (crate::domain::signing::HEADER_ID, id.clone()),
-        (crate::domain::signing::HEADER_TIMESTAMP, ts.to_string()),
-        (crate::domain::signing::HEADER_SIGNATURE, signature),
-        (crate::domain::signing::HEADER_ATTEMPT, "1".to_string()),
-    ];
-    let r = app.sender.post(&ep.url, &headers, body).await;
-    let (status_code, error) = match r.outcome {
-        crate::domain::retry_policy::Outcome::Status(c) if (200..300).contains(&c) => (Some(c), None),
-        crate::domain::retry_policy::Outcome::Status(c) => (Some(c), Some("http_status".to_string())),
-        crate::domain::retry_policy::Outcome::Timeout => (None, Some("timeout".to_string())),
-        crate::domain::retry_policy::Outcome::Connection => (None, Some("connection".to_string())),
-        crate::domain::retry_policy::Outcome::Refused => (None, Some("destination_not_allowed".to_string())),
+    let posted = crate::service::deliver::post::post_signed(app, ep, &id, 1, body, &keys, now.timestamp()).await;
+    let r = posted.result;
+    let status_code = match r.outcome {
+        crate::domain::retry_policy::Outcome::Status(c) => Some(c),
+        _ => None,
     };
+    let error = crate::service::deliver::error_class(r.outcome).map(String::from);
     Ok(crate::domain::model::Attempt {
         attempt: 1,
         at: now,
@@ -310,5 +301,7 @@ pub async fn send_test(app: &App, ep: &Endpoint) -> Result<crate::domain::model:
         next_wait_seconds: None,
         retry_after_seconds: None,
         wait_source: None,
+        auth: posted.auth.map(String::from),
+        token_fetch_ms: posted.token_fetch_ms,
     })
 }

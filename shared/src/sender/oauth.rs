@@ -1,0 +1,155 @@
+//! OAuth 2.0 client credentials (RFC 6749 4.4) for endpoints whose `auth` is
+//! `oauth2_client_credentials`: the token is fetched before an attempt's POST and cached per
+//! endpoint in the process (shared by every attempt the process makes), until shortly before
+//! it expires; deliver fetches it again once when the receiver answers 401 to a cached token.
+//!
+//! The token request goes through the sender's client ([`crate::sender::Sender::request_token`]),
+//! so the token URL meets the same destination check (SSRF) as the endpoint's URL at connect
+//! time. The client authenticates with HTTP Basic (RFC 6749 2.3.1: every authorization server
+//! must accept it), its id and secret form-encoded first.
+//!
+//! Cost: one token request per endpoint and process per token lifetime (a deliver Lambda's
+//! instance lives minutes to hours, so with tokens of an hour about one fetch per instance
+//! and hour), plus one per 401 answered to a cached token.
+
+use crate::domain::endpoint_options::ReceiverAuth;
+use crate::sender::Sender;
+use base64::Engine;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Longest a token is kept when its answer gives no `expires_in`: 300 seconds.
+pub const DEFAULT_LIFETIME_SECONDS: u64 = 300;
+/// A token is fetched again this long before it expires, at most: 30 seconds (or a tenth of
+/// its lifetime, when that is shorter).
+pub const EARLY_REFRESH_SECONDS: u64 = 30;
+/// Most endpoints' tokens cached by one process: 10,000 (past it the cache starts over).
+pub const MAX_CACHED: usize = 10_000;
+
+/// A token ready to send, and how long fetching it took (milliseconds; `None` when it came
+/// from the cache).
+#[derive(Debug, Clone)]
+pub struct Token {
+    /// The access token (sent as `Authorization: Bearer {value}`).
+    pub value: String,
+    /// Milliseconds the fetch took, when this call fetched it.
+    pub fetch_ms: Option<u64>,
+}
+
+#[derive(Debug)]
+struct Cached {
+    value: String,
+    fresh_until: Instant,
+}
+
+type Slot = Arc<tokio::sync::Mutex<Option<Cached>>>;
+
+/// The process's OAuth tokens, one slot per endpoint and credential set. Concurrent attempts
+/// to one endpoint wait for one fetch rather than each making their own.
+#[derive(Debug, Default)]
+pub struct TokenCache {
+    slots: Mutex<HashMap<String, Slot>>,
+}
+
+impl TokenCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The token for `endpoint_id` under `auth`: the cached one while fresh, unless
+    /// `refresh`, else one fetched now. `auth` other than OAuth has no token (an error).
+    ///
+    /// # Errors
+    /// Why no token came (the token endpoint's status and OAuth `error` code, or why no
+    /// answer came), never a credential: the attempt's `auth_failed` detail.
+    pub async fn token(
+        &self,
+        sender: &dyn Sender,
+        endpoint_id: &str,
+        auth: &ReceiverAuth,
+        refresh: bool,
+    ) -> Result<Token, String> {
+        let ReceiverAuth::OAuth2ClientCredentials { token_url, client_id, client_secret, scope, audience } = auth
+        else {
+            return Err("not an OAuth endpoint".into());
+        };
+        let slot = self.slot(&key(endpoint_id, auth));
+        let mut cached = slot.lock().await;
+        if !refresh && let Some(c) = cached.as_ref().filter(|c| c.fresh_until > Instant::now()) {
+            return Ok(Token { value: c.value.clone(), fetch_ms: None });
+        }
+        let started = Instant::now();
+        // Built and finished before the request: the serializer is not Send.
+        let form = {
+            let mut form = url::form_urlencoded::Serializer::new(String::new());
+            form.append_pair("grant_type", "client_credentials");
+            if let Some(s) = scope {
+                form.append_pair("scope", s);
+            }
+            if let Some(a) = audience {
+                form.append_pair("audience", a);
+            }
+            form.finish()
+        };
+        let encode = |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
+        let basic = base64::engine::general_purpose::STANDARD.encode(format!(
+            "{}:{}",
+            encode(client_id),
+            encode(client_secret)
+        ));
+        let answer = sender.request_token(token_url, &format!("Basic {basic}"), form).await;
+        *cached = None;
+        let (status, body) = answer?;
+        let parsed: serde_json::Value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+        if !(200..300).contains(&status) {
+            let code =
+                parsed.get("error").and_then(|e| e.as_str()).map(|e| format!(" ({})", shorten(e))).unwrap_or_default();
+            return Err(format!("token endpoint answered {status}{code}"));
+        }
+        let value = parsed
+            .get("access_token")
+            .and_then(|t| t.as_str())
+            .filter(|t| !t.is_empty() && http::HeaderValue::from_str(&format!("Bearer {t}")).is_ok())
+            .ok_or("token endpoint's answer has no usable access_token")?
+            .to_string();
+        if let Some(kind) = parsed.get("token_type").and_then(|t| t.as_str())
+            && !kind.eq_ignore_ascii_case("bearer")
+        {
+            return Err(format!("token endpoint issued a {} token, not a bearer token", shorten(kind)));
+        }
+        let lifetime = parsed.get("expires_in").and_then(serde_json::Value::as_u64).unwrap_or(DEFAULT_LIFETIME_SECONDS);
+        let early = EARLY_REFRESH_SECONDS.min(lifetime / 10);
+        *cached = Some(Cached {
+            value: value.clone(),
+            fresh_until: started + Duration::from_secs(lifetime.saturating_sub(early)),
+        });
+        let fetch_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Ok(Token { value, fetch_ms: Some(fetch_ms) })
+    }
+
+    fn slot(&self, key: &str) -> Slot {
+        let mut slots = self.slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if slots.len() >= MAX_CACHED && !slots.contains_key(key) {
+            slots.clear();
+        }
+        slots.entry(key.to_string()).or_default().clone()
+    }
+}
+
+/// The cache key: the endpoint and a digest of its credential set, so a changed `auth`
+/// fetches a new token at once.
+fn key(endpoint_id: &str, auth: &ReceiverAuth) -> String {
+    let mut h = Sha256::new();
+    h.update(serde_json::to_vec(auth).unwrap_or_default());
+    let digest = h.finalize();
+    let short: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    format!("{endpoint_id}#{short}")
+}
+
+/// At most 100 characters of a token endpoint's own words, control characters dropped.
+fn shorten(s: &str) -> String {
+    s.chars().filter(|c| !c.is_control()).take(100).collect()
+}
