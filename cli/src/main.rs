@@ -144,6 +144,23 @@ enum EndpointCmd {
         /// Endpoint id.
         id: String,
     },
+    /// Set what attempts carry besides the signed payload (PATCH `headers`, `secret_headers`,
+    /// `auth`): each option given replaces that setting; the others stay.
+    Options {
+        /// Endpoint id.
+        id: String,
+        #[command(flatten)]
+        options: OptionArgs,
+        /// Remove every custom header (`headers`).
+        #[arg(long, conflicts_with = "header")]
+        no_headers: bool,
+        /// Remove every secret header (`secret_headers`).
+        #[arg(long, conflicts_with = "secret_header")]
+        no_secret_headers: bool,
+        /// Remove the receiver authentication (`auth`).
+        #[arg(long, conflicts_with = "auth")]
+        no_auth: bool,
+    },
     /// Set or remove its rate limit (PATCH `rate_limit_per_second`, `rate_limit_adaptive`).
     RateLimit {
         /// Endpoint id.
@@ -180,6 +197,65 @@ struct CreateArgs {
     /// Keep the rate limit static (no AIMD back-off on 429s without Retry-After).
     #[arg(long)]
     no_adaptive_rate_limit: bool,
+    #[command(flatten)]
+    options: OptionArgs,
+}
+
+/// An endpoint's custom headers and receiver authentication (docs/api.md, "Endpoint
+/// options"). Values given on a command line stay in the shell's history: pass secrets as
+/// `@file`.
+#[derive(Args, Debug)]
+struct OptionArgs {
+    /// A custom header sent with every attempt, `Name=value` (repeatable); the set replaces
+    /// the endpoint's `headers`.
+    #[arg(long, value_parser = header_pair)]
+    header: Vec<(String, String)>,
+    /// A write-only header, `Name=value` or `Name=@file` (repeatable); the set replaces the
+    /// endpoint's `secret_headers`.
+    #[arg(long, value_parser = header_pair)]
+    secret_header: Vec<(String, String)>,
+    /// The receiver authentication as JSON, or `@file` holding it, e.g.
+    /// '{"type":"bearer","token":"..."}' (types: bearer, basic, oauth2_client_credentials).
+    #[arg(long)]
+    auth: Option<String>,
+}
+
+impl OptionArgs {
+    /// Adds the options given to a create or PATCH body.
+    fn apply(&self, body: &mut Value) -> Result<(), String> {
+        let object = |pairs: &[(String, String)]| -> Result<Value, String> {
+            let mut out = serde_json::Map::new();
+            for (name, value) in pairs {
+                out.insert(name.clone(), Value::String(read_at_file(value)?.trim_end_matches('\n').to_string()));
+            }
+            Ok(Value::Object(out))
+        };
+        if !self.header.is_empty() {
+            body["headers"] = object(&self.header)?;
+        }
+        if !self.secret_header.is_empty() {
+            body["secret_headers"] = object(&self.secret_header)?;
+        }
+        if let Some(auth) = &self.auth {
+            body["auth"] = serde_json::from_str(&read_at_file(auth)?).map_err(|e| format!("--auth: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// `Name=value` of `--header` and `--secret-header`.
+fn header_pair(arg: &str) -> Result<(String, String), String> {
+    arg.split_once('=')
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .ok_or_else(|| format!("{arg:?} is not Name=value"))
+}
+
+/// `value`, or the contents of the file it names when it starts with `@`.
+fn read_at_file(value: &str) -> Result<String, String> {
+    match value.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}")),
+        None => Ok(value.to_string()),
+    }
 }
 
 /// Seconds the CLI waits for a TCP (and TLS) connection to the admin API.
@@ -526,6 +602,7 @@ async fn run(cli: &Cli) -> Result<String, String> {
                 if a.no_adaptive_rate_limit {
                     body["rate_limit_adaptive"] = json!(false);
                 }
+                a.options.apply(&mut body)?;
                 let v = client.call(M::POST, "/v1/endpoints", Some(body)).await?;
                 (
                     v,
@@ -543,6 +620,30 @@ async fn run(cli: &Cli) -> Result<String, String> {
                             "{}\nreleasing held deliveries: {}",
                             endpoint_rows(std::slice::from_ref(v)),
                             job_line(&v["release_job"])
+                        )
+                    }),
+                )
+            }
+            EndpointCmd::Options { id, options, no_headers, no_secret_headers, no_auth } => {
+                let mut body = json!({});
+                options.apply(&mut body)?;
+                for (cleared, field) in
+                    [(no_headers, "headers"), (no_secret_headers, "secret_headers"), (no_auth, "auth")]
+                {
+                    if *cleared {
+                        body[field] = Value::Null;
+                    }
+                }
+                let v = client.call(M::PATCH, &format!("/v1/endpoints/{}", enc(id)), Some(body)).await?;
+                (
+                    v,
+                    Box::new(|v| {
+                        format!(
+                            "{}\nheaders {}, secret headers {}, auth {}",
+                            endpoint_rows(std::slice::from_ref(v)),
+                            v.get("headers").map_or("none".to_string(), Value::to_string),
+                            v.get("secret_headers").map_or("none".to_string(), Value::to_string),
+                            v.get("auth").map_or("none".to_string(), Value::to_string)
                         )
                     }),
                 )

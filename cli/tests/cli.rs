@@ -228,3 +228,42 @@ fn a_top_level_command_that_lives_under_another_gets_a_tip() {
     let (_, err) = admin_alone(&["dead-letter"]);
     assert!(err.contains("dead-letters"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_sets_headers_secret_headers_and_auth_from_flags_and_files() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let dir = std::env::temp_dir().join(format!("webhooks-cli-options-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let auth_file = dir.join("auth.json");
+    std::fs::write(&auth_file, r#"{"type": "bearer", "token": "file-t0ken"}"#).unwrap();
+    let key_file = dir.join("key");
+    std::fs::write(&key_file, "k-from-file\n").unwrap();
+    let ep = admin_json(
+        &stack,
+        &["endpoints", "create", "--tenant", "opts", "--url", &rx.url, "--header", "X-Team=blue", "--header", "X-Env=prod"],
+    )
+    .await;
+    assert_eq!(ep["headers"], json!({"X-Team": "blue", "X-Env": "prod"}));
+    let id = ep["id"].as_str().unwrap().to_string();
+    let auth_arg = format!("@{}", auth_file.display());
+    let key_arg = format!("X-Key=@{}", key_file.display());
+    let ep = admin_json(&stack, &["endpoints", "options", &id, "--auth", &auth_arg, "--secret-header", &key_arg]).await;
+    assert_eq!(ep["auth"], json!({"type": "bearer"}));
+    assert_eq!(ep["secret_headers"], json!(["X-Key"]));
+    assert_eq!(ep["headers"], json!({"X-Team": "blue", "X-Env": "prod"}), "what was not given stays");
+    let accepted = stack.event("opts", "order.paid", json!({})).await;
+    stack.wait_status(accepted["deliveries"][0]["id"].as_str().unwrap(), "delivered", Duration::from_secs(20)).await;
+    let hit = &rx.hits()[0];
+    assert_eq!(hit.header("authorization"), "Bearer file-t0ken");
+    assert_eq!(hit.header("x-key"), "k-from-file");
+    assert_eq!(hit.header("x-team"), "blue");
+    let ep = admin_json(&stack, &["endpoints", "options", &id, "--no-auth", "--no-headers"]).await;
+    assert!(ep.get("auth").is_none() && ep.get("headers").is_none(), "{ep}");
+    let (ok, _, err) = admin(&stack, &["endpoints", "options", &id, "--header", "webhook-id=x"]).await;
+    assert!(!ok && err.contains("headers.webhook-id"), "{err}");
+    let (ok, _, err) = admin(&stack, &["endpoints", "options", &id, "--header", "no-equals-sign"]).await;
+    assert!(!ok && err.contains("Name=value"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+    stack.stop().await;
+}
