@@ -245,9 +245,7 @@ impl OptionArgs {
 
 /// `Name=value` of `--header` and `--secret-header`.
 fn header_pair(arg: &str) -> Result<(String, String), String> {
-    arg.split_once('=')
-        .map(|(n, v)| (n.to_string(), v.to_string()))
-        .ok_or_else(|| format!("{arg:?} is not Name=value"))
+    arg.split_once('=').map(|(n, v)| (n.to_string(), v.to_string())).ok_or_else(|| format!("{arg:?} is not Name=value"))
 }
 
 /// `value`, or the contents of the file it names when it starts with `@`.

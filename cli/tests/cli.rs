@@ -241,7 +241,18 @@ async fn the_cli_sets_headers_secret_headers_and_auth_from_flags_and_files() {
     std::fs::write(&key_file, "k-from-file\n").unwrap();
     let ep = admin_json(
         &stack,
-        &["endpoints", "create", "--tenant", "opts", "--url", &rx.url, "--header", "X-Team=blue", "--header", "X-Env=prod"],
+        &[
+            "endpoints",
+            "create",
+            "--tenant",
+            "opts",
+            "--url",
+            &rx.url,
+            "--header",
+            "X-Team=blue",
+            "--header",
+            "X-Env=prod",
+        ],
     )
     .await;
     assert_eq!(ep["headers"], json!({"X-Team": "blue", "X-Env": "prod"}));

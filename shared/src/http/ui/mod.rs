@@ -48,7 +48,7 @@ code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:13p
 form.inline{display:inline}
 form.card,section.card{border:1px solid var(--line);border-radius:6px;padding:12px;margin:12px 0;background:var(--soft)}
 label{display:block;font-weight:600;margin:8px 0 2px}
-input[type=text],input[type=url],input[type=datetime-local],select{width:100%;max-width:520px;padding:7px;border:1px solid var(--line);border-radius:4px;font:inherit}
+input[type=text],input[type=url],input[type=password],input[type=datetime-local],select,textarea{width:100%;max-width:520px;padding:7px;border:1px solid var(--line);border-radius:4px;font:inherit}
 .hint{font-size:13px;color:var(--muted);margin:2px 0}
 button{font:inherit;padding:6px 14px;border-radius:6px;border:1px solid var(--line);background:#fff;cursor:pointer;margin:6px 6px 0 0;min-height:36px}
 button.primary{background:#1f883d;color:#fff;border-color:#1a7f37}button.danger{color:var(--bad)}

@@ -104,6 +104,8 @@ pub(super) fn endpoint_body(s: &Session, ep: &Endpoint, deliveries: &[Value]) ->
             dt { "Retry schedule" } dd { (ep.retry_policy.preset) }
             dt { "Failures in a row" } dd { (ep.consecutive_failures) }
             @if let Some(until) = ep.previous_secret_expires_at { dt { "Previous secret" } dd { "also signs until " (until.format("%Y-%m-%d %H:%M UTC")) } }
+            dt { "Headers" } dd { (header_names(ep)) }
+            dt { "Authentication" } dd { (auth_summary(ep)) }
         }
         div {
             @if ep.enabled { (action(s, &format!("{base}/disable"), "Disable", "danger")) }
@@ -121,9 +123,165 @@ pub(super) fn endpoint_body(s: &Session, ep: &Endpoint, deliveries: &[Value]) ->
             p.hint #event_types_hint { "Comma separated; a name ending in .* takes a prefix. Empty: every event." }
             div { button.primary type="submit" { "Save" } }
         }
+        (options_form(s, ep, &base))
         h2 { "Deliveries" }
         (deliveries_table(deliveries, false))
     }
+}
+
+/// The custom header names, secret ones marked, or "none".
+fn header_names(ep: &Endpoint) -> String {
+    let names: Vec<String> =
+        ep.headers.keys().cloned().chain(ep.secret_headers.keys().map(|n| format!("{n} (secret)"))).collect();
+    if names.is_empty() { "none".into() } else { names.join(", ") }
+}
+
+/// The auth type and what is not a credential, or "signature only".
+fn auth_summary(ep: &Endpoint) -> String {
+    use crate::domain::endpoint_options::ReceiverAuth;
+    match &ep.auth {
+        None => "signature only".into(),
+        Some(ReceiverAuth::Bearer { .. }) => "bearer token".into(),
+        Some(ReceiverAuth::Basic { username, .. }) => format!("basic, user {username}"),
+        Some(ReceiverAuth::OAuth2ClientCredentials { token_url, client_id, .. }) => {
+            format!(
+                "OAuth 2.0 client credentials, client {client_id} at {}",
+                crate::sender::destination::redact_url(token_url)
+            )
+        }
+    }
+}
+
+/// The form for `headers`, `secret_headers` and `auth` (credentials write-only: the form
+/// never holds them, and leaving them out keeps what is set).
+fn options_form(s: &Session, ep: &Endpoint, base: &str) -> Markup {
+    let lines: String = ep.headers.iter().map(|(n, v)| format!("{n}: {v}\n")).collect();
+    let secret_names = ep.secret_headers.keys().cloned().collect::<Vec<_>>().join(", ");
+    let current = ep.auth.as_ref().map(|a| a.kind());
+    html! {
+        form.card method="post" action={(base) "/options"} {
+            h2 style="margin-top:0" { "Headers and authentication" }
+            (csrf_field(s))
+            label for="headers" { "Custom headers" }
+            textarea #headers name="headers" rows="3" aria-describedby="headers_hint" { (lines) }
+            p.hint #headers_hint { "One " code { "Name: value" } " per line, sent with every request. Empty: none." }
+            label for="secret_headers" { "Secret headers" }
+            textarea #secret_headers name="secret_headers" rows="2" placeholder="X-Api-Key: ..." aria-describedby="secret_headers_hint" {}
+            p.hint #secret_headers_hint {
+                "Write-only: their values are never shown again. "
+                @if secret_names.is_empty() { "None set." } @else { "Set now: " (secret_names) ". Leave empty to keep them." }
+            }
+            label { input type="checkbox" name="clear_secret_headers" value="on"; " Remove the secret headers" }
+            label for="auth_type" { "Authentication" }
+            select #auth_type name="auth_type" aria-describedby="auth_hint" {
+                @if let Some(kind) = current { option value="keep" selected { "Keep (" (kind) ")" } }
+                option value="none" selected[current.is_none()] { "Signature only" }
+                option value="bearer" { "Bearer token" }
+                option value="basic" { "Basic (user name and password)" }
+                option value="oauth2_client_credentials" { "OAuth 2.0 client credentials" }
+            }
+            p.hint #auth_hint { "Credentials are write-only. Bearer: the token. Basic: user name and password. "
+                "OAuth 2.0: token URL, client id and secret, scope and audience if your server wants them." }
+            @for (name, label, kind) in [("auth_token", "Token", "password"), ("auth_username", "User name", "text"),
+                ("auth_password", "Password", "password"), ("auth_token_url", "Token URL", "url"),
+                ("auth_client_id", "Client id", "text"), ("auth_client_secret", "Client secret", "password"),
+                ("auth_scope", "Scope", "text"), ("auth_audience", "Audience", "text")] {
+                label for=(name) { (label) }
+                input id=(name) name=(name) type=(kind) autocomplete="off";
+            }
+            div { button.primary type="submit" { "Save headers and authentication" } }
+        }
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct OptionsForm {
+    csrf: String,
+    #[serde(default)]
+    headers: String,
+    #[serde(default)]
+    secret_headers: String,
+    clear_secret_headers: Option<String>,
+    #[serde(default)]
+    auth_type: String,
+    #[serde(default)]
+    auth_token: String,
+    #[serde(default)]
+    auth_username: String,
+    #[serde(default)]
+    auth_password: String,
+    #[serde(default)]
+    auth_token_url: String,
+    #[serde(default)]
+    auth_client_id: String,
+    #[serde(default)]
+    auth_client_secret: String,
+    #[serde(default)]
+    auth_scope: String,
+    #[serde(default)]
+    auth_audience: String,
+}
+
+/// `Name: value` lines as the API's header object (null when there are none).
+fn header_lines(field: &str, text: &str) -> Result<Value, ServiceError> {
+    let mut out = Map::new();
+    for (i, line) in text.lines().map(str::trim).enumerate().filter(|(_, l)| !l.is_empty()) {
+        let (name, value) = line
+            .split_once(':')
+            .ok_or_else(|| ServiceError::Validation(format!("{field}: line {} is not Name: value", i + 1)))?;
+        out.insert(name.trim().to_string(), json!(value.trim()));
+    }
+    Ok(if out.is_empty() { Value::Null } else { Value::Object(out) })
+}
+
+impl OptionsForm {
+    /// The PATCH body: `headers` always, `secret_headers` when given or cleared, `auth`
+    /// unless kept.
+    fn body(&self) -> Result<Map<String, Value>, ServiceError> {
+        let mut body = Map::new();
+        body.insert("headers".into(), header_lines("headers", &self.headers)?);
+        if self.clear_secret_headers.is_some() {
+            body.insert("secret_headers".into(), Value::Null);
+        } else if !self.secret_headers.trim().is_empty() {
+            body.insert("secret_headers".into(), header_lines("secret_headers", &self.secret_headers)?);
+        }
+        let given = |v: &str| (!v.trim().is_empty()).then(|| json!(v.trim()));
+        let auth = match self.auth_type.as_str() {
+            "" | "keep" => return Ok(body),
+            "none" => Value::Null,
+            "bearer" => json!({"type": "bearer", "token": self.auth_token.trim()}),
+            "basic" => json!({"type": "basic", "username": self.auth_username.trim(), "password": self.auth_password}),
+            kind => {
+                let mut a = json!({"type": kind, "token_url": self.auth_token_url.trim(),
+                    "client_id": self.auth_client_id.trim(), "client_secret": self.auth_client_secret.trim()});
+                for (k, v) in [("scope", given(&self.auth_scope)), ("audience", given(&self.auth_audience))] {
+                    if let Some(v) = v {
+                        a[k] = v;
+                    }
+                }
+                a
+            }
+        };
+        body.insert("auth".into(), auth);
+        Ok(body)
+    }
+}
+
+pub(super) async fn options(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    form: Result<Form<OptionsForm>, FormRejection>,
+) -> Response {
+    let Form(f) = match form {
+        Ok(f) => f,
+        Err(e) => return form_problem(e),
+    };
+    endpoint_action(&app, &headers, &id, &f.csrf.clone(), |app, _, ep| async move {
+        endpoints::update_endpoint(&app, &ep.id, &f.body()?).await?;
+        Ok(see_other(&format!("/portal/endpoints/{}", ep.id)))
+    })
+    .await
 }
 
 pub(super) async fn edit(
