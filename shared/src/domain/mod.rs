@@ -7,6 +7,7 @@ pub mod endpoint_options;
 pub mod ids;
 pub mod lane;
 pub mod model;
+pub mod payload_filter;
 pub mod rate;
 pub mod retry_policy;
 pub mod signing;

@@ -34,6 +34,10 @@ pub struct Endpoint {
     /// `oauth2_client_credentials`); its credentials are write-only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<crate::domain::endpoint_options::ReceiverAuth>,
+    /// A payload filter ([`crate::domain::payload_filter`]): an event whose payload it
+    /// rejects makes no delivery for this endpoint. `None`: every payload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<serde_json::Value>,
     /// The signing secret, `whsec_` + base64.
     pub secret: String,
     /// Whether its deliveries are attempted. Events for a disabled endpoint are stored `held`.
@@ -189,6 +193,7 @@ impl Endpoint {
             headers: BTreeMap::new(),
             secret_headers: BTreeMap::new(),
             auth: None,
+            filter: None,
             secret: secret.into(),
             enabled: true,
             disabled: None,

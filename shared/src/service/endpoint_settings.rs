@@ -4,6 +4,7 @@
 use crate::domain::endpoint_options;
 use crate::domain::ids;
 use crate::domain::model::Endpoint;
+use crate::domain::payload_filter;
 use crate::domain::retry_policy::RetryPolicy;
 use crate::error::ServiceError;
 use crate::sender::destination;
@@ -15,7 +16,7 @@ pub(crate) fn invalid(field: &str, message: impl std::fmt::Display) -> ServiceEr
 /// Applies the settable fields of a create or PATCH body to `ep`: `url`, `event_types`,
 /// `retry_policy`, `circuit_breaker_threshold`, `auto_resume`, `auto_resume_after_seconds`,
 /// `rate_limit_per_second`, `rate_limit_adaptive`, `headers`, `secret_headers`, `auth` (see
-/// [`crate::domain::endpoint_options`]). `extra` lists other keys the caller handles; any other key is refused.
+/// [`crate::domain::endpoint_options`]), `filter` ([`crate::domain::payload_filter`]). `extra` lists other keys the caller handles; any other key is refused.
 pub(crate) fn apply_settings(ep: &mut Endpoint, body: &Map<String, Value>, extra: &[&str]) -> Result<(), ServiceError> {
     for (key, value) in body {
         match key.as_str() {
@@ -85,6 +86,15 @@ pub(crate) fn apply_settings(ep: &mut Endpoint, body: &Map<String, Value>, extra
                 ep.secret_headers = endpoint_options::parse_headers(key, value).map_err(option_error)?
             }
             "auth" => ep.auth = endpoint_options::parse_auth(value).map_err(option_error)?,
+            "filter" => {
+                ep.filter = match value {
+                    Value::Null => None,
+                    v => {
+                        payload_filter::check(v).map_err(|e| ServiceError::Validation(e.to_string()))?;
+                        Some(v.clone())
+                    }
+                }
+            }
             other if extra.contains(&other) => {}
             other => return Err(invalid(other, "is not a field of an endpoint")),
         }

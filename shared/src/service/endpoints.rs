@@ -42,6 +42,9 @@ pub struct EndpointView {
     /// "client_id", "scope"?, "audience"?}` (absent: none).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auth: Option<Value>,
+    /// The payload filter (absent: every payload); see [`crate::domain::payload_filter`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filter: Option<Value>,
     /// Whether it receives attempts.
     pub enabled: bool,
     /// `enabled`, `disabled` (an operator, or a disable code such as 410), `paused` (the
@@ -113,6 +116,7 @@ impl EndpointView {
             retry_policy: ep.retry_policy,
             secret_headers: ep.secret_headers.into_keys().collect(),
             auth: ep.auth.as_ref().map(|a| a.shown()),
+            filter: ep.filter,
             headers: ep.headers,
             enabled: ep.enabled,
             disabled: ep.disabled,

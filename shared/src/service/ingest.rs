@@ -33,6 +33,7 @@ use crate::domain::delivery_lifecycle::{self, Enqueue};
 use crate::domain::ids;
 use crate::domain::lane;
 use crate::domain::model::{Attempt, DeliveryStatus, StoredEvent, delivery_id};
+use crate::domain::payload_filter;
 use crate::error::ServiceError;
 use crate::service::deliver::{self, Handled, Mode};
 use crate::service::lanes;
@@ -160,7 +161,18 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
     let event_id = event.id.clone().unwrap_or_else(|| format!("evt_{}", app.random.ulid(now)));
     let endpoints = app.store.tenant_endpoints(&event.tenant_id, &event_id).await?;
     let endpoints_count = endpoints.len();
-    let targets: Vec<_> = endpoints.into_iter().filter(|ep| ep.subscribes_to(&event.event_type)).collect();
+    // The payload parsed once, only when a subscribed endpoint has a payload filter.
+    let mut parsed: Option<serde_json::Value> = None;
+    let mut targets = Vec::new();
+    for ep in endpoints.into_iter().filter(|ep| ep.subscribes_to(&event.event_type)) {
+        if let Some(filter) = &ep.filter {
+            let payload = parsed.get_or_insert_with(|| serde_json::from_str(&event.payload).unwrap_or_default());
+            if !payload_filter::matches(filter, payload) {
+                continue;
+            }
+        }
+        targets.push(ep);
+    }
     if event.sync && targets.len() != 1 {
         return Err(ServiceError::Validation(format!(
             "mode: sync needs exactly one subscribed endpoint; {} subscribe to {}",
@@ -264,8 +276,9 @@ async fn nothing_subscribes(
         )
     } else {
         format!(
-            "none of tenant {tenant:?}'s {endpoints} endpoints subscribes to {:?}, so nothing was stored and \
-             nothing will be delivered; add the event type to an endpoint's filter to receive it",
+            "none of tenant {tenant:?}'s {endpoints} endpoints subscribes to {:?} (by its event types and payload \
+             filter), so nothing was stored and nothing will be delivered; add the event type to an endpoint's \
+             event_types to receive it",
             event.event_type
         )
     };

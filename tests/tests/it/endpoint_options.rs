@@ -124,6 +124,13 @@ async fn custom_headers_arrive_and_names_we_set_are_refused() {
     assert_eq!(status, 200, "{cleared}");
     assert!(cleared.get("headers").is_none(), "{cleared}");
     assert_eq!(cleared["secret_headers"], json!(["X-Api-Key"]));
+    let (_, read_again) = stack.call(Method::GET, &format!("/v1/endpoints/{id}"), None).await;
+    assert!(read_again.get("headers").is_none(), "the stored headers are gone: {read_again}");
+    let accepted = stack.event("acme", "order.paid", json!({"n": 2})).await;
+    stack.wait_status(&first_delivery(&accepted), "delivered", WAIT).await;
+    let hit = rx.hits().last().cloned().unwrap();
+    assert_eq!(hit.header("x-team"), "", "a cleared header is no longer sent");
+    assert_eq!(hit.header("x-api-key"), "k-s3cret-value");
     stack.stop().await;
 }
 
@@ -320,5 +327,71 @@ async fn credentials_never_appear_in_an_answer_or_a_log_line() {
     for s in secrets {
         assert!(!all.contains(s), "{s} in the logs");
     }
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn payload_filters_route_events_as_the_docs_say() {
+    let stack = Stack::start(|_| {}).await;
+    let (big, all) = (Receiver::start(Reply::Status(200)).await, Receiver::start(Reply::Status(200)).await);
+    let filter = json!({"amount": {"$gte": 100}, "currency": {"$in": ["EUR", "USD"]},
+                        "customer": {"tier": {"$neq": "test"}}});
+    let (status, filtered) = create(&stack, json!({"tenant_id": "shop", "url": big.url, "filter": filter})).await;
+    assert_eq!(status, 201, "{filtered}");
+    let (_, shown) =
+        stack.call(Method::GET, &format!("/v1/endpoints/{}", filtered["id"].as_str().unwrap()), None).await;
+    assert_eq!(shown["filter"], filter, "the filter reads back as it was given");
+    let every = stack.endpoint("shop", &all.url, Value::Null).await;
+    let endpoints_of = |accepted: &Value| -> Vec<String> {
+        let mut ids: Vec<String> = accepted["deliveries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["endpoint_id"].as_str().unwrap().to_string())
+            .collect();
+        ids.sort();
+        ids
+    };
+    let mut both = vec![filtered["id"].as_str().unwrap().to_string(), every["id"].as_str().unwrap().to_string()];
+    both.sort();
+    let only_every = vec![every["id"].as_str().unwrap().to_string()];
+    let cases = [
+        (json!({"amount": 150, "currency": "EUR", "customer": {"tier": "pro"}}), &both),
+        (json!({"amount": 100.0, "currency": "USD", "customer": {}}), &both),
+        (json!({"amount": 99, "currency": "EUR", "customer": {}}), &only_every),
+        (json!({"amount": 500, "currency": "GBP", "customer": {}}), &only_every),
+        (json!({"amount": 500, "currency": "EUR", "customer": {"tier": "test"}}), &only_every),
+        (json!({"amount": 500, "currency": "EUR"}), &only_every),
+    ];
+    let mut to_big = 0;
+    for (payload, want) in cases {
+        let accepted = stack.event("shop", "order.paid", payload.clone()).await;
+        assert_eq!(&endpoints_of(&accepted), want, "{payload}");
+        to_big += usize::from(want.len() == 2);
+        for d in accepted["deliveries"].as_array().unwrap() {
+            stack.wait_status(d["id"].as_str().unwrap(), "delivered", WAIT).await;
+        }
+    }
+    assert_eq!(big.count(), to_big, "the filtered endpoint got only the events its filter takes");
+    assert_eq!(all.count(), 6);
+    let (_, stats) =
+        stack.call(Method::GET, &format!("/v1/endpoints/{}/stats", filtered["id"].as_str().unwrap()), None).await;
+    assert_eq!(stats["consecutive_failures"].as_u64().unwrap_or(0), 0, "a filtered-out event counts nothing: {stats}");
+
+    // Refused filters name the part; null takes every payload again.
+    let path = format!("/v1/endpoints/{}", filtered["id"].as_str().unwrap());
+    for (bad, part) in [
+        (json!({"amount": {"$gte": "a", "$between": [1, 2]}}), "filter.amount.$between"),
+        (json!({"$or": []}), "filter.$or"),
+        (json!("amount > 100"), "filter"),
+    ] {
+        let (status, answer) = stack.call(Method::PATCH, &path, Some(json!({"filter": bad}))).await;
+        assert_eq!((status, error_code(&answer)), (422, "validation_error"), "{answer}");
+        assert!(error_message(&answer).starts_with(part), "{part}: {answer}");
+    }
+    let (status, cleared) = stack.call(Method::PATCH, &path, Some(json!({"filter": null}))).await;
+    assert_eq!(status, 200, "{cleared}");
+    let accepted = stack.event("shop", "order.paid", json!({"amount": 1})).await;
+    assert_eq!(endpoints_of(&accepted), both);
     stack.stop().await;
 }

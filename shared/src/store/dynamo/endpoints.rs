@@ -88,13 +88,17 @@ impl DynamoStore {
 }
 
 /// The optional attributes of an endpoint item, removed by a change that leaves them unset.
-pub(super) const OPTIONAL_ENDPOINT_ATTRIBUTES: [&str; 6] = [
+pub(super) const OPTIONAL_ENDPOINT_ATTRIBUTES: [&str; 10] = [
     "event_types",
     "disabled",
     "previous_secret",
     "previous_secret_expires_at",
     "probe_delivery_id",
     "rate_limit_per_second",
+    "headers",
+    "secret_headers",
+    "auth",
+    "filter",
 ];
 
 /// Whether `found`, the endpoint item an endpoint create's condition met, is `ours`, the item
@@ -354,4 +358,42 @@ pub(super) fn endpoint_start(tenant_id: &str, cursor: &str) -> Result<Item, Stor
     let text = |name: &str| key.get(name).and_then(|v| v.as_s().ok());
     let fits = key.len() == 2 && text(PK) == Some(&tenant_pk(tenant_id)) && prefixed_id(text(SK), &endpoint_key(""));
     if fits { Ok(key) } else { Err(StoreError::InvalidCursor) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A field added to `Endpoint` with `skip_serializing_if` must be listed above, or a change
+    /// that unsets it (a PATCH with `null`) would leave the stored value in place.
+    #[test]
+    fn every_optional_attribute_of_an_endpoint_is_removed_when_unset() {
+        let now = chrono::Utc::now();
+        let bare = crate::domain::model::Endpoint::new("ep_1", "t", "https://example.com", "whsec_AAAA", now);
+        let mut full = bare.clone();
+        full.event_types = Some(vec!["a".into()]);
+        full.disabled = Some(crate::domain::model::Disabled {
+            reason: "manual".into(),
+            at: now,
+            status_code: None,
+            delivery_id: None,
+        });
+        full.previous_secret = Some("whsec_AAAA".into());
+        full.previous_secret_expires_at = Some(now);
+        full.probe_delivery_id = Some("dlv_1".into());
+        full.rate_limit_per_second = Some(1);
+        full.headers.insert("X-A".into(), "a".into());
+        full.secret_headers.insert("X-B".into(), "b".into());
+        full.auth = Some(crate::domain::endpoint_options::ReceiverAuth::Bearer { token: "t".into() });
+        full.filter = Some(serde_json::json!({"a": 1}));
+        full.effective_rate_per_second = Some(1.0);
+        full.rate_changed_at_ms = Some(1);
+        full.slow_until = Some(now);
+        let bare_keys: Vec<String> = to_item(&bare).unwrap().into_keys().collect();
+        for key in to_item(&full).unwrap().into_keys() {
+            let listed = OPTIONAL_ENDPOINT_ATTRIBUTES.contains(&key.as_str())
+                || crate::domain::model::UNVERSIONED_ENDPOINT_ATTRIBUTES.contains(&key.as_str());
+            assert!(bare_keys.contains(&key) || listed, "{key} is optional but not in OPTIONAL_ENDPOINT_ATTRIBUTES");
+        }
+    }
 }
