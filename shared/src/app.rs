@@ -32,6 +32,9 @@ pub struct App {
     /// The keys of tenant portal tokens: the Secrets Manager secret of
     /// `config.portal_secret_arn` ([`App::from_aws`]), else a random key per process.
     pub portal_keys: Arc<PortalKeys>,
+    /// The event types this process read from the catalog, with their compiled schemas
+    /// (kept `config.event_type_cache`; see [`crate::service::event_types::enforce`]).
+    pub catalog: Arc<crate::domain::event_type::Catalog>,
 }
 
 /// The AWS clients could not be set up.
@@ -59,6 +62,7 @@ impl App {
             notifier: Arc::new(LogNotifier),
             slow_queue: None,
             portal_keys: Arc::new(PortalKeys::process()),
+            catalog: Arc::default(),
         }
     }
 

@@ -3,6 +3,7 @@
 
 pub mod delivery_lifecycle;
 pub mod endpoint_lifecycle;
+pub mod event_type;
 pub mod ids;
 pub mod lane;
 pub mod model;

@@ -152,10 +152,15 @@ pub fn check(event: &NewEvent) -> Result<(), ServiceError> {
 /// - [`ServiceError::Validation`] for a `tenant_id`, `event_type` or `id` outside the id rule
 ///   ([`check`]), or `sync` where the event would go to other than exactly one endpoint;
 /// - [`ServiceError::TooLarge`] for a payload over 256 KiB;
+/// - [`ServiceError::SchemaMismatch`], [`ServiceError::EventTypeArchived`] or
+///   [`ServiceError::UnknownEventType`] when the event-type catalog refuses the event
+///   ([`crate::service::event_types::enforce`]); nothing is written then;
 /// - [`ServiceError::Unavailable`] when DynamoDB failed; nothing was accepted then, however
 ///   many endpoints the event fans out to (retry; with the same `id` it is idempotent).
 pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError> {
     check(&event)?;
+    // The catalog's word before anything is written (one cached read per type and process).
+    crate::service::event_types::enforce(app, &event.event_type, &event.payload).await?;
     let now = app.clock.now();
     let event_id = event.id.clone().unwrap_or_else(|| format!("evt_{}", app.random.ulid(now)));
     let endpoints = app.store.tenant_endpoints(&event.tenant_id, &event_id).await?;
