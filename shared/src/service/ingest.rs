@@ -365,6 +365,32 @@ pub async fn ingest_eventbridge(
     ingest(app, eventbridge_event(&app.config.eventbridge_tenant_field, event)?).await
 }
 
+/// Why the ingest function failed an EventBridge event: the service error's code and message,
+/// shown as `{code}: {message}` (e.g. `schema_mismatch: payload: ...`). The function returns
+/// it as its error, so Lambda retries the invocation (`EventInvokeConfig`) and then puts the
+/// event in the events dead-letter queue with this text as the record's
+/// `responsePayload.errorMessage`: the reason an operator reads there.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct EventBridgeRefusal {
+    /// The error's stable code ([`ServiceError::code`]).
+    pub code: &'static str,
+    /// Its message.
+    pub message: String,
+}
+
+/// The ingest function's answer to an EventBridge event ([`ingest_eventbridge`]), its failure
+/// as an [`EventBridgeRefusal`].
+///
+/// # Errors
+/// [`EventBridgeRefusal`] with the code and message of [`ingest_eventbridge`]'s error.
+pub async fn handle_eventbridge(
+    app: &App,
+    event: aws_lambda_events::eventbridge::EventBridgeEvent<serde_json::Value>,
+) -> Result<Accepted, EventBridgeRefusal> {
+    ingest_eventbridge(app, event).await.map_err(|e| EventBridgeRefusal { code: e.code(), message: e.to_string() })
+}
+
 /// The event an EventBridge event stands for (see [`ingest_eventbridge`]), checked by
 /// [`check`]; `tenant_field` names the field of `detail` that holds the tenant. Pure.
 ///

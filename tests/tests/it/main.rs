@@ -10,6 +10,7 @@ mod browser;
 mod contract;
 mod destinations;
 mod endpoint_state;
+mod event_types;
 mod iam;
 mod lanes;
 mod openapi;
