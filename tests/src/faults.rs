@@ -36,7 +36,7 @@ pub enum Strike {
 }
 
 /// The calls that change nothing: failing one after it was made is the same as before.
-const READS: [&str; 15] = [
+const READS: [&str; 18] = [
     "get_endpoint",
     "failures_in_a_row",
     "listed_failures_in_a_row",
@@ -52,6 +52,9 @@ const READS: [&str; 15] = [
     "event_deliveries",
     "list_deliveries",
     "count_deliveries",
+    "get_event_type",
+    "event_type_version",
+    "list_event_types",
 ];
 
 #[derive(Debug, Default)]

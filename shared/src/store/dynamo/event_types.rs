@@ -188,8 +188,12 @@ impl EventTypeStore for DynamoStore {
             None => None,
             Some(c) => {
                 let key = decode_cursor(c)?;
-                let pk_ok = key.get(PK).and_then(|v| v.as_s().ok()).is_some_and(|p| p == EVENT_TYPES_PK);
-                if !pk_ok || key.len() != 2 || !key.contains_key(SK) {
+                // Only a key of this partition whose sort key is a name the API could have
+                // stored: a cursor never takes DynamoDB a key it refuses (an oversized one).
+                let text = |k: &str| key.get(k).and_then(|v| v.as_s().ok());
+                let pk_ok = text(PK).is_some_and(|p| p == EVENT_TYPES_PK);
+                let sk_ok = text(SK).is_some_and(|n| crate::domain::ids::is_client_id(n));
+                if !pk_ok || !sk_ok || key.len() != 2 {
                     return Err(StoreError::InvalidCursor);
                 }
                 Some(key)
