@@ -228,6 +228,35 @@ async fn registered_mode_refuses_a_type_the_catalog_does_not_have() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_process_reads_a_type_once_per_cache_period_and_sees_another_process_change_within_it() {
+    let stack = Stack::start(|c| c.event_type_cache = Duration::from_secs(5)).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    stack.endpoint("acme", &rx.url, Value::Null).await;
+    // This process reads `order.paid` (not in the catalog) and keeps that.
+    stack.event("acme", "order.paid", json!({"amount": "x"})).await;
+    // Another process (the admin function on AWS) adds it with a schema: written to the
+    // table directly, so this process is not told.
+    let now = chrono::Utc::now();
+    let draft = webhooks::domain::event_type::Draft {
+        name: "order.paid".into(),
+        schema: Some(amount_schema()),
+        ..Default::default()
+    };
+    let entry = webhooks::domain::event_type::create(draft, now).unwrap();
+    webhooks::store::EventTypeStore::create_event_type(stack.app.store.as_ref(), &entry).await.unwrap();
+    let bad = event("acme", "order.paid", "evt_cached", json!({"amount": "x"}));
+    let (status, _) = stack.call(Method::POST, "/v1/events", Some(bad.clone())).await;
+    assert_eq!(status, 202, "within the cache period the process still takes it as it read it");
+    // Once the period (5 s) is over, the schema holds here too.
+    eventually("the schema enforced once the cache period is over", WAIT, || async {
+        let body = json!({"tenant_id": "acme", "event_type": "order.paid", "payload": {"amount": "y"}});
+        stack.call(Method::POST, "/v1/events", Some(body)).await.0 == 422
+    })
+    .await;
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn open_mode_without_a_catalog_takes_any_type_as_before() {
     let stack = Stack::start(|_| {}).await;
     assert_eq!(stack.app.config.event_types, EventTypesMode::Open, "open is the default");
