@@ -365,6 +365,17 @@ mod tests {
     }
 
     #[test]
+    fn the_catalog_keeps_an_entry_until_it_is_stale_or_forgotten() {
+        let catalog = Catalog::default();
+        let t = now();
+        catalog.put("a.b", t, Known::Absent);
+        assert!(matches!(catalog.get("a.b", t - chrono::Duration::seconds(60)), Some(Known::Absent)));
+        assert!(catalog.get("a.b", t + chrono::Duration::seconds(1)).is_none(), "read before the freshness bound");
+        catalog.forget("a.b");
+        assert!(catalog.get("a.b", t - chrono::Duration::seconds(60)).is_none());
+    }
+
+    #[test]
     fn a_schema_change_bumps_the_version_and_other_changes_do_not() {
         let et = create(Draft { name: "a.b".into(), ..Draft::default() }, now()).unwrap();
         let (same, changed) = update(&et, Patch { description: Some("x".into()), ..Patch::default() }, now()).unwrap();
