@@ -38,6 +38,10 @@ enum Command {
     /// Endpoints.
     #[command(subcommand)]
     Endpoints(EndpointCmd),
+    /// The event-type catalog: each type's description, JSON Schema (draft 2020-12) and
+    /// examples; ingest refuses a payload that fails its type's schema.
+    #[command(subcommand)]
+    EventTypes(EventTypeCmd),
     /// Dead letters: exhausted deliveries, newest first.
     DeadLetters {
         /// Only this endpoint's.
@@ -174,6 +178,72 @@ enum EndpointCmd {
         /// Whether the limit adapts (AIMD) to 429s without Retry-After and runs of timeouts.
         #[arg(long)]
         adaptive: Option<bool>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum EventTypeCmd {
+    /// The catalog by name, a page at a time (the next page's `--cursor` is printed after it).
+    List {
+        /// Page size (1 to 100).
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// Continue from a previous page.
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// One event type with its schema; `--version N` shows that version's schema.
+    Get {
+        /// The event type, e.g. `order.paid`.
+        name: String,
+        /// A version of its schema (1 to its current version).
+        #[arg(long)]
+        version: Option<u64>,
+    },
+    /// Add an event type to the catalog.
+    Create {
+        /// The event type, e.g. `order.paid`.
+        name: String,
+        /// What it means, for subscribers.
+        #[arg(long)]
+        description: Option<String>,
+        /// Its JSON Schema (draft 2020-12): JSON text, or `@file.json`.
+        #[arg(long)]
+        schema: Option<String>,
+        /// An example payload (JSON text or `@file.json`; repeatable), checked against the schema.
+        #[arg(long = "example")]
+        examples: Vec<String>,
+        /// Mark it deprecated from the start.
+        #[arg(long)]
+        deprecated: bool,
+    },
+    /// Change the fields given; a new schema is a new version (the old ones stay readable).
+    Update {
+        /// The event type.
+        name: String,
+        /// A new description.
+        #[arg(long)]
+        description: Option<String>,
+        /// A new JSON Schema: JSON text, or `@file.json`.
+        #[arg(long, conflicts_with = "no_schema")]
+        schema: Option<String>,
+        /// Remove the schema (any payload goes).
+        #[arg(long)]
+        no_schema: bool,
+        /// The examples, all of them (repeatable; JSON text or `@file.json`).
+        #[arg(long = "example")]
+        examples: Vec<String>,
+        /// Deprecated or not.
+        #[arg(long)]
+        deprecated: Option<bool>,
+        /// Archived or not (`--archived false` takes it back from the archive).
+        #[arg(long)]
+        archived: Option<bool>,
+    },
+    /// Archive it: ingest refuses the type (422 `event_type_archived`); it stays readable.
+    Archive {
+        /// The event type.
+        name: String,
     },
 }
 
@@ -560,6 +630,115 @@ fn job_line(j: &Value) -> String {
     )
 }
 
+fn event_type_rows(types: &[Value]) -> String {
+    table(
+        &["name", "version", "schema", "examples", "deprecated", "archived", "description"],
+        types
+            .iter()
+            .map(|t| {
+                vec![
+                    s(&t["name"]),
+                    s(&t["version"]),
+                    if t["schema"].is_null() { "-".into() } else { "yes".into() },
+                    t["examples"].as_array().map_or(0, Vec::len).to_string(),
+                    s(&t["deprecated"]),
+                    s(&t["archived"]),
+                    s(&t["description"]),
+                ]
+            })
+            .collect(),
+    )
+}
+
+/// An event type or one version of it: its row, then its schema and examples as JSON.
+fn event_type_view(t: &Value) -> String {
+    let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_default();
+    let head = if t.get("archived").is_some() {
+        event_type_rows(std::slice::from_ref(t))
+    } else {
+        format!("{} version {} (made {})", s(&t["name"]), s(&t["version"]), s(&t["created_at"]))
+    };
+    format!(
+        "{head}
+schema: {}
+examples: {}",
+        pretty(&t["schema"]),
+        pretty(&t["examples"])
+    )
+}
+
+/// A JSON argument: JSON text, or `@path` for a file's.
+fn json_arg(flag: &str, text: &str) -> Result<Value, String> {
+    let text = match text.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("{flag} {text}: {e}"))?,
+        None => text.to_string(),
+    };
+    serde_json::from_str(&text).map_err(|e| format!("{flag}: not JSON: {e}"))
+}
+
+fn json_args(flag: &str, texts: &[String]) -> Result<Vec<Value>, String> {
+    texts.iter().map(|t| json_arg(flag, t)).collect()
+}
+
+/// The request an `event-types` subcommand makes: method, path and body.
+fn event_type_request(cmd: &EventTypeCmd) -> Result<(http::Method, String, Option<Value>), String> {
+    use http::Method as M;
+    Ok(match cmd {
+        EventTypeCmd::List { limit, cursor } => {
+            let mut path = format!("/v1/event-types?limit={limit}");
+            if let Some(c) = cursor {
+                path.push_str(&format!("&cursor={}", enc(c)));
+            }
+            (M::GET, path, None)
+        }
+        EventTypeCmd::Get { name, version } => {
+            let mut path = format!("/v1/event-types/{}", enc(name));
+            if let Some(v) = version {
+                path.push_str(&format!("?version={v}"));
+            }
+            (M::GET, path, None)
+        }
+        EventTypeCmd::Create { name, description, schema, examples, deprecated } => {
+            let mut body = json!({"name": name});
+            if let Some(d) = description {
+                body["description"] = json!(d);
+            }
+            if let Some(text) = schema {
+                body["schema"] = json_arg("--schema", text)?;
+            }
+            if !examples.is_empty() {
+                body["examples"] = json!(json_args("--example", examples)?);
+            }
+            if *deprecated {
+                body["deprecated"] = json!(true);
+            }
+            (M::POST, "/v1/event-types".into(), Some(body))
+        }
+        EventTypeCmd::Update { name, description, schema, no_schema, examples, deprecated, archived } => {
+            let mut body = json!({});
+            if let Some(d) = description {
+                body["description"] = json!(d);
+            }
+            if *no_schema {
+                body["schema"] = Value::Null;
+            } else if let Some(text) = schema {
+                body["schema"] = json_arg("--schema", text)?;
+            }
+            if !examples.is_empty() {
+                body["examples"] = json!(json_args("--example", examples)?);
+            }
+            if let Some(d) = deprecated {
+                body["deprecated"] = json!(d);
+            }
+            if let Some(a) = archived {
+                body["archived"] = json!(a);
+            }
+            (M::PATCH, format!("/v1/event-types/{}", enc(name)), Some(body))
+        }
+        EventTypeCmd::Archive { name } => (M::DELETE, format!("/v1/event-types/{}", enc(name)), None),
+    })
+}
+
 /// Turns an API answer into the human-readable output.
 type Render = Box<dyn Fn(&Value) -> String>;
 
@@ -706,6 +885,17 @@ async fn run(cli: &Cli) -> Result<String, String> {
                 )
             }
         },
+        Command::EventTypes(cmd) => {
+            let (method, path, body) = event_type_request(cmd)?;
+            let v = client.call(method, &path, body).await?;
+            let render: Render = match cmd {
+                EventTypeCmd::List { .. } => {
+                    Box::new(|v| with_more(event_type_rows(v["data"].as_array().map_or(&[], |a| a.as_slice())), v))
+                }
+                _ => Box::new(event_type_view),
+            };
+            (v, render)
+        }
         Command::DeadLetters { endpoint, limit, cursor } => {
             let mut path = format!("/v1/deliveries?status=exhausted&limit={limit}");
             if let Some(e) = endpoint {

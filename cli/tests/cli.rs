@@ -172,6 +172,62 @@ async fn the_cli_serves_the_dashboard_and_mints_portal_urls() {
 }
 
 /// Runs webhooks-admin with `args` and no running API needed; returns (success, stderr).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_keeps_the_event_type_catalog() {
+    let stack = Stack::start(|_| {}).await;
+    let schema = r#"{"type":"object","required":["amount"],"properties":{"amount":{"type":"integer"}}}"#;
+    let created = admin_json(
+        &stack,
+        &[
+            "event-types",
+            "create",
+            "order.paid",
+            "--description",
+            "Paid.",
+            "--schema",
+            schema,
+            "--example",
+            r#"{"amount":5}"#,
+        ],
+    )
+    .await;
+    assert_eq!((created["name"].as_str(), created["version"].as_u64()), (Some("order.paid"), Some(1)), "{created}");
+    // An example that fails the schema: the API's 422 names it, pointer and keyword.
+    let (ok, _, err) =
+        admin(&stack, &["event-types", "create", "order.bad", "--schema", schema, "--example", r#"{"amount":"5"}"#])
+            .await;
+    assert!(!ok && err.contains("422 validation_error: examples[0]") && err.contains("/amount"), "{err}");
+    admin_json(&stack, &["event-types", "create", "a/b"]).await;
+
+    let (ok, list, _) = admin(&stack, &["event-types", "list"]).await;
+    assert!(ok && list.contains("order.paid") && list.contains("a/b") && list.contains("Paid."), "{list}");
+    let (ok, one, _) = admin(&stack, &["event-types", "get", "a/b"]).await;
+    assert!(ok && one.contains("a/b"), "a name with / is encoded in the path: {one}");
+
+    let updated = admin_json(
+        &stack,
+        &["event-types", "update", "order.paid", "--schema", r#"{"type":"object"}"#, "--deprecated", "true"],
+    )
+    .await;
+    assert_eq!((updated["version"].as_u64(), updated["deprecated"].as_bool()), (Some(2), Some(true)), "{updated}");
+    let old = admin_json(&stack, &["event-types", "get", "order.paid", "--version", "1"]).await;
+    assert_eq!(old["schema"], serde_json::from_str::<Value>(schema).unwrap(), "{old}");
+    let (ok, shown, _) = admin(&stack, &["event-types", "get", "order.paid", "--version", "1"]).await;
+    assert!(ok && shown.contains("order.paid version 1") && shown.contains("\"required\""), "{shown}");
+
+    let archived = admin_json(&stack, &["event-types", "archive", "order.paid"]).await;
+    assert_eq!(archived["archived"], true, "{archived}");
+    let (status, e) = stack
+        .call(
+            reqwest::Method::POST,
+            "/v1/events",
+            Some(json!({"tenant_id": "acme", "event_type": "order.paid", "payload": {}})),
+        )
+        .await;
+    assert_eq!((status, e["error"]["code"].as_str()), (422, Some("event_type_archived")), "{e}");
+    stack.stop().await;
+}
+
 fn admin_alone(args: &[&str]) -> (bool, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_webhooks-admin"))
         .args(args)

@@ -35,6 +35,9 @@ pub struct App {
     /// OAuth tokens of the endpoints whose `auth` is `oauth2_client_credentials`, cached for
     /// the process ([`crate::sender::oauth`]).
     pub tokens: Arc<crate::sender::oauth::TokenCache>,
+    /// The event types this process read from the catalog, with their compiled schemas
+    /// (kept `config.event_type_cache`; see [`crate::service::event_types::enforce`]).
+    pub catalog: Arc<crate::domain::event_type::Catalog>,
 }
 
 /// The AWS clients could not be set up.
@@ -63,6 +66,7 @@ impl App {
             slow_queue: None,
             portal_keys: Arc::new(PortalKeys::process()),
             tokens: Arc::new(crate::sender::oauth::TokenCache::new()),
+            catalog: Arc::default(),
         }
     }
 

@@ -138,6 +138,37 @@ pub struct Config {
     /// (`WEBHOOKS_SLOW_LANE_HOLD_SECONDS`, seconds, default 600). A fast attempt in the slow
     /// lane takes it back to the main lane sooner.
     pub slow_lane_hold: Duration,
+    /// Which event types ingest takes (`WEBHOOKS_EVENT_TYPES`, `open` or `registered`, default
+    /// `open`): see [`EventTypesMode`]. Either way a type in the catalog has its schema and
+    /// its archived flag enforced.
+    pub event_types: EventTypesMode,
+    /// How long a process uses what it read of an event type from the catalog
+    /// (`WEBHOOKS_EVENT_TYPE_CACHE_SECONDS`, seconds, default 60): a catalog change reaches
+    /// every ingest process within it (at once in the process that made it).
+    pub event_type_cache: Duration,
+}
+
+/// `WEBHOOKS_EVENT_TYPES`: whether ingest takes event types the catalog does not have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EventTypesMode {
+    /// Any event type, as before the catalog (`open`, the default).
+    #[default]
+    Open,
+    /// Only event types in the catalog; any other is refused, 422 `unknown_event_type`
+    /// (`registered`).
+    Registered,
+}
+
+impl std::str::FromStr for EventTypesMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "open" => Ok(Self::Open),
+            "registered" => Ok(Self::Registered),
+            _ => Err("must be open or registered".into()),
+        }
+    }
 }
 
 /// Which routes the admin binary serves (`WEBHOOKS_SERVE`): `portal` for the tenant portal
@@ -222,6 +253,8 @@ impl Config {
             slow_queue_url: None,
             slow_lane_threshold: Duration::from_millis(2_000),
             slow_lane_hold: Duration::from_secs(600),
+            event_types: EventTypesMode::Open,
+            event_type_cache: Duration::from_secs(60),
         }
     }
 
@@ -343,6 +376,8 @@ impl Config {
         }
         c.slow_lane_threshold = Duration::from_millis(parse(&get, "WEBHOOKS_SLOW_LANE_THRESHOLD_MS", 2_000)?);
         c.slow_lane_hold = Duration::from_secs(parse(&get, "WEBHOOKS_SLOW_LANE_HOLD_SECONDS", 600)?);
+        c.event_types = parse(&get, "WEBHOOKS_EVENT_TYPES", EventTypesMode::Open)?;
+        c.event_type_cache = Duration::from_secs(parse(&get, "WEBHOOKS_EVENT_TYPE_CACHE_SECONDS", 60)?);
         c.emit_metrics = in_lambda || get("WEBHOOKS_METRICS").is_some_and(|v| v == "emf");
         Ok(c)
     }
@@ -396,6 +431,21 @@ mod tests {
         assert_eq!(c.request_timeout, Duration::from_secs(10));
         assert_eq!(c.sqs_max_delay_seconds, 3);
         assert!(!c.allow_private_destinations);
+        assert_eq!((c.event_types, c.event_type_cache), (EventTypesMode::Open, Duration::from_secs(60)));
+        let c = Config::from_lookup(lookup(&[
+            ("WEBHOOKS_TABLE", "t"),
+            ("WEBHOOKS_QUEUE_URL", "q"),
+            ("WEBHOOKS_EVENT_TYPES", "registered"),
+        ]))
+        .unwrap();
+        assert_eq!(c.event_types, EventTypesMode::Registered);
+        let e = Config::from_lookup(lookup(&[
+            ("WEBHOOKS_TABLE", "t"),
+            ("WEBHOOKS_QUEUE_URL", "q"),
+            ("WEBHOOKS_EVENT_TYPES", "closed"),
+        ]))
+        .unwrap_err();
+        assert_eq!(e.name, "WEBHOOKS_EVENT_TYPES");
     }
 
     #[test]

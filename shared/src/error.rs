@@ -39,6 +39,18 @@ pub enum ServiceError {
     /// (`WEBHOOKS_REJECT_UNKNOWN_TENANTS`; 422 `unknown_tenant`): nothing was stored.
     #[error("{0}")]
     UnknownTenant(String),
+    /// The payload fails its event type's schema (422 `schema_mismatch`); the message names
+    /// the failing JSON pointer and keyword. Nothing was stored.
+    #[error("{0}")]
+    SchemaMismatch(String),
+    /// The event type is archived in the catalog (422 `event_type_archived`). Nothing was
+    /// stored.
+    #[error("{0}")]
+    EventTypeArchived(String),
+    /// With `WEBHOOKS_EVENT_TYPES=registered`, an event type the catalog does not have (422
+    /// `unknown_event_type`). Nothing was stored.
+    #[error("{0}")]
+    UnknownEventType(String),
 }
 
 impl ServiceError {
@@ -54,6 +66,7 @@ impl ServiceError {
             Self::Internal(_) => 500,
             Self::IdempotencyKeyReused(_) => 422,
             Self::DestinationNotAllowed(_) | Self::UnknownTenant(_) => 422,
+            Self::SchemaMismatch(_) | Self::EventTypeArchived(_) | Self::UnknownEventType(_) => 422,
         }
     }
 
@@ -70,6 +83,9 @@ impl ServiceError {
             Self::IdempotencyKeyReused(_) => "idempotency_key_reused",
             Self::DestinationNotAllowed(_) => "destination_not_allowed",
             Self::UnknownTenant(_) => "unknown_tenant",
+            Self::SchemaMismatch(_) => "schema_mismatch",
+            Self::EventTypeArchived(_) => "event_type_archived",
+            Self::UnknownEventType(_) => "unknown_event_type",
         }
     }
 

@@ -13,11 +13,11 @@
 //! | layer | modules | what they hold |
 //! |---|---|---|
 //! | base | [`config`], [`clock`], [`error`], [`error_text`] | the environment read once; time and randomness; the errors services answer with (HTTP status and code); how an error chain is shown |
-//! | domain | [`domain`]: [`model`](domain::model), [`delivery_lifecycle`](domain::delivery_lifecycle), [`endpoint_lifecycle`](domain::endpoint_lifecycle), [`retry_policy`](domain::retry_policy), [`signing`](domain::signing), [`ids`](domain::ids), [`lane`](domain::lane), [`rate`](domain::rate) | the entities, their state machines, retry schedules, Standard Webhooks signing, the id rule, the slow-lane and rate decisions: no async, no AWS call |
+//! | domain | [`domain`]: [`model`](domain::model), [`delivery_lifecycle`](domain::delivery_lifecycle), [`endpoint_lifecycle`](domain::endpoint_lifecycle), [`retry_policy`](domain::retry_policy), [`signing`](domain::signing), [`ids`](domain::ids), [`lane`](domain::lane), [`rate`](domain::rate), [`event_type`](domain::event_type) | the entities, their state machines, retry schedules, Standard Webhooks signing, the id rule, the slow-lane and rate decisions, the event-type catalog's entries and schemas: no async, no AWS call |
 //! | adapters | [`store`] (DynamoDB; its shape in `docs/storage.md`), [`queue`] (SQS), [`sender`] with [`destination`](sender::destination) and [`tls_roots`](sender::tls_roots) (the HTTP POST, where it may go, TLS roots), [`notify`] (SNS), [`token_keys`] (Secrets Manager), [`metrics`], [`bootstrap`] | AWS and HTTP behind traits |
 //! | app | [`app`] | the [`App`] every service takes: store, queues, sender, clock, random source |
-//! | services | [`service`]: ingest, deliver, sweep, endpoints (with endpoint_settings), deliveries, endpoint_state, attention, lanes, throttle | what a Lambda handler calls |
-//! | HTTP | [`http`]: [`api`](http::api) (with its extractors), [`local_host`](http::local_host) (the local server's Host guard), [`ui`](http::ui) (dashboard, portal, session tokens) | routers and pages over the services |
+//! | services | [`service`]: ingest, deliver, sweep, endpoints (with endpoint_settings), deliveries, endpoint_state, attention, lanes, throttle, event_types (the catalog) | what a Lambda handler calls |
+//! | HTTP | [`http`]: [`api`](http::api) (with its extractors and the event-type catalog's routes), [`local_host`](http::local_host) (the local server's Host guard), [`ui`](http::ui) (dashboard, portal, session tokens) | routers and pages over the services |
 //!
 //! Who may change an entity's state, in one file each:
 //! - a **delivery**: [`domain::delivery_lifecycle`] builds every transition (claim, record,

@@ -13,6 +13,9 @@
 //! - The base table reads are strongly consistent; the GSIs (`due`, `by_endpoint`,
 //!   `by_status`) see each item as it was some time ago: every write of an item
 //!   reaches the indexes after a random delay (up to `max_lag_ms`, in order per item).
+//! - The event-type catalog is kept but its calls are not steps of the simulation (no
+//!   faults, no scheduling point): the simulated workloads have no catalog, and ingest's
+//!   read of it would otherwise change every seed's schedule.
 //! - `list_endpoints` pages may end early (fewer items than the limit, with a cursor).
 //! - Every item written is measured against DynamoDB's 400 KB item limit (its JSON size, a
 //!   close upper bound of DynamoDB's own count); a larger one is refused and recorded.
@@ -31,13 +34,14 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use webhooks::clock::Clock;
 use webhooks::domain::delivery_lifecycle::{DueItem, Field, Transition};
+use webhooks::domain::event_type::{EventType, EventTypeVersion};
 use webhooks::domain::model::{Delivery, DeliveryStatus, Endpoint, Job, StoredEvent};
 use webhooks::store::keys::{JOB_SHARD, due_shard, endpoint_bucket, endpoint_sk, stats_day_sk, time_sk};
 use webhooks::store::{
     Applied, Attention, AttentionMark, Committed, DeliveredTally, DeliveryQuery, DeliverySummary, Due, EndpointWrite,
     FailureCount, Inserted, Page, StoreError,
 };
-use webhooks::store::{CounterStore, DeliveryStore, EndpointStore, EventStore, JobStore};
+use webhooks::store::{CounterStore, DeliveryStore, EndpointStore, EventStore, EventTypeStore, JobStore};
 
 /// DynamoDB's largest item, bytes (400 KB).
 pub const MAX_ITEM_BYTES: usize = 400 * 1024;
@@ -96,6 +100,10 @@ pub struct Tables {
     delivered_days: BTreeMap<(String, String), DeliveredTally>,
     /// The last delivery counted on each day's counter (DynamoStore's `last_counted`).
     delivered_marks: BTreeMap<(String, String), String>,
+    /// The event-type catalog by name.
+    pub event_types: BTreeMap<String, EventType>,
+    /// The catalog's version records by (name, version).
+    pub event_type_versions: BTreeMap<(String, u64), EventTypeVersion>,
     /// The last (delivery, attempt) counted on each endpoint's failures (`last_failure`).
     failure_marks: BTreeMap<(String, String), String>,
     /// When each endpoint's run of failures began (DynamoStore's failing mark), while it runs.
@@ -979,5 +987,61 @@ impl JobStore for MemStore {
             _ => Ok(false),
         })
         .await
+    }
+}
+
+#[async_trait]
+impl EventTypeStore for MemStore {
+    async fn create_event_type(&self, event_type: &EventType) -> Result<(), StoreError> {
+        let mut t = self.tables();
+        if t.event_types.contains_key(&event_type.name) {
+            return Err(StoreError::AlreadyExists);
+        }
+        t.event_types.insert(event_type.name.clone(), event_type.clone());
+        t.event_type_versions.insert((event_type.name.clone(), event_type.version), event_type.version_record());
+        Ok(())
+    }
+
+    async fn get_event_type(&self, name: &str) -> Result<Option<EventType>, StoreError> {
+        Ok(self.tables().event_types.get(name).cloned())
+    }
+
+    async fn event_type_version(&self, name: &str, version: u64) -> Result<Option<EventTypeVersion>, StoreError> {
+        Ok(self.tables().event_type_versions.get(&(name.to_string(), version)).cloned())
+    }
+
+    async fn save_event_type(
+        &self,
+        event_type: &EventType,
+        expected_revision: u64,
+        new_version: bool,
+    ) -> Result<bool, StoreError> {
+        let mut t = self.tables();
+        let key = (event_type.name.clone(), event_type.version);
+        let current = t.event_types.get(&event_type.name).map(|e| e.revision);
+        if current != Some(expected_revision) || (new_version && t.event_type_versions.contains_key(&key)) {
+            return Ok(false);
+        }
+        t.event_types.insert(event_type.name.clone(), event_type.clone());
+        if new_version {
+            t.event_type_versions.insert(key, event_type.version_record());
+        }
+        Ok(true)
+    }
+
+    async fn list_event_types(&self, limit: usize, cursor: Option<&str>) -> Result<Page<EventType>, StoreError> {
+        let after = from_cursor(cursor)?;
+        let t = self.tables();
+        let mut data: Vec<EventType> = t
+            .event_types
+            .values()
+            .filter(|e| after.as_ref().is_none_or(|a| e.name.as_str() > a.as_str()))
+            .take(limit.clamp(1, 100) + 1)
+            .cloned()
+            .collect();
+        let more = data.len() > limit.clamp(1, 100);
+        data.truncate(limit.clamp(1, 100));
+        let next_cursor = more.then(|| data.last().map(|e| format!("sim:{}", e.name))).flatten();
+        Ok(Page { data, next_cursor })
     }
 }

@@ -8,7 +8,8 @@
 //! out of it), an event's repeat keeping its first payload, listings (paging with a cursor, a
 //! page shorter than `limit` being the last, status filters), counts, jobs (created once, a
 //! step's write guarded by its lease), an endpoint's version guard, and the fingerprint an
-//! `Idempotency-Key` binds to its event. Ids carry `prefix` so that several runs can share a table.
+//! `Idempotency-Key` binds to its event, and the event-type catalog (a conditional create, a
+//! change guarded on the revision read, version records, the listing). Ids carry `prefix` so that several runs can share a table.
 
 use chrono::{DateTime, Duration, Utc};
 use webhooks::Config;
@@ -28,6 +29,7 @@ pub async fn run(store: &dyn Store, config: &Config, prefix: &str) {
     listings_and_counts(store, &ep, &ids).await;
     jobs(store, prefix, now).await;
     idempotency(store, config, prefix, now).await;
+    event_types(store, prefix, now).await;
 }
 
 /// Creates are conditional; reads by tenant and id, by id alone, and a tenant's list; an
@@ -317,4 +319,55 @@ async fn idempotency(store: &dyn Store, config: &Config, prefix: &str, now: Date
     assert_eq!(store.get_delivery(&other.id).await.unwrap(), None, "conformance: a refused request writes nothing");
     let inserted = store.insert_event(&event(None), &[(&first, first_due)]).await.expect("a repeat without a key");
     assert!(!inserted.event, "conformance: an id repeated without a key is a plain repeat");
+}
+
+/// The event-type catalog: a conditional create (with its version 1 record), a change guarded
+/// on the revision read (a stale one writes nothing), a schema change's version record beside
+/// the first, and the listing paged by name.
+async fn event_types(store: &dyn Store, prefix: &str, now: DateTime<Utc>) {
+    use webhooks::domain::event_type::{self, Draft, Patch};
+    let name = format!("{prefix}order.paid");
+    let draft = Draft { name: name.clone(), schema: Some(serde_json::json!({"type": "object"})), ..Draft::default() };
+    let created = event_type::create(draft, now).expect("draft");
+    store.create_event_type(&created).await.expect("create event type");
+    assert!(
+        matches!(store.create_event_type(&created).await, Err(StoreError::AlreadyExists)),
+        "conformance: an event type's create is conditional"
+    );
+    let read = store.get_event_type(&name).await.expect("get").expect("created");
+    assert_eq!(read, created, "conformance: an event type reads back as written, its revision too");
+    assert!(store.get_event_type(&format!("{prefix}nope")).await.expect("get").is_none());
+
+    let patch = Patch { schema: Some(Some(serde_json::json!({"type": "array"}))), ..Patch::default() };
+    let (next, new_version) = event_type::update(&read, patch, now + Duration::seconds(1)).expect("patch");
+    assert!(new_version);
+    let stale = read.revision + 7;
+    assert!(!store.save_event_type(&next, stale, true).await.expect("save"), "conformance: a stale revision");
+    assert!(store.event_type_version(&name, 2).await.expect("version").is_none(), "conformance: nothing written");
+    assert!(store.save_event_type(&next, read.revision, true).await.expect("save"));
+    assert!(!store.save_event_type(&next, read.revision, true).await.expect("save"), "conformance: guard moved on");
+    let v1 = store.event_type_version(&name, 1).await.expect("version").expect("version 1");
+    let v2 = store.event_type_version(&name, 2).await.expect("version").expect("version 2");
+    assert_eq!(
+        (v1.schema, v2.schema),
+        (created.schema.clone(), next.schema.clone()),
+        "conformance: each version's schema"
+    );
+    assert_eq!(store.get_event_type(&name).await.expect("get").map(|e| e.version), Some(2));
+
+    let other =
+        event_type::create(Draft { name: format!("{prefix}order.sent"), ..Draft::default() }, now).expect("draft");
+    store.create_event_type(&other).await.expect("create");
+    let (mut seen, mut cursor) = (Vec::new(), None::<String>);
+    loop {
+        let page = store.list_event_types(1, cursor.as_deref()).await.expect("list event types");
+        assert!(page.data.len() <= 1);
+        seen.extend(page.data.into_iter().map(|e| e.name).filter(|n| n.starts_with(prefix)));
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    assert_eq!(seen, [name, format!("{prefix}order.sent")], "conformance: the catalog listed by name, once each");
+    assert!(matches!(store.list_event_types(10, Some("not-a-cursor")).await, Err(StoreError::InvalidCursor)));
 }

@@ -19,11 +19,12 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use webhooks::App;
 use webhooks::domain::delivery_lifecycle::Transition;
+use webhooks::domain::event_type::{EventType, EventTypeVersion};
 use webhooks::domain::model::{Delivery, Disabled, Endpoint, Job, StoredEvent};
 use webhooks::store::{
     Applied, Committed, DeliveryQuery, DeliverySummary, Due, EndpointWrite, Page, Store, StoreError,
 };
-use webhooks::store::{CounterStore, DeliveryStore, EndpointStore, EventStore, JobStore};
+use webhooks::store::{CounterStore, DeliveryStore, EndpointStore, EventStore, EventTypeStore, JobStore};
 
 /// When an injected failure strikes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,7 +36,7 @@ pub enum Strike {
 }
 
 /// The calls that change nothing: failing one after it was made is the same as before.
-const READS: [&str; 15] = [
+const READS: [&str; 18] = [
     "get_endpoint",
     "failures_in_a_row",
     "listed_failures_in_a_row",
@@ -51,6 +52,9 @@ const READS: [&str; 15] = [
     "event_deliveries",
     "list_deliveries",
     "count_deliveries",
+    "get_event_type",
+    "event_type_version",
+    "list_event_types",
 ];
 
 #[derive(Debug, Default)]
@@ -409,6 +413,35 @@ impl DeliveryStore for FaultyStore {
         statuses: &[webhooks::domain::model::DeliveryStatus],
     ) -> Result<Vec<webhooks::store::Counted>, StoreError> {
         self.faults.run("count_deliveries", self.inner.count_deliveries_in(endpoint_id, statuses), any, aws).await
+    }
+}
+
+#[async_trait::async_trait]
+impl EventTypeStore for FaultyStore {
+    async fn create_event_type(&self, event_type: &EventType) -> Result<(), StoreError> {
+        self.faults.run("create_event_type", self.inner.create_event_type(event_type), any, aws).await
+    }
+
+    async fn get_event_type(&self, name: &str) -> Result<Option<EventType>, StoreError> {
+        self.faults.run("get_event_type", self.inner.get_event_type(name), any, aws).await
+    }
+
+    async fn event_type_version(&self, name: &str, version: u64) -> Result<Option<EventTypeVersion>, StoreError> {
+        self.faults.run("event_type_version", self.inner.event_type_version(name, version), any, aws).await
+    }
+
+    async fn save_event_type(
+        &self,
+        event_type: &EventType,
+        expected_revision: u64,
+        new_version: bool,
+    ) -> Result<bool, StoreError> {
+        let save = self.inner.save_event_type(event_type, expected_revision, new_version);
+        self.faults.run("save_event_type", save, any, aws).await
+    }
+
+    async fn list_event_types(&self, limit: usize, cursor: Option<&str>) -> Result<Page<EventType>, StoreError> {
+        self.faults.run("list_event_types", self.inner.list_event_types(limit, cursor), any, aws).await
     }
 }
 

@@ -21,11 +21,12 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use webhooks::domain::delivery_lifecycle::Transition;
+use webhooks::domain::event_type::{EventType, EventTypeVersion};
 use webhooks::domain::model::{Delivery, Endpoint, Job, StoredEvent};
 use webhooks::store::{
     Applied, Committed, DeliveryQuery, DeliverySummary, Due, EndpointWrite, Page, Store, StoreError,
 };
-use webhooks::store::{CounterStore, DeliveryStore, EndpointStore, EventStore, JobStore};
+use webhooks::store::{CounterStore, DeliveryStore, EndpointStore, EventStore, EventTypeStore, JobStore};
 use webhooks::{App, Config, bootstrap};
 use webhooks_local::{Options, Running};
 
@@ -1101,5 +1102,40 @@ impl JobStore for Serialized {
         self.before("claim_job").await?;
         let _one = self.one().await;
         self.inner.claim_job(id, expected_due_at, lease_due_at).await
+    }
+}
+
+#[async_trait::async_trait]
+impl EventTypeStore for Serialized {
+    async fn create_event_type(&self, event_type: &EventType) -> Result<(), StoreError> {
+        self.before("create_event_type").await?;
+        let _one = self.one().await;
+        self.inner.create_event_type(event_type).await
+    }
+
+    async fn get_event_type(&self, name: &str) -> Result<Option<EventType>, StoreError> {
+        self.before("get_event_type").await?;
+        self.inner.get_event_type(name).await
+    }
+
+    async fn event_type_version(&self, name: &str, version: u64) -> Result<Option<EventTypeVersion>, StoreError> {
+        self.before("event_type_version").await?;
+        self.inner.event_type_version(name, version).await
+    }
+
+    async fn save_event_type(
+        &self,
+        event_type: &EventType,
+        expected_revision: u64,
+        new_version: bool,
+    ) -> Result<bool, StoreError> {
+        self.before("save_event_type").await?;
+        let _one = self.one().await;
+        self.inner.save_event_type(event_type, expected_revision, new_version).await
+    }
+
+    async fn list_event_types(&self, limit: usize, cursor: Option<&str>) -> Result<Page<EventType>, StoreError> {
+        self.before("list_event_types").await?;
+        self.inner.list_event_types(limit, cursor).await
     }
 }

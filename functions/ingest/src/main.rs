@@ -34,7 +34,9 @@ fn parse_trigger(raw: &str) -> Result<Trigger, serde_json::Error> {
 async fn handle(app: &App, event: LambdaEvent<Box<RawValue>>) -> Result<Value, Error> {
     let (payload, context) = event.into_parts();
     match parse_trigger(payload.get())? {
-        Trigger::EventBridge(e) => Ok(serde_json::to_value(ingest::ingest_eventbridge(app, *e).await?)?),
+        // A refused event fails the invocation: after Lambda's retries it lands in the events
+        // dead-letter queue, the refusal's `{code}: {message}` its errorMessage.
+        Trigger::EventBridge(e) => Ok(serde_json::to_value(ingest::handle_eventbridge(app, *e).await?)?),
         Trigger::Http(request) => {
             let adapter = lambda_http::Adapter::from(api::ingest_router(app.clone()));
             let response = adapter.oneshot(LambdaEvent::new(*request, context)).await?;

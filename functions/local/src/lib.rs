@@ -2,7 +2,8 @@
 //! HTTP server on the same axum router), the SQS event source mapping (pollers that feed
 //! deliver batches of up to 10 with partial-batch semantics; the slow lane's queue has its own
 //! pollers) and the one-minute schedule (the
-//! sweeper on an interval). Everything else is the same code the Lambdas run.
+//! sweeper on an interval), and [`eventbridge`], an EventBridge rule's asynchronous invocation
+//! of ingest with its on-failure destination. Everything else is the same code the Lambdas run.
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
@@ -320,4 +321,59 @@ pub async fn poll_inbox(app: &App, inbox: &dyn Inbox, lane: Lane, wait_seconds: 
         inbox.delete(url, handled).await?;
     }
     Ok(messages.len())
+}
+
+/// Tries of an asynchronous invocation of ingest: the first and the SAM template's
+/// `EventInvokeConfig.MaximumRetryAttempts` (2).
+pub const EVENTBRIDGE_TRIES: u32 = 3;
+
+/// Plays an EventBridge rule's asynchronous invocation of the ingest function with the
+/// stack's on-failure destination: the same handler the Lambda runs
+/// ([`webhooks::service::ingest::handle_eventbridge`]), tried up to [`EVENTBRIDGE_TRIES`]
+/// times (without Lambda's waits) while it fails; an event it still fails is sent to
+/// `dead_letter_queue_url` as Lambda's destination record (`requestContext.condition`
+/// `RetriesExhausted`, `requestPayload` the event, `responsePayload.errorMessage` the
+/// refusal's `{code}: {message}`). Returns the accepted event, or the refusal once it is in
+/// the queue.
+///
+/// # Errors
+/// The SQS error when the record could not be sent.
+pub async fn eventbridge(
+    app: &App,
+    sqs: &aws_sdk_sqs::Client,
+    dead_letter_queue_url: &str,
+    event: aws_lambda_events::eventbridge::EventBridgeEvent<serde_json::Value>,
+) -> Result<Result<webhooks::service::ingest::Accepted, webhooks::service::ingest::EventBridgeRefusal>, String> {
+    let mut refusal = None;
+    for _ in 0..EVENTBRIDGE_TRIES {
+        match webhooks::service::ingest::handle_eventbridge(app, event.clone()).await {
+            Ok(accepted) => return Ok(Ok(accepted)),
+            Err(e) => refusal = Some(e),
+        }
+    }
+    let Some(refusal) = refusal else { return Err("no invocation was made".into()) };
+    let record = serde_json::json!({
+        "version": "1.0",
+        "timestamp": app.clock.now().to_rfc3339(),
+        "requestContext": {
+            "requestId": event.id,
+            "functionArn": "local:ingest",
+            "condition": "RetriesExhausted",
+            "approximateInvokeCount": EVENTBRIDGE_TRIES,
+        },
+        "requestPayload": event,
+        "responseContext": {"statusCode": 200, "executedVersion": "$LATEST", "functionError": "Unhandled"},
+        "responsePayload": {
+            "errorType": "webhooks::service::ingest::EventBridgeRefusal",
+            "errorMessage": refusal.to_string(),
+        },
+    });
+    sqs.send_message()
+        .queue_url(dead_letter_queue_url)
+        .message_body(record.to_string())
+        .send()
+        .await
+        .map_err(|e| format!("send to the events dead-letter queue: {}", aws_sdk_sqs::error::DisplayErrorContext(e)))?;
+    tracing::warn!(event_id = ?event.id, reason = %refusal, "EventBridge event refused; sent to the events dead-letter queue");
+    Ok(Err(refusal))
 }

@@ -4,6 +4,7 @@
 pub mod delivery_lifecycle;
 pub mod endpoint_lifecycle;
 pub mod endpoint_options;
+pub mod event_type;
 pub mod ids;
 pub mod lane;
 pub mod model;

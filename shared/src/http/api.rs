@@ -20,6 +20,7 @@
 //! | `GET /v1/deliveries/{id}` | 200 [`deliveries::DeliveryView`] |
 //! | `GET /v1/deliveries?status=&endpoint_id=&limit=&cursor=` | 200 `{"data", "next_cursor"}` |
 //! | `POST /v1/deliveries/{id}/replay` | 202 [`deliveries::DeliveryView`] |
+//! | `/v1/event-types`, `/v1/event-types/{name}` | the event-type catalog: see `http::event_types` |
 //! | `POST /v1/tenants/{tenant_id}/portal-sessions` `{"ttl_seconds"?}` | 201 [`crate::http::ui::token::PortalSession`]: a signed portal URL for one tenant |
 //!
 //! Every error is `{"error": {"code", "message"}}` with the status of [`ServiceError`]. A
@@ -375,7 +376,7 @@ async fn get_event(
 
 /// A listing's `limit`: 50 when absent or empty (`?limit=`, as every other empty parameter),
 /// else a whole number from 1 to 100.
-fn check_limit(limit: Option<String>) -> Result<usize, ServiceError> {
+pub(super) fn check_limit(limit: Option<String>) -> Result<usize, ServiceError> {
     let Some(v) = limit.filter(|v| !v.is_empty()) else { return Ok(50) };
     match v.parse::<usize>() {
         Ok(n) if (1..=100).contains(&n) => Ok(n),
@@ -534,6 +535,7 @@ fn admin_routes() -> Router<App> {
         .route("/v1/deliveries/{id}", get(get_delivery))
         .route("/v1/deliveries/{id}/replay", post(replay))
         .route("/v1/tenants/{tenant_id}/portal-sessions", post(portal_session))
+        .merge(super::event_types::routes())
 }
 
 /// The ingest function's routes.

@@ -153,10 +153,15 @@ pub fn check(event: &NewEvent) -> Result<(), ServiceError> {
 /// - [`ServiceError::Validation`] for a `tenant_id`, `event_type` or `id` outside the id rule
 ///   ([`check`]), or `sync` where the event would go to other than exactly one endpoint;
 /// - [`ServiceError::TooLarge`] for a payload over 256 KiB;
+/// - [`ServiceError::SchemaMismatch`], [`ServiceError::EventTypeArchived`] or
+///   [`ServiceError::UnknownEventType`] when the event-type catalog refuses the event
+///   ([`crate::service::event_types::enforce`]); nothing is written then;
 /// - [`ServiceError::Unavailable`] when DynamoDB failed; nothing was accepted then, however
 ///   many endpoints the event fans out to (retry; with the same `id` it is idempotent).
 pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError> {
     check(&event)?;
+    // The catalog's word before anything is written (one cached read per type and process).
+    crate::service::event_types::enforce(app, &event.event_type, &event.payload).await?;
     let now = app.clock.now();
     let event_id = event.id.clone().unwrap_or_else(|| format!("evt_{}", app.random.ulid(now)));
     let endpoints = app.store.tenant_endpoints(&event.tenant_id, &event_id).await?;
@@ -371,6 +376,32 @@ pub async fn ingest_eventbridge(
     event: aws_lambda_events::eventbridge::EventBridgeEvent<serde_json::Value>,
 ) -> Result<Accepted, ServiceError> {
     ingest(app, eventbridge_event(&app.config.eventbridge_tenant_field, event)?).await
+}
+
+/// Why the ingest function failed an EventBridge event: the service error's code and message,
+/// shown as `{code}: {message}` (e.g. `schema_mismatch: payload: ...`). The function returns
+/// it as its error, so Lambda retries the invocation (`EventInvokeConfig`) and then puts the
+/// event in the events dead-letter queue with this text as the record's
+/// `responsePayload.errorMessage`: the reason an operator reads there.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct EventBridgeRefusal {
+    /// The error's stable code ([`ServiceError::code`]).
+    pub code: &'static str,
+    /// Its message.
+    pub message: String,
+}
+
+/// The ingest function's answer to an EventBridge event ([`ingest_eventbridge`]), its failure
+/// as an [`EventBridgeRefusal`].
+///
+/// # Errors
+/// [`EventBridgeRefusal`] with the code and message of [`ingest_eventbridge`]'s error.
+pub async fn handle_eventbridge(
+    app: &App,
+    event: aws_lambda_events::eventbridge::EventBridgeEvent<serde_json::Value>,
+) -> Result<Accepted, EventBridgeRefusal> {
+    ingest_eventbridge(app, event).await.map_err(|e| EventBridgeRefusal { code: e.code(), message: e.to_string() })
 }
 
 /// The event an EventBridge event stands for (see [`ingest_eventbridge`]), checked by

@@ -7,6 +7,7 @@ pub mod deliveries;
 pub mod endpoint_settings;
 pub mod endpoint_state;
 pub mod endpoints;
+pub mod event_types;
 pub mod ingest;
 pub mod lanes;
 pub mod sweep;

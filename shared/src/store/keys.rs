@@ -41,6 +41,20 @@ pub const INGEST_TOKEN: &str = "ingest_token";
 /// The TTL attribute (unix seconds).
 pub const TTL: &str = "expires_at";
 
+/// `EVENT_TYPES`: the partition of the event-type catalog, one item per type (sort key its
+/// name).
+pub const EVENT_TYPES_PK: &str = "EVENT_TYPES";
+
+/// `EVENT_TYPE#{name}`: the partition of an event type's version records.
+pub fn event_type_pk(name: &str) -> String {
+    format!("EVENT_TYPE#{name}")
+}
+
+/// `VERSION#{n}`: the sort key of an event type's version record.
+pub fn event_type_version_sk(version: u64) -> String {
+    format!("VERSION#{version}")
+}
+
 /// `TENANT#{tenant_id}`: the partition holding a tenant's endpoints.
 pub fn tenant_pk(tenant_id: &str) -> String {
     format!("TENANT#{tenant_id}")

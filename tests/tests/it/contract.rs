@@ -121,6 +121,9 @@ async fn every_query_and_path_parameter_is_checked_before_any_aws_call() {
         ("/v1/endpoints?tenant_id=acme", cursor_of(json!({"pk": "TENANT#acme", "sk": format!("ENDPOINT#{long}")}))),
         ("/v1/endpoints?tenant_id=acme", cursor_of(json!({"pk": "TENANT#other", "sk": "ENDPOINT#ep_1"}))),
         ("/v1/endpoints?tenant_id=acme", cursor_of(json!({"pk": "TENANT#acme", "sk": "ENDPOINT#ep_1", "x": "y"}))),
+        // The event-type catalog's: an outsized name, another partition.
+        ("/v1/event-types?limit=5", cursor_of(json!({"pk": "EVENT_TYPES", "sk": long}))),
+        ("/v1/event-types?limit=5", cursor_of(json!({"pk": "TENANT#acme", "sk": "ENDPOINT#ep_1"}))),
         // A delivery listing's key with an outsized table key or index sort key, as one
         // partition's key and as a merged listing's.
         ("/v1/deliveries?endpoint_id=ep_x", cursor_of(long_key(&format!("open#{t}#dlv_1")))),
@@ -154,6 +157,8 @@ async fn every_query_and_path_parameter_is_checked_before_any_aws_call() {
             (format!("/v1/endpoints?tenant_id={v}"), "tenant_id"),
             (format!("/v1/endpoints?tenant_id=acme&cursor={v}"), "cursor"),
             (format!("/v1/events/evt-1?tenant_id={v}"), "tenant_id"),
+            (format!("/v1/event-types?cursor={v}"), "cursor"),
+            (format!("/v1/event-types/order.paid?version={v}"), "version"),
         ] {
             refused.push((Method::GET, path, None, 422, field));
         }
@@ -172,6 +177,9 @@ async fn every_query_and_path_parameter_is_checked_before_any_aws_call() {
             (Method::GET, format!("/v1/jobs/{v}"), None),
             (Method::GET, format!("/v1/deliveries/{v}"), None),
             (Method::POST, format!("/v1/deliveries/{v}/replay"), None),
+            (Method::GET, format!("/v1/event-types/{v}"), None),
+            (Method::PATCH, format!("/v1/event-types/{v}"), Some(json!({"description": "x"}))),
+            (Method::DELETE, format!("/v1/event-types/{v}"), None),
         ] {
             refused.push((method, path, body, 404, ""));
         }
@@ -179,6 +187,7 @@ async fn every_query_and_path_parameter_is_checked_before_any_aws_call() {
     for limit in [digits.as_str(), crlf] {
         refused.push((Method::GET, format!("/v1/deliveries?status=exhausted&limit={limit}"), None, 422, "limit"));
         refused.push((Method::GET, format!("/v1/endpoints?tenant_id=acme&limit={limit}"), None, 422, "limit"));
+        refused.push((Method::GET, format!("/v1/event-types?limit={limit}"), None, 422, "limit"));
     }
     for (path, cursor) in &cursors {
         refused.push((Method::GET, format!("{path}&cursor={cursor}"), None, 422, "cursor"));

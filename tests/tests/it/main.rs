@@ -11,6 +11,7 @@ mod contract;
 mod destinations;
 mod endpoint_options;
 mod endpoint_state;
+mod event_types;
 mod iam;
 mod lanes;
 mod openapi;

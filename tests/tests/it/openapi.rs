@@ -294,6 +294,26 @@ async fn every_operation_in_openapi_yaml_answers_as_documented() {
     call(s, sp, Method::DELETE, "/v1/endpoints/{id}", &format!("/v1/endpoints/{id}?force=true"), None).await;
     call(s, sp, Method::DELETE, "/v1/endpoints/{id}", &format!("/v1/endpoints/{id}"), None).await;
 
+    // The event-type catalog, and ingest refusing what it refuses.
+    let types = "/v1/event-types";
+    let one = "/v1/event-types/{name}";
+    let schema = json!({"type": "object", "required": ["n"], "properties": {"n": {"type": "integer"}}});
+    let body = json!({"name": "order.counted", "description": "Counted.", "schema": schema, "examples": [{"n": 1}]});
+    call(s, sp, Method::POST, types, types, Some(body)).await;
+    call(s, sp, Method::POST, types, types, Some(json!({"name": "order.counted"}))).await;
+    call(s, sp, Method::POST, types, types, Some(json!({"name": "x.y", "schema": {"type": 5}}))).await;
+    call(s, sp, Method::GET, types, "/v1/event-types?limit=10", None).await;
+    call(s, sp, Method::GET, one, "/v1/event-types/order.counted", None).await;
+    call(s, sp, Method::GET, one, "/v1/event-types/order.counted?version=1", None).await;
+    call(s, sp, Method::GET, one, "/v1/event-types/order.missing", None).await;
+    let patch = Some(json!({"schema": {"type": "object"}, "deprecated": true}));
+    call(s, sp, Method::PATCH, one, "/v1/event-types/order.counted", patch).await;
+    let post_events = (Method::POST, "/v1/events", "/v1/events");
+    let bad = json!({"tenant_id": "acme", "event_type": "order.counted", "payload": []});
+    expect(s, sp, &s.base, post_events.clone(), &[], Some(bad.clone()), 422, "schema_mismatch").await;
+    call(s, sp, Method::DELETE, one, "/v1/event-types/order.counted", None).await;
+    expect(s, sp, &s.base, post_events.clone(), &[], Some(bad), 422, "event_type_archived").await;
+
     // Portal sessions.
     let (_, session) = call(
         s,

@@ -2,7 +2,7 @@
 //! holds the [`DynamoStore`] and what every file shares (item conversion, conditional writes,
 //! cursors, the SDK's retry for records); `endpoints`, `copies` (the endpoint item's copies),
 //! `counters` (failures in a row, daily delivered counts, slow-lane marker, adaptive rate,
-//! rate windows), `events`, `deliveries`, `listing` (delivery pages and counts) and `jobs`
+//! rate windows), `events`, `event_types` (the event-type catalog), `deliveries`, `listing` (delivery pages and counts) and `jobs`
 //! each implement one trait of [`crate::store`]. The items and keys are in `docs/storage.md`.
 
 use super::keys::*;
@@ -31,6 +31,7 @@ mod copies;
 mod counters;
 mod deliveries;
 mod endpoints;
+mod event_types;
 mod events;
 mod jobs;
 mod listing;

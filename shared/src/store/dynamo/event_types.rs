@@ -1,0 +1,223 @@
+//! The event-type catalog ([`EventTypeStore`]): the type's item (`EVENT_TYPES` / `{name}`)
+//! and a record per schema version (`EVENT_TYPE#{name}` / `VERSION#{n}`), the schema and
+//! examples held as JSON text (so a number or an empty object comes back as it went in).
+//! Every write after the create is guarded on the `revision` read.
+
+use super::*;
+use crate::domain::event_type::{EventType, EventTypeVersion};
+use crate::store::EventTypeStore;
+use serde::{Deserialize, Serialize};
+
+/// An event type's item.
+#[derive(Serialize, Deserialize)]
+struct Row {
+    name: String,
+    #[serde(default)]
+    description: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    schema: Option<String>,
+    #[serde(default)]
+    examples: String,
+    #[serde(default)]
+    deprecated: bool,
+    #[serde(default)]
+    archived: bool,
+    version: u64,
+    revision: u64,
+    created_at: chrono::DateTime<chrono::Utc>,
+    updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// A version record's item.
+#[derive(Serialize, Deserialize)]
+struct VersionRow {
+    name: String,
+    version: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    schema: Option<String>,
+    #[serde(default)]
+    examples: String,
+    created_at: chrono::DateTime<chrono::Utc>,
+}
+
+fn json_text(v: &impl Serialize) -> Result<String, StoreError> {
+    serde_json::to_string(v).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+fn parse_json<T: serde::de::DeserializeOwned + Default>(text: &str) -> Result<T, StoreError> {
+    if text.is_empty() {
+        return Ok(T::default());
+    }
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("event type: {e}")))
+}
+
+fn row_item(e: &EventType) -> Result<Item, StoreError> {
+    let row = Row {
+        name: e.name.clone(),
+        description: e.description.clone(),
+        schema: e.schema.as_ref().map(json_text).transpose()?,
+        examples: json_text(&e.examples)?,
+        deprecated: e.deprecated,
+        archived: e.archived,
+        version: e.version,
+        revision: e.revision,
+        created_at: e.created_at,
+        updated_at: e.updated_at,
+    };
+    let mut item = to_item(&row)?;
+    item.insert(PK.into(), s(EVENT_TYPES_PK));
+    item.insert(SK.into(), s(&e.name));
+    Ok(item)
+}
+
+fn from_row(row: Row) -> Result<EventType, StoreError> {
+    Ok(EventType {
+        schema: row.schema.as_deref().map(parse_json::<serde_json::Value>).transpose()?,
+        examples: parse_json(&row.examples)?,
+        name: row.name,
+        description: row.description,
+        deprecated: row.deprecated,
+        archived: row.archived,
+        version: row.version,
+        revision: row.revision,
+        created_at: row.created_at,
+        updated_at: row.updated_at,
+    })
+}
+
+fn version_item(e: &EventType) -> Result<Item, StoreError> {
+    let v = e.version_record();
+    let row = VersionRow {
+        name: v.name,
+        version: v.version,
+        schema: v.schema.as_ref().map(json_text).transpose()?,
+        examples: json_text(&v.examples)?,
+        created_at: v.created_at,
+    };
+    let mut item = to_item(&row)?;
+    item.insert(PK.into(), s(event_type_pk(&e.name)));
+    item.insert(SK.into(), s(event_type_version_sk(e.version)));
+    Ok(item)
+}
+
+impl DynamoStore {
+    /// A Put of `item` in a transaction, on `condition` (with `values`).
+    fn event_type_put(
+        &self,
+        item: Item,
+        condition: &str,
+        values: Option<Item>,
+    ) -> Result<TransactWriteItem, StoreError> {
+        Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression(condition)
+            .set_expression_attribute_values(values)
+            .build()
+            .map(|p| TransactWriteItem::builder().put(p).build())
+            .map_err(aws)
+    }
+
+    /// Runs a transaction of conditional puts: false when a condition failed.
+    async fn event_type_transaction(&self, items: Vec<TransactWriteItem>) -> Result<bool, StoreError> {
+        let result = self.client.transact_write_items().set_transact_items(Some(items)).send().await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e) => {
+                use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+                match e.as_service_error() {
+                    Some(TransactWriteItemsError::TransactionCanceledException(c))
+                        if c.cancellation_reasons().iter().any(|r| r.code() == Some("ConditionalCheckFailed")) =>
+                    {
+                        Ok(false)
+                    }
+                    _ => Err(aws(e)),
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl EventTypeStore for DynamoStore {
+    async fn create_event_type(&self, event_type: &EventType) -> Result<(), StoreError> {
+        let new = "attribute_not_exists(pk)";
+        let items = vec![
+            self.event_type_put(row_item(event_type)?, new, None)?,
+            self.event_type_put(version_item(event_type)?, new, None)?,
+        ];
+        if self.event_type_transaction(items).await? { Ok(()) } else { Err(StoreError::AlreadyExists) }
+    }
+
+    async fn get_event_type(&self, name: &str) -> Result<Option<EventType>, StoreError> {
+        let row: Option<Row> = self.get(EVENT_TYPES_PK.to_string(), name).await?;
+        row.map(from_row).transpose()
+    }
+
+    async fn event_type_version(&self, name: &str, version: u64) -> Result<Option<EventTypeVersion>, StoreError> {
+        let row: Option<VersionRow> = self.get(event_type_pk(name), &event_type_version_sk(version)).await?;
+        row.map(|r| {
+            Ok(EventTypeVersion {
+                schema: r.schema.as_deref().map(parse_json::<serde_json::Value>).transpose()?,
+                examples: parse_json(&r.examples)?,
+                name: r.name,
+                version: r.version,
+                created_at: r.created_at,
+            })
+        })
+        .transpose()
+    }
+
+    async fn save_event_type(
+        &self,
+        event_type: &EventType,
+        expected_revision: u64,
+        new_version: bool,
+    ) -> Result<bool, StoreError> {
+        let guard = "attribute_exists(pk) AND revision = :g_revision";
+        let values = Item::from([(":g_revision".to_string(), n(expected_revision))]);
+        let mut items = vec![self.event_type_put(row_item(event_type)?, guard, Some(values))?];
+        if new_version {
+            items.push(self.event_type_put(version_item(event_type)?, "attribute_not_exists(pk)", None)?);
+        }
+        self.event_type_transaction(items).await
+    }
+
+    async fn list_event_types(&self, limit: usize, cursor: Option<&str>) -> Result<Page<EventType>, StoreError> {
+        let start = match cursor {
+            None => None,
+            Some(c) => {
+                let key = decode_cursor(c)?;
+                // Only a key of this partition whose sort key is a name the API could have
+                // stored: a cursor never takes DynamoDB a key it refuses (an oversized one).
+                let text = |k: &str| key.get(k).and_then(|v| v.as_s().ok());
+                let pk_ok = text(PK).is_some_and(|p| p == EVENT_TYPES_PK);
+                let sk_ok = text(SK).is_some_and(|n| crate::domain::ids::is_client_id(n));
+                if !pk_ok || !sk_ok || key.len() != 2 {
+                    return Err(StoreError::InvalidCursor);
+                }
+                Some(key)
+            }
+        };
+        let page = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :pk")
+            .expression_attribute_values(":pk", s(EVENT_TYPES_PK))
+            .consistent_read(true)
+            .limit(i32::try_from(limit.clamp(1, 100)).unwrap_or(100))
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .map_err(aws)?;
+        let data = page
+            .items
+            .unwrap_or_default()
+            .into_iter()
+            .map(|item| from_item::<Row>(item).and_then(from_row))
+            .collect::<Result<Vec<_>, _>>()?;
+        let next_cursor = page.last_evaluated_key.filter(|k| !k.is_empty()).map(encode_cursor).transpose()?;
+        Ok(Page { data, next_cursor })
+    }
+}
