@@ -59,7 +59,7 @@ pub fn router(app: App) -> Router {
         .route("/portal/endpoints/{id}/enable", post(enable))
         .route("/portal/endpoints/{id}/rotate-secret", post(rotate))
         .route("/portal/endpoints/{id}/test", post(test_event))
-        .route("/portal/endpoints/{id}/options", post(options))
+        .route("/portal/endpoints/{id}/options", post(save_endpoint_options))
         .route("/portal/deliveries/{id}", get(delivery_page))
         .route("/portal/deliveries/{id}/resend", post(resend))
         .with_state(app)

@@ -267,7 +267,7 @@ impl OptionsForm {
     }
 }
 
-pub(super) async fn options(
+pub(super) async fn save_endpoint_options(
     State(app): State<App>,
     Path(id): Path<String>,
     headers: HeaderMap,
