@@ -182,7 +182,78 @@ def check_template_against_code(template, root):
           f"{url_grants}")
 
     check_secure_defaults(template)
+    check_static_egress(template)
     check_alarms_and_dashboard(template, emitted_metrics(root))
+
+
+def _resolve(value, enabled):
+    """`value` with every `Fn::If` on WithStaticEgress decided (`enabled`) and NoValue dropped."""
+    if isinstance(value, dict):
+        if "Fn::If" in value and value["Fn::If"][0] == "WithStaticEgress":
+            return _resolve(value["Fn::If"][1 if enabled else 2], enabled)
+        return {k: _resolve(v, enabled) for k, v in value.items() if _resolve(v, enabled) != {"Ref": "AWS::NoValue"}}
+    if isinstance(value, list):
+        return [_resolve(v, enabled) for v in value]
+    return value
+
+
+def check_static_egress(template):
+    """Issue #38: StaticEgressIps, both ways. Disabled (the default), the stack has no network
+    resource and no function in a VPC; enabled, every function that POSTs to receivers runs in
+    private subnets of two zones whose default route is their zone's NAT gateway, each with an
+    Elastic IP, and the IPs are an output and on the portal's endpoint page."""
+    res = template["Resources"]
+    params = template["Parameters"]
+    check("template: StaticEgressIps defaults to disabled",
+          params.get("StaticEgressIps", {}).get("Default") == "disabled"
+          and template["Conditions"].get("WithStaticEgress") == {"Fn::Equals": [{"Ref": "StaticEgressIps"}, "enabled"]})
+    network = [lid for lid, r in res.items() if r["Type"].startswith("AWS::EC2::")]
+    check("template: every network resource exists only with StaticEgressIps=enabled",
+          network and all(res[lid].get("Condition") == "WithStaticEgress" for lid in network),
+          f"{[lid for lid in network if res[lid].get('Condition') != 'WithStaticEgress']}")
+    functions = {lid: r for lid, r in res.items() if r["Type"] == "AWS::Serverless::Function"}
+    posting = {lid for lid, r in functions.items()
+               if r["Metadata"]["BuildProperties"]["Binary"] in ("deliver", "ingest")
+               or r["Properties"].get("Environment", {}).get("Variables", {}).get("WEBHOOKS_SERVE") == "portal"}
+    check("template: deliver, ingest and the portal are the functions that POST to receivers",
+          len(posting) == 3, f"{sorted(posting)}")
+    for enabled in (False, True):
+        setting = "enabled" if enabled else "disabled"
+        in_vpc = {lid for lid, r in functions.items() if "VpcConfig" in _resolve(r["Properties"], enabled)}
+        check(f"template ({setting}): the functions in the egress VPC",
+              in_vpc == (posting if enabled else set()), f"{sorted(in_vpc)}")
+        for lid in posting:
+            role = _arn_of(functions[lid]["Properties"]["Role"])
+            managed = _resolve(res[role]["Properties"], enabled).get("ManagedPolicyArns", [])
+            vpc_access = any("AWSLambdaVPCAccessExecutionRole" in str(m) for m in managed)
+            check(f"template ({setting}): {role} may manage {lid}'s network interfaces only in the VPC",
+                  vpc_access == enabled, f"{managed}")
+    subnets = set()
+    for lid in posting:
+        cfg = _resolve(functions[lid]["Properties"], True)["VpcConfig"]
+        subnets |= {x["Ref"] for x in cfg["SubnetIds"]}
+    zones, ips = set(), set()
+    for subnet in sorted(subnets):
+        table = [r["Properties"]["RouteTableId"]["Ref"] for r in res.values()
+                 if r["Type"] == "AWS::EC2::SubnetRouteTableAssociation" and r["Properties"]["SubnetId"] == {"Ref": subnet}]
+        routes = [r["Properties"] for r in res.values() if r["Type"] == "AWS::EC2::Route"
+                  and table and r["Properties"]["RouteTableId"] == {"Ref": table[0]}
+                  and r["Properties"]["DestinationCidrBlock"] == "0.0.0.0/0"]
+        nat = routes[0].get("NatGatewayId", {}).get("Ref") if len(routes) == 1 else None
+        eip = res[nat]["Properties"]["AllocationId"]["Fn::GetAtt"].split(".")[0] if nat else None
+        check(f"template (enabled): {subnet} leaves through a NAT gateway with an Elastic IP",
+              nat is not None and res.get(eip, {}).get("Type") == "AWS::EC2::EIP", f"{routes}")
+        zones.add(str(res[subnet]["Properties"]["AvailabilityZone"]))
+        ips.add(eip)
+    check("template (enabled): two zones, one address each", len(zones) == 2 and len(ips) == 2, f"{zones} {ips}")
+    out = template["Outputs"].get("EgressIps", {})
+    named = {x["Ref"] for x in out.get("Value", {}).get("Fn::Join", [None, []])[1]}
+    check("template: the EgressIps output names every NAT address, only when enabled",
+          out.get("Condition") == "WithStaticEgress" and named == ips, f"{out}")
+    portal = [lid for lid in posting if functions[lid]["Metadata"]["BuildProperties"]["Binary"] == "admin"]
+    shown = functions[portal[0]]["Properties"]["Environment"]["Variables"].get("WEBHOOKS_EGRESS_IPS") if portal else None
+    check("template: the portal shows the addresses (WEBHOOKS_EGRESS_IPS)",
+          _resolve(shown, False) == "" and {x["Ref"] for x in _resolve(shown, True)["Fn::Join"][1]} == ips, f"{shown}")
 
 
 def _arn_of(value):

@@ -103,6 +103,10 @@ pub struct Config {
     /// `no_subscribed_endpoint` warning, nothing stored). Catches a typo'd tenant id at once,
     /// for stacks whose tenants always have an endpoint before they send.
     pub reject_unknown_tenants: bool,
+    /// The addresses attempts leave from with the template's `StaticEgressIps=enabled`
+    /// (`WEBHOOKS_EGRESS_IPS`, comma separated; empty: Lambda's own, not fixed), shown on the
+    /// portal's endpoint page so receivers can allow-list them.
+    pub egress_ips: Vec<String>,
     /// Multiplies every retry wait before it is scheduled (`WEBHOOKS_WAIT_SCALE`, default 1).
     /// For tests and demos only: `0.0001` runs the 36-hour `standard` schedule in seconds.
     /// Attempt records keep the unscaled wait the policy chose.
@@ -245,6 +249,7 @@ impl Config {
             release_per_tick: 100,
             max_endpoints_per_tenant: DEFAULT_MAX_ENDPOINTS_PER_TENANT,
             reject_unknown_tenants: false,
+            egress_ips: Vec::new(),
             wait_scale: 1.0,
             secret_rotation: Duration::from_secs(24 * 3600),
             portal_secret_arn: None,
@@ -341,6 +346,13 @@ impl Config {
             });
         }
         c.reject_unknown_tenants = parse(&get, "WEBHOOKS_REJECT_UNKNOWN_TENANTS", false)?;
+        c.egress_ips = get("WEBHOOKS_EGRESS_IPS")
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|ip| !ip.is_empty())
+            .map(String::from)
+            .collect();
         c.wait_scale = parse(&get, "WEBHOOKS_WAIT_SCALE", 1.0)?;
         if !(c.wait_scale > 0.0 && c.wait_scale <= 1.0) {
             return Err(ConfigError { name: "WEBHOOKS_WAIT_SCALE", problem: "must be above 0 and at most 1".into() });

@@ -303,7 +303,8 @@ async fn a_tenant_manages_its_endpoint_and_resends_a_failed_delivery_in_the_port
 /// and a header name we set is refused with the field named.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tenant_sets_headers_and_authentication_in_the_portal() {
-    let stack = Stack::start(|_| {}).await;
+    // As WEBHOOKS_EGRESS_IPS sets it with StaticEgressIps=enabled (documentation addresses).
+    let stack = Stack::start(|c| c.egress_ips = vec!["203.0.113.7".into(), "198.51.100.9".into()]).await;
     let rx = Receiver::start(Reply::Status(200)).await;
     let t = tenant("opts");
     let ep = stack.endpoint(&t, &rx.url, Value::Null).await;
@@ -313,7 +314,8 @@ async fn a_tenant_sets_headers_and_authentication_in_the_portal() {
     b.goto(&url).await;
     b.wait_text("Your webhook endpoints", Duration::from_secs(20), false).await;
     b.goto(&format!("{}/portal/endpoints/{ep_id}", stack.base)).await;
-    b.wait_text("Headers and authentication", Duration::from_secs(20), false).await;
+    let page = b.wait_text("Headers and authentication", Duration::from_secs(20), false).await;
+    assert!(page.contains("come from 203.0.113.7, 198.51.100.9"), "the egress addresses to allow-list: {page}");
     b.fill("#headers", "X-Team: blue\nX-Env: prod").await;
     b.fill("#secret_headers", "X-Api-Key: hdr-s3cret").await;
     b.client.find(Locator::Css("#auth_type")).await.unwrap().select_by_value("bearer").await.unwrap();

@@ -81,7 +81,12 @@ pub(super) async fn endpoint_page(State(app): State<App>, Path(id): Path<String>
         ep.consecutive_failures = endpoints::failures_in_a_row(&app, &ep).await;
         let q = DeliveryQuery { endpoint_id: Some(ep.id.clone()), limit: 50, ..DeliveryQuery::default() };
         let deliveries = deliveries::list_deliveries(&app, q).await?.data;
-        Ok::<_, ServiceError>(endpoint_body(&s, &ep, &deliveries.iter().map(json_of).collect::<Vec<_>>()))
+        Ok::<_, ServiceError>(endpoint_body(
+            &s,
+            &ep,
+            &deliveries.iter().map(json_of).collect::<Vec<_>>(),
+            &app.config.egress_ips,
+        ))
     }
     .await;
     match result {
@@ -90,7 +95,7 @@ pub(super) async fn endpoint_page(State(app): State<App>, Path(id): Path<String>
     }
 }
 
-pub(super) fn endpoint_body(s: &Session, ep: &Endpoint, deliveries: &[Value]) -> Markup {
+pub(super) fn endpoint_body(s: &Session, ep: &Endpoint, deliveries: &[Value], egress_ips: &[String]) -> Markup {
     let v = json_of(&endpoints::EndpointView::of(ep.clone(), false));
     let base = format!("/portal/endpoints/{}", ep.id);
     let types = ep.event_types.as_ref().map(|t| t.join(", ")).unwrap_or_default();
@@ -123,7 +128,7 @@ pub(super) fn endpoint_body(s: &Session, ep: &Endpoint, deliveries: &[Value]) ->
             p.hint #event_types_hint { "Comma separated; a name ending in .* takes a prefix. Empty: every event." }
             div { button.primary type="submit" { "Save" } }
         }
-        (options_form(s, ep, &base))
+        (options_form(s, ep, &base, egress_ips))
         h2 { "Deliveries" }
         (deliveries_table(deliveries, false))
     }
@@ -154,13 +159,16 @@ fn auth_summary(ep: &Endpoint) -> String {
 
 /// The form for `headers`, `secret_headers` and `auth` (credentials write-only: the form
 /// never holds them, and leaving them out keeps what is set).
-fn options_form(s: &Session, ep: &Endpoint, base: &str) -> Markup {
+fn options_form(s: &Session, ep: &Endpoint, base: &str, egress_ips: &[String]) -> Markup {
     let lines: String = ep.headers.iter().map(|(n, v)| format!("{n}: {v}\n")).collect();
     let secret_names = ep.secret_headers.keys().cloned().collect::<Vec<_>>().join(", ");
     let current = ep.auth.as_ref().map(|a| a.kind());
     html! {
         form.card method="post" action={(base) "/options"} {
             h2 style="margin-top:0" { "Headers and authentication" }
+            @if !egress_ips.is_empty() {
+                p #egress_ips { "Requests to your endpoint come from " strong { (egress_ips.join(", ")) } ": allow-list these addresses." }
+            }
             (csrf_field(s))
             label for="headers" { "Custom headers" }
             textarea #headers name="headers" rows="3" aria-describedby="headers_hint" { (lines) }
