@@ -212,11 +212,12 @@ def check_static_egress(template):
           network and all(res[lid].get("Condition") == "WithStaticEgress" for lid in network),
           f"{[lid for lid in network if res[lid].get('Condition') != 'WithStaticEgress']}")
     functions = {lid: r for lid, r in res.items() if r["Type"] == "AWS::Serverless::Function"}
+    # deliver; ingest ("mode": "sync"); the admin binary, as the portal (test events) and as the
+    # admin API (send-example). Only the sweeper never POSTs to a receiver.
     posting = {lid for lid, r in functions.items()
-               if r["Metadata"]["BuildProperties"]["Binary"] in ("deliver", "ingest")
-               or r["Properties"].get("Environment", {}).get("Variables", {}).get("WEBHOOKS_SERVE") == "portal"}
-    check("template: deliver, ingest and the portal are the functions that POST to receivers",
-          len(posting) == 3, f"{sorted(posting)}")
+               if r["Metadata"]["BuildProperties"]["Binary"] in ("deliver", "ingest", "admin")}
+    check("template: deliver, ingest, the portal and the admin API are the functions that POST to receivers",
+          len(posting) == 4, f"{sorted(posting)}")
     for enabled in (False, True):
         setting = "enabled" if enabled else "disabled"
         in_vpc = {lid for lid, r in functions.items() if "VpcConfig" in _resolve(r["Properties"], enabled)}
@@ -250,7 +251,8 @@ def check_static_egress(template):
     named = {x["Ref"] for x in out.get("Value", {}).get("Fn::Join", [None, []])[1]}
     check("template: the EgressIps output names every NAT address, only when enabled",
           out.get("Condition") == "WithStaticEgress" and named == ips, f"{out}")
-    portal = [lid for lid in posting if functions[lid]["Metadata"]["BuildProperties"]["Binary"] == "admin"]
+    portal = [lid for lid in posting
+              if functions[lid]["Properties"].get("Environment", {}).get("Variables", {}).get("WEBHOOKS_SERVE") == "portal"]
     shown = functions[portal[0]]["Properties"]["Environment"]["Variables"].get("WEBHOOKS_EGRESS_IPS") if portal else None
     check("template: the portal shows the addresses (WEBHOOKS_EGRESS_IPS)",
           _resolve(shown, False) == "" and {x["Ref"] for x in _resolve(shown, True)["Fn::Join"][1]} == ips, f"{shown}")

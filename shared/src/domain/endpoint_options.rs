@@ -340,12 +340,14 @@ mod tests {
         let one = BTreeMap::from([("X-Extra".to_string(), "v".to_string())]);
         assert!(check_header_sets(&many, &one).is_err());
         let same = BTreeMap::from([("x-0".to_string(), "v".to_string())]);
-        assert_eq!(check_header_sets(&many, &same).unwrap_err().field, "secret_headers.x-0");
+        let one_shown = BTreeMap::from([("X-0".to_string(), "v".to_string())]);
+        assert_eq!(check_header_sets(&one_shown, &same).unwrap_err().field, "secret_headers.x-0");
         let big = BTreeMap::from([
             ("X-A".to_string(), "a".repeat(MAX_HEADER_VALUE_BYTES)),
             ("X-B".to_string(), "b".repeat(MAX_HEADER_VALUE_BYTES)),
             ("X-C".to_string(), "c".repeat(MAX_HEADER_VALUE_BYTES)),
             ("X-D".to_string(), "d".repeat(MAX_HEADER_VALUE_BYTES)),
+            ("X-E".to_string(), "e".repeat(MAX_HEADER_VALUE_BYTES)),
         ]);
         assert!(check_header_sets(&big, &BTreeMap::new()).is_err());
     }

@@ -8,6 +8,7 @@
 //! | `GET /v1/event-types/{name}` | 200 [`EventType`]; `?version=N`: 200 [`crate::domain::event_type::EventTypeVersion`] |
 //! | `PATCH /v1/event-types/{name}` `{"description"?, "schema"?, "examples"?, "deprecated"?, "archived"?}` | 200 [`EventType`]; a new schema is a new `version` (`"schema": null` removes it) |
 //! | `DELETE /v1/event-types/{name}` | 200 [`EventType`], archived (it stays readable) |
+//! | `POST /v1/endpoints/{id}/send-example` `{"event_type"}` | 200 [`crate::service::test_sends::TestSend`]: the type's first example, signed, POSTed to the endpoint now (not stored, not retried) |
 //!
 //! A schema that does not compile as JSON Schema draft 2020-12, or an example that fails it,
 //! is 422 `validation_error` naming the field (`examples[i]` with the failing JSON pointer
@@ -138,11 +139,30 @@ async fn archive(
     Ok(Json(event_types::archive(&app, &name).await?).into_response())
 }
 
+/// `POST /v1/endpoints/{id}/send-example`'s body.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SendExampleBody {
+    event_type: Option<String>,
+}
+
+async fn send_example(
+    State(app): State<App>,
+    PathParam(id): PathParam,
+    _: NoParams,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ServiceError> {
+    let b: SendExampleBody = parse_body(body)?;
+    let event_type = required(b.event_type, "event_type")?;
+    Ok(Json(crate::service::test_sends::send_example(&app, &id, &event_type).await?).into_response())
+}
+
 /// The catalog's routes (admin).
 pub(super) fn routes() -> Router<App> {
     Router::new()
         .route("/v1/event-types", post(create).get(list))
         .route("/v1/event-types/{name}", get(get_one).patch(patch).delete(archive))
+        .route("/v1/endpoints/{id}/send-example", post(send_example))
 }
 
 #[cfg(test)]

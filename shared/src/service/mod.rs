@@ -11,4 +11,5 @@ pub mod event_types;
 pub mod ingest;
 pub mod lanes;
 pub mod sweep;
+pub mod test_sends;
 pub mod throttle;

@@ -350,6 +350,81 @@ async fn a_tenant_sets_headers_and_authentication_in_the_portal() {
     stack.stop().await;
 }
 
+/// Issue #37 and #38 in the portal: a tenant reads the event-type catalog, subscribes its
+/// endpoint by picking types, sends a type's example (signed with the endpoint's secret), and
+/// tries a payload filter on an example before saving it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenant_reads_the_catalog_picks_types_sends_an_example_and_tries_a_filter() {
+    let stack = Stack::start(|_| {}).await;
+    let schema = json!({"type": "object", "required": ["amount"], "properties": {
+        "amount": {"type": "integer", "description": "In cents"}, "currency": {"type": "string"}}});
+    let example = json!({"amount": 1200, "currency": "EUR"});
+    for body in [
+        json!({"name": "order.paid", "description": "An order was paid.", "schema": schema, "examples": [example]}),
+        json!({"name": "invoice.sent", "description": "An invoice went out.", "examples": [{"invoice": "in_1"}]}),
+        json!({"name": "customer.deleted", "description": "A customer was deleted."}),
+    ] {
+        let (status, created) = stack.call(reqwest::Method::POST, "/v1/event-types", Some(body)).await;
+        assert_eq!(status, 201, "{created}");
+    }
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let t = tenant("catalog");
+    let ep = stack.endpoint(&t, &rx.url, Value::Null).await;
+    let (ep_id, secret) = (ep["id"].as_str().unwrap().to_string(), ep["secret"].as_str().unwrap().to_string());
+    let url = portal_url(&stack, &t).await;
+    let b = Browser::start().await;
+    b.goto(&url).await;
+    b.wait_text("Your webhook endpoints", Duration::from_secs(20), false).await;
+
+    // The catalog, readable: description, the schema's fields, the example.
+    b.click_link("Event types").await;
+    let page = b.wait_text("An order was paid.", Duration::from_secs(20), false).await;
+    assert!(page.contains("amount") && page.contains("integer") && page.contains("In cents"), "{page}");
+    assert!(page.contains("\"currency\": \"EUR\""), "the example is shown: {page}");
+    b.screenshot("portal-event-types").await;
+
+    // Pick two types for the endpoint.
+    b.goto(&format!("{}/portal/endpoints/{ep_id}", stack.base)).await;
+    b.wait_text("Subscribed types", Duration::from_secs(20), false).await;
+    for name in ["order.paid", "invoice.sent"] {
+        let css = format!("input[name=event_type][value='{name}']");
+        b.client.find(Locator::Css(&css)).await.unwrap().click().await.unwrap();
+    }
+    b.click_button("Save event types").await;
+    b.wait_text("invoice.sent, order.paid", Duration::from_secs(20), false).await;
+    assert_eq!(endpoints(&stack, &t).await[0]["event_types"], json!(["invoice.sent", "order.paid"]));
+
+    // Send order.paid's example: the catalog's payload, signed with the endpoint's secret.
+    b.client.find(Locator::Css("#example_type")).await.unwrap().select_by_value("order.paid").await.unwrap();
+    b.click_button("Send example").await;
+    b.wait_text("HTTP 200 delivered", Duration::from_secs(20), false).await;
+    let hit = rx.hits().last().cloned().unwrap();
+    assert!(hit.header("webhook-id").starts_with("msg_example_"), "{}", hit.header("webhook-id"));
+    assert_eq!(serde_json::from_slice::<Value>(&hit.body).unwrap(), example);
+    standardwebhooks::Webhook::new(&secret).unwrap().verify(&hit.body, &hit.headers).expect("signed as deliveries are");
+
+    // Try a filter on the example, then save it.
+    b.goto(&format!("{}/portal/endpoints/{ep_id}", stack.base)).await;
+    b.wait_text("Payload filter", Duration::from_secs(20), false).await;
+    b.fill("#filter", r#"{"amount": {"$gte": 5000}}"#).await;
+    b.fill("#sample", &example.to_string()).await;
+    b.click_button("Try filter").await;
+    b.wait_text("Does not match", Duration::from_secs(20), false).await;
+    b.fill("#filter", r#"{"amount": {"$gte": 1000}, "currency": {"$in": ["EUR", "USD"]}}"#).await;
+    b.click_button("Try filter").await;
+    b.wait_text("Matches: this payload would be sent", Duration::from_secs(20), false).await;
+    b.screenshot("portal-filter-try").await;
+    assert!(endpoints(&stack, &t).await[0].get("filter").is_none(), "trying saves nothing");
+    b.click_button("Save filter").await;
+    b.wait_text("Subscribed types", Duration::from_secs(20), false).await;
+    assert_eq!(
+        endpoints(&stack, &t).await[0]["filter"],
+        json!({"amount": {"$gte": 1000}, "currency": {"$in": ["EUR", "USD"]}})
+    );
+    b.stop().await;
+    stack.stop().await;
+}
+
 /// A token for tenant A never reads or changes tenant B, and a tampered, forged or expired
 /// token gets a page with no data.
 #[tokio::test(flavor = "multi_thread")]

@@ -322,3 +322,54 @@ async fn an_eventbridge_event_that_fails_its_schema_lands_in_the_events_dead_let
     let _ = stack.sqs.delete_queue().queue_url(&dlq).send().await;
     stack.stop().await;
 }
+
+/// Svix's send-example: the type's first catalog example, signed with the endpoint's secret
+/// (and its headers and auth), POSTed now; refused, naming `event_type`, for a type the
+/// endpoint does not take, one without an example, or an archived one; 404 for an unknown one.
+#[tokio::test(flavor = "multi_thread")]
+async fn send_example_posts_the_catalog_example_signed_to_the_endpoint() {
+    let stack = Stack::start(|_| {}).await;
+    let example = json!({"order": "o_9", "amount": 4200});
+    create_type(&stack, json!({"name": "order.shipped", "schema": amount_schema(), "examples": [example]})).await;
+    create_type(&stack, json!({"name": "order.noted"})).await;
+    create_type(&stack, json!({"name": "refund.made", "examples": [{"r": 1}]})).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let (status, ep) = stack
+        .call(
+            Method::POST,
+            "/v1/endpoints",
+            Some(json!({"tenant_id": "ex", "url": rx.url,
+            "event_types": ["order.*"], "headers": {"X-Team": "blue"}})),
+        )
+        .await;
+    assert_eq!(status, 201, "{ep}");
+    let path = format!("/v1/endpoints/{}/send-example", ep["id"].as_str().unwrap());
+    let (status, sent) = stack.call(Method::POST, &path, Some(json!({"event_type": "order.shipped"}))).await;
+    assert_eq!(status, 200, "{sent}");
+    assert_eq!(sent["attempt"]["status_code"], 200, "{sent}");
+    assert_eq!(sent["event_type"], "order.shipped");
+    let hit = rx.hits().last().cloned().unwrap();
+    assert_eq!(hit.header("webhook-id"), sent["message_id"].as_str().unwrap());
+    assert_eq!(hit.header("x-team"), "blue", "the endpoint's headers go along");
+    assert_eq!(serde_json::from_slice::<Value>(&hit.body).unwrap(), example);
+    standardwebhooks::Webhook::new(ep["secret"].as_str().unwrap()).unwrap().verify(&hit.body, &hit.headers).unwrap();
+
+    for (event_type, status, words) in [
+        ("refund.made", 422, "does not subscribe"),
+        ("order.noted", 422, "no example"),
+        ("order.unknown", 404, "order.unknown"),
+    ] {
+        let (got, answer) = stack.call(Method::POST, &path, Some(json!({"event_type": event_type}))).await;
+        assert_eq!(got, status, "{event_type}: {answer}");
+        assert!(answer["error"]["message"].as_str().unwrap_or("").contains(words), "{answer}");
+    }
+    stack.call(Method::DELETE, "/v1/event-types/order.shipped", None).await;
+    let (got, answer) = stack.call(Method::POST, &path, Some(json!({"event_type": "order.shipped"}))).await;
+    assert_eq!(got, 422, "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap_or("").contains("archived"), "{answer}");
+    assert_eq!(rx.count(), 1, "nothing else was sent");
+    let (_, listed) =
+        stack.call(Method::GET, &format!("/v1/deliveries?endpoint_id={}", ep["id"].as_str().unwrap()), None).await;
+    assert_eq!(listed["data"], json!([]), "a sent example is not a delivery");
+    stack.stop().await;
+}

@@ -311,6 +311,13 @@ async fn every_operation_in_openapi_yaml_answers_as_documented() {
     let post_events = (Method::POST, "/v1/events", "/v1/events");
     let bad = json!({"tenant_id": "acme", "event_type": "order.counted", "payload": []});
     expect(s, sp, &s.base, post_events.clone(), &[], Some(bad.clone()), 422, "schema_mismatch").await;
+    let example_to = json!({"tenant_id": "catalog", "url": ok.url});
+    let (_, ep) = call(s, sp, Method::POST, "/v1/endpoints", "/v1/endpoints", Some(example_to)).await;
+    let send = "/v1/endpoints/{id}/send-example";
+    let sent_to = format!("/v1/endpoints/{}/send-example", ep["id"].as_str().unwrap());
+    call(s, sp, Method::POST, send, &sent_to, Some(json!({"event_type": "order.counted"}))).await;
+    call(s, sp, Method::POST, send, &sent_to, Some(json!({"event_type": "order.missing"}))).await;
+    call(s, sp, Method::POST, send, &sent_to, Some(json!({}))).await;
     call(s, sp, Method::DELETE, one, "/v1/event-types/order.counted", None).await;
     expect(s, sp, &s.base, post_events.clone(), &[], Some(bad), 422, "event_type_archived").await;
 

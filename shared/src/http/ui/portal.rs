@@ -11,6 +11,11 @@
 //! | `POST /portal/endpoints/{id}/disable`, `/enable` | 303 back |
 //! | `POST /portal/endpoints/{id}/rotate-secret` | the page shows the new secret once |
 //! | `POST /portal/endpoints/{id}/test` | one signed test POST to the endpoint, now; the page shows its answer |
+//! | `POST /portal/endpoints/{id}/options` | its custom headers, secret headers and receiver authentication; 303 back |
+//! | `POST /portal/endpoints/{id}/event-types` | subscribe to the catalog types picked (none: every type); 303 back |
+//! | `POST /portal/endpoints/{id}/send-example` | a catalog type's example, signed, POSTed now; the page shows its answer |
+//! | `POST /portal/endpoints/{id}/filter` | `op=try`: whether a payload matches a filter (nothing saved); `op=save`: sets the payload filter, 303 back |
+//! | `GET /portal/event-types` | the event-type catalog: descriptions, the schemas' fields, examples |
 //! | `GET /portal/deliveries/{id}` | a delivery's attempt timeline (refreshed while in flight) |
 //! | `POST /portal/deliveries/{id}/resend` | replays an exhausted or held delivery; 303 back |
 //!
@@ -34,11 +39,11 @@ use axum::extract::{Form, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
-use bytes::Bytes;
 use maud::{Markup, html};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+mod catalog_pages;
 mod endpoint_pages;
 use endpoint_pages::*;
 
@@ -60,6 +65,10 @@ pub fn router(app: App) -> Router {
         .route("/portal/endpoints/{id}/rotate-secret", post(rotate))
         .route("/portal/endpoints/{id}/test", post(test_event))
         .route("/portal/endpoints/{id}/options", post(save_endpoint_options))
+        .route("/portal/endpoints/{id}/event-types", post(catalog_pages::pick_event_types))
+        .route("/portal/endpoints/{id}/send-example", post(catalog_pages::send_example_page))
+        .route("/portal/endpoints/{id}/filter", post(catalog_pages::try_or_save_filter))
+        .route("/portal/event-types", get(catalog_pages::catalog_page))
         .route("/portal/deliveries/{id}", get(delivery_page))
         .route("/portal/deliveries/{id}/resend", post(resend))
         .with_state(app)
@@ -134,7 +143,7 @@ fn problem(e: &ServiceError) -> Response {
 }
 
 fn nav() -> Markup {
-    html! { a href="/portal" { "Endpoints" } }
+    html! { a href="/portal" { "Endpoints" } a href="/portal/event-types" { "Event types" } }
 }
 
 fn cookie_token(headers: &HeaderMap) -> Option<String> {

@@ -2,6 +2,7 @@
 //! deliveries), edit, disable, enable, rotate the secret, and send a test event.
 
 use super::*;
+use crate::service::test_sends::{self, TEST_EVENT_TYPE};
 
 #[derive(Deserialize)]
 pub(super) struct EndpointForm {
@@ -81,12 +82,9 @@ pub(super) async fn endpoint_page(State(app): State<App>, Path(id): Path<String>
         ep.consecutive_failures = endpoints::failures_in_a_row(&app, &ep).await;
         let q = DeliveryQuery { endpoint_id: Some(ep.id.clone()), limit: 50, ..DeliveryQuery::default() };
         let deliveries = deliveries::list_deliveries(&app, q).await?.data;
-        Ok::<_, ServiceError>(endpoint_body(
-            &s,
-            &ep,
-            &deliveries.iter().map(json_of).collect::<Vec<_>>(),
-            &app.config.egress_ips,
-        ))
+        let catalog = super::catalog_pages::catalog(&app).await?;
+        let rows = deliveries.iter().map(json_of).collect::<Vec<_>>();
+        Ok::<_, ServiceError>(endpoint_body(&s, &ep, &rows, &app.config.egress_ips, &catalog))
     }
     .await;
     match result {
@@ -95,7 +93,13 @@ pub(super) async fn endpoint_page(State(app): State<App>, Path(id): Path<String>
     }
 }
 
-pub(super) fn endpoint_body(s: &Session, ep: &Endpoint, deliveries: &[Value], egress_ips: &[String]) -> Markup {
+pub(super) fn endpoint_body(
+    s: &Session,
+    ep: &Endpoint,
+    deliveries: &[Value],
+    egress_ips: &[String],
+    catalog: &[crate::domain::event_type::EventType],
+) -> Markup {
     let v = json_of(&endpoints::EndpointView::of(ep.clone(), false));
     let base = format!("/portal/endpoints/{}", ep.id);
     let types = ep.event_types.as_ref().map(|t| t.join(", ")).unwrap_or_default();
@@ -128,6 +132,7 @@ pub(super) fn endpoint_body(s: &Session, ep: &Endpoint, deliveries: &[Value], eg
             p.hint #event_types_hint { "Comma separated; a name ending in .* takes a prefix. Empty: every event." }
             div { button.primary type="submit" { "Save" } }
         }
+        (super::catalog_pages::endpoint_sections(s, ep, &base, catalog))
         (options_form(s, ep, &base, egress_ips))
         h2 { "Deliveries" }
         (deliveries_table(deliveries, false))
@@ -394,9 +399,6 @@ pub(super) async fn rotate(
     .await
 }
 
-/// The event type of the portal's test event.
-pub const TEST_EVENT_TYPE: &str = "webhooks.test";
-
 pub(super) async fn test_event(
     State(app): State<App>,
     Path(id): Path<String>,
@@ -404,22 +406,11 @@ pub(super) async fn test_event(
     form: Result<Form<CsrfForm>, FormRejection>,
 ) -> Response {
     endpoint_action(&app, &headers, &id, &csrf_of(form), |app, s, ep| async move {
-        let attempt = send_test(&app, &ep).await?;
-        let a = json_of(&attempt);
+        let attempt = test_sends::send_test_event(&app, &ep).await?.attempt;
         let body = html! {
             h1 { "Test event sent" }
             p { "One signed " code { (TEST_EVENT_TYPE) } " request went to " code { (ep.url) } " just now (it is not retried and is not listed among deliveries)." }
-            ol.timeline aria-label="Test attempt" { li class=(crate::http::ui::attempt_class(&a)) {
-                strong { "Result: " }
-                @match (attempt.status_code, attempt.error.as_deref()) {
-                    (Some(c), None) => { "HTTP " (c) " delivered" }
-                    (Some(c), Some(_)) => { "HTTP " (c) " failed" }
-                    (None, Some(e)) => { (e) @if let Some(c) = attempt.cause.as_deref() { " (" (c) ")" } }
-                    (None, None) => { "no answer" }
-                }
-                " · " (attempt.duration_ms) " ms"
-                @if let Some(b) = attempt.response_body.as_deref().filter(|b| !b.is_empty()) { pre { (b) } }
-            } }
+            (attempt_result(&attempt))
             p { a href={"/portal/endpoints/" (ep.id)} { "Back to the endpoint" } }
         };
         Ok(render(&s, "Test event", body))
@@ -427,47 +418,20 @@ pub(super) async fn test_event(
     .await
 }
 
-/// POSTs one test event (`webhooks.test`, a fresh `msg_test_` id) to `ep` now, signed as
-/// deliveries are (every current signing secret), and returns the attempt as it would be
-/// recorded. Writes nothing.
-///
-/// # Errors
-/// [`ServiceError::Conflict`] when the endpoint's secret cannot be decoded.
-pub async fn send_test(app: &App, ep: &Endpoint) -> Result<crate::domain::model::Attempt, ServiceError> {
-    let now = app.clock.now();
-    let id = format!("msg_test_{}", app.random.ulid(now));
-    let payload = json!({
-        "type": TEST_EVENT_TYPE,
-        "timestamp": now.to_rfc3339(),
-        "data": {"message": "A test event from the webhooks portal", "endpoint_id": ep.id},
-    });
-    let body = Bytes::from(payload.to_string());
-    let mut keys = Vec::new();
-    for secret in ep.signing_secrets(now) {
-        keys.push(
-            crate::domain::signing::secret_key(secret)
-                .map_err(|_| ServiceError::Conflict("the endpoint's secret is not valid; rotate it".into()))?,
-        );
+/// A test send's attempt as one timeline entry: its result, duration and response excerpt.
+pub(super) fn attempt_result(attempt: &crate::domain::model::Attempt) -> Markup {
+    let a = json_of(attempt);
+    html! {
+            ol.timeline aria-label="Test attempt" { li class=(crate::http::ui::attempt_class(&a)) {
+            strong { "Result: " }
+            @match (attempt.status_code, attempt.error.as_deref()) {
+                (Some(c), None) => { "HTTP " (c) " delivered" }
+                (Some(c), Some(_)) => { "HTTP " (c) " failed" }
+                (None, Some(e)) => { (e) @if let Some(c) = attempt.cause.as_deref() { " (" (c) ")" } }
+                (None, None) => { "no answer" }
+            }
+            " · " (attempt.duration_ms) " ms"
+            @if let Some(b) = attempt.response_body.as_deref().filter(|b| !b.is_empty()) { pre { (b) } }
+        } }
     }
-    let posted = crate::service::deliver::post::post_signed(app, ep, &id, 1, body, &keys, now.timestamp()).await;
-    let r = posted.result;
-    let status_code = match r.outcome {
-        crate::domain::retry_policy::Outcome::Status(c) => Some(c),
-        _ => None,
-    };
-    let error = crate::service::deliver::error_class(r.outcome).map(String::from);
-    Ok(crate::domain::model::Attempt {
-        attempt: 1,
-        at: now,
-        status_code,
-        error,
-        cause: r.cause.map(String::from),
-        duration_ms: r.duration_ms,
-        response_body: r.body,
-        next_wait_seconds: None,
-        retry_after_seconds: None,
-        wait_source: None,
-        auth: posted.auth.map(String::from),
-        token_fetch_ms: posted.token_fetch_ms,
-    })
 }
