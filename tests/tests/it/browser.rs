@@ -421,6 +421,14 @@ async fn a_tenant_reads_the_catalog_picks_types_sends_an_example_and_tries_a_fil
         endpoints(&stack, &t).await[0]["filter"],
         json!({"amount": {"$gte": 1000}, "currency": {"$in": ["EUR", "USD"]}})
     );
+    // Ops see the endpoint's options on the dashboard, without a credential.
+    let options = json!({"secret_headers": {"X-Key": "k-s3cret"}, "auth": {"type": "bearer", "token": "t-s3cret"}});
+    let (status, _) = stack.call(reqwest::Method::PATCH, &format!("/v1/endpoints/{ep_id}"), Some(options)).await;
+    assert_eq!(status, 200);
+    b.goto(&format!("{}/dashboard/endpoints/{ep_id}", stack.base)).await;
+    let dash = b.wait_text("Payload filter", Duration::from_secs(20), false).await;
+    assert!(dash.contains("X-Key (secret)") && dash.contains("bearer") && dash.contains("$gte"), "{dash}");
+    assert!(!b.source().await.contains("s3cret"), "no credential on the dashboard");
     b.stop().await;
     stack.stop().await;
 }

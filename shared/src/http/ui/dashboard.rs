@@ -419,6 +419,9 @@ async fn endpoint(
             dt { "Failures in a row" } dd { (text(&ep["consecutive_failures"])) " (pauses at " (text(&ep["circuit_breaker_threshold"])) ")" }
             dt { "Last success" } dd { (time(&stats["last_success_at"])) }
             dt { "Retry policy" } dd { (text(&ep["retry_policy"]["preset"])) }
+            dt { "Headers" } dd { (header_names(&ep)) }
+            dt { "Authentication" } dd { @if ep["auth"].is_object() { (text(&ep["auth"]["type"])) } @else { "signature only" } }
+            dt { "Payload filter" } dd { @if ep["filter"].is_object() { code { (ep["filter"].to_string()) } } @else { "none" } }
             dt { "Deliveries" } dd { @for (i, k) in counts.keys().enumerate() { @if i > 0 { ", " } (k) " " (counted(&stats, k)) } }
         }
         div {
@@ -496,4 +499,15 @@ mod tests {
         assert!(form_time(Some("")).unwrap().is_none());
         assert!(form_time(Some("yesterday")).is_err());
     }
+}
+
+/// The endpoint's custom header names from its API view, secret ones marked, or "none".
+fn header_names(ep: &Value) -> String {
+    let shown = ep["headers"].as_object().map(|h| h.keys().cloned().collect::<Vec<_>>()).unwrap_or_default();
+    let secret = ep["secret_headers"]
+        .as_array()
+        .map(|h| h.iter().filter_map(Value::as_str).map(|n| format!("{n} (secret)")).collect::<Vec<_>>())
+        .unwrap_or_default();
+    let all = [shown, secret].concat();
+    if all.is_empty() { "none".into() } else { all.join(", ") }
 }
