@@ -127,7 +127,7 @@ start_localstack() {
   ln -s "$LS_ROOT/var/lib/localstack/cache" "$LS_RUN_ROOT/var/lib/localstack/cache"
   env OVERRIDE_IN_DOCKER=0 FILESYSTEM_ROOT="$LS_RUN_ROOT" \
     GATEWAY_SERVER=hypercorn GATEWAY_LISTEN="127.0.0.1:$port" \
-    SERVICES=sqs,dynamodb,sns,secretsmanager EAGER_SERVICE_LOADING=1 DYNAMODB_IN_MEMORY=1 \
+    SERVICES=sqs,dynamodb,sns,secretsmanager,events EAGER_SERVICE_LOADING=1 DYNAMODB_IN_MEMORY=1 \
     DISABLE_EVENTS=1 SKIP_SSL_CERT_DOWNLOAD=1 DNS_ADDRESS=0 \
     PATH="$LS_JAVA_HOME/bin:$PATH" \
     "$LS_VENV/bin/python" -m localstack.runtime.main >"$log" 2>&1 &

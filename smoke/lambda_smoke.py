@@ -86,6 +86,8 @@ def function_env(template, logical_id, refs):
     env.update(props.get("Environment", {}).get("Variables", {}))
     out = {}
     for k, v in env.items():
+        # A setting by StaticEgressIps: its default, disabled.
+        v = _resolve(v, False)
         if isinstance(v, dict) and "Ref" in v:
             ref = v["Ref"]
             if ref in refs:
@@ -147,7 +149,8 @@ def check_template_against_code(template, root):
     for lid, res in template["Resources"].items():
         if res["Type"] == "AWS::Serverless::Function":
             names |= set(function_env(template, lid, {"Table": "t", "Queue": "q", "SlowQueue": "sq", "PortalTokenKey": "k",
-                                                      "NotificationTopic": "n", "AWS::StackName": "s"}))
+                                                      "NotificationTopic": "n", "OperationalEventBus": "o",
+                                                      "AWS::StackName": "s"}))
     unknown = sorted(n for n in names if n.startswith("WEBHOOKS_") and n not in known)
     check("template: every WEBHOOKS_* variable is read by shared/src/config.rs", not unknown,
           f"unknown: {unknown}")
@@ -912,8 +915,11 @@ def main():
     portal_key_arn = secrets.create_secret(Name=f"webhooks-smoke-portal-{suffix}",
                                            SecretString="smoke-test-portal-token-key-0123456789abcdef")["ARN"]
     stack_name = f"webhooks-smoke-{suffix}"
+    # The operational events' bus: the notify jobs put endpoint.disabled and friends on it.
+    operational_bus = f"webhooks-smoke-operational-{suffix}"
+    boto3.client("events", region_name=region).create_event_bus(Name=operational_bus)
     refs = {"Table": table, "Queue": queue_url, "SlowQueue": slow_queue_url, "NotificationTopic": topic_arn,
-            "PortalTokenKey": portal_key_arn, "AWS::StackName": stack_name}
+            "PortalTokenKey": portal_key_arn, "OperationalEventBus": operational_bus, "AWS::StackName": stack_name}
 
     def env_of(logical_id, **overrides):
         env = function_env(template, logical_id, refs)

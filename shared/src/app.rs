@@ -87,6 +87,13 @@ impl App {
         self
     }
 
+    /// The same app, also putting operational events on EventBridge `bus` (its notifier
+    /// wrapped in [`crate::notify::EventBusNotifier`]).
+    pub fn with_operational_bus(mut self, client: aws_sdk_eventbridge::Client, bus: impl Into<String>) -> Self {
+        self.notifier = Arc::new(crate::notify::EventBusNotifier::new(self.notifier.clone(), client, bus));
+        self
+    }
+
     /// The same app with another notifier.
     pub fn with_notifier(mut self, notifier: Arc<dyn Notifier>) -> Self {
         self.notifier = notifier;
@@ -118,7 +125,11 @@ impl App {
             .portal_secret_arn
             .clone()
             .map(|arn| PortalKeys::secret(aws_sdk_secretsmanager::Client::new(&sdk), arn, rotation));
-        let app = Self::from_clients(config, dynamodb, aws_sdk_sqs::Client::new(&sdk), sns)?;
+        let bus = config.operational_event_bus.clone();
+        let mut app = Self::from_clients(config, dynamodb, aws_sdk_sqs::Client::new(&sdk), sns)?;
+        if let Some(bus) = bus {
+            app = app.with_operational_bus(aws_sdk_eventbridge::Client::new(&sdk), bus);
+        }
         Ok(match portal_keys {
             Some(keys) => app.with_portal_keys(keys),
             None => app,
@@ -218,7 +229,9 @@ mod tests {
         let sqs = aws_sdk_sqs::Client::new(&sdk);
         let sns = aws_sdk_sns::Client::new(&sdk);
         let secrets = aws_sdk_secretsmanager::Client::new(&sdk);
+        let events = aws_sdk_eventbridge::Client::new(&sdk);
         let clients = [
+            ("eventbridge", events.config().timeout_config()),
             ("sdk config", sdk.timeout_config()),
             ("dynamodb", dynamodb.config().timeout_config()),
             ("sqs", sqs.config().timeout_config()),

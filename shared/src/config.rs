@@ -107,6 +107,9 @@ pub struct Config {
     /// (`WEBHOOKS_EGRESS_IPS`, comma separated; empty: Lambda's own, not fixed), shown on the
     /// portal's endpoint page so receivers can allow-list them.
     pub egress_ips: Vec<String>,
+    /// The EventBridge bus operational events are put on (`WEBHOOKS_OPERATIONAL_EVENT_BUS`;
+    /// unset: they are log lines only). See [`crate::domain::operational`].
+    pub operational_event_bus: Option<String>,
     /// Multiplies every retry wait before it is scheduled (`WEBHOOKS_WAIT_SCALE`, default 1).
     /// For tests and demos only: `0.0001` runs the 36-hour `standard` schedule in seconds.
     /// Attempt records keep the unscaled wait the policy chose.
@@ -250,6 +253,7 @@ impl Config {
             max_endpoints_per_tenant: DEFAULT_MAX_ENDPOINTS_PER_TENANT,
             reject_unknown_tenants: false,
             egress_ips: Vec::new(),
+            operational_event_bus: None,
             wait_scale: 1.0,
             secret_rotation: Duration::from_secs(24 * 3600),
             portal_secret_arn: None,
@@ -346,6 +350,7 @@ impl Config {
             });
         }
         c.reject_unknown_tenants = parse(&get, "WEBHOOKS_REJECT_UNKNOWN_TENANTS", false)?;
+        c.operational_event_bus = get("WEBHOOKS_OPERATIONAL_EVENT_BUS").filter(|v| !v.is_empty());
         c.egress_ips = get("WEBHOOKS_EGRESS_IPS")
             .unwrap_or_default()
             .split(',')

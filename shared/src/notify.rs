@@ -5,6 +5,7 @@
 //! `disabled` field is the admin-visible record.
 
 use crate::domain::model::{Disabled, Endpoint};
+use crate::domain::operational::OperationalEvent;
 use async_trait::async_trait;
 
 /// Tells an endpoint's owner what happened to it.
@@ -16,6 +17,75 @@ pub trait Notifier: Send + Sync {
     /// A description of why the notification could not be sent; the notify job that calls
     /// this runs again, so an owner is told at least once.
     async fn endpoint_disabled(&self, endpoint: &Endpoint, disabled: &Disabled) -> Result<(), String>;
+
+    /// Publishes an operational event ([`crate::domain::operational`]). This default writes
+    /// the log line only (`"operational_event"`); [`EventBusNotifier`] also puts it on the
+    /// stack's operational EventBridge bus.
+    ///
+    /// # Errors
+    /// Why it could not be published; the notify job runs again.
+    async fn operational(&self, event: &OperationalEvent) -> Result<(), String> {
+        log_operational(event);
+        Ok(())
+    }
+}
+
+fn log_operational(event: &OperationalEvent) {
+    let line = serde_json::to_string(event).unwrap_or_default();
+    tracing::info!(operational_event = %line, event_type = %event.event_type, "operational event");
+}
+
+/// Another notifier's notifications, and operational events put on an EventBridge bus
+/// (`WEBHOOKS_OPERATIONAL_EVENT_BUS`): `source` [`crate::domain::operational::SOURCE`],
+/// `detail-type` the event type, `detail` the event.
+#[derive(Clone)]
+pub struct EventBusNotifier {
+    inner: std::sync::Arc<dyn Notifier>,
+    client: aws_sdk_eventbridge::Client,
+    bus: String,
+}
+
+impl EventBusNotifier {
+    /// Puts operational events on `bus` and passes owner notifications to `inner`.
+    pub fn new(
+        inner: std::sync::Arc<dyn Notifier>,
+        client: aws_sdk_eventbridge::Client,
+        bus: impl Into<String>,
+    ) -> Self {
+        Self { inner, client, bus: bus.into() }
+    }
+}
+
+#[async_trait]
+impl Notifier for EventBusNotifier {
+    async fn endpoint_disabled(&self, endpoint: &Endpoint, disabled: &Disabled) -> Result<(), String> {
+        self.inner.endpoint_disabled(endpoint, disabled).await
+    }
+
+    async fn operational(&self, event: &OperationalEvent) -> Result<(), String> {
+        log_operational(event);
+        let detail = serde_json::to_string(event).map_err(|e| e.to_string())?;
+        let entry = aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
+            .event_bus_name(&self.bus)
+            .source(crate::domain::operational::SOURCE)
+            .detail_type(&event.event_type)
+            .detail(detail)
+            .time(aws_sdk_eventbridge::primitives::DateTime::from_millis(event.at.timestamp_millis()))
+            .build();
+        let failed = |why: String| {
+            let e = crate::error_text::aws_detail_logged("EventBridge", &why, false);
+            tracing::error!(error = %e, "operational event not published; the notify job runs again");
+            e.to_string()
+        };
+        match self.client.put_events().entries(entry).send().await {
+            Ok(out) if out.failed_entry_count() == 0 => Ok(()),
+            Ok(out) => Err(failed(format!(
+                "entry refused: {}",
+                out.entries().first().and_then(|e| e.error_code()).unwrap_or("unknown")
+            ))),
+            Err(e) => Err(failed(aws_sdk_eventbridge::error::DisplayErrorContext(e).to_string())),
+        }
+    }
 }
 
 /// The message body of a notification (JSON): the endpoint's id, tenant, URL with any

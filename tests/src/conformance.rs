@@ -260,6 +260,7 @@ async fn jobs(store: &dyn Store, prefix: &str, now: DateTime<Utc>) {
         cursor: None,
         processed: 0,
         run_at: Some(now),
+        event: None,
         created_at: now,
         updated_at: now,
     };

@@ -40,6 +40,7 @@ use crate::clock::Random;
 use crate::domain::model::{
     Disabled, Endpoint, EndpointState, Job, JobKind, REASON_CIRCUIT_BREAKER, REASON_GONE, REASON_MANUAL,
 };
+use crate::domain::operational::OperationalEvent;
 use chrono::{DateTime, Duration, Utc};
 
 /// A guarded change of an endpoint: write `endpoint` only while the stored one is still at
@@ -69,6 +70,7 @@ pub fn new_job(random: &Random, ep: &Endpoint, kind: JobKind, now: DateTime<Utc>
         cursor: None,
         processed: 0,
         run_at: Some(run_at),
+        event: None,
         created_at: now,
         updated_at: now,
     }
@@ -130,9 +132,11 @@ pub fn disable(ep: &Endpoint, now: DateTime<Utc>, disabled: Disabled, random: &R
     }
     let mut e = next(ep, now);
     e.enabled = false;
+    let mut notify = new_job(random, ep, JobKind::Notify, now, now);
+    notify.event = Some(stopped_event(&notify.id, ep, &disabled));
     e.disabled = Some(disabled);
     e.probe_delivery_id = None;
-    let mut jobs = vec![new_job(random, ep, JobKind::Hold, now, now), new_job(random, ep, JobKind::Notify, now, now)];
+    let mut jobs = vec![new_job(random, ep, JobKind::Hold, now, now), notify];
     if reason == REASON_CIRCUIT_BREAKER && ep.auto_resume {
         jobs.push(new_job(random, ep, JobKind::Probe, now, after(now, ep.auto_resume_after_seconds)));
     }
@@ -143,12 +147,23 @@ pub fn disable(ep: &Endpoint, now: DateTime<Utc>, disabled: Disabled, random: &R
 /// job that gives back its held deliveries at a bounded rate. From enabled it changes nothing
 /// but still starts a release job (harmless: it finds nothing held).
 pub fn enable(ep: &Endpoint, now: DateTime<Utc>, random: &Random) -> Change {
+    enable_because(ep, now, random, REASON_MANUAL)
+}
+
+/// [`enable`], with the operational event's reason: a notify job publishes
+/// `endpoint.enabled` when the endpoint was not enabled before.
+fn enable_because(ep: &Endpoint, now: DateTime<Utc>, random: &Random, reason: &str) -> Change {
     let mut e = next(ep, now);
     e.enabled = true;
     e.disabled = None;
     e.probe_delivery_id = None;
     e.consecutive_failures = 0;
-    let jobs = vec![new_job(random, ep, JobKind::Release, now, now)];
+    let mut jobs = vec![new_job(random, ep, JobKind::Release, now, now)];
+    if ep.state() != EndpointState::Enabled {
+        let mut notify = new_job(random, ep, JobKind::Notify, now, now);
+        notify.event = Some(enabled_event(&notify.id, ep, reason, now));
+        jobs.push(notify);
+    }
     Change { expected_version: ep.version, endpoint: e, reset_failures: true, jobs }
 }
 
@@ -186,7 +201,38 @@ pub fn probe_failed(
 /// The probe `delivery_id` succeeded: enabled, as [`enable`]. `None` unless probing with
 /// that delivery.
 pub fn probe_succeeded(ep: &Endpoint, delivery_id: &str, now: DateTime<Utc>, random: &Random) -> Option<Change> {
-    (ep.state() == EndpointState::Probing(delivery_id)).then(|| enable(ep, now, random))
+    (ep.state() == EndpointState::Probing(delivery_id)).then(|| enable_because(ep, now, random, "probe_succeeded"))
+}
+
+/// The operational event of a stop: `endpoint.paused` for the circuit breaker, else
+/// `endpoint.disabled`; `id` is the notify job's.
+fn stopped_event(id: &str, ep: &Endpoint, disabled: &Disabled) -> OperationalEvent {
+    let event_type = if disabled.reason == REASON_CIRCUIT_BREAKER { "endpoint.paused" } else { "endpoint.disabled" };
+    OperationalEvent {
+        id: id.into(),
+        event_type: event_type.into(),
+        endpoint_id: ep.id.clone(),
+        tenant_id: ep.tenant_id.clone(),
+        reason: disabled.reason.clone(),
+        status_code: disabled.status_code,
+        delivery_id: disabled.delivery_id.clone(),
+        at: disabled.at,
+    }
+}
+
+/// The operational event of an enable (`endpoint.enabled`, for `reason`); `id` is the notify
+/// job's.
+fn enabled_event(id: &str, ep: &Endpoint, reason: &str, at: DateTime<Utc>) -> OperationalEvent {
+    OperationalEvent {
+        id: id.into(),
+        event_type: "endpoint.enabled".into(),
+        endpoint_id: ep.id.clone(),
+        tenant_id: ep.tenant_id.clone(),
+        reason: reason.into(),
+        status_code: None,
+        delivery_id: None,
+        at,
+    }
 }
 
 #[cfg(test)]
@@ -281,6 +327,30 @@ mod tests {
         let ok = probe_succeeded(&probing, "dlv_1", now, &r).unwrap();
         assert_eq!(ok.endpoint.state(), EndpointState::Enabled);
         assert!(ok.reset_failures);
-        assert_eq!(kinds(&ok), [JobKind::Release]);
+        assert_eq!(kinds(&ok), [JobKind::Release, JobKind::Notify]);
+        let event = ok.jobs[1].event.clone().unwrap();
+        assert_eq!((event.event_type.as_str(), event.reason.as_str()), ("endpoint.enabled", "probe_succeeded"));
+        assert_eq!(event.id, ok.jobs[1].id, "the event's id is its notify job's, the same on every publish");
+    }
+
+    #[test]
+    fn each_stop_and_each_start_carries_its_operational_event() {
+        let now = Utc::now();
+        let r = Random::seeded(3);
+        let why = |reason: &str| Disabled { reason: reason.into(), at: now, status_code: Some(410), delivery_id: None };
+        for (reason, event_type) in [
+            (REASON_GONE, "endpoint.disabled"),
+            (REASON_MANUAL, "endpoint.disabled"),
+            (REASON_CIRCUIT_BREAKER, "endpoint.paused"),
+        ] {
+            let c = disable(&ep(), now, why(reason), &r).unwrap();
+            let notify = c.jobs.iter().find(|j| j.kind == JobKind::Notify).unwrap();
+            let event = notify.event.clone().unwrap();
+            assert_eq!((event.event_type.as_str(), event.reason.as_str()), (event_type, reason));
+            assert_eq!(event.status_code, Some(410));
+        }
+        let stopped = disable(&ep(), now, why(REASON_MANUAL), &r).unwrap().endpoint;
+        assert_eq!(kinds(&enable(&stopped, now, &r)), [JobKind::Release, JobKind::Notify]);
+        assert_eq!(kinds(&enable(&ep(), now, &r)), [JobKind::Release], "enabling an enabled endpoint tells nothing");
     }
 }

@@ -8,6 +8,7 @@ pub mod event_type;
 pub mod ids;
 pub mod lane;
 pub mod model;
+pub mod operational;
 pub mod payload_filter;
 pub mod rate;
 pub mod retry_policy;

@@ -445,7 +445,8 @@ pub enum JobKind {
     Recover,
     /// Hold the scheduled deliveries of a disabled or paused endpoint, a page per step.
     Hold,
-    /// Tell the owner that the endpoint was disabled or paused (log line, SNS).
+    /// Tell the owner that the endpoint was disabled or paused (log line, SNS), and publish
+    /// the transition's operational event (`endpoint.disabled`, `.paused`, `.enabled`).
     Notify,
     /// After an endpoint's forced delete: end what the delete's listing missed (deliveries the
     /// `by_endpoint` index had not shown yet) as exhausted with reason `endpoint_deleted`, a
@@ -481,6 +482,10 @@ pub struct Job {
     /// When the next step runs (while running).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_at: Option<DateTime<Utc>>,
+    /// Notify jobs: the operational event the transition that wrote the job causes, published
+    /// by the job's step ([`crate::domain::operational`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<crate::domain::operational::OperationalEvent>,
     /// Created at.
     pub created_at: DateTime<Utc>,
     /// Last change.

@@ -136,8 +136,11 @@ pub async fn enable(app: &App, endpoint: &Endpoint) -> Result<(Endpoint, Job), S
         Ok(Some(endpoint_lifecycle::enable(ep, app.clock.now(), &app.random)))
     })
     .await?;
-    let job = change
-        .and_then(|c| c.jobs.into_iter().next())
+    let jobs = change.map(|c| c.jobs).unwrap_or_default();
+    run_inline(app, &jobs).await;
+    let job = jobs
+        .into_iter()
+        .find(|j| j.kind == JobKind::Release)
         .ok_or_else(|| ServiceError::Unavailable("enable wrote no release job".into()))?;
     tracing::info!(endpoint_id = %ep.id, "endpoint enabled");
     Ok((ep, job))
@@ -260,11 +263,20 @@ async fn job_step(app: &App, id: &str, now: DateTime<Utc>, lease: i64) -> Result
             }
         }
         (JobKind::Notify, Some(ep)) => {
-            match (&ep.disabled, ep.enabled) {
-                (Some(disabled), false) => {
-                    app.notifier.endpoint_disabled(&ep, disabled).await.map_err(ServiceError::Unavailable)?;
+            // The transition's operational event, whatever happened since (at least once: a
+            // failed publish fails the step, which runs again).
+            if let Some(event) = &job.event {
+                app.notifier.operational(event).await.map_err(ServiceError::Unavailable)?;
+            }
+            // The owner's notification of a stop, while the endpoint is still stopped.
+            if job.event.as_ref().is_none_or(|e| e.is_stop()) {
+                match (&ep.disabled, ep.enabled) {
+                    (Some(disabled), false) => {
+                        app.notifier.endpoint_disabled(&ep, disabled).await.map_err(ServiceError::Unavailable)?;
+                    }
+                    _ if job.event.is_none() => job.status = "cancelled".into(),
+                    _ => {}
                 }
-                _ => job.status = "cancelled".into(),
             }
             if job.status == "running" {
                 job.processed += 1;

@@ -829,6 +829,7 @@ async fn a_backlog_of_due_job_steps_does_not_take_the_due_deliveries_turn() {
             cursor: None,
             processed: 0,
             run_at: Some(long_ago),
+            event: None,
             created_at: long_ago,
             updated_at: long_ago,
         };

@@ -118,6 +118,7 @@ const SDK_OPERATIONS: &[(&str, &str)] = &[
     ("get_queue_url", "sqs:GetQueueUrl"),
     ("create_queue", "sqs:CreateQueue"),
     ("publish", "sns:Publish"),
+    ("put_events", "events:PutEvents"),
     ("create_topic", "sns:CreateTopic"),
     ("get_secret_value", "secretsmanager:GetSecretValue"),
 ];

@@ -15,6 +15,7 @@ mod event_types;
 mod iam;
 mod lanes;
 mod openapi;
+mod operational;
 mod pipeline;
 mod policies;
 mod portal;

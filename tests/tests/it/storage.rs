@@ -486,6 +486,7 @@ async fn the_due_read_gives_due_deliveries_and_jobs_in_due_order_page_by_page() 
         cursor: None,
         processed: 0,
         run_at: Some(run_at),
+        event: None,
         created_at: t0,
         updated_at: t0,
     };
@@ -518,6 +519,7 @@ async fn a_job_step_that_outlived_its_lease_does_not_overwrite_the_later_steps_p
         cursor: None,
         processed: 0,
         run_at: Some(t0),
+        event: None,
         created_at: t0,
         updated_at: t0,
     };

@@ -488,6 +488,17 @@ async fn recover(
     endpoint_post(&d, &id, "recover", &f.csrf, Some(body)).await
 }
 
+/// The endpoint's custom header names from its API view, secret ones marked, or "none".
+fn header_names(ep: &Value) -> String {
+    let shown = ep["headers"].as_object().map(|h| h.keys().cloned().collect::<Vec<_>>()).unwrap_or_default();
+    let secret = ep["secret_headers"]
+        .as_array()
+        .map(|h| h.iter().filter_map(Value::as_str).map(|n| format!("{n} (secret)")).collect::<Vec<_>>())
+        .unwrap_or_default();
+    let all = [shown, secret].concat();
+    if all.is_empty() { "none".into() } else { all.join(", ") }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -499,15 +510,4 @@ mod tests {
         assert!(form_time(Some("")).unwrap().is_none());
         assert!(form_time(Some("yesterday")).is_err());
     }
-}
-
-/// The endpoint's custom header names from its API view, secret ones marked, or "none".
-fn header_names(ep: &Value) -> String {
-    let shown = ep["headers"].as_object().map(|h| h.keys().cloned().collect::<Vec<_>>()).unwrap_or_default();
-    let secret = ep["secret_headers"]
-        .as_array()
-        .map(|h| h.iter().filter_map(Value::as_str).map(|n| format!("{n} (secret)")).collect::<Vec<_>>())
-        .unwrap_or_default();
-    let all = [shown, secret].concat();
-    if all.is_empty() { "none".into() } else { all.join(", ") }
 }

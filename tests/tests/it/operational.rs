@@ -1,0 +1,207 @@
+//! Operational events (issue #37): `endpoint.disabled`, `endpoint.paused` and
+//! `endpoint.enabled` put on the operational EventBridge bus, observed as a user would: on an
+//! SQS queue that a rule on the bus targets. Each is published at least once, even when the
+//! process fails right after the transition (the notify job written with it publishes later).
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use webhooks::App;
+use webhooks::domain::model::{Disabled, Endpoint};
+use webhooks::domain::operational::OperationalEvent;
+use webhooks::notify::Notifier;
+use webhooks_local::Options;
+use webhooks_tests::{Receiver, Reply, Stack};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A bus with a rule that sends every operational event to a fresh queue, as the docs'
+/// example rule does.
+struct Observed {
+    bus: String,
+    queue_url: String,
+    sqs: aws_sdk_sqs::Client,
+    events: aws_sdk_eventbridge::Client,
+}
+
+impl Observed {
+    async fn start() -> Self {
+        let sdk = webhooks::app::aws_sdk_config().await;
+        let (events, sqs) = (aws_sdk_eventbridge::Client::new(&sdk), aws_sdk_sqs::Client::new(&sdk));
+        let name = format!("ops-{}", ulid::Ulid::new().to_string().to_lowercase());
+        events.create_event_bus().name(&name).send().await.expect("create bus");
+        let queue_url = sqs.create_queue().queue_name(&name).send().await.expect("queue").queue_url.unwrap_or_default();
+        let attrs = sqs
+            .get_queue_attributes()
+            .queue_url(&queue_url)
+            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+            .send()
+            .await
+            .expect("queue arn");
+        let arn = attrs.attributes().and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::QueueArn)).cloned();
+        events
+            .put_rule()
+            .name(&name)
+            .event_bus_name(&name)
+            .event_pattern(json!({"source": [webhooks::domain::operational::SOURCE]}).to_string())
+            .send()
+            .await
+            .expect("rule");
+        let target =
+            aws_sdk_eventbridge::types::Target::builder().id("queue").arn(arn.unwrap_or_default()).build().unwrap();
+        events.put_targets().rule(&name).event_bus_name(&name).targets(target).send().await.expect("target");
+        Self { bus: name, queue_url, sqs, events }
+    }
+
+    /// Waits until the queue has received an event of `event_type` for `endpoint_id`; returns
+    /// its EventBridge envelope.
+    async fn wait_for(&self, event_type: &str, endpoint_id: &str, seen: &mut Vec<Value>) -> Value {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(e) =
+                seen.iter().find(|e| e["detail-type"] == event_type && e["detail"]["endpoint_id"] == endpoint_id)
+            {
+                return e.clone();
+            }
+            assert!(Instant::now() < deadline, "no {event_type} for {endpoint_id} on the queue; saw {seen:#?}");
+            let got = self
+                .sqs
+                .receive_message()
+                .queue_url(&self.queue_url)
+                .max_number_of_messages(10)
+                .wait_time_seconds(1)
+                .send()
+                .await
+                .expect("receive");
+            for m in got.messages() {
+                seen.push(serde_json::from_str(m.body().unwrap_or("null")).unwrap_or(Value::Null));
+                if let Some(h) = m.receipt_handle() {
+                    let _ = self.sqs.delete_message().queue_url(&self.queue_url).receipt_handle(h).send().await;
+                }
+            }
+        }
+    }
+
+    async fn stop(self) {
+        let _ = self.events.remove_targets().rule(&self.bus).event_bus_name(&self.bus).ids("queue").send().await;
+        let _ = self.events.delete_rule().name(&self.bus).event_bus_name(&self.bus).send().await;
+        let _ = self.events.delete_event_bus().name(&self.bus).send().await;
+        let _ = self.sqs.delete_queue().queue_url(&self.queue_url).send().await;
+    }
+}
+
+/// Fails the first `n` publishes, as a process that dies between the transition and the
+/// publish would leave it: the notify job is written, its first step does not publish.
+struct FailFirst {
+    inner: Arc<dyn Notifier>,
+    left: AtomicUsize,
+    failed: Arc<AtomicUsize>,
+}
+
+#[async_trait::async_trait]
+impl Notifier for FailFirst {
+    async fn endpoint_disabled(&self, endpoint: &Endpoint, disabled: &Disabled) -> Result<(), String> {
+        self.inner.endpoint_disabled(endpoint, disabled).await
+    }
+
+    async fn operational(&self, event: &OperationalEvent) -> Result<(), String> {
+        if self.left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+            self.failed.fetch_add(1, Ordering::SeqCst);
+            return Err("the process died before publishing".into());
+        }
+        self.inner.operational(event).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_endpoint_transition_reaches_a_queue_that_a_bus_rule_targets() {
+    let observed = Observed::start().await;
+    let bus = observed.bus.clone();
+    let stack = Stack::start(|c| c.operational_event_bus = Some(bus)).await;
+    let mut seen = Vec::new();
+
+    // 410: endpoint.disabled (gone), then an operator enables it: endpoint.enabled (manual).
+    let gone = Receiver::start(Reply::Status(410)).await;
+    let ep = stack.endpoint("ops-a", &gone.url, Value::Null).await;
+    let id = ep["id"].as_str().unwrap().to_string();
+    let accepted = stack.event("ops-a", "order.paid", json!({})).await;
+    stack.wait_status(accepted["deliveries"][0]["id"].as_str().unwrap(), "held", WAIT).await;
+    let disabled = observed.wait_for("endpoint.disabled", &id, &mut seen).await;
+    assert_eq!(disabled["source"], "webhooks.operational");
+    assert_eq!(disabled["detail"]["reason"], "gone");
+    assert_eq!(disabled["detail"]["status_code"], 410);
+    assert_eq!(disabled["detail"]["tenant_id"], "ops-a");
+    assert!(disabled["detail"]["id"].as_str().unwrap_or("").starts_with("job_"), "an id to deduplicate on");
+    gone.set_default(Reply::Status(200));
+    let (status, _) = stack.call(Method::POST, &format!("/v1/endpoints/{id}/enable"), None).await;
+    assert_eq!(status, 200);
+    let enabled = observed.wait_for("endpoint.enabled", &id, &mut seen).await;
+    assert_eq!(enabled["detail"]["reason"], "manual");
+    assert_ne!(enabled["detail"]["id"], disabled["detail"]["id"]);
+
+    // The circuit breaker: endpoint.paused.
+    let failing = Receiver::start(Reply::Status(500)).await;
+    let (status, ep) = stack
+        .call(
+            Method::POST,
+            "/v1/endpoints",
+            Some(json!({"tenant_id": "ops-b", "url": failing.url,
+            "circuit_breaker_threshold": 1, "retry_policy": {"schedule_seconds": [1], "max_attempts": 3}})),
+        )
+        .await;
+    assert_eq!(status, 201, "{ep}");
+    let paused_id = ep["id"].as_str().unwrap().to_string();
+    stack.event("ops-b", "order.paid", json!({})).await;
+    let paused = observed.wait_for("endpoint.paused", &paused_id, &mut seen).await;
+    assert_eq!(paused["detail"]["reason"], "circuit_breaker");
+    // A manual disable of an enabled endpoint: endpoint.disabled (manual); nothing for the
+    // endpoints that did not change.
+    let quiet = stack.endpoint("ops-c", &failing.url, Value::Null).await;
+    let quiet_id = quiet["id"].as_str().unwrap().to_string();
+    stack.call(Method::POST, &format!("/v1/endpoints/{quiet_id}/disable"), None).await;
+    let manual = observed.wait_for("endpoint.disabled", &quiet_id, &mut seen).await;
+    assert_eq!(manual["detail"]["reason"], "manual");
+    assert_eq!(seen.iter().filter(|e| e["detail"]["endpoint_id"] == id).count(), 2, "{seen:#?}");
+    stack.stop().await;
+    observed.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_event_whose_publish_failed_after_the_transition_is_published_by_the_notify_job() {
+    let observed = Observed::start().await;
+    let bus = observed.bus.clone();
+    let failed = Arc::new(AtomicUsize::new(0));
+    let counter = failed.clone();
+    let stack = Stack::start_wrapped(
+        |c| c.operational_event_bus = Some(bus),
+        Options::default(),
+        move |app: App| {
+            let inner = app.notifier.clone();
+            app.with_notifier(Arc::new(FailFirst { inner, left: AtomicUsize::new(1), failed: counter }))
+        },
+    )
+    .await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let ep = stack.endpoint("ops-crash", &rx.url, Value::Null).await;
+    let id = ep["id"].as_str().unwrap().to_string();
+    let (status, _) = stack.call(Method::POST, &format!("/v1/endpoints/{id}/disable"), None).await;
+    assert_eq!(status, 200, "the disable answered though its publish failed");
+    assert_eq!(failed.load(Ordering::SeqCst), 1, "the inline publish failed");
+    // The sweeper runs the notify job the disable wrote.
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + WAIT;
+    let event = loop {
+        webhooks::service::sweep::sweep(&stack.app).await.unwrap();
+        let got =
+            tokio::time::timeout(Duration::from_secs(3), observed.wait_for("endpoint.disabled", &id, &mut seen)).await;
+        if let Ok(e) = got {
+            break e;
+        }
+        assert!(Instant::now() < deadline, "never published");
+    };
+    assert_eq!(event["detail"]["reason"], "manual");
+    stack.stop().await;
+    observed.stop().await;
+}
