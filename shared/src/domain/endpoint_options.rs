@@ -118,7 +118,7 @@ impl ReceiverAuth {
                 shown.insert("username".into(), Value::from(username.as_str()));
             }
             Self::OAuth2ClientCredentials { token_url, client_id, scope, audience, .. } => {
-                shown.insert("token_url".into(), Value::from(token_url.as_str()));
+                shown.insert("token_url".into(), Value::from(shown_url(token_url)));
                 shown.insert("client_id".into(), Value::from(client_id.as_str()));
                 if let Some(s) = scope {
                     shown.insert("scope".into(), Value::from(s.as_str()));
@@ -142,6 +142,18 @@ impl ReceiverAuth {
             )),
             Self::OAuth2ClientCredentials { .. } => None,
         }
+    }
+}
+
+/// A token URL as answers show it: without its query string (a token can hide there).
+fn shown_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) => {
+            u.set_query(None);
+            u.set_fragment(None);
+            u.to_string()
+        }
+        Err(_) => String::new(),
     }
 }
 
@@ -278,7 +290,13 @@ pub fn parse_auth(value: &Value) -> Result<Option<ReceiverAuth>, OptionError> {
         return Err(bad(format!("auth.{other}"), "is not a field of this auth type"));
     }
     let auth = match object.get("type").and_then(Value::as_str) {
-        Some("bearer") => ReceiverAuth::Bearer { token: need("token")? },
+        Some("bearer") => {
+            let token = need("token")?;
+            if http::HeaderValue::from_str(&format!("Bearer {token}")).is_err() {
+                return Err(bad("auth.token", "must be visible ASCII (it is sent in a header)"));
+            }
+            ReceiverAuth::Bearer { token }
+        }
         Some("basic") => {
             let username = need("username")?;
             if username.contains(':') {
@@ -292,6 +310,12 @@ pub fn parse_auth(value: &Value) -> Result<Option<ReceiverAuth>, OptionError> {
                 url::Url::parse(&token_url).map_err(|_| bad("auth.token_url", "must be an http or https URL"))?;
             if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
                 return Err(bad("auth.token_url", "must be an http or https URL with a host"));
+            }
+            if !parsed.username().is_empty() || parsed.password().is_some() {
+                return Err(bad(
+                    "auth.token_url",
+                    "must not carry a user name or password: use client_id and client_secret",
+                ));
             }
             ReceiverAuth::OAuth2ClientCredentials {
                 token_url,

@@ -261,7 +261,14 @@ impl Sender for HttpSender {
         }
         let mut req = self.client.post(url).header("content-type", "application/json");
         for (name, value) in headers {
-            req = req.header(name.as_str(), value.as_str());
+            // Credentials (authorization, secret headers) never show in a debug print.
+            match reqwest::header::HeaderValue::from_str(value) {
+                Ok(mut v) => {
+                    v.set_sensitive(true);
+                    req = req.header(name.as_str(), v);
+                }
+                Err(_) => req = req.header(name.as_str(), value.as_str()),
+            }
         }
         match req.body(body).send().await {
             Ok(mut resp) => {

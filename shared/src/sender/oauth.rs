@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 
 /// Longest a token is kept when its answer gives no `expires_in`: 300 seconds.
 pub const DEFAULT_LIFETIME_SECONDS: u64 = 300;
+/// Longest a token is kept, whatever its `expires_in` says: 86,400 seconds (a day).
+pub const MAX_LIFETIME_SECONDS: u64 = 86_400;
 /// A token is fetched again this long before it expires, at most: 30 seconds (or a tenth of
 /// its lifetime, when that is shorter).
 pub const EARLY_REFRESH_SECONDS: u64 = 30;
@@ -72,11 +74,28 @@ impl TokenCache {
         auth: &ReceiverAuth,
         refresh: bool,
     ) -> Result<Token, String> {
+        self.token_for(sender, endpoint_id, "", auth, refresh).await
+    }
+
+    /// [`TokenCache::token`] for an endpoint whose URL is `url`: a token is cached per
+    /// endpoint, credential set and URL origin, so one fetched while the endpoint pointed
+    /// elsewhere is never sent to a new address.
+    ///
+    /// # Errors
+    /// As [`TokenCache::token`].
+    pub async fn token_for(
+        &self,
+        sender: &dyn Sender,
+        endpoint_id: &str,
+        url: &str,
+        auth: &ReceiverAuth,
+        refresh: bool,
+    ) -> Result<Token, String> {
         let ReceiverAuth::OAuth2ClientCredentials { token_url, client_id, client_secret, scope, audience } = auth
         else {
             return Err("not an OAuth endpoint".into());
         };
-        let slot = self.slot(&key(endpoint_id, auth));
+        let slot = self.slot(&key(endpoint_id, url, auth));
         let mut cached = slot.lock().await;
         if !refresh && let Some(c) = cached.as_ref().filter(|c| c.fresh_until > Instant::now()) {
             return Ok(Token { value: c.value.clone(), fetch_ms: None });
@@ -120,12 +139,16 @@ impl TokenCache {
         {
             return Err(format!("token endpoint issued a {} token, not a bearer token", shorten(kind)));
         }
-        let lifetime = parsed.get("expires_in").and_then(serde_json::Value::as_u64).unwrap_or(DEFAULT_LIFETIME_SECONDS);
+        // The token server's word, bounded: a day at most (an absurd `expires_in` must not
+        // overflow the clock, and a token is fetched again at least daily).
+        let lifetime = parsed
+            .get("expires_in")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(DEFAULT_LIFETIME_SECONDS)
+            .min(MAX_LIFETIME_SECONDS);
         let early = EARLY_REFRESH_SECONDS.min(lifetime / 10);
-        *cached = Some(Cached {
-            value: value.clone(),
-            fresh_until: started + Duration::from_secs(lifetime.saturating_sub(early)),
-        });
+        let fresh_until = started.checked_add(Duration::from_secs(lifetime.saturating_sub(early))).unwrap_or(started);
+        *cached = Some(Cached { value: value.clone(), fresh_until });
         let fetch_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         Ok(Token { value, fetch_ms: Some(fetch_ms) })
     }
@@ -139,10 +162,13 @@ impl TokenCache {
     }
 }
 
-/// The cache key: the endpoint and a digest of its credential set, so a changed `auth`
-/// fetches a new token at once.
-fn key(endpoint_id: &str, auth: &ReceiverAuth) -> String {
+/// The cache key: the endpoint and a digest of its URL's origin and credential set, so a
+/// changed `auth` or receiver fetches a new token at once.
+fn key(endpoint_id: &str, url: &str, auth: &ReceiverAuth) -> String {
     let mut h = Sha256::new();
+    let origin = url::Url::parse(url).map(|u| u.origin().ascii_serialization()).unwrap_or_default();
+    h.update(origin.as_bytes());
+    h.update([0u8]);
     h.update(serde_json::to_vec(auth).unwrap_or_default());
     let digest = h.finalize();
     let short: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
@@ -152,4 +178,50 @@ fn key(endpoint_id: &str, auth: &ReceiverAuth) -> String {
 /// At most 100 characters of a token endpoint's own words, control characters dropped.
 fn shorten(s: &str) -> String {
     s.chars().filter(|c| !c.is_control()).take(100).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_trait::async_trait;
+    use bytes::Bytes;
+
+    /// A token server answering `expires_in` as given, counting requests.
+    struct Answers(String, std::sync::atomic::AtomicUsize);
+
+    #[async_trait]
+    impl Sender for Answers {
+        async fn post(&self, _: &str, _: &[(String, String)], _: Bytes) -> crate::sender::SendResult {
+            unreachable!("no attempt here")
+        }
+        async fn request_token(&self, _: &str, _: &str, _: String) -> Result<(u16, Bytes), String> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok((200, Bytes::from(self.0.clone())))
+        }
+    }
+
+    fn oauth() -> ReceiverAuth {
+        ReceiverAuth::OAuth2ClientCredentials {
+            token_url: "https://auth.example.com/token".into(),
+            client_id: "c".into(),
+            client_secret: "s".into(),
+            scope: None,
+            audience: None,
+        }
+    }
+
+    /// Review finding H1: a token server's `expires_in` of u64::MAX overflowed the clock and
+    /// panicked deliver (the whole SQS batch back to the queue).
+    #[tokio::test]
+    async fn an_absurd_expires_in_is_bounded_not_a_panic() {
+        let server = Answers(format!(r#"{{"access_token": "t", "expires_in": {}}}"#, u64::MAX), Default::default());
+        let cache = TokenCache::new();
+        let t = cache.token_for(&server, "ep_1", "https://hooks.example.com/in", &oauth(), false).await.unwrap();
+        assert_eq!(t.value, "t");
+        cache.token_for(&server, "ep_1", "https://hooks.example.com/in", &oauth(), false).await.unwrap();
+        assert_eq!(server.1.load(std::sync::atomic::Ordering::SeqCst), 1, "cached");
+        // Another receiver origin for the same endpoint: a token of its own.
+        cache.token_for(&server, "ep_1", "https://elsewhere.example.net/in", &oauth(), false).await.unwrap();
+        assert_eq!(server.1.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
 }

@@ -237,6 +237,16 @@ async fn job_step(app: &App, id: &str, now: DateTime<Utc>, lease: i64) -> Result
                 job.status = "cancelled".into();
             }
         }
+        // Deleted since: the transition's operational event still goes out (it happened).
+        (JobKind::Notify, None) => {
+            if let Some(event) = &job.event {
+                app.notifier.operational(event).await.map_err(ServiceError::Unavailable)?;
+                job.processed += 1;
+                job.status = "done".into();
+            } else {
+                job.status = "cancelled".into();
+            }
+        }
         (_, None) => job.status = "cancelled".into(),
         (JobKind::Release, Some(ep)) if !ep.enabled => job.status = "cancelled".into(),
         (JobKind::Release, Some(ep)) => {
@@ -263,12 +273,8 @@ async fn job_step(app: &App, id: &str, now: DateTime<Utc>, lease: i64) -> Result
             }
         }
         (JobKind::Notify, Some(ep)) => {
-            // The transition's operational event, whatever happened since (at least once: a
-            // failed publish fails the step, which runs again).
-            if let Some(event) = &job.event {
-                app.notifier.operational(event).await.map_err(ServiceError::Unavailable)?;
-            }
-            // The owner's notification of a stop, while the endpoint is still stopped.
+            // The owner's notification of a stop, while the endpoint is still stopped (first,
+            // as before operational events: a failing bus does not hold it back).
             if job.event.as_ref().is_none_or(|e| e.is_stop()) {
                 match (&ep.disabled, ep.enabled) {
                     (Some(disabled), false) => {
@@ -277,6 +283,11 @@ async fn job_step(app: &App, id: &str, now: DateTime<Utc>, lease: i64) -> Result
                     _ if job.event.is_none() => job.status = "cancelled".into(),
                     _ => {}
                 }
+            }
+            // The transition's operational event, whatever happened since (at least once: a
+            // failed publish fails the step, which runs again; so may the SNS notification).
+            if let Some(event) = &job.event {
+                app.notifier.operational(event).await.map_err(ServiceError::Unavailable)?;
             }
             if job.status == "running" {
                 job.processed += 1;

@@ -131,6 +131,18 @@ async fn custom_headers_arrive_and_names_we_set_are_refused() {
     let hit = rx.hits().last().cloned().unwrap();
     assert_eq!(hit.header("x-team"), "", "a cleared header is no longer sent");
     assert_eq!(hit.header("x-api-key"), "k-s3cret-value");
+
+    // Review finding M1: moving the endpoint to another host must not carry its credentials
+    // along unasked (whoever may change the URL could collect them).
+    let elsewhere = Receiver::start(Reply::Status(200)).await;
+    let path = format!("/v1/endpoints/{id}");
+    let (status, answer) = stack.call(Method::PATCH, &path, Some(json!({"url": elsewhere.url}))).await;
+    assert_eq!((status, error_code(&answer)), (422, "validation_error"), "{answer}");
+    assert!(error_message(&answer).contains("secret_headers"), "{answer}");
+    let (status, answer) =
+        stack.call(Method::PATCH, &path, Some(json!({"url": elsewhere.url, "secret_headers": null}))).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.get("secret_headers").is_none(), "{answer}");
     stack.stop().await;
 }
 

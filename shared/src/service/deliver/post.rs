@@ -70,7 +70,7 @@ pub async fn post_signed(
     let mut refresh = false;
     let started = std::time::Instant::now();
     loop {
-        let token = match app.tokens.token(&*app.sender, &ep.id, auth, refresh).await {
+        let token = match app.tokens.token_for(&*app.sender, &ep.id, &ep.url, auth, refresh).await {
             Ok(t) => t,
             Err(why) => {
                 tracing::warn!(endpoint_id = %ep.id, error = %why, "OAuth token not fetched; attempt not sent");
