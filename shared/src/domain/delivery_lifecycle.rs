@@ -415,16 +415,9 @@ pub fn sweep(
             let lost = Attempt {
                 attempt: item.attempt_count,
                 at: item.lease_until.unwrap_or(now),
-                status_code: None,
                 error: Some("lease_expired".into()),
-                cause: None,
-                duration_ms: 0,
-                response_body: None,
                 next_wait_seconds: Some(0),
-                retry_after_seconds: None,
-                wait_source: None,
-                auth: None,
-                token_fetch_ms: None,
+                ..Attempt::default()
             };
             let (attempts, attempts_dropped) = record(claimed, lost);
             let t = Transition {

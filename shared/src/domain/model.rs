@@ -304,8 +304,9 @@ impl DeliveryStatus {
     }
 }
 
-/// One try at POSTing a delivery.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One try at POSTing a delivery. (`Default`: attempt 0 at the Unix epoch with nothing
+/// recorded, a base for records built field by field.)
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Attempt {
     /// 1-based attempt number, the `webhook-attempt` header that was sent.
     pub attempt: u32,
