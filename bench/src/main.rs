@@ -705,6 +705,24 @@ fn section_cost(
             },
         ]);
     }
+    if let Some(load) = priced.iter().find(|p| p.name == requests::AT_LOAD) {
+        let t = load.total();
+        summary.push([
+            "dollars per million delivered events, first try, 1 endpoint, at load (100 events, deliver's batches of 10), median GitHub payload, posted to the HTTP API".into(),
+            format!(
+                "${} (DynamoDB ${}, SQS ${}, Lambda ${}, API Gateway ${}; {} write units, {} read units a delivered event)",
+                f(t, 2),
+                f(load.dollars[0], 2),
+                f(load.dollars[1], 2),
+                f(load.dollars[2], 2),
+                f(load.dollars[3], 2),
+                f(load.wru + load.gsi_wru, 2),
+                f(load.rru, 2)
+            ),
+            "<= $8".into(),
+            if t <= 8.0 { "met".into() } else { "**missed**".into() },
+        ]);
+    }
     let _ = writeln!(
         body,
         "\nUnits are per delivered event; dollars are per million delivered events. The poller's SQS requests here are one receive and one delete per batch as the local poller made them; at low traffic the event source mapping also hands deliver one message at a time, at high traffic up to 10, which divides those two requests and the deliver invocations by up to 10.\n"

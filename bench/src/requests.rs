@@ -157,6 +157,9 @@ async fn drive(
     Ok(sc)
 }
 
+/// The name of the first-try scenario at load (100 events, deliver's batches of up to 10).
+pub const AT_LOAD: &str = "first try at load, 1 endpoint (100 events, batches of 10)";
+
 /// Runs the scenarios with `payload` (a GitHub sample) as every event's body.
 ///
 /// # Errors
@@ -194,6 +197,24 @@ pub async fn run(sdk: &aws_config::SdkConfig, payload: &str) -> Res<Vec<Scenario
             1,
             &r,
             1,
+            None,
+        )
+        .await?,
+    );
+    // The same at load: 100 events posted, then deliver's batches of up to 10 (what the
+    // event source mapping hands deliver when the queue has them: the template's
+    // DeliverBatchSize), so one receive, one delete, one invocation and one delivered-counter
+    // write serve up to 10 deliveries.
+    out.push(
+        drive(
+            &s,
+            AT_LOAD,
+            "100 events posted one by one to 1 endpoint answering 200, then received in batches of up to 10 (the template's DeliverBatchSize)",
+            "t1",
+            payload,
+            100,
+            &r,
+            100,
             None,
         )
         .await?,

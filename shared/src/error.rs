@@ -51,6 +51,11 @@ pub enum ServiceError {
     /// `unknown_event_type`). Nothing was stored.
     #[error("{0}")]
     UnknownEventType(String),
+    /// An event for the stack's own operational tenant
+    /// ([`crate::domain::operational::TENANT`]) from a producer (403 `reserved_tenant`):
+    /// only the stack posts operational events. Nothing was stored.
+    #[error("{0}")]
+    ReservedTenant(String),
 }
 
 impl ServiceError {
@@ -67,6 +72,7 @@ impl ServiceError {
             Self::IdempotencyKeyReused(_) => 422,
             Self::DestinationNotAllowed(_) | Self::UnknownTenant(_) => 422,
             Self::SchemaMismatch(_) | Self::EventTypeArchived(_) | Self::UnknownEventType(_) => 422,
+            Self::ReservedTenant(_) => 403,
         }
     }
 
@@ -86,6 +92,7 @@ impl ServiceError {
             Self::SchemaMismatch(_) => "schema_mismatch",
             Self::EventTypeArchived(_) => "event_type_archived",
             Self::UnknownEventType(_) => "unknown_event_type",
+            Self::ReservedTenant(_) => "reserved_tenant",
         }
     }
 

@@ -617,16 +617,17 @@ impl CounterStore for MemStore {
     async fn count_delivered(
         &self,
         endpoint_id: &str,
-        delivery_id: &str,
+        delivery_ids: &[String],
         at: chrono::DateTime<chrono::Utc>,
         _expires_at: i64,
     ) -> Result<(), StoreError> {
+        let Some(delivery_id) = delivery_ids.iter().min() else { return Ok(()) };
         self.call("store.count_delivered", |_, t| {
             let day = t.delivered_days.entry((endpoint_id.to_string(), stats_day_sk(at))).or_default();
             // DynamoStore's `last_counted`: the same delivery again adds nothing.
             let last = t.delivered_marks.entry((endpoint_id.to_string(), stats_day_sk(at))).or_default();
             if last != delivery_id {
-                day.delivered += 1;
+                day.delivered += delivery_ids.len() as u64;
                 day.last_delivered_at = Some(at);
                 *last = delivery_id.to_string();
             }

@@ -316,11 +316,11 @@ impl CounterStore for FaultyStore {
     async fn count_delivered(
         &self,
         endpoint_id: &str,
-        delivery_id: &str,
+        delivery_ids: &[String],
         at: chrono::DateTime<chrono::Utc>,
         expires_at: i64,
     ) -> Result<(), StoreError> {
-        let call = self.inner.count_delivered(endpoint_id, delivery_id, at, expires_at);
+        let call = self.inner.count_delivered(endpoint_id, delivery_ids, at, expires_at);
         self.faults.run("count_delivered", call, any, aws).await
     }
 

@@ -965,12 +965,12 @@ impl CounterStore for Serialized {
     async fn count_delivered(
         &self,
         endpoint_id: &str,
-        delivery_id: &str,
+        delivery_ids: &[String],
         at: chrono::DateTime<chrono::Utc>,
         expires_at: i64,
     ) -> Result<(), StoreError> {
         self.before("count_delivered").await?;
-        self.inner.count_delivered(endpoint_id, delivery_id, at, expires_at).await
+        self.inner.count_delivered(endpoint_id, delivery_ids, at, expires_at).await
     }
 
     async fn delivered_tally(

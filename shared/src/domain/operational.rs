@@ -19,6 +19,12 @@ use serde::{Deserialize, Serialize};
 /// The EventBridge `source` of every operational event.
 pub const SOURCE: &str = "webhooks.operational";
 
+/// The stack's own tenant for operational endpoints: endpoints registered under this
+/// `tenant_id` (through the admin API, like any other) receive the operational events they
+/// subscribe to as signed webhooks, through the same pipeline as every event (retries, dead
+/// letters, replay). Reserved: a producer's event for it is refused (403 `reserved_tenant`).
+pub const TENANT: &str = "webhooks.operational";
+
 /// One operational event, as published (EventBridge `detail-type` is `event_type`, `detail`
 /// the whole value).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -36,7 +36,7 @@ use crate::App;
 use crate::config::MAX_PAYLOAD_BYTES;
 use crate::domain::model::DeliveryStatus;
 use crate::error::ServiceError;
-use crate::service::{deliveries, endpoints, ingest};
+use crate::service::{deliver, deliveries, endpoints, ingest};
 use crate::store::DeliveryQuery;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
@@ -160,7 +160,11 @@ async fn post_event(
             event.id = Some(keyed_event_id(&event.tenant_id, key));
         }
     }
-    let accepted = ingest::ingest(&app, event).await?;
+    let sync = event.sync;
+    let mut accepted = ingest::ingest(&app, event).await?;
+    if sync {
+        accepted = deliver::attempt_inline(&app, accepted).await?;
+    }
     let (status, body) = answer(&accepted)?;
     let mut response = (status, Json(body)).into_response();
     if key.is_some() && accepted.replayed {

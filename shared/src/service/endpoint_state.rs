@@ -23,6 +23,7 @@ use crate::domain::model::{
     Delivery, DeliveryStatus, Disabled, Endpoint, EndpointState, Job, JobKind, REASON_ENDPOINT_DELETED, REASON_MANUAL,
     REASON_UNSUBSCRIBED,
 };
+use crate::domain::operational::OperationalEvent;
 use crate::error::ServiceError;
 use crate::store::{Applied, Committed, DeliveryQuery, EndpointWrite};
 use chrono::{DateTime, Duration, Utc};
@@ -240,7 +241,7 @@ async fn job_step(app: &App, id: &str, now: DateTime<Utc>, lease: i64) -> Result
         // Deleted since: the transition's operational event still goes out (it happened).
         (JobKind::Notify, None) => {
             if let Some(event) = &job.event {
-                app.notifier.operational(event).await.map_err(ServiceError::Unavailable)?;
+                publish_operational(app, event).await?;
                 job.processed += 1;
                 job.status = "done".into();
             } else {
@@ -287,7 +288,7 @@ async fn job_step(app: &App, id: &str, now: DateTime<Utc>, lease: i64) -> Result
             // The transition's operational event, whatever happened since (at least once: a
             // failed publish fails the step, which runs again; so may the SNS notification).
             if let Some(event) = &job.event {
-                app.notifier.operational(event).await.map_err(ServiceError::Unavailable)?;
+                publish_operational(app, event).await?;
             }
             if job.status == "running" {
                 job.processed += 1;
@@ -360,6 +361,16 @@ pub async fn end_as_deleted(
         );
         app.store.apply(id, &t, false).await?;
     }
+    Ok(())
+}
+
+/// Publishes an operational event: on the stack's bus, then to the stack's operational
+/// endpoints ([`crate::domain::operational::TENANT`]) as a signed webhook. At least once: a
+/// failure of either fails the notify step, which runs again; a repeat is the same event (its
+/// `id`) on the bus and the same event, accepted once, for the endpoints.
+async fn publish_operational(app: &App, event: &OperationalEvent) -> Result<(), ServiceError> {
+    app.notifier.operational(event).await.map_err(ServiceError::Unavailable)?;
+    crate::service::ingest::ingest_operational(app, event).await?;
     Ok(())
 }
 

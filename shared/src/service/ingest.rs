@@ -33,9 +33,9 @@ use crate::domain::delivery_lifecycle::{self, Enqueue};
 use crate::domain::ids;
 use crate::domain::lane;
 use crate::domain::model::{Attempt, DeliveryStatus, StoredEvent, delivery_id};
+use crate::domain::operational;
 use crate::domain::payload_filter;
 use crate::error::ServiceError;
-use crate::service::deliver::{self, Handled, Mode};
 use crate::service::lanes;
 use crate::store::StoreError;
 use serde::Serialize;
@@ -120,6 +120,10 @@ pub struct Accepted {
     /// is the event's, not a new one's (`idempotent-replayed: true` for a keyed request).
     #[serde(skip)]
     pub replayed: bool,
+    /// Sync mode: the message of the inline attempt, when this call created the delivery;
+    /// [`crate::service::deliver::attempt_inline`] makes it and sets [`Self::outcome`].
+    #[serde(skip)]
+    pub inline_attempt: Option<Enqueue>,
 }
 
 /// Checks an event before any AWS call: `tenant_id`, `event_type` and `id` by the one rule
@@ -147,7 +151,8 @@ pub fn check(event: &NewEvent) -> Result<(), ServiceError> {
 ///
 /// Every subscribed endpoint gets a delivery; one of a disabled or paused endpoint is stored
 /// `held` (kept, not attempted) so nothing is dropped. With `sync`, the one subscribed
-/// endpoint is attempted inline, once, and [`Accepted::outcome`] says what happened.
+/// endpoint's first attempt is left to the caller: [`crate::service::deliver::attempt_inline`]
+/// makes it, once, and sets [`Accepted::outcome`] to what happened.
 ///
 /// # Errors
 /// - [`ServiceError::Validation`] for a `tenant_id`, `event_type` or `id` outside the id rule
@@ -158,10 +163,47 @@ pub fn check(event: &NewEvent) -> Result<(), ServiceError> {
 ///   ([`crate::service::event_types::enforce`]); nothing is written then;
 /// - [`ServiceError::Unavailable`] when DynamoDB failed; nothing was accepted then, however
 ///   many endpoints the event fans out to (retry; with the same `id` it is idempotent).
+/// - [`ServiceError::ReservedTenant`] for the operational events' tenant
+///   ([`operational::TENANT`]): only the stack itself posts there ([`ingest_operational`]).
 pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError> {
     check(&event)?;
+    if event.tenant_id == operational::TENANT {
+        return Err(ServiceError::ReservedTenant(format!(
+            "tenant_id: {} is the stack's own tenant for operational events; only the stack posts there",
+            operational::TENANT
+        )));
+    }
     // The catalog's word before anything is written (one cached read per type and process).
     crate::service::event_types::enforce(app, &event.event_type, &event.payload).await?;
+    accept(app, event).await
+}
+
+/// Hands an operational event to the endpoints registered under [`operational::TENANT`] (the
+/// stack's operational endpoints), as an event of that tenant: signed webhooks through the
+/// same pipeline (retries, dead letters), its `id` the event's id, so a repeat (a notify
+/// step run again after a crash) is the same event, accepted once. The payload is the event
+/// as published on the bus. Not checked against the catalog: operational event types are the
+/// stack's own ([`crate::domain::operational`]). With no operational endpoint subscribed,
+/// nothing is stored (one Query of the tenant's endpoints).
+///
+/// # Errors
+/// [`ServiceError::Unavailable`] when DynamoDB or SQS failed (the notify step runs again).
+pub async fn ingest_operational(app: &App, event: &operational::OperationalEvent) -> Result<Accepted, ServiceError> {
+    let payload = serde_json::to_string(event).map_err(|e| ServiceError::Internal(e.to_string()))?;
+    let event = NewEvent {
+        tenant_id: operational::TENANT.to_string(),
+        event_type: event.event_type.clone(),
+        payload,
+        id: Some(event.id.clone()),
+        sync: false,
+        request_sha256: None,
+    };
+    check(&event)?;
+    accept(app, event).await
+}
+
+/// Accepts a checked event: fan-out to the tenant's subscribed endpoints.
+async fn accept(app: &App, event: NewEvent) -> Result<Accepted, ServiceError> {
     let now = app.clock.now();
     let event_id = event.id.clone().unwrap_or_else(|| format!("evt_{}", app.random.ulid(now)));
     let endpoints = app.store.tenant_endpoints(&event.tenant_id, &event_id).await?;
@@ -243,9 +285,11 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
         if app.slow_queue.is_some() && lane::is_slow(ep, now) { to_slow.push(e) } else { to_main.push(e) }
     }
     if event.sync {
-        // The one inline attempt is made here, whatever the endpoint's lane.
-        let outcome = sync_attempt(app, &deliveries, to_main.pop().or_else(|| to_slow.pop())).await?;
-        return Ok(Accepted { event_id, deliveries, warnings: Vec::new(), outcome: Some(outcome), replayed });
+        // The one inline attempt is the caller's to make (deliver::attempt_inline), whatever
+        // the endpoint's lane; its message is not sent. Should the caller not make it, the
+        // delivery is in the due index and the sweeper re-drives it.
+        let inline_attempt = to_main.pop().or_else(|| to_slow.pop());
+        return Ok(Accepted { event_id, deliveries, warnings: Vec::new(), outcome: None, replayed, inline_attempt });
     }
     let id = event_id.as_str();
     let send = |slow: bool, batch: Vec<Enqueue>| async move {
@@ -259,7 +303,7 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
     };
     futures::future::join(send(false, to_main), send(true, to_slow)).await;
     tracing::info!(event_id, event_type = %event.event_type, deliveries = deliveries.len(), "event accepted");
-    Ok(Accepted { event_id, deliveries, warnings: Vec::new(), outcome: None, replayed })
+    Ok(Accepted { event_id, deliveries, warnings: Vec::new(), outcome: None, replayed, inline_attempt: None })
 }
 
 /// The answer to an event no endpoint of its tenant subscribes to: nothing is stored. A
@@ -298,71 +342,7 @@ async fn nothing_subscribes(
         warnings: vec![Warning { code: NO_SUBSCRIBED_ENDPOINT, message }],
         outcome: None,
         replayed: false,
-    })
-}
-
-/// The one inline attempt of a sync event (`first`: the message for attempt 1, when this call
-/// created the delivery), or, for a repeated event id, where it stands.
-async fn sync_attempt(
-    app: &App,
-    deliveries: &[DeliveryRef],
-    first: Option<Enqueue>,
-) -> Result<SyncOutcome, ServiceError> {
-    let Some(d) = deliveries.first() else {
-        return Err(ServiceError::Validation("mode: sync needs exactly one subscribed endpoint".into()));
-    };
-    let created_here = first.is_some();
-    if let Some(first) = first {
-        match deliver::attempt(app, &first.message, Mode::Once).await {
-            Ok(Handled::Attempted(status, attempt)) => {
-                return Ok(SyncOutcome { delivery_id: d.id.clone(), status, attempt: Some(*attempt), deferred: None });
-            }
-            Ok(_) => {}
-            Err(e) => {
-                // The event and its delivery are written and in the due index: the sweeper
-                // re-drives it (a claim that failed), or records the lost attempt when the
-                // lease runs out and re-drives it (a record that failed after the POST). Say so
-                // rather than answer 503, which would read as "nothing was accepted".
-                tracing::warn!(delivery_id = %d.id, error = %e, "sync attempt not completed; delivery deferred");
-                let deferred = format!(
-                    "the inline attempt could not be completed ({e}); the event is accepted and delivery {} \
-                     continues asynchronously under the endpoint's retry policy (the receiver may see this \
-                     webhook-id more than once); follow GET /v1/deliveries/{}",
-                    d.id, d.id
-                );
-                return Ok(SyncOutcome {
-                    delivery_id: d.id.clone(),
-                    status: DeliveryStatus::Scheduled,
-                    attempt: None,
-                    deferred: Some(deferred),
-                });
-            }
-        }
-    }
-    let current =
-        app.store.get_delivery(&d.id).await?.ok_or_else(|| ServiceError::NotFound(format!("delivery {}", d.id)))?;
-    // A delivery still under way (a repeat of an event id whose earlier post is being
-    // delivered, or an inline attempt that could not start, its claim given back and queued
-    // again): not a failure, so not a 502.
-    let deferred = matches!(current.status, DeliveryStatus::Scheduled | DeliveryStatus::Sending).then(|| {
-        let why = if created_here {
-            "the inline attempt could not start and was queued again"
-        } else {
-            "this event id was accepted before and its delivery is still under way"
-        };
-        format!(
-            "{why} (status {}); the event is accepted: follow delivery {} at GET /v1/deliveries/{} \
-             for its outcome",
-            current.status.as_str(),
-            d.id,
-            d.id
-        )
-    });
-    Ok(SyncOutcome {
-        delivery_id: d.id.clone(),
-        status: current.status,
-        attempt: current.attempts.last().cloned(),
-        deferred,
+        inline_attempt: None,
     })
 }
 

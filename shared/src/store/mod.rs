@@ -376,20 +376,22 @@ pub trait CounterStore: Send + Sync {
     /// single-endpoint read so that the functions that show one endpoint (deliver's disable
     /// answers with it) need no Query of the table.
     async fn listed_failures_in_a_row(&self, endpoints: &[Endpoint]) -> Result<Vec<u32>, StoreError>;
-    /// Counts one delivery of `endpoint_id` as delivered on the UTC day of `at`: an atomic
-    /// ADD of 1 to a small counter item per (endpoint, day, split), `expires_at` (unix
+    /// Counts `delivery_ids` (deliveries of `endpoint_id` one call recorded delivered, at
+    /// least one) on the UTC day of `at`: one atomic ADD of their number to a small counter
+    /// item per (endpoint, day, split: the split of the smallest id), `expires_at` (unix
     /// seconds) its TTL, and `at` as the item's `last_delivered_at` (a plain SET in the same
     /// write: a count that lands late, after a newer one, leaves its earlier time). Best
-    /// effort, after the delivery's record: a failure or a crash in between leaves the count
-    /// one short and the time as it was, never a delivery unrecorded.
+    /// effort, after the deliveries' records: a failure or a crash in between leaves the
+    /// count short by these deliveries and the time as it was, never a delivery unrecorded.
     ///
-    /// Counted once per `delivery_id`, as [`CounterStore::count_failure`] is per attempt: the
-    /// counter keeps the last delivery it counted (`last_counted`) and the ADD is conditional
-    /// on it being another, so a retry of the same write after a lost answer counts nothing.
+    /// Counted once per set, as [`CounterStore::count_failure`] is per attempt: the counter
+    /// keeps the smallest id of the last set it counted (`last_counted`; a delivery is
+    /// recorded delivered once, so no other set has it) and the ADD is conditional on it
+    /// being another, so a retry of the same write after a lost answer counts nothing.
     async fn count_delivered(
         &self,
         endpoint_id: &str,
-        delivery_id: &str,
+        delivery_ids: &[String],
         at: DateTime<Utc>,
         expires_at: i64,
     ) -> Result<(), StoreError>;

@@ -205,3 +205,57 @@ async fn an_event_whose_publish_failed_after_the_transition_is_published_by_the_
     stack.stop().await;
     observed.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operational_endpoint_receives_the_event_as_a_signed_webhook_and_producers_cannot_post_there() {
+    // No bus configured: the operational endpoints get the events all the same.
+    let stack = Stack::start(|_| {}).await;
+    let ops_rx = Receiver::start(Reply::Status(200)).await;
+    let (status, ops) = stack
+        .call(
+            Method::POST,
+            "/v1/endpoints",
+            Some(json!({"tenant_id": webhooks::domain::operational::TENANT, "url": ops_rx.url,
+                "event_types": ["endpoint.*"]})),
+        )
+        .await;
+    assert_eq!(status, 201, "{ops}");
+    let secret = ops["secret"].as_str().unwrap().to_string();
+
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let ep = stack.endpoint("ops-hook", &rx.url, Value::Null).await;
+    let id = ep["id"].as_str().unwrap().to_string();
+    let (status, _) = stack.call(Method::POST, &format!("/v1/endpoints/{id}/disable"), None).await;
+    assert_eq!(status, 200);
+    let deadline = Instant::now() + WAIT;
+    while ops_rx.count() == 0 {
+        assert!(Instant::now() < deadline, "no operational webhook");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let hit = &ops_rx.hits()[0];
+    let body: Value = serde_json::from_slice(&hit.body).unwrap();
+    assert_eq!(body["event_type"], "endpoint.disabled", "{body}");
+    assert_eq!(body["endpoint_id"], id.as_str());
+    assert_eq!(body["tenant_id"], "ops-hook");
+    assert_eq!(body["reason"], "manual");
+    assert_eq!(hit.header("webhook-id"), body["id"].as_str().unwrap(), "the event's id is the webhook-id");
+    standardwebhooks::Webhook::new(&secret).unwrap().verify(&hit.body, &hit.headers).expect("signed");
+    // Listed like any event of the operational tenant's endpoint.
+    let (status, listed) =
+        stack.call(Method::GET, &format!("/v1/deliveries?endpoint_id={}", ops["id"].as_str().unwrap()), None).await;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(listed["data"].as_array().map(Vec::len), Some(1), "{listed}");
+
+    // A producer cannot forge one.
+    let (status, e) = stack
+        .call(
+            Method::POST,
+            "/v1/events",
+            Some(json!({"tenant_id": webhooks::domain::operational::TENANT, "event_type": "endpoint.disabled",
+                "payload": {"endpoint_id": id}})),
+        )
+        .await;
+    assert_eq!((status, e["error"]["code"].as_str()), (403, Some("reserved_tenant")), "{e}");
+    assert_eq!(ops_rx.count(), 1, "nothing more reached the operational endpoint");
+    stack.stop().await;
+}

@@ -1151,3 +1151,30 @@ fn which(name: &std::path::Path) -> std::path::PathBuf {
         .and_then(|paths| std::env::split_paths(&paths).map(|p| p.join(name)).find(|p| p.exists()))
         .unwrap_or_else(|| name.to_path_buf())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_of_deliveries_is_counted_in_each_endpoints_stats_once() {
+    // Deliver counts a batch's deliveries with one counter write per endpoint (bench section
+    // 1, "at load"): the stats still count each delivery once.
+    let stack = Stack::start_with(|_| {}, no_pollers()).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let a = stack.endpoint("acme", &rx.url, Value::Null).await["id"].as_str().unwrap().to_string();
+    let b = stack.endpoint("acme", &rx.url, Value::Null).await["id"].as_str().unwrap().to_string();
+    for i in 0..4 {
+        stack.event("acme", "order.paid", json!({"n": i})).await;
+    }
+    let mut received = 0;
+    for _ in 0..20 {
+        received += webhooks_local::poll_once(&stack.app, &stack.sqs, 1).await.unwrap();
+        if received >= 8 {
+            break;
+        }
+    }
+    assert_eq!((received, rx.count()), (8, 8));
+    for ep in [&a, &b] {
+        let (status, stats) = stack.call(Method::GET, &format!("/v1/endpoints/{ep}/stats"), None).await;
+        assert_eq!(status, 200, "{stats}");
+        assert_eq!(stats["counts"]["delivered"], 4, "{stats}");
+    }
+    stack.stop().await;
+}

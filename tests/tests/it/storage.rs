@@ -1200,10 +1200,10 @@ async fn a_count_whose_answer_was_lost_is_counted_once() {
     let ep = new_endpoint(&stack, "https://counted.example/hook").await;
     let now = chrono::Utc::now();
     let ttl = now.timestamp() + 86_400;
-    lossy().count_delivered(&ep, "dlv_a", now, ttl).await.unwrap();
-    stack.app.store.count_delivered(&ep, "dlv_b", now, ttl).await.unwrap();
+    lossy().count_delivered(&ep, &["dlv_b".into(), "dlv_a".into()], now, ttl).await.unwrap();
+    stack.app.store.count_delivered(&ep, &["dlv_c".into()], now, ttl).await.unwrap();
     let stats = webhooks::service::endpoints::endpoint_stats(&stack.app, &ep).await.unwrap();
-    assert_eq!(stats.counts.get("delivered"), Some(&2), "two deliveries, each counted once: {stats:?}");
+    assert_eq!(stats.counts.get("delivered"), Some(&3), "a batch of two and one more, each counted once: {stats:?}");
 
     let first = lossy().count_failure("acme", &ep, "dlv_a", 1, 100, chrono::Utc::now()).await.unwrap().unwrap();
     assert_eq!(first.in_a_row, 1, "the retry of the same attempt's count finds its own mark");

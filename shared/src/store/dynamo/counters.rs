@@ -174,10 +174,11 @@ impl CounterStore for DynamoStore {
     async fn count_delivered(
         &self,
         endpoint_id: &str,
-        delivery_id: &str,
+        delivery_ids: &[String],
         at: chrono::DateTime<chrono::Utc>,
         expires_at: i64,
     ) -> Result<(), StoreError> {
+        let Some(delivery_id) = delivery_ids.iter().min() else { return Ok(()) };
         let result = self
             .client
             .update_item()
@@ -186,14 +187,14 @@ impl CounterStore for DynamoStore {
             .key(SK, s(stats_day_sk(at)))
             .update_expression("ADD delivered :one SET expires_at = :ttl, last_delivered_at = :at, last_counted = :id")
             .condition_expression("attribute_not_exists(last_counted) OR last_counted <> :id")
-            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":one", n(delivery_ids.len()))
             .expression_attribute_values(":ttl", n(expires_at))
             .expression_attribute_values(":at", time(&at))
             .expression_attribute_values(":id", s(delivery_id))
             .send()
             .await;
-        // A failed condition: this delivery is the last one counted there (a retry of this
-        // same write, whose first try applied).
+        // A failed condition: this set is the last one counted there (a retry of this same
+        // write, whose first try applied).
         conditional(result)?;
         Ok(())
     }
