@@ -10,8 +10,11 @@
 # release builds, so the others build just the bench), noisy (8, the noisy neighbour: 9 fast
 # endpoints and one answering after 9 s; the template's 20 pollers over an in-memory store and
 # queue, 2 pollers on moto; about 4 minutes), ratelimit (9, static and adaptive rate limits
-# against a receiver taking 5 a second). A partial run writes bench/out/report.md
-# and its charts there, leaving bench/report.md alone. E.g. BENCH_ONLY=requests bench/run.sh
+# against a receiver taking 5 a second), oauth (10, an OAuth endpoint with a cached token vs
+# a plain one: token requests, AWS requests, dollars, time per attempt; under a minute),
+# validation (11, schema validation at ingest: CPU per event, catalog requests; seconds). A
+# partial run writes bench/out/report.md and its charts there, leaving bench/report.md alone.
+# E.g. BENCH_ONLY=requests bench/run.sh
 set -euo pipefail
 source "$(dirname "$0")/../scripts/env.sh"
 cd "$ROOT"

@@ -6,9 +6,9 @@
 //! sample payloads, default `../shared/data/github-webhook-payloads` beside the repository),
 //! `BENCH_QUICK=1` (smaller sizes, for trying the bench out; the committed report is a full
 //! run), `BENCH_ONLY=part[,part..]` (only those parts: `requests` = sections 1-2,
-//! `throughput` = 3-4, `sweeper` = 5, `lambda` = 6-7; a partial run writes its report and
-//! charts to the `out` folder, not over the full report), `MOTO_VERSION` (named in the
-//! report).
+//! `throughput` = 3-4, `sweeper` = 5, `lambda` = 6-7, `noisy` = 8, `ratelimit` = 9,
+//! `oauth` = 10, `validation` = 11; a partial run writes its report and charts to the `out`
+//! folder, not over the full report), `MOTO_VERSION` (named in the report).
 
 mod capacity;
 mod chart;
@@ -18,11 +18,13 @@ mod lambda;
 mod lines;
 mod memory;
 mod noisy;
+mod oauth;
 mod ratelimit;
 mod requests;
 mod stack;
 mod sweeper;
 mod throughput;
+mod validation;
 
 use stack::{Res, err};
 use std::fmt::Write as _;
@@ -164,6 +166,25 @@ async fn run() -> Res<()> {
     if only.has("lambda") {
         lambda_parts(&sdk, quick, &endpoint_url, &logs, &mut body, &mut summary, &mut timer).await?;
     }
+    if only.has("oauth") {
+        let t = Instant::now();
+        eprintln!("bench: 10. OAuth endpoint");
+        let figures = oauth::measure(&sdk, quick, &median.2).await?;
+        oauth::section(
+            &mut body,
+            &mut summary,
+            &figures,
+            &format!("the median GitHub sample `{}` ({} bytes)", median.0, median.1),
+        );
+        timer.add("10. OAuth endpoint (3 counted runs, timed attempts)", t);
+    }
+    if only.has("validation") {
+        let t = Instant::now();
+        eprintln!("bench: 11. schema validation");
+        let figures = validation::measure(&sdk, quick, &median.0, &median.2).await?;
+        validation::section(&mut body, &mut summary, &figures);
+        timer.add("11. schema validation (counted events, timed checks)", t);
+    }
 
     // The report.
     let total = started.elapsed().as_secs_f64();
@@ -209,7 +230,8 @@ async fn run() -> Res<()> {
 struct Parts(Vec<String>);
 
 impl Parts {
-    const ALL: [&'static str; 6] = ["requests", "throughput", "sweeper", "lambda", "noisy", "ratelimit"];
+    const ALL: [&'static str; 8] =
+        ["requests", "throughput", "sweeper", "lambda", "noisy", "ratelimit", "oauth", "validation"];
 
     fn from_env() -> Res<Self> {
         let v = std::env::var("BENCH_ONLY").unwrap_or_default();
