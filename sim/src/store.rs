@@ -508,7 +508,8 @@ impl EndpointStore for MemStore {
                 return Ok(Committed::DeliveryLost);
             }
             if let EndpointWrite::Change(c) = endpoint {
-                if c.jobs.iter().any(|j| t.jobs.contains_key(&j.id)) {
+                if c.jobs.iter().chain(delivery.iter().flat_map(|(_, tr)| &tr.jobs)).any(|j| t.jobs.contains_key(&j.id))
+                {
                     return Err(StoreError::Aws("transaction cancelled: a job id exists".into()));
                 }
                 s.check_size("endpoint", size_of(&c.endpoint))?;
@@ -516,6 +517,9 @@ impl EndpointStore for MemStore {
             // Everything holds: write it all.
             if let Some((did, tr)) = delivery {
                 s.transition(t, did, tr)?;
+                for job in &tr.jobs {
+                    s.put_job_row(t, job)?;
+                }
             }
             if let EndpointWrite::Change(c) = endpoint {
                 let stored = t.endpoints.get(&key);
@@ -831,8 +835,15 @@ impl DeliveryStore for MemStore {
 
     async fn apply(&self, id: &str, tr: &Transition, return_new: bool) -> Result<Applied, StoreError> {
         self.call("store.apply", |s, t| {
+            // As DynamoStore's: a transition with jobs is one transaction with their puts.
+            if tr.jobs.iter().any(|j| t.jobs.contains_key(&j.id)) && guard_holds(t.deliveries.get(id), tr) {
+                return Err(StoreError::Aws("transaction cancelled: a job id exists".into()));
+            }
             if !s.transition(t, id, tr)? {
                 return Ok(Applied::Lost);
+            }
+            for job in &tr.jobs {
+                s.put_job_row(t, job)?;
             }
             Ok(Applied::Done(if return_new { t.deliveries.get(id).map(|r| Box::new(r.d.clone())) } else { None }))
         })
@@ -968,6 +979,20 @@ impl JobStore for MemStore {
     async fn save_job(&self, job: &Job, lease_due_at: i64) -> Result<bool, StoreError> {
         self.call("store.save_job", |s, t| match t.jobs.get(&job.id) {
             Some(r) if r.due_at == Some(lease_due_at) => s.put_job_row(t, job).map(|()| true),
+            _ => Ok(false),
+        })
+        .await
+    }
+
+    async fn finish_job(&self, job: &Job, lease_due_at: i64, notify: &Job) -> Result<bool, StoreError> {
+        self.call("store.finish_job", |s, t| match t.jobs.get(&job.id) {
+            Some(r) if r.due_at == Some(lease_due_at) => {
+                if t.jobs.contains_key(&notify.id) {
+                    return Err(StoreError::Aws("transaction cancelled: a job id exists".into()));
+                }
+                s.put_job_row(t, job)?;
+                s.put_job_row(t, notify).map(|()| true)
+            }
             _ => Ok(false),
         })
         .await

@@ -455,6 +455,10 @@ impl JobStore for FaultyStore {
         self.faults.run("save_job", self.inner.save_job(job, lease_due_at), any, aws).await
     }
 
+    async fn finish_job(&self, job: &Job, lease_due_at: i64, notify: &Job) -> Result<bool, StoreError> {
+        self.faults.run("finish_job", self.inner.finish_job(job, lease_due_at, notify), any, aws).await
+    }
+
     async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError> {
         self.faults.run("get_job", self.inner.get_job(id), any, aws).await
     }

@@ -1093,6 +1093,12 @@ impl JobStore for Serialized {
         self.inner.save_job(job, lease_due_at).await
     }
 
+    async fn finish_job(&self, job: &Job, lease_due_at: i64, notify: &Job) -> Result<bool, StoreError> {
+        self.before("finish_job").await?;
+        let _one = self.one().await;
+        self.inner.finish_job(job, lease_due_at, notify).await
+    }
+
     async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError> {
         self.before("get_job").await?;
         self.inner.get_job(id).await

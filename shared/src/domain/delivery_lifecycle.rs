@@ -32,7 +32,7 @@
 //! - final and held states are not in the index.
 
 use crate::config::Config;
-use crate::domain::model::{Attempt, Delivery, DeliveryStatus};
+use crate::domain::model::{Attempt, Delivery, DeliveryStatus, Job};
 use chrono::{DateTime, Duration, Utc};
 
 /// Most attempts kept on a delivery item: the newest 20. Older ones are counted in
@@ -55,6 +55,14 @@ pub fn history(claimed: &Delivery, attempt: Attempt) -> (Vec<Attempt>, u32) {
 fn record(claimed: &Delivery, attempt: Attempt) -> (Field<Vec<Attempt>>, Field<u32>) {
     let (list, dropped) = history(claimed, attempt);
     (Field::Set(list), Field::Set(dropped))
+}
+
+/// The attempt a transition records (the newest of its history), or an empty one.
+fn attempt_of(t: &Transition) -> Attempt {
+    match &t.attempts {
+        Field::Set(list) => list.last().cloned().unwrap_or_default(),
+        _ => Attempt::default(),
+    }
 }
 
 /// A change to one attribute.
@@ -149,6 +157,11 @@ pub struct Transition {
     /// release or end): the store writes the entry with it to `by_endpoint` (no index write
     /// when its key is unchanged).
     pub entry: Option<EndpointEntry>,
+    /// Jobs written in the same write as the change (one TransactWriteItems): the notify job
+    /// of a delivery exhausted by its policy (`delivery.exhausted`, see
+    /// [`crate::domain::operational`] for what it costs). Empty on every other transition,
+    /// which stays one UpdateItem.
+    pub jobs: Vec<Job>,
     /// When the change happens (`updated_at`).
     pub now: DateTime<Utc>,
 }
@@ -310,10 +323,16 @@ pub fn complete(
     };
     match next {
         Next::Delivered => (Transition { expires_at: days(cfg.delivered_retention_days), ..base }, None),
-        Next::Exhausted => (
-            Transition { status: DeliveryStatus::Exhausted, expires_at: days(cfg.exhausted_retention_days), ..base },
-            None,
-        ),
+        Next::Exhausted => {
+            let job = crate::domain::operational::exhausted_job(claimed, &attempt_of(&base), now);
+            let t = Transition {
+                status: DeliveryStatus::Exhausted,
+                expires_at: days(cfg.exhausted_retention_days),
+                jobs: vec![job],
+                ..base
+            };
+            (t, None)
+        }
         Next::Ended(reason) => (
             Transition {
                 status: DeliveryStatus::Exhausted,
@@ -493,6 +512,7 @@ fn kept(guard: Guard, status: DeliveryStatus, now: DateTime<Utc>) -> Transition 
         expires_at: Field::Keep,
         reason: Field::Keep,
         entry: None,
+        jobs: Vec::new(),
         now,
     }
 }

@@ -217,6 +217,7 @@ fn stopped_event(id: &str, ep: &Endpoint, disabled: &Disabled) -> OperationalEve
         status_code: disabled.status_code,
         delivery_id: disabled.delivery_id.clone(),
         at: disabled.at,
+        ..OperationalEvent::default()
     }
 }
 
@@ -229,9 +230,8 @@ fn enabled_event(id: &str, ep: &Endpoint, reason: &str, at: DateTime<Utc>) -> Op
         endpoint_id: ep.id.clone(),
         tenant_id: ep.tenant_id.clone(),
         reason: reason.into(),
-        status_code: None,
-        delivery_id: None,
         at,
+        ..OperationalEvent::default()
     }
 }
 

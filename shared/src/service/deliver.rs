@@ -429,6 +429,9 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
     );
     let status = transition.status;
     emit_metrics(app, &transition, result.duration_ms);
+    // A dead letter's notify job (`delivery.exhausted`), written with the record: publish now
+    // (best effort; the sweeper runs it if this fails or the process dies first).
+    endpoint_state::run_inline(app, &transition.jobs).await;
     if status == DeliveryStatus::Delivered {
         // The endpoint's stats read this per-day counter (kept as long as a delivered
         // delivery, plus the day it is counted in), not its history. Best effort: the record

@@ -308,10 +308,19 @@ async fn job_step(app: &App, id: &str, now: DateTime<Utc>, lease: i64) -> Result
         job.run_at = None;
     }
     job.updated_at = now;
-    if !app.store.save_job(&job, lease).await? {
+    // A recover or hold job's end is an operational event (`job.finished`): its notify job is
+    // written with the job's last save, then run at once (the sweeper runs it if this fails).
+    let finished = crate::domain::operational::finished_job(&job, now);
+    let saved = match &finished {
+        Some(notify) => app.store.finish_job(&job, lease, notify).await?,
+        None => app.store.save_job(&job, lease).await?,
+    };
+    if !saved {
         // The step outlived its lease and a later one took the job: its progress stands. What
         // this step changed is written (guarded transitions), so its messages still go out.
         tracing::warn!(job_id = %job.id, "job step outlived its lease; the later step's progress stands");
+    } else if let Some(notify) = finished {
+        Box::pin(run_inline(app, std::slice::from_ref(&notify))).await;
     }
     Ok(out)
 }

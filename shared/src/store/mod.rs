@@ -508,6 +508,10 @@ pub trait JobStore: Send + Sync {
     /// and this one's is dropped (every step's own writes are guarded transitions, so the
     /// later step finds what this one did).
     async fn save_job(&self, job: &Job, lease_due_at: i64) -> Result<bool, StoreError>;
+    /// [`JobStore::save_job`] of a job's last step together with `notify`, the notify job of
+    /// its `job.finished` event, created in the same write (one TransactWriteItems), so the
+    /// event is published at least once whatever happens after. False as `save_job`'s.
+    async fn finish_job(&self, job: &Job, lease_due_at: i64, notify: &Job) -> Result<bool, StoreError>;
     /// A job by id.
     async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError>;
     /// Takes a job's due step: moves its due time from `expected_due_at` to `lease_due_at`
