@@ -108,6 +108,8 @@ pub struct Tables {
     failure_marks: BTreeMap<(String, String), String>,
     /// When each endpoint's run of failures began (DynamoStore's failing mark), while it runs.
     failing_since: BTreeMap<(String, String), chrono::DateTime<chrono::Utc>>,
+    /// Endpoints whose run of failures was announced (DynamoStore's `failing_announced`).
+    failing_announced: std::collections::BTreeSet<(String, String)>,
     /// Per item key, its versions as the GSIs will see them: (visible from, ms; item or gone).
     gsi: BTreeMap<String, Vec<(i64, Option<Indexed>)>>,
 }
@@ -529,6 +531,7 @@ impl EndpointStore for MemStore {
                     new.consecutive_failures = old;
                 } else {
                     t.failing_since.remove(&key);
+                    t.failing_announced.remove(&key);
                 }
                 // As DynamoStore's endpoint change: the unversioned state (the adaptive rate,
                 // the slow-lane marker; model::UNVERSIONED_ENDPOINT_ATTRIBUTES) is not written
@@ -550,6 +553,7 @@ impl EndpointStore for MemStore {
         self.call("store.delete_endpoint", |_, t| {
             t.endpoints.remove(&(tenant_id.to_string(), id.to_string()));
             t.failing_since.remove(&(tenant_id.to_string(), id.to_string()));
+            t.failing_announced.remove(&(tenant_id.to_string(), id.to_string()));
             t.pointers.remove(id);
             Ok(())
         })
@@ -612,8 +616,9 @@ impl CounterStore for MemStore {
                 e.consecutive_failures += 1;
                 t.failure_marks.insert(k.clone(), mark);
             }
+            let announced = t.failing_announced.contains(&k);
             t.failing_since.entry(k).or_insert(at);
-            Ok(Some(FailureCount::single(e.consecutive_failures, threshold)))
+            Ok(Some(FailureCount::single_announced(e.consecutive_failures, threshold, announced)))
         })
         .await
     }
@@ -666,7 +671,24 @@ impl CounterStore for MemStore {
                 e.consecutive_failures = 0;
             }
             t.failing_since.remove(&(tenant_id.to_string(), id.to_string()));
+            t.failing_announced.remove(&(tenant_id.to_string(), id.to_string()));
             Ok(())
+        })
+        .await
+    }
+
+    async fn announce_failing(&self, tenant_id: &str, id: &str, notify: &Job) -> Result<bool, StoreError> {
+        self.call("store.announce_failing", |s, t| {
+            let k = (tenant_id.to_string(), id.to_string());
+            if !t.endpoints.contains_key(&k) || t.failing_announced.contains(&k) {
+                return Ok(false);
+            }
+            if t.jobs.contains_key(&notify.id) {
+                return Err(StoreError::Aws("transaction cancelled: a job id exists".into()));
+            }
+            s.put_job_row(t, notify)?;
+            t.failing_announced.insert(k);
+            Ok(true)
         })
         .await
     }

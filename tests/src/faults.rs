@@ -299,6 +299,10 @@ impl CounterStore for FaultyStore {
         self.faults.run("listed_failures_in_a_row", self.inner.listed_failures_in_a_row(endpoints), any, aws).await
     }
 
+    async fn announce_failing(&self, tenant_id: &str, id: &str, notify: &Job) -> Result<bool, StoreError> {
+        self.faults.run("announce_failing", self.inner.announce_failing(tenant_id, id, notify), any, aws).await
+    }
+
     async fn count_failure(
         &self,
         tenant_id: &str,

@@ -948,6 +948,12 @@ impl CounterStore for Serialized {
         self.inner.listed_failures_in_a_row(endpoints).await
     }
 
+    async fn announce_failing(&self, tenant_id: &str, id: &str, notify: &Job) -> Result<bool, StoreError> {
+        self.before("announce_failing").await?;
+        let _one = self.one().await;
+        self.inner.announce_failing(tenant_id, id, notify).await
+    }
+
     async fn count_failure(
         &self,
         tenant_id: &str,

@@ -198,6 +198,35 @@ pub fn finished_job(job: &Job, now: DateTime<Utc>) -> Option<Job> {
     Some(notify_job(id, &job.tenant_id, &job.endpoint_id, now, event))
 }
 
+/// The notify job of `endpoint_id`'s failures in a row reaching [`failing_at`] its breaker's
+/// `threshold`, counted at `failures` by the failure of `delivery_id` (its last attempt
+/// `last`) at `now`: it publishes `endpoint.failing`.
+pub fn failing_job(
+    tenant_id: &str,
+    endpoint_id: &str,
+    failures: u32,
+    threshold: u32,
+    delivery_id: &str,
+    last: &Attempt,
+    now: DateTime<Utc>,
+) -> Job {
+    let id = derived_job_id(now, &["endpoint.failing", endpoint_id, delivery_id, &last.attempt.to_string()]);
+    let event = OperationalEvent {
+        event_type: "endpoint.failing".into(),
+        endpoint_id: endpoint_id.to_string(),
+        tenant_id: tenant_id.to_string(),
+        reason: "failures_in_a_row".into(),
+        status_code: last.status_code,
+        delivery_id: Some(delivery_id.to_string()),
+        error: last.error.clone(),
+        consecutive_failures: Some(failures),
+        threshold: Some(threshold),
+        at: now,
+        ..OperationalEvent::default()
+    };
+    notify_job(id, tenant_id, endpoint_id, now, event)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -377,6 +377,10 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
         _ => FailureCount::default(),
     };
     let failures_in_a_row = failures.in_a_row;
+    let announced = match (&endpoint, failures.announce_failing) {
+        (Some(ep), true) => announce_failing(app, ep, &delivery.id, &attempt, failures.total).await,
+        _ => None,
+    };
     let now = app.clock.now();
     let effect =
         Effect { verdict, probe, expired, opens_breaker: failures.opens_breaker, status_code: attempt.status_code };
@@ -429,9 +433,11 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
     );
     let status = transition.status;
     emit_metrics(app, &transition, result.duration_ms);
-    // A dead letter's notify job (`delivery.exhausted`), written with the record: publish now
-    // (best effort; the sweeper runs it if this fails or the process dies first).
-    endpoint_state::run_inline(app, &transition.jobs).await;
+    // A dead letter's notify job (`delivery.exhausted`), written with the record, and an
+    // `endpoint.failing` announced before it: publish now (best effort; the sweeper runs
+    // them if this fails or the process dies first).
+    let notify: Vec<_> = transition.jobs.iter().chain(&announced).cloned().collect();
+    endpoint_state::run_inline(app, &notify).await;
     if status == DeliveryStatus::Delivered {
         // The endpoint's stats read this per-day counter (kept as long as a delivered
         // delivery, plus the day it is counted in), not its history. Best effort: the record
@@ -462,6 +468,44 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
         app.store.reset_failures(&ep.tenant_id, &ep.id, &delivery.id).await?;
     }
     Ok(Handled::Attempted(status, Box::new(attempt)))
+}
+
+/// Announces `ep` failing (`endpoint.failing`): its notify job and the endpoint item's mark in
+/// one write ([`crate::store::CounterStore::announce_failing`]), then the publish. Best effort
+/// and before the attempt's record: a call that fails, or a process that dies before it,
+/// leaves the item unmarked, so the run's next failure announces it (and a process that dies
+/// here leaves the delivery `sending`, re-driven by the sweeper, whose attempt fails again if
+/// the receiver still does). A run that ends with this failure (its next attempt a 2xx) is
+/// not announced then: the endpoint is no longer failing. Returns the job written, which the
+/// caller runs once the attempt is recorded (the sweeper runs it otherwise).
+async fn announce_failing(
+    app: &App,
+    ep: &Endpoint,
+    delivery_id: &str,
+    attempt: &Attempt,
+    failures: u32,
+) -> Option<crate::domain::model::Job> {
+    let now = app.clock.now();
+    let job = crate::domain::operational::failing_job(
+        &ep.tenant_id,
+        &ep.id,
+        failures,
+        ep.circuit_breaker_threshold,
+        delivery_id,
+        attempt,
+        now,
+    );
+    match app.store.announce_failing(&ep.tenant_id, &ep.id, &job).await {
+        Ok(true) => {
+            tracing::warn!(tenant_id = %ep.tenant_id, endpoint_id = %ep.id, failures, "endpoint failing");
+            Some(job)
+        }
+        Ok(false) => None,
+        Err(e) => {
+            tracing::warn!(endpoint_id = %ep.id, error = %e, "endpoint failing not announced; the next failure does");
+            None
+        }
+    }
 }
 
 /// A delivery transition and the message to send once it is written.

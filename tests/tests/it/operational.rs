@@ -67,20 +67,25 @@ impl Observed {
                 return e.clone();
             }
             assert!(Instant::now() < deadline, "no {event_type} for {endpoint_id} on the queue; saw {seen:#?}");
-            let got = self
-                .sqs
-                .receive_message()
-                .queue_url(&self.queue_url)
-                .max_number_of_messages(10)
-                .wait_time_seconds(1)
-                .send()
-                .await
-                .expect("receive");
-            for m in got.messages() {
-                seen.push(serde_json::from_str(m.body().unwrap_or("null")).unwrap_or(Value::Null));
-                if let Some(h) = m.receipt_handle() {
-                    let _ = self.sqs.delete_message().queue_url(&self.queue_url).receipt_handle(h).send().await;
-                }
+            self.receive(seen).await;
+        }
+    }
+
+    /// Receives what the queue holds now (waiting up to a second), into `seen`.
+    async fn receive(&self, seen: &mut Vec<Value>) {
+        let got = self
+            .sqs
+            .receive_message()
+            .queue_url(&self.queue_url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .expect("receive");
+        for m in got.messages() {
+            seen.push(serde_json::from_str(m.body().unwrap_or("null")).unwrap_or(Value::Null));
+            if let Some(h) = m.receipt_handle() {
+                let _ = self.sqs.delete_message().queue_url(&self.queue_url).receipt_handle(h).send().await;
             }
         }
     }
@@ -295,6 +300,52 @@ async fn a_dead_letter_whose_publish_failed_after_the_record_is_published_by_its
     assert_eq!(failed.load(Ordering::SeqCst), 1, "the inline publish failed");
     assert_eq!(event["detail"]["delivery_id"], delivery.as_str());
     assert_eq!(event["detail"]["status_code"], 500);
+    stack.stop().await;
+    observed.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endpoint_failing_half_its_breaker_threshold_is_announced_once_per_run() {
+    let observed = Observed::start().await;
+    let bus = observed.bus.clone();
+    let stack = Stack::start(|c| c.operational_event_bus = Some(bus)).await;
+    let mut seen = Vec::new();
+    // Breaker at 10: announced at 5 failures in a row. One delivery, retried every second.
+    let rx = Receiver::start(Reply::Status(500)).await;
+    let (status, ep) = stack
+        .call(
+            Method::POST,
+            "/v1/endpoints",
+            Some(json!({"tenant_id": "ops-f", "url": rx.url, "circuit_breaker_threshold": 10,
+                "retry_policy": {"schedule_seconds": [1], "max_attempts": 30}})),
+        )
+        .await;
+    assert_eq!(status, 201, "{ep}");
+    let id = ep["id"].as_str().unwrap().to_string();
+    let first = first_delivery(&stack.event("ops-f", "order.paid", json!({})).await);
+    let failing = observed.wait_for("endpoint.failing", &id, &mut seen).await;
+    let f = &failing["detail"];
+    assert_eq!((f["reason"].as_str(), f["threshold"].as_u64()), (Some("failures_in_a_row"), Some(10)), "{failing:#}");
+    assert_eq!((f["consecutive_failures"].as_u64(), f["status_code"].as_u64()), (Some(5), Some(500)));
+    assert!(rx.count() >= 5, "announced at the fifth failure, not before: {}", rx.count());
+    // Two more failures of the same run: no second announcement.
+    webhooks_tests::eventually("two more failures", WAIT, || async { rx.count() >= 7 }).await;
+    // The receiver recovers (the run ends), then fails again: a new run, announced again.
+    rx.set_default(Reply::Status(200));
+    stack.wait_status(&first, "delivered", WAIT).await;
+    let runs = |seen: &[Value]| {
+        seen.iter()
+            .filter(|e| e["detail-type"] == "endpoint.failing" && e["detail"]["endpoint_id"] == id.as_str())
+            .count()
+    };
+    assert_eq!(runs(&seen), 1, "one announcement for the first run: {seen:#?}");
+    rx.set_default(Reply::Status(500));
+    stack.event("ops-f", "order.paid", json!({"n": 3})).await;
+    let deadline = Instant::now() + WAIT;
+    while runs(&seen) < 2 {
+        assert!(Instant::now() < deadline, "the second run was not announced: {seen:#?}");
+        observed.receive(&mut seen).await;
+    }
     stack.stop().await;
     observed.stop().await;
 }
