@@ -57,14 +57,6 @@ fn record(claimed: &Delivery, attempt: Attempt) -> (Field<Vec<Attempt>>, Field<u
     (Field::Set(list), Field::Set(dropped))
 }
 
-/// The attempt a transition records (the newest of its history), or an empty one.
-fn attempt_of(t: &Transition) -> Attempt {
-    match &t.attempts {
-        Field::Set(list) => list.last().cloned().unwrap_or_default(),
-        _ => Attempt::default(),
-    }
-}
-
 /// A change to one attribute.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Field<T> {
@@ -157,10 +149,7 @@ pub struct Transition {
     /// release or end): the store writes the entry with it to `by_endpoint` (no index write
     /// when its key is unchanged).
     pub entry: Option<EndpointEntry>,
-    /// Jobs written in the same write as the change (one TransactWriteItems): the notify job
-    /// of a delivery exhausted by its policy (`delivery.exhausted`, see
-    /// [`crate::domain::operational`] for what it costs). Empty on every other transition,
-    /// which stays one UpdateItem.
+    /// Written with it in one TransactWriteItems: a dead letter's `delivery.exhausted` job.
     pub jobs: Vec<Job>,
     /// When the change happens (`updated_at`).
     pub now: DateTime<Utc>,
@@ -314,25 +303,22 @@ pub fn complete(
     next: Next,
 ) -> (Transition, Option<Enqueue>) {
     let days = |d: u32| Field::Set(now.timestamp() + i64::from(d) * 86_400);
+    // Only a dead letter of the policy has a job (see [`Transition::jobs`]).
+    let dead = (next == Next::Exhausted).then(|| super::endpoint_lifecycle::exhausted_job(claimed, &attempt, now));
     let (attempts, attempts_dropped) = record(claimed, attempt);
     let base = Transition {
         attempts,
         attempts_dropped,
         entry: Some(EndpointEntry::of(claimed)),
+        jobs: dead.into_iter().collect(),
         ..settled(finished(claimed), DeliveryStatus::Delivered, now)
     };
     match next {
         Next::Delivered => (Transition { expires_at: days(cfg.delivered_retention_days), ..base }, None),
-        Next::Exhausted => {
-            let job = crate::domain::operational::exhausted_job(claimed, &attempt_of(&base), now);
-            let t = Transition {
-                status: DeliveryStatus::Exhausted,
-                expires_at: days(cfg.exhausted_retention_days),
-                jobs: vec![job],
-                ..base
-            };
-            (t, None)
-        }
+        Next::Exhausted => (
+            Transition { status: DeliveryStatus::Exhausted, expires_at: days(cfg.exhausted_retention_days), ..base },
+            None,
+        ),
         Next::Ended(reason) => (
             Transition {
                 status: DeliveryStatus::Exhausted,

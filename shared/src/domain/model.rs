@@ -451,7 +451,8 @@ pub enum JobKind {
     /// Hold the scheduled deliveries of a disabled or paused endpoint, a page per step.
     Hold,
     /// Tell the owner that the endpoint was disabled or paused (log line, SNS), and publish
-    /// the transition's operational event (`endpoint.disabled`, `.paused`, `.enabled`).
+    /// the operational event written with the job ([`crate::domain::operational`]: an
+    /// endpoint's transition, a dead letter, a failing endpoint, a job's end).
     Notify,
     /// After an endpoint's forced delete: end what the delete's listing missed (deliveries the
     /// `by_endpoint` index had not shown yet) as exhausted with reason `endpoint_deleted`, a

@@ -18,7 +18,7 @@
 //! - endpoint transitions: the job is one of the transition's jobs
 //!   ([`crate::domain::endpoint_lifecycle`]);
 //! - `delivery.exhausted`: the job rides on the delivery's transition
-//!   ([`crate::domain::delivery_lifecycle::complete`], [`exhausted_job`]). Cost, per exhausted
+//!   ([`crate::domain::delivery_lifecycle::complete`], [`crate::domain::endpoint_lifecycle::exhausted_job`]). Cost, per exhausted
 //!   delivery, in DynamoDB requests: the record is one TransactWriteItems (the delivery's
 //!   update and the job's PutItem) instead of one UpdateItem, so no extra request there but
 //!   twice the write units of the delivery item (a transaction's price) plus the job item's;
@@ -28,12 +28,23 @@
 //! - `job.finished`: the step that ends a recover or hold job writes the notify job in the
 //!   same TransactWriteItems as the job's own final save
 //!   ([`crate::store::JobStore::finish_job`]);
-//! - `endpoint.failing`: see [`FAILING_FRACTION`] and [`failing_job`].
+//! - `endpoint.failing`: the failures-in-a-row counter is an ADD, not a versioned transition,
+//!   so the announcement is a mark instead: the failure whose count (summed over the copies)
+//!   is at or past [`failing_at`] and that finds no `failing_announced` mark on the endpoint
+//!   item writes its notify job ([`crate::domain::endpoint_lifecycle::failing_job`]) and the mark in one TransactWriteItems
+//!   conditional on the mark's absence ([`crate::store::CounterStore::announce_failing`]):
+//!   once per run, since the mark stays until the reset that ends the run (a 2xx counted on
+//!   any copy) or an enable removes it. At least once: deliver announces right after counting
+//!   and before recording the attempt; a process that dies before the announcement leaves
+//!   the mark absent, so the run's next failure announces it (the unrecorded attempt is
+//!   re-driven by the sweeper, and fails again while the receiver does). A run that ends with
+//!   that very failure (its next attempt a 2xx) is not announced: nothing is failing by then.
+//!   Cost: one TransactWriteItems per run (plus, with endpoint copies, one BatchGetItem of the
+//!   copies' counts per failure once the copy holds its share of the mark, as the breaker's
+//!   check already does at its own mark); nothing on an endpoint without failures.
 
-use crate::domain::model::{Attempt, Delivery, Job, JobKind};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 /// The EventBridge `source` of every operational event.
 pub const SOURCE: &str = "webhooks.operational";
@@ -114,119 +125,6 @@ impl OperationalEvent {
     }
 }
 
-/// A notify job id made from `now` and a digest of `parts`: `job_` + a ULID whose time is
-/// `now` (so it sorts with the others) and whose random part is the digest, the same for the
-/// same transition (a transition built twice from the same item writes the same job).
-fn derived_job_id(now: DateTime<Utc>, parts: &[&str]) -> String {
-    let mut h = Sha256::new();
-    for p in parts {
-        h.update(p.as_bytes());
-        h.update([0u8]);
-    }
-    let digest = h.finalize();
-    let mut random = [0u8; 16];
-    random.copy_from_slice(&digest[..16]);
-    let ms = u64::try_from(now.timestamp_millis()).unwrap_or(0);
-    format!("job_{}", ulid::Ulid::from_parts(ms, u128::from_be_bytes(random)).to_string().to_lowercase())
-}
-
-/// A running notify job on (`tenant_id`, `endpoint_id`) due at `now`, publishing `event`
-/// (whose `id` is set to the job's).
-pub fn notify_job(id: String, tenant_id: &str, endpoint_id: &str, now: DateTime<Utc>, event: OperationalEvent) -> Job {
-    Job {
-        kind: JobKind::Notify,
-        tenant_id: tenant_id.to_string(),
-        endpoint_id: endpoint_id.to_string(),
-        status: "running".into(),
-        since: None,
-        until: None,
-        cursor: None,
-        processed: 0,
-        run_at: Some(now),
-        event: Some(OperationalEvent { id: id.clone(), ..event }),
-        created_at: now,
-        updated_at: now,
-        id,
-    }
-}
-
-/// The notify job of `claimed` becoming exhausted at `now` with `last` its last attempt: it
-/// publishes `delivery.exhausted`.
-pub fn exhausted_job(claimed: &Delivery, last: &Attempt, now: DateTime<Utc>) -> Job {
-    let id = derived_job_id(now, &["delivery.exhausted", &claimed.id, &claimed.attempt_count.to_string()]);
-    let reason = if last.error.as_deref() == Some("payload_expired") { "payload_expired" } else { "retry_policy" };
-    let event = OperationalEvent {
-        event_type: "delivery.exhausted".into(),
-        endpoint_id: claimed.endpoint_id.clone(),
-        tenant_id: claimed.tenant_id.clone(),
-        reason: reason.into(),
-        status_code: last.status_code,
-        delivery_id: Some(claimed.id.clone()),
-        event_id: Some(claimed.event_id.clone()),
-        delivery_event_type: Some(claimed.event_type.clone()),
-        attempt_count: Some(claimed.attempt_count),
-        error: last.error.clone(),
-        at: now,
-        ..OperationalEvent::default()
-    };
-    notify_job(id, &claimed.tenant_id, &claimed.endpoint_id, now, event)
-}
-
-/// The notify job of `job` (a recover or hold job) finishing at `now` with its status:
-/// `job.finished`. `None` for other kinds or a job still running.
-pub fn finished_job(job: &Job, now: DateTime<Utc>) -> Option<Job> {
-    let kind = match job.kind {
-        JobKind::Recover => "recover",
-        JobKind::Hold => "hold",
-        _ => return None,
-    };
-    if job.status == "running" {
-        return None;
-    }
-    let id = derived_job_id(now, &["job.finished", &job.id]);
-    let event = OperationalEvent {
-        event_type: "job.finished".into(),
-        endpoint_id: job.endpoint_id.clone(),
-        tenant_id: job.tenant_id.clone(),
-        reason: job.status.clone(),
-        job_id: Some(job.id.clone()),
-        job_kind: Some(kind.into()),
-        processed: Some(job.processed),
-        at: now,
-        ..OperationalEvent::default()
-    };
-    Some(notify_job(id, &job.tenant_id, &job.endpoint_id, now, event))
-}
-
-/// The notify job of `endpoint_id`'s failures in a row reaching [`failing_at`] its breaker's
-/// `threshold`, counted at `failures` by the failure of `delivery_id` (its last attempt
-/// `last`) at `now`: it publishes `endpoint.failing`.
-pub fn failing_job(
-    tenant_id: &str,
-    endpoint_id: &str,
-    failures: u32,
-    threshold: u32,
-    delivery_id: &str,
-    last: &Attempt,
-    now: DateTime<Utc>,
-) -> Job {
-    let id = derived_job_id(now, &["endpoint.failing", endpoint_id, delivery_id, &last.attempt.to_string()]);
-    let event = OperationalEvent {
-        event_type: "endpoint.failing".into(),
-        endpoint_id: endpoint_id.to_string(),
-        tenant_id: tenant_id.to_string(),
-        reason: "failures_in_a_row".into(),
-        status_code: last.status_code,
-        delivery_id: Some(delivery_id.to_string()),
-        error: last.error.clone(),
-        consecutive_failures: Some(failures),
-        threshold: Some(threshold),
-        at: now,
-        ..OperationalEvent::default()
-    };
-    notify_job(id, tenant_id, endpoint_id, now, event)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,14 +144,5 @@ mod tests {
         for t in ["endpoint.enabled", "endpoint.failing", "delivery.exhausted", "job.finished"] {
             assert!(!e(t).is_stop(), "{t}");
         }
-    }
-
-    #[test]
-    fn the_same_transition_makes_the_same_job_and_another_another() {
-        let now = Utc::now();
-        let a = derived_job_id(now, &["delivery.exhausted", "dlv_1", "3"]);
-        assert_eq!(a, derived_job_id(now, &["delivery.exhausted", "dlv_1", "3"]));
-        assert_ne!(a, derived_job_id(now, &["delivery.exhausted", "dlv_1", "4"]));
-        assert!(a.starts_with("job_") && a.len() == 30, "{a}");
     }
 }

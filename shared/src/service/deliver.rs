@@ -486,7 +486,7 @@ async fn announce_failing(
     failures: u32,
 ) -> Option<crate::domain::model::Job> {
     let now = app.clock.now();
-    let job = crate::domain::operational::failing_job(
+    let job = endpoint_lifecycle::failing_job(
         &ep.tenant_id,
         &ep.id,
         failures,

@@ -310,7 +310,7 @@ async fn job_step(app: &App, id: &str, now: DateTime<Utc>, lease: i64) -> Result
     job.updated_at = now;
     // A recover or hold job's end is an operational event (`job.finished`): its notify job is
     // written with the job's last save, then run at once (the sweeper runs it if this fails).
-    let finished = crate::domain::operational::finished_job(&job, now);
+    let finished = endpoint_lifecycle::finished_job(&job, now);
     let saved = match &finished {
         Some(notify) => app.store.finish_job(&job, lease, notify).await?,
         None => app.store.save_job(&job, lease).await?,
