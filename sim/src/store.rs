@@ -108,6 +108,8 @@ pub struct Tables {
     failure_marks: BTreeMap<(String, String), String>,
     /// When each endpoint's run of failures began (DynamoStore's failing mark), while it runs.
     failing_since: BTreeMap<(String, String), chrono::DateTime<chrono::Utc>>,
+    /// Endpoints whose run of failures was announced (DynamoStore's `failing_announced`).
+    failing_announced: std::collections::BTreeSet<(String, String)>,
     /// Per item key, its versions as the GSIs will see them: (visible from, ms; item or gone).
     gsi: BTreeMap<String, Vec<(i64, Option<Indexed>)>>,
 }
@@ -508,7 +510,8 @@ impl EndpointStore for MemStore {
                 return Ok(Committed::DeliveryLost);
             }
             if let EndpointWrite::Change(c) = endpoint {
-                if c.jobs.iter().any(|j| t.jobs.contains_key(&j.id)) {
+                if c.jobs.iter().chain(delivery.iter().flat_map(|(_, tr)| &tr.jobs)).any(|j| t.jobs.contains_key(&j.id))
+                {
                     return Err(StoreError::Aws("transaction cancelled: a job id exists".into()));
                 }
                 s.check_size("endpoint", size_of(&c.endpoint))?;
@@ -516,6 +519,9 @@ impl EndpointStore for MemStore {
             // Everything holds: write it all.
             if let Some((did, tr)) = delivery {
                 s.transition(t, did, tr)?;
+                for job in &tr.jobs {
+                    s.put_job_row(t, job)?;
+                }
             }
             if let EndpointWrite::Change(c) = endpoint {
                 let stored = t.endpoints.get(&key);
@@ -525,6 +531,7 @@ impl EndpointStore for MemStore {
                     new.consecutive_failures = old;
                 } else {
                     t.failing_since.remove(&key);
+                    t.failing_announced.remove(&key);
                 }
                 // As DynamoStore's endpoint change: the unversioned state (the adaptive rate,
                 // the slow-lane marker; model::UNVERSIONED_ENDPOINT_ATTRIBUTES) is not written
@@ -546,6 +553,7 @@ impl EndpointStore for MemStore {
         self.call("store.delete_endpoint", |_, t| {
             t.endpoints.remove(&(tenant_id.to_string(), id.to_string()));
             t.failing_since.remove(&(tenant_id.to_string(), id.to_string()));
+            t.failing_announced.remove(&(tenant_id.to_string(), id.to_string()));
             t.pointers.remove(id);
             Ok(())
         })
@@ -608,8 +616,9 @@ impl CounterStore for MemStore {
                 e.consecutive_failures += 1;
                 t.failure_marks.insert(k.clone(), mark);
             }
+            let announced = t.failing_announced.contains(&k);
             t.failing_since.entry(k).or_insert(at);
-            Ok(Some(FailureCount::single(e.consecutive_failures, threshold)))
+            Ok(Some(FailureCount::single_announced(e.consecutive_failures, threshold, announced)))
         })
         .await
     }
@@ -663,7 +672,24 @@ impl CounterStore for MemStore {
                 e.consecutive_failures = 0;
             }
             t.failing_since.remove(&(tenant_id.to_string(), id.to_string()));
+            t.failing_announced.remove(&(tenant_id.to_string(), id.to_string()));
             Ok(())
+        })
+        .await
+    }
+
+    async fn announce_failing(&self, tenant_id: &str, id: &str, notify: &Job) -> Result<bool, StoreError> {
+        self.call("store.announce_failing", |s, t| {
+            let k = (tenant_id.to_string(), id.to_string());
+            if !t.endpoints.contains_key(&k) || t.failing_announced.contains(&k) {
+                return Ok(false);
+            }
+            if t.jobs.contains_key(&notify.id) {
+                return Err(StoreError::Aws("transaction cancelled: a job id exists".into()));
+            }
+            s.put_job_row(t, notify)?;
+            t.failing_announced.insert(k);
+            Ok(true)
         })
         .await
     }
@@ -832,8 +858,15 @@ impl DeliveryStore for MemStore {
 
     async fn apply(&self, id: &str, tr: &Transition, return_new: bool) -> Result<Applied, StoreError> {
         self.call("store.apply", |s, t| {
+            // As DynamoStore's: a transition with jobs is one transaction with their puts.
+            if tr.jobs.iter().any(|j| t.jobs.contains_key(&j.id)) && guard_holds(t.deliveries.get(id), tr) {
+                return Err(StoreError::Aws("transaction cancelled: a job id exists".into()));
+            }
             if !s.transition(t, id, tr)? {
                 return Ok(Applied::Lost);
+            }
+            for job in &tr.jobs {
+                s.put_job_row(t, job)?;
             }
             Ok(Applied::Done(if return_new { t.deliveries.get(id).map(|r| Box::new(r.d.clone())) } else { None }))
         })
@@ -969,6 +1002,20 @@ impl JobStore for MemStore {
     async fn save_job(&self, job: &Job, lease_due_at: i64) -> Result<bool, StoreError> {
         self.call("store.save_job", |s, t| match t.jobs.get(&job.id) {
             Some(r) if r.due_at == Some(lease_due_at) => s.put_job_row(t, job).map(|()| true),
+            _ => Ok(false),
+        })
+        .await
+    }
+
+    async fn finish_job(&self, job: &Job, lease_due_at: i64, notify: &Job) -> Result<bool, StoreError> {
+        self.call("store.finish_job", |s, t| match t.jobs.get(&job.id) {
+            Some(r) if r.due_at == Some(lease_due_at) => {
+                if t.jobs.contains_key(&notify.id) {
+                    return Err(StoreError::Aws("transaction cancelled: a job id exists".into()));
+                }
+                s.put_job_row(t, job)?;
+                s.put_job_row(t, notify).map(|()| true)
+            }
             _ => Ok(false),
         })
         .await

@@ -8,7 +8,7 @@
 //! out of it), an event's repeat keeping its first payload, listings (paging with a cursor, a
 //! page shorter than `limit` being the last, status filters), counts, jobs (created once, a
 //! step's write guarded by its lease), an endpoint's version guard, and the fingerprint an
-//! `Idempotency-Key` binds to its event, and the event-type catalog (a conditional create, a
+//! `Idempotency-Key` binds to its event, a job's last save with its notify job, an endpoint's failing run announced once, and the event-type catalog (a conditional create, a
 //! change guarded on the revision read, version records, the listing). Ids carry `prefix` so that several runs can share a table.
 
 use chrono::{DateTime, Duration, Utc};
@@ -276,6 +276,32 @@ async fn jobs(store: &dyn Store, prefix: &str, now: DateTime<Utc>) {
     assert!(store.save_job(&done, due + 80_000).await.unwrap());
     let stored = store.get_job(&job.id).await.unwrap().expect("the job");
     assert_eq!((stored.status.as_str(), stored.processed), ("done", 2));
+
+    // A job's last save with its `job.finished` notify job: both under the lease, or neither.
+    let recover = Job { id: format!("{prefix}recover"), kind: JobKind::Recover, ..job.clone() };
+    store.create_job(&recover).await.unwrap();
+    assert!(store.claim_job(&recover.id, due, due + 40_000).await.unwrap());
+    let finished = Job { status: "done".into(), processed: 3, run_at: None, ..recover.clone() };
+    let notify = endpoint_lifecycle::finished_job(&finished, now).expect("a recover job's end is told");
+    assert!(!store.finish_job(&finished, due + 1, &notify).await.unwrap(), "conformance: a finish past its lease");
+    assert!(store.get_job(&notify.id).await.unwrap().is_none(), "conformance: ... writes no notify job either");
+    assert!(store.finish_job(&finished, due + 40_000, &notify).await.unwrap());
+    let told = store.get_job(&notify.id).await.unwrap().expect("conformance: the notify job, written with the finish");
+    assert_eq!((told.status.as_str(), told.event.map(|e| e.processed)), ("running", Some(Some(3))));
+    assert_eq!(store.get_job(&recover.id).await.unwrap().map(|j| j.status), Some("done".into()));
+
+    // An endpoint's run of failures is announced once, until a reset ends the run.
+    let (tenant, ep) = (format!("{prefix}tenant"), format!("{prefix}ep"));
+    let failing = |n: &str| {
+        let last = webhooks::domain::model::Attempt { attempt: 1, at: now, ..Default::default() };
+        endpoint_lifecycle::failing_job(&tenant, &ep, 5, 10, n, &last, now)
+    };
+    assert!(store.announce_failing(&tenant, &ep, &failing("d1")).await.unwrap(), "conformance: announced");
+    assert!(!store.announce_failing(&tenant, &ep, &failing("d2")).await.unwrap(), "conformance: once per run");
+    assert!(store.get_job(&failing("d2").id).await.unwrap().is_none(), "conformance: no job for a second one");
+    store.reset_failures(&tenant, &ep, "key").await.unwrap();
+    assert!(store.announce_failing(&tenant, &ep, &failing("d3")).await.unwrap(), "conformance: the next run's");
+    assert!(!store.announce_failing("another-tenant", &ep, &failing("d4")).await.unwrap(), "conformance: no endpoint");
 }
 
 /// An event written with a request fingerprint (an `Idempotency-Key` request): a repeat with

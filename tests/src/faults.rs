@@ -299,6 +299,10 @@ impl CounterStore for FaultyStore {
         self.faults.run("listed_failures_in_a_row", self.inner.listed_failures_in_a_row(endpoints), any, aws).await
     }
 
+    async fn announce_failing(&self, tenant_id: &str, id: &str, notify: &Job) -> Result<bool, StoreError> {
+        self.faults.run("announce_failing", self.inner.announce_failing(tenant_id, id, notify), any, aws).await
+    }
+
     async fn count_failure(
         &self,
         tenant_id: &str,
@@ -453,6 +457,10 @@ impl JobStore for FaultyStore {
 
     async fn save_job(&self, job: &Job, lease_due_at: i64) -> Result<bool, StoreError> {
         self.faults.run("save_job", self.inner.save_job(job, lease_due_at), any, aws).await
+    }
+
+    async fn finish_job(&self, job: &Job, lease_due_at: i64, notify: &Job) -> Result<bool, StoreError> {
+        self.faults.run("finish_job", self.inner.finish_job(job, lease_due_at, notify), any, aws).await
     }
 
     async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError> {

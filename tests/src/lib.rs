@@ -948,6 +948,12 @@ impl CounterStore for Serialized {
         self.inner.listed_failures_in_a_row(endpoints).await
     }
 
+    async fn announce_failing(&self, tenant_id: &str, id: &str, notify: &Job) -> Result<bool, StoreError> {
+        self.before("announce_failing").await?;
+        let _one = self.one().await;
+        self.inner.announce_failing(tenant_id, id, notify).await
+    }
+
     async fn count_failure(
         &self,
         tenant_id: &str,
@@ -1091,6 +1097,12 @@ impl JobStore for Serialized {
         self.before("save_job").await?;
         let _one = self.one().await;
         self.inner.save_job(job, lease_due_at).await
+    }
+
+    async fn finish_job(&self, job: &Job, lease_due_at: i64, notify: &Job) -> Result<bool, StoreError> {
+        self.before("finish_job").await?;
+        let _one = self.one().await;
+        self.inner.finish_job(job, lease_due_at, notify).await
     }
 
     async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError> {

@@ -32,7 +32,7 @@
 //! - final and held states are not in the index.
 
 use crate::config::Config;
-use crate::domain::model::{Attempt, Delivery, DeliveryStatus};
+use crate::domain::model::{Attempt, Delivery, DeliveryStatus, Job};
 use chrono::{DateTime, Duration, Utc};
 
 /// Most attempts kept on a delivery item: the newest 20. Older ones are counted in
@@ -149,6 +149,8 @@ pub struct Transition {
     /// release or end): the store writes the entry with it to `by_endpoint` (no index write
     /// when its key is unchanged).
     pub entry: Option<EndpointEntry>,
+    /// Written with it in one TransactWriteItems: a dead letter's `delivery.exhausted` job.
+    pub jobs: Vec<Job>,
     /// When the change happens (`updated_at`).
     pub now: DateTime<Utc>,
 }
@@ -301,11 +303,14 @@ pub fn complete(
     next: Next,
 ) -> (Transition, Option<Enqueue>) {
     let days = |d: u32| Field::Set(now.timestamp() + i64::from(d) * 86_400);
+    // Only a dead letter of the policy has a job (see [`Transition::jobs`]).
+    let dead = (next == Next::Exhausted).then(|| super::endpoint_lifecycle::exhausted_job(claimed, &attempt, now));
     let (attempts, attempts_dropped) = record(claimed, attempt);
     let base = Transition {
         attempts,
         attempts_dropped,
         entry: Some(EndpointEntry::of(claimed)),
+        jobs: dead.into_iter().collect(),
         ..settled(finished(claimed), DeliveryStatus::Delivered, now)
     };
     match next {
@@ -493,6 +498,7 @@ fn kept(guard: Guard, status: DeliveryStatus, now: DateTime<Utc>) -> Transition 
         expires_at: Field::Keep,
         reason: Field::Keep,
         entry: None,
+        jobs: Vec::new(),
         now,
     }
 }

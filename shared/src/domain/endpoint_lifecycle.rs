@@ -38,10 +38,12 @@
 
 use crate::clock::Random;
 use crate::domain::model::{
-    Disabled, Endpoint, EndpointState, Job, JobKind, REASON_CIRCUIT_BREAKER, REASON_GONE, REASON_MANUAL,
+    Attempt, Delivery, Disabled, Endpoint, EndpointState, Job, JobKind, REASON_CIRCUIT_BREAKER, REASON_GONE,
+    REASON_MANUAL,
 };
 use crate::domain::operational::OperationalEvent;
 use chrono::{DateTime, Duration, Utc};
+use sha2::{Digest, Sha256};
 
 /// A guarded change of an endpoint: write `endpoint` only while the stored one is still at
 /// `expected_version`, and create `jobs` with it.
@@ -217,6 +219,7 @@ fn stopped_event(id: &str, ep: &Endpoint, disabled: &Disabled) -> OperationalEve
         status_code: disabled.status_code,
         delivery_id: disabled.delivery_id.clone(),
         at: disabled.at,
+        ..OperationalEvent::default()
     }
 }
 
@@ -229,10 +232,125 @@ fn enabled_event(id: &str, ep: &Endpoint, reason: &str, at: DateTime<Utc>) -> Op
         endpoint_id: ep.id.clone(),
         tenant_id: ep.tenant_id.clone(),
         reason: reason.into(),
-        status_code: None,
-        delivery_id: None,
         at,
+        ..OperationalEvent::default()
     }
+}
+
+// Notify jobs of operational events that are not an endpoint's transition (see
+// crate::domain::operational): a dead letter, a failing endpoint, a job's end.
+
+/// A notify job id made from `now` and a digest of `parts`: `job_` + a ULID whose time is
+/// `now` (so it sorts with the others) and whose random part is the digest, the same for the
+/// same transition (a transition built twice from the same item writes the same job).
+pub fn derived_job_id(now: DateTime<Utc>, parts: &[&str]) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p.as_bytes());
+        h.update([0u8]);
+    }
+    let digest = h.finalize();
+    let mut random = [0u8; 16];
+    random.copy_from_slice(&digest[..16]);
+    let ms = u64::try_from(now.timestamp_millis()).unwrap_or(0);
+    format!("job_{}", ulid::Ulid::from_parts(ms, u128::from_be_bytes(random)).to_string().to_lowercase())
+}
+
+/// A running notify job on (`tenant_id`, `endpoint_id`) due at `now`, publishing `event`
+/// (whose `id` is set to the job's).
+pub fn notify_job(id: String, tenant_id: &str, endpoint_id: &str, now: DateTime<Utc>, event: OperationalEvent) -> Job {
+    Job {
+        kind: JobKind::Notify,
+        tenant_id: tenant_id.to_string(),
+        endpoint_id: endpoint_id.to_string(),
+        status: "running".into(),
+        since: None,
+        until: None,
+        cursor: None,
+        processed: 0,
+        run_at: Some(now),
+        event: Some(OperationalEvent { id: id.clone(), ..event }),
+        created_at: now,
+        updated_at: now,
+        id,
+    }
+}
+
+/// The notify job of `claimed` becoming exhausted at `now` with `last` its last attempt: it
+/// publishes `delivery.exhausted`.
+pub fn exhausted_job(claimed: &Delivery, last: &Attempt, now: DateTime<Utc>) -> Job {
+    let id = derived_job_id(now, &["delivery.exhausted", &claimed.id, &claimed.attempt_count.to_string()]);
+    let reason = if last.error.as_deref() == Some("payload_expired") { "payload_expired" } else { "retry_policy" };
+    let event = OperationalEvent {
+        event_type: "delivery.exhausted".into(),
+        endpoint_id: claimed.endpoint_id.clone(),
+        tenant_id: claimed.tenant_id.clone(),
+        reason: reason.into(),
+        status_code: last.status_code,
+        delivery_id: Some(claimed.id.clone()),
+        event_id: Some(claimed.event_id.clone()),
+        delivery_event_type: Some(claimed.event_type.clone()),
+        attempt_count: Some(claimed.attempt_count),
+        error: last.error.clone(),
+        at: now,
+        ..OperationalEvent::default()
+    };
+    notify_job(id, &claimed.tenant_id, &claimed.endpoint_id, now, event)
+}
+
+/// The notify job of `job` (a recover or hold job) finishing at `now` with its status:
+/// `job.finished`. `None` for other kinds or a job still running.
+pub fn finished_job(job: &Job, now: DateTime<Utc>) -> Option<Job> {
+    let kind = match job.kind {
+        JobKind::Recover => "recover",
+        JobKind::Hold => "hold",
+        _ => return None,
+    };
+    if job.status == "running" {
+        return None;
+    }
+    let id = derived_job_id(now, &["job.finished", &job.id]);
+    let event = OperationalEvent {
+        event_type: "job.finished".into(),
+        endpoint_id: job.endpoint_id.clone(),
+        tenant_id: job.tenant_id.clone(),
+        reason: job.status.clone(),
+        job_id: Some(job.id.clone()),
+        job_kind: Some(kind.into()),
+        processed: Some(job.processed),
+        at: now,
+        ..OperationalEvent::default()
+    };
+    Some(notify_job(id, &job.tenant_id, &job.endpoint_id, now, event))
+}
+
+/// The notify job of `endpoint_id`'s failures in a row reaching [`failing_at`] its breaker's
+/// `threshold`, counted at `failures` by the failure of `delivery_id` (its last attempt
+/// `last`) at `now`: it publishes `endpoint.failing`.
+pub fn failing_job(
+    tenant_id: &str,
+    endpoint_id: &str,
+    failures: u32,
+    threshold: u32,
+    delivery_id: &str,
+    last: &Attempt,
+    now: DateTime<Utc>,
+) -> Job {
+    let id = derived_job_id(now, &["endpoint.failing", endpoint_id, delivery_id, &last.attempt.to_string()]);
+    let event = OperationalEvent {
+        event_type: "endpoint.failing".into(),
+        endpoint_id: endpoint_id.to_string(),
+        tenant_id: tenant_id.to_string(),
+        reason: "failures_in_a_row".into(),
+        status_code: last.status_code,
+        delivery_id: Some(delivery_id.to_string()),
+        error: last.error.clone(),
+        consecutive_failures: Some(failures),
+        threshold: Some(threshold),
+        at: now,
+        ..OperationalEvent::default()
+    };
+    notify_job(id, tenant_id, endpoint_id, now, event)
 }
 
 #[cfg(test)]
@@ -331,6 +449,15 @@ mod tests {
         let event = ok.jobs[1].event.clone().unwrap();
         assert_eq!((event.event_type.as_str(), event.reason.as_str()), ("endpoint.enabled", "probe_succeeded"));
         assert_eq!(event.id, ok.jobs[1].id, "the event's id is its notify job's, the same on every publish");
+    }
+
+    #[test]
+    fn the_same_transition_makes_the_same_job_and_another_another() {
+        let now = Utc::now();
+        let a = derived_job_id(now, &["delivery.exhausted", "dlv_1", "3"]);
+        assert_eq!(a, derived_job_id(now, &["delivery.exhausted", "dlv_1", "3"]));
+        assert_ne!(a, derived_job_id(now, &["delivery.exhausted", "dlv_1", "4"]));
+        assert!(a.starts_with("job_") && a.len() == 30, "{a}");
     }
 
     #[test]

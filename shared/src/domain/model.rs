@@ -254,13 +254,17 @@ impl Endpoint {
     pub fn subscribes_to(&self, event_type: &str) -> bool {
         match &self.event_types {
             None => true,
-            Some(types) => types.iter().any(|t| {
-                t == event_type
-                    || t == "*"
-                    || t.strip_suffix('*').is_some_and(|prefix| prefix.ends_with('.') && event_type.starts_with(prefix))
-            }),
+            Some(types) => types.iter().any(|t| type_matches(t, event_type)),
         }
     }
+}
+
+/// Whether an entry of an endpoint's `event_types` filter takes `event_type`: the same name,
+/// `*` (every type), or a prefix ending in `.*` (`invoice.*` takes `invoice.paid`).
+pub fn type_matches(pattern: &str, event_type: &str) -> bool {
+    pattern == event_type
+        || pattern == "*"
+        || pattern.strip_suffix('*').is_some_and(|prefix| prefix.ends_with('.') && event_type.starts_with(prefix))
 }
 
 /// Where a delivery is in its life. The transitions live in [`crate::domain::delivery_lifecycle`].
@@ -447,7 +451,8 @@ pub enum JobKind {
     /// Hold the scheduled deliveries of a disabled or paused endpoint, a page per step.
     Hold,
     /// Tell the owner that the endpoint was disabled or paused (log line, SNS), and publish
-    /// the transition's operational event (`endpoint.disabled`, `.paused`, `.enabled`).
+    /// the operational event written with the job ([`crate::domain::operational`]: an
+    /// endpoint's transition, a dead letter, a failing endpoint, a job's end).
     Notify,
     /// After an endpoint's forced delete: end what the delete's listing missed (deliveries the
     /// `by_endpoint` index had not shown yet) as exhausted with reason `endpoint_deleted`, a

@@ -34,7 +34,9 @@ use bytes::Bytes;
 
 pub mod post;
 mod record;
+mod sync;
 use record::*;
+pub use sync::attempt_inline;
 
 /// What handling one attempt message came to.
 #[derive(Debug, Clone, PartialEq)]
@@ -209,34 +211,36 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
 /// instead of one per delivery, so a batch of 10 deliveries to one endpoint writes 1 counter
 /// unit instead of 10; `make bench` section 1, "at load").
 #[derive(Debug, Default)]
-struct DeliveredInCall(std::sync::Mutex<std::collections::BTreeMap<String, Vec<String>>>);
+struct DeliveredInCall(std::sync::Mutex<std::collections::BTreeMap<String, Noted>>);
+
+/// One endpoint's deliveries noted delivered in a call, and when the latest was recorded.
+type Noted = (Vec<String>, chrono::DateTime<chrono::Utc>);
 
 impl DeliveredInCall {
-    /// Notes `delivery` (just recorded delivered) for its endpoint's counter.
-    fn note_delivered(&self, delivery: &Delivery) {
+    /// Notes `delivery`, recorded delivered at `at`, for its endpoint's counter.
+    fn note_delivered(&self, delivery: &Delivery, at: chrono::DateTime<chrono::Utc>) {
         if let Ok(mut by_endpoint) = self.0.lock() {
-            by_endpoint.entry(delivery.endpoint_id.clone()).or_default().push(delivery.id.clone());
+            let noted = by_endpoint.entry(delivery.endpoint_id.clone()).or_insert_with(|| (Vec::new(), at));
+            noted.0.push(delivery.id.clone());
+            noted.1 = noted.1.max(at);
         }
     }
 
-    /// Counts what was noted, one ADD per endpoint. Best effort: the records are what count;
-    /// a failure or a crash before this leaves the counter short by the batch's deliveries to
-    /// that endpoint, never a delivery unrecorded (the endpoint's stats say their delivered
-    /// count is a counter, not a listing).
+    /// Counts what was noted, one ADD per endpoint, on the day of (and with the time of) the
+    /// latest record of the endpoint's deliveries in the call. Best effort: the records are
+    /// what count; a failure or a crash before this leaves the counter short by the batch's
+    /// deliveries to that endpoint, never a delivery unrecorded (the endpoint's stats say
+    /// their delivered count is a counter, not a listing).
     async fn count_noted(&self, app: &App) {
         let by_endpoint = match self.0.lock() {
             Ok(mut by_endpoint) => std::mem::take(&mut *by_endpoint),
             Err(_) => return,
         };
-        if by_endpoint.is_empty() {
-            return;
-        }
-        let now = app.clock.now();
         // Kept as long as a delivered delivery, plus the day it is counted in.
-        let keep = i64::from(app.config.delivered_retention_days) + 1;
-        let expires_at = (now + chrono::Duration::days(keep)).timestamp();
-        let adds = by_endpoint.iter().map(|(endpoint_id, ids)| async move {
-            if let Err(e) = app.store.count_delivered(endpoint_id, ids, now, expires_at).await {
+        let keep = chrono::Duration::days(i64::from(app.config.delivered_retention_days) + 1);
+        let adds = by_endpoint.iter().map(|(endpoint_id, (ids, at))| async move {
+            let expires_at = (*at + keep).timestamp();
+            if let Err(e) = app.store.count_delivered(endpoint_id, ids, *at, expires_at).await {
                 tracing::warn!(endpoint_id = %endpoint_id, deliveries = ids.len(), error = %e, "delivered not counted in the endpoint's stats");
             }
         });
@@ -434,6 +438,10 @@ async fn attempt_on(
         _ => FailureCount::default(),
     };
     let failures_in_a_row = failures.in_a_row;
+    let announced = match (&endpoint, failures.announce_failing) {
+        (Some(ep), true) => announce_failing(app, ep, &delivery.id, &attempt, failures.total).await,
+        _ => None,
+    };
     let now = app.clock.now();
     let effect =
         Effect { verdict, probe, expired, opens_breaker: failures.opens_breaker, status_code: attempt.status_code };
@@ -486,10 +494,15 @@ async fn attempt_on(
     );
     let status = transition.status;
     emit_metrics(app, &transition, result.duration_ms);
+    // A dead letter's notify job (`delivery.exhausted`), written with the record, and an
+    // `endpoint.failing` announced before it: publish now (best effort; the sweeper runs
+    // them if this fails or the process dies first).
+    let notify: Vec<_> = transition.jobs.iter().chain(&announced).cloned().collect();
+    endpoint_state::run_inline(app, &notify).await;
     if status == DeliveryStatus::Delivered {
         // The endpoint's stats read a per-day counter, not its history: counted at the end of
         // the call, for the whole batch (DeliveredInCall::count_noted).
-        tally.note_delivered(&delivery);
+        tally.note_delivered(&delivery, transition.now);
     }
     // What the attempt says of the endpoint's lane and adaptive rate: writes only when they
     // change (see crate::domain::lane and crate::domain::rate).
@@ -513,87 +526,42 @@ async fn attempt_on(
     Ok(Handled::Attempted(status, Box::new(attempt)))
 }
 
-/// Makes the inline attempt of a sync event ([`ingest::ingest`] with `sync`), once, and sets
-/// [`ingest::Accepted::outcome`]: the attempt's outcome, or, for a repeated event id or an
-/// attempt that could not be completed, where the delivery stands (`deferred`).
-///
-/// # Errors
-/// [`ServiceError::Unavailable`] when reading where a repeated event's delivery stands failed;
-/// [`ServiceError::Validation`] when the event has no delivery.
-pub async fn attempt_inline(app: &App, mut accepted: ingest::Accepted) -> Result<ingest::Accepted, ServiceError> {
-    let first = accepted.inline_attempt.take();
-    accepted.outcome = Some(sync_attempt(app, &accepted.deliveries, first).await?);
-    Ok(accepted)
-}
-
-/// The one inline attempt of a sync event (`first`: the message for attempt 1, when this call
-/// created the delivery), or, for a repeated event id, where it stands.
-async fn sync_attempt(
+/// Announces `ep` failing (`endpoint.failing`): its notify job and the endpoint item's mark in
+/// one write ([`crate::store::CounterStore::announce_failing`]), then the publish. Best effort
+/// and before the attempt's record: a call that fails, or a process that dies before it,
+/// leaves the item unmarked, so the run's next failure announces it (and a process that dies
+/// here leaves the delivery `sending`, re-driven by the sweeper, whose attempt fails again if
+/// the receiver still does). A run that ends with this failure (its next attempt a 2xx) is
+/// not announced then: the endpoint is no longer failing. Returns the job written, which the
+/// caller runs once the attempt is recorded (the sweeper runs it otherwise).
+async fn announce_failing(
     app: &App,
-    deliveries: &[ingest::DeliveryRef],
-    first: Option<delivery_lifecycle::Enqueue>,
-) -> Result<ingest::SyncOutcome, ServiceError> {
-    let Some(d) = deliveries.first() else {
-        return Err(ServiceError::Validation("mode: sync needs exactly one subscribed endpoint".into()));
-    };
-    let created_here = first.is_some();
-    if let Some(first) = first {
-        match attempt(app, &first.message, Mode::Once).await {
-            Ok(Handled::Attempted(status, attempt)) => {
-                return Ok(ingest::SyncOutcome {
-                    delivery_id: d.id.clone(),
-                    status,
-                    attempt: Some(*attempt),
-                    deferred: None,
-                });
-            }
-            Ok(_) => {}
-            Err(e) => {
-                // The event and its delivery are written and in the due index: the sweeper
-                // re-drives it (a claim that failed), or records the lost attempt when the
-                // lease runs out and re-drives it (a record that failed after the POST). Say so
-                // rather than answer 503, which would read as "nothing was accepted".
-                tracing::warn!(delivery_id = %d.id, error = %e, "sync attempt not completed; delivery deferred");
-                let deferred = format!(
-                    "the inline attempt could not be completed ({e}); the event is accepted and delivery {} \
-                     continues asynchronously under the endpoint's retry policy (the receiver may see this \
-                     webhook-id more than once); follow GET /v1/deliveries/{}",
-                    d.id, d.id
-                );
-                return Ok(ingest::SyncOutcome {
-                    delivery_id: d.id.clone(),
-                    status: DeliveryStatus::Scheduled,
-                    attempt: None,
-                    deferred: Some(deferred),
-                });
-            }
+    ep: &Endpoint,
+    delivery_id: &str,
+    attempt: &Attempt,
+    failures: u32,
+) -> Option<crate::domain::model::Job> {
+    let now = app.clock.now();
+    let job = endpoint_lifecycle::failing_job(
+        &ep.tenant_id,
+        &ep.id,
+        failures,
+        ep.circuit_breaker_threshold,
+        delivery_id,
+        attempt,
+        now,
+    );
+    match app.store.announce_failing(&ep.tenant_id, &ep.id, &job).await {
+        Ok(true) => {
+            tracing::warn!(tenant_id = %ep.tenant_id, endpoint_id = %ep.id, failures, "endpoint failing");
+            Some(job)
+        }
+        Ok(false) => None,
+        Err(e) => {
+            tracing::warn!(endpoint_id = %ep.id, error = %e, "endpoint failing not announced; the next failure does");
+            None
         }
     }
-    let current =
-        app.store.get_delivery(&d.id).await?.ok_or_else(|| ServiceError::NotFound(format!("delivery {}", d.id)))?;
-    // A delivery still under way (a repeat of an event id whose earlier post is being
-    // delivered, or an inline attempt that could not start, its claim given back and queued
-    // again): not a failure, so not a 502.
-    let deferred = matches!(current.status, DeliveryStatus::Scheduled | DeliveryStatus::Sending).then(|| {
-        let why = if created_here {
-            "the inline attempt could not start and was queued again"
-        } else {
-            "this event id was accepted before and its delivery is still under way"
-        };
-        format!(
-            "{why} (status {}); the event is accepted: follow delivery {} at GET /v1/deliveries/{} \
-             for its outcome",
-            current.status.as_str(),
-            d.id,
-            d.id
-        )
-    });
-    Ok(ingest::SyncOutcome {
-        delivery_id: d.id.clone(),
-        status: current.status,
-        attempt: current.attempts.last().cloned(),
-        deferred,
-    })
 }
 
 /// A delivery transition and the message to send once it is written.

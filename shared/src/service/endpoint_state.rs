@@ -309,10 +309,19 @@ async fn job_step(app: &App, id: &str, now: DateTime<Utc>, lease: i64) -> Result
         job.run_at = None;
     }
     job.updated_at = now;
-    if !app.store.save_job(&job, lease).await? {
+    // A recover or hold job's end is an operational event (`job.finished`): its notify job is
+    // written with the job's last save, then run at once (the sweeper runs it if this fails).
+    let finished = endpoint_lifecycle::finished_job(&job, now);
+    let saved = match &finished {
+        Some(notify) => app.store.finish_job(&job, lease, notify).await?,
+        None => app.store.save_job(&job, lease).await?,
+    };
+    if !saved {
         // The step outlived its lease and a later one took the job: its progress stands. What
         // this step changed is written (guarded transitions), so its messages still go out.
         tracing::warn!(job_id = %job.id, "job step outlived its lease; the later step's progress stands");
+    } else if let Some(notify) = finished {
+        Box::pin(run_inline(app, std::slice::from_ref(&notify))).await;
     }
     Ok(out)
 }
@@ -367,10 +376,15 @@ pub async fn end_as_deleted(
 /// Publishes an operational event: on the stack's bus, then to the stack's operational
 /// endpoints ([`crate::domain::operational::TENANT`]) as a signed webhook. At least once: a
 /// failure of either fails the notify step, which runs again; a repeat is the same event (its
-/// `id`) on the bus and the same event, accepted once, for the endpoints.
+/// `id`) on the bus and the same event, accepted once, for the endpoints. An event about the
+/// operational tenant's own endpoints or deliveries goes to the bus only: posted to the
+/// operational endpoints, an operational endpoint that is down would feed itself events
+/// about its own failures.
 async fn publish_operational(app: &App, event: &OperationalEvent) -> Result<(), ServiceError> {
     app.notifier.operational(event).await.map_err(ServiceError::Unavailable)?;
-    crate::service::ingest::ingest_operational(app, event).await?;
+    if event.tenant_id != crate::domain::operational::TENANT {
+        crate::service::ingest::ingest_operational(app, event).await?;
+    }
     Ok(())
 }
 

@@ -137,9 +137,12 @@ impl EndpointView {
 /// `auto_resume_after_seconds`, `rate_limit_per_second`, `rate_limit_adaptive` optional.
 ///
 /// # Errors
-/// [`ServiceError::Validation`] naming the field; [`ServiceError::DestinationNotAllowed`] for
-/// a URL whose host is, or now resolves to, a non-public address (see [`crate::sender::destination`]);
-/// [`ServiceError::Unavailable`] when the store failed (nothing of the caller's: retry).
+/// [`ServiceError::Validation`] naming the field; [`ServiceError::UnknownEventType`] (422
+/// `unknown_event_type`) for an `event_types` entry that matches no catalog type when the
+/// catalog is `registered` ([`crate::service::event_types::check_subscription`]);
+/// [`ServiceError::DestinationNotAllowed`] for a URL whose host is, or now resolves to, a
+/// non-public address (see [`crate::sender::destination`]); [`ServiceError::Unavailable`] when
+/// the store failed (nothing of the caller's: retry).
 pub async fn create_endpoint(app: &App, body: &Map<String, Value>) -> Result<EndpointView, ServiceError> {
     let tenant_id = match body.get("tenant_id") {
         None | Some(Value::Null) => return Err(invalid("tenant_id", "is required")),
@@ -160,6 +163,7 @@ pub async fn create_endpoint(app: &App, body: &Map<String, Value>) -> Result<End
     let now = app.clock.now();
     let mut endpoint = Endpoint::new(format!("ep_{}", app.random.ulid(now)), tenant_id, "", secret, now);
     apply_settings(&mut endpoint, body, &["tenant_id", "secret"])?;
+    crate::service::event_types::check_subscription(app, &endpoint.tenant_id, endpoint.event_types.as_deref()).await?;
     for (field, url) in destinations(&endpoint) {
         destination::check_field(&app.config, field, url).await?;
     }
@@ -246,6 +250,8 @@ pub async fn get_endpoint(app: &App, id: &str) -> Result<EndpointView, ServiceEr
 ///
 /// # Errors
 /// [`ServiceError::NotFound`]; [`ServiceError::Validation`] naming the field;
+/// [`ServiceError::UnknownEventType`] for a changed `event_types` filter with an entry that
+/// matches no catalog type, in `registered` mode;
 /// [`ServiceError::DestinationNotAllowed`] for a new `url` that is, or resolves to, a
 /// non-public address; [`ServiceError::Conflict`] when the endpoint kept changing under it.
 pub async fn update_endpoint(app: &App, id: &str, body: &Map<String, Value>) -> Result<EndpointView, ServiceError> {
@@ -255,6 +261,13 @@ pub async fn update_endpoint(app: &App, id: &str, body: &Map<String, Value>) -> 
     // applies them again to the endpoint as it is then).
     let mut changed = ep.clone();
     apply_settings(&mut changed, body, &[])?;
+    // A filter this PATCH changes must name what the catalog has (registered mode); one it
+    // leaves as it is is not checked again (a type archived since does not block a PATCH of
+    // the URL).
+    if changed.event_types != ep.event_types {
+        crate::service::event_types::check_subscription(app, &changed.tenant_id, changed.event_types.as_deref())
+            .await?;
+    }
     for (field, url) in destinations(&changed) {
         if body.contains_key(field.split('.').next().unwrap_or(field)) {
             destination::check_field(&app.config, field, url).await?;

@@ -100,6 +100,59 @@ pub async fn archive(app: &App, name: &str) -> Result<EventType, ServiceError> {
     update(app, name, Patch { archived: Some(true), ..Patch::default() }).await
 }
 
+/// Most catalog pages [`check_subscription`] reads (100 entries each): a catalog of more than
+/// 10,000 types is checked on its first 10,000 (by name), and a filter that matches none of
+/// them is let through rather than refused on a partial read.
+const SUBSCRIPTION_CHECK_PAGES: usize = 100;
+
+/// With `WEBHOOKS_EVENT_TYPES=registered`, an endpoint's `event_types` filter must name what
+/// the catalog has: each entry (a name, `*`, or a prefix ending in `.*`) must match at least
+/// one type in the catalog that is not archived, or the create or PATCH is refused. In `open`
+/// mode, or with no filter (every type), nothing is checked. Reads the catalog (one Query of
+/// its partition per 100 types). An endpoint of the operational tenant
+/// ([`crate::domain::operational::TENANT`]) is checked against the operational event types
+/// ([`crate::domain::operational::EVENT_TYPES`]) instead, with no read.
+///
+/// # Errors
+/// [`ServiceError::UnknownEventType`] (422 `unknown_event_type`) naming the first entry that
+/// matches nothing, as `event_types[i]`; [`ServiceError::Unavailable`] when the catalog could
+/// not be read.
+pub async fn check_subscription(app: &App, tenant_id: &str, filter: Option<&[String]>) -> Result<(), ServiceError> {
+    let (EventTypesMode::Registered, Some(filter)) = (app.config.event_types, filter) else { return Ok(()) };
+    let operational = tenant_id == crate::domain::operational::TENANT;
+    let mut names: Vec<String> = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut complete = operational;
+    if operational {
+        names.extend(crate::domain::operational::EVENT_TYPES.iter().map(|t| t.to_string()));
+    }
+    for _ in 0..SUBSCRIPTION_CHECK_PAGES {
+        if operational {
+            break;
+        }
+        let page = app.store.list_event_types(100, cursor.as_deref()).await?;
+        names.extend(page.data.into_iter().filter(|e| !e.archived).map(|e| e.name));
+        cursor = page.next_cursor;
+        if cursor.is_none() {
+            complete = true;
+            break;
+        }
+    }
+    let unmatched = filter
+        .iter()
+        .enumerate()
+        .find(|(_, pattern)| !names.iter().any(|name| crate::domain::model::type_matches(pattern, name)));
+    match unmatched {
+        Some((i, pattern)) if complete => Err(ServiceError::UnknownEventType(format!(
+            "event_types[{i}]: {} matches no event type in the catalog, and this stack takes only registered \
+             types (WEBHOOKS_EVENT_TYPES=registered); create the type with POST /v1/event-types first, or \
+             subscribe to one the catalog has (GET /v1/event-types)",
+            ids::shown(pattern)
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// What this process knows of `name`: from its [`crate::domain::event_type::Catalog`] while
 /// fresh (`config.event_type_cache`), else read (one GetItem) and compiled.
 async fn known(app: &App, name: &str) -> Result<Known, ServiceError> {

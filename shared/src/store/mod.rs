@@ -254,13 +254,28 @@ pub struct FailureCount {
     pub in_a_row: u32,
     /// Whether the circuit breaker opens on this failure.
     pub opens_breaker: bool,
+    /// Whether this failure is to announce the endpoint failing (`endpoint.failing`): the
+    /// failures in a row (summed over the copies) reached
+    /// [`crate::domain::operational::failing_at`] of the threshold and the endpoint item has
+    /// no announcement of its run yet ([`CounterStore::announce_failing`]).
+    pub announce_failing: bool,
+    /// The failures in a row over every copy, when they were summed (else `in_a_row`): what
+    /// the announcement reports.
+    pub total: u32,
 }
 
 impl FailureCount {
     /// The count of one counter (no copies): `n` in a row, the breaker opening at `threshold`
     /// (0: never).
     pub fn single(n: u32, threshold: u32) -> Self {
-        Self { in_a_row: n, opens_breaker: threshold > 0 && n >= threshold }
+        Self { in_a_row: n, opens_breaker: threshold > 0 && n >= threshold, announce_failing: false, total: n }
+    }
+
+    /// As [`FailureCount::single`], with `announced`: whether the endpoint item holds an
+    /// announcement of its run already.
+    pub fn single_announced(n: u32, threshold: u32, announced: bool) -> Self {
+        let reached = crate::domain::operational::failing_at(threshold).is_some_and(|at| n >= at);
+        Self { announce_failing: reached && !announced, ..Self::single(n, threshold) }
     }
 }
 
@@ -333,6 +348,12 @@ pub trait EndpointStore: Send + Sync {
 /// rate and the per-second rate windows.
 #[async_trait]
 pub trait CounterStore: Send + Sync {
+    /// Announces the endpoint's run of failures: creates `notify` (the notify job of its
+    /// `endpoint.failing`) and marks the endpoint item announced (`failing_announced`, the
+    /// job's id) in one TransactWriteItems, conditional on the item having no such mark. False
+    /// when it had one (the run was announced) or the endpoint is gone. The mark is removed
+    /// with the counter by the reset that ends the endpoint item's run, or an enable.
+    async fn announce_failing(&self, tenant_id: &str, id: &str, notify: &Job) -> Result<bool, StoreError>;
     /// Adds one to the endpoint's failures in a row (on the copy an attempt keyed by `key`
     /// read, when the table keeps copies) and says whether the circuit breaker at `threshold`
     /// (0: never) opens (None: gone). With one copy: the new count, opening at exactly
@@ -510,6 +531,10 @@ pub trait JobStore: Send + Sync {
     /// and this one's is dropped (every step's own writes are guarded transitions, so the
     /// later step finds what this one did).
     async fn save_job(&self, job: &Job, lease_due_at: i64) -> Result<bool, StoreError>;
+    /// [`JobStore::save_job`] of a job's last step together with `notify`, the notify job of
+    /// its `job.finished` event, created in the same write (one TransactWriteItems), so the
+    /// event is published at least once whatever happens after. False as `save_job`'s.
+    async fn finish_job(&self, job: &Job, lease_due_at: i64, notify: &Job) -> Result<bool, StoreError>;
     /// A job by id.
     async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError>;
     /// Takes a job's due step: moves its due time from `expected_due_at` to `lease_due_at`

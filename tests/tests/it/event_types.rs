@@ -373,3 +373,73 @@ async fn send_example_posts_the_catalog_example_signed_to_the_endpoint() {
     assert_eq!(listed["data"], json!([]), "a sent example is not a delivery");
     stack.stop().await;
 }
+
+/// A reqwest client that does not follow redirects (the portal answers a token with a 303).
+fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn registered_mode_refuses_a_subscription_that_matches_no_catalog_type() {
+    let stack = Stack::start(|c| c.event_types = EventTypesMode::Registered).await;
+    create_type(&stack, json!({"name": "order.paid"})).await;
+    create_type(&stack, json!({"name": "invoice.sent"})).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let endpoint = |types: Value| json!({"tenant_id": "acme", "url": rx.url, "event_types": types});
+
+    // Create: an entry that matches nothing is refused, naming it; nothing is created.
+    let (status, e) =
+        stack.call(Method::POST, "/v1/endpoints", Some(endpoint(json!(["order.paid", "order.shipped"])))).await;
+    assert_eq!((status, e["error"]["code"].as_str()), (422, Some("unknown_event_type")), "{e}");
+    let message = e["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("event_types[1]") && message.contains("order.shipped"), "{e}");
+    let (_, listed) = stack.call(Method::GET, "/v1/endpoints?tenant_id=acme", None).await;
+    assert_eq!(listed["data"].as_array().map(Vec::len), Some(0), "{listed}");
+    let (status, e) = stack.call(Method::POST, "/v1/endpoints", Some(endpoint(json!(["refund.*"])))).await;
+    assert_eq!(status, 422, "a prefix that matches no type: {e}");
+    // Names, prefixes and `*` that match a type are taken, and so is no filter at all.
+    for types in [json!(["order.paid"]), json!(["invoice.*", "order.paid"]), json!(["*"]), Value::Null] {
+        let (status, created) = stack.call(Method::POST, "/v1/endpoints", Some(endpoint(types.clone()))).await;
+        assert_eq!(status, 201, "{types}: {created}");
+    }
+
+    // PATCH: the same rule for a filter it changes.
+    let ep = stack.call(Method::POST, "/v1/endpoints", Some(endpoint(json!(["order.paid"])))).await.1;
+    let path = format!("/v1/endpoints/{}", ep["id"].as_str().unwrap());
+    let (status, e) = stack.call(Method::PATCH, &path, Some(json!({"event_types": ["ordr.paid"]}))).await;
+    assert_eq!((status, e["error"]["code"].as_str()), (422, Some("unknown_event_type")), "{e}");
+    assert!(e["error"]["message"].as_str().unwrap_or_default().contains("ordr.paid"), "{e}");
+    assert_eq!(stack.call(Method::GET, &path, None).await.1["event_types"], json!(["order.paid"]), "unchanged");
+    let (status, e) = stack.call(Method::PATCH, &path, Some(json!({"event_types": ["invoice.*"]}))).await;
+    assert_eq!(status, 200, "{e}");
+    // An archived type matches nothing any more: its events are refused at ingest.
+    let (status, _) = stack.call(Method::DELETE, "/v1/event-types/order.paid", None).await;
+    assert_eq!(status, 200);
+    let (status, e) = stack.call(Method::PATCH, &path, Some(json!({"event_types": ["order.paid"]}))).await;
+    assert_eq!(status, 422, "{e}");
+
+    // The portal's form shows the refusal.
+    let (status, session) =
+        stack.call(Method::POST, "/v1/tenants/acme/portal-sessions", Some(json!({"ttl_seconds": 600}))).await;
+    assert_eq!(status, 201, "{session}");
+    let token = session["token"].as_str().unwrap();
+    let r = no_redirects().get(format!("{}/portal?token={token}", stack.base)).send().await.unwrap();
+    assert_eq!(r.status(), 303);
+    let cookie = r.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+    let page = no_redirects().get(format!("{}/portal", stack.base)).header("cookie", &cookie).send().await.unwrap();
+    let page = page.text().await.unwrap();
+    let csrf = page.split(r#"name="csrf" value=""#).nth(1).and_then(|rest| rest.split('"').next()).unwrap();
+    let form =
+        [("csrf", csrf), ("url", rx.url.as_str()), ("retry_preset", "standard"), ("event_types", "order.shipped")];
+    let r = no_redirects()
+        .post(format!("{}/portal/endpoints", stack.base))
+        .header("cookie", &cookie)
+        .form(&form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 422);
+    let shown = r.text().await.unwrap();
+    assert!(shown.contains("Please check the form") && shown.contains("order.shipped"), "{shown}");
+    stack.stop().await;
+}

@@ -1,7 +1,8 @@
-//! Operational events (issue #37): `endpoint.disabled`, `endpoint.paused` and
-//! `endpoint.enabled` put on the operational EventBridge bus, observed as a user would: on an
-//! SQS queue that a rule on the bus targets. Each is published at least once, even when the
-//! process fails right after the transition (the notify job written with it publishes later).
+//! Operational events (issue #37): `endpoint.disabled`, `endpoint.paused`, `endpoint.enabled`,
+//! `endpoint.failing`, `delivery.exhausted` and `job.finished` put on the operational
+//! EventBridge bus, observed as a user would: on an SQS queue that a rule on the bus targets.
+//! Each is published at least once, even when the process fails right after the transition
+//! (the notify job written with it publishes later).
 
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -66,20 +67,25 @@ impl Observed {
                 return e.clone();
             }
             assert!(Instant::now() < deadline, "no {event_type} for {endpoint_id} on the queue; saw {seen:#?}");
-            let got = self
-                .sqs
-                .receive_message()
-                .queue_url(&self.queue_url)
-                .max_number_of_messages(10)
-                .wait_time_seconds(1)
-                .send()
-                .await
-                .expect("receive");
-            for m in got.messages() {
-                seen.push(serde_json::from_str(m.body().unwrap_or("null")).unwrap_or(Value::Null));
-                if let Some(h) = m.receipt_handle() {
-                    let _ = self.sqs.delete_message().queue_url(&self.queue_url).receipt_handle(h).send().await;
-                }
+            self.receive(seen).await;
+        }
+    }
+
+    /// Receives what the queue holds now (waiting up to a second), into `seen`.
+    async fn receive(&self, seen: &mut Vec<Value>) {
+        let got = self
+            .sqs
+            .receive_message()
+            .queue_url(&self.queue_url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .expect("receive");
+        for m in got.messages() {
+            seen.push(serde_json::from_str(m.body().unwrap_or("null")).unwrap_or(Value::Null));
+            if let Some(h) = m.receipt_handle() {
+                let _ = self.sqs.delete_message().queue_url(&self.queue_url).receipt_handle(h).send().await;
             }
         }
     }
@@ -258,4 +264,142 @@ async fn an_operational_endpoint_receives_the_event_as_a_signed_webhook_and_prod
     assert_eq!((status, e["error"]["code"].as_str()), (403, Some("reserved_tenant")), "{e}");
     assert_eq!(ops_rx.count(), 1, "nothing more reached the operational endpoint");
     stack.stop().await;
+}
+
+/// `delivery_id` of an ingest answer's first delivery.
+fn first_delivery(accepted: &Value) -> String {
+    accepted["deliveries"][0]["id"].as_str().unwrap_or_default().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_letter_and_the_end_of_a_recover_or_hold_job_reach_the_queue() {
+    let observed = Observed::start().await;
+    let bus = observed.bus.clone();
+    let stack = Stack::start(|c| c.operational_event_bus = Some(bus)).await;
+    let mut seen = Vec::new();
+
+    // One attempt allowed, answered 503: a dead letter, and delivery.exhausted with what a
+    // user needs to find it and act on it.
+    let rx = Receiver::start(Reply::Status(503)).await;
+    let ep = stack.endpoint("ops-x", &rx.url, json!({"schedule_seconds": [1], "max_attempts": 1})).await;
+    let id = ep["id"].as_str().unwrap().to_string();
+    let since = chrono::Utc::now() - chrono::Duration::seconds(1);
+    let accepted = stack.event("ops-x", "order.paid", json!({"n": 1})).await;
+    let delivery = first_delivery(&accepted);
+    stack.wait_status(&delivery, "exhausted", WAIT).await;
+    let exhausted = observed.wait_for("delivery.exhausted", &id, &mut seen).await;
+    let d = &exhausted["detail"];
+    assert_eq!(exhausted["source"], "webhooks.operational");
+    assert_eq!(d["delivery_id"], delivery.as_str());
+    assert_eq!(d["event_id"], accepted["event_id"], "{exhausted:#}");
+    assert_eq!(d["delivery_event_type"], "order.paid");
+    assert_eq!((d["tenant_id"].as_str(), d["attempt_count"].as_u64()), (Some("ops-x"), Some(1)));
+    assert_eq!((d["status_code"].as_u64(), d["error"].as_str()), (Some(503), Some("http_status")));
+    assert_eq!(d["reason"], "retry_policy");
+    assert!(d["at"].is_string() && d["id"].as_str().unwrap_or("").starts_with("job_"), "{exhausted:#}");
+
+    // The receiver is fixed; a recover job replays the dead letter: job.finished with its count.
+    rx.set_default(Reply::Status(200));
+    let (status, job) = stack
+        .call(Method::POST, &format!("/v1/endpoints/{id}/recover"), Some(json!({"since": since.to_rfc3339()})))
+        .await;
+    assert_eq!(status, 202, "{job}");
+    stack.wait_status(&delivery, "delivered", WAIT).await;
+    let finished = observed.wait_for("job.finished", &id, &mut seen).await;
+    let f = &finished["detail"];
+    assert_eq!((f["job_id"].as_str(), f["job_kind"].as_str()), (job["id"].as_str(), Some("recover")), "{finished:#}");
+    assert_eq!((f["processed"].as_u64(), f["reason"].as_str()), (Some(1), Some("done")));
+
+    // A disable's hold job ends too (nothing scheduled to hold: processed 0).
+    let quiet = stack.endpoint("ops-y", &rx.url, Value::Null).await;
+    let quiet_id = quiet["id"].as_str().unwrap().to_string();
+    let (status, _) = stack.call(Method::POST, &format!("/v1/endpoints/{quiet_id}/disable"), None).await;
+    assert_eq!(status, 200);
+    let finished = observed.wait_for("job.finished", &quiet_id, &mut seen).await;
+    assert_eq!(
+        (finished["detail"]["job_kind"].as_str(), finished["detail"]["processed"].as_u64()),
+        (Some("hold"), Some(0))
+    );
+    // Only one delivery.exhausted for the one dead letter (its publish did not fail).
+    let dead = seen.iter().filter(|e| e["detail-type"] == "delivery.exhausted").count();
+    assert_eq!(dead, 1, "{seen:#?}");
+    stack.stop().await;
+    observed.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_letter_whose_publish_failed_after_the_record_is_published_by_its_notify_job() {
+    let observed = Observed::start().await;
+    let bus = observed.bus.clone();
+    let failed = Arc::new(AtomicUsize::new(0));
+    let counter = failed.clone();
+    let stack = Stack::start_wrapped(
+        |c| c.operational_event_bus = Some(bus),
+        Options::default(),
+        move |app: App| {
+            let inner = app.notifier.clone();
+            app.with_notifier(Arc::new(FailFirst { inner, left: AtomicUsize::new(1), failed: counter }))
+        },
+    )
+    .await;
+    let rx = Receiver::start(Reply::Status(500)).await;
+    let ep = stack.endpoint("ops-dead", &rx.url, json!({"schedule_seconds": [1], "max_attempts": 1})).await;
+    let id = ep["id"].as_str().unwrap().to_string();
+    let delivery = first_delivery(&stack.event("ops-dead", "order.paid", json!({})).await);
+    stack.wait_status(&delivery, "exhausted", WAIT).await;
+    // The record is written and the publish right after it failed, as if deliver had died
+    // there; the sweeper runs the notify job written with the record.
+    let mut seen = Vec::new();
+    let event = observed.wait_for("delivery.exhausted", &id, &mut seen).await;
+    assert_eq!(failed.load(Ordering::SeqCst), 1, "the inline publish failed");
+    assert_eq!(event["detail"]["delivery_id"], delivery.as_str());
+    assert_eq!(event["detail"]["status_code"], 500);
+    stack.stop().await;
+    observed.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endpoint_failing_half_its_breaker_threshold_is_announced_once_per_run() {
+    let observed = Observed::start().await;
+    let bus = observed.bus.clone();
+    let stack = Stack::start(|c| c.operational_event_bus = Some(bus)).await;
+    let mut seen = Vec::new();
+    // Breaker at 10: announced at 5 failures in a row. One delivery, retried every second.
+    let rx = Receiver::start(Reply::Status(500)).await;
+    let (status, ep) = stack
+        .call(
+            Method::POST,
+            "/v1/endpoints",
+            Some(json!({"tenant_id": "ops-f", "url": rx.url, "circuit_breaker_threshold": 10,
+                "retry_policy": {"schedule_seconds": [1], "max_attempts": 30}})),
+        )
+        .await;
+    assert_eq!(status, 201, "{ep}");
+    let id = ep["id"].as_str().unwrap().to_string();
+    let first = first_delivery(&stack.event("ops-f", "order.paid", json!({})).await);
+    let failing = observed.wait_for("endpoint.failing", &id, &mut seen).await;
+    let f = &failing["detail"];
+    assert_eq!((f["reason"].as_str(), f["threshold"].as_u64()), (Some("failures_in_a_row"), Some(10)), "{failing:#}");
+    assert_eq!((f["consecutive_failures"].as_u64(), f["status_code"].as_u64()), (Some(5), Some(500)));
+    assert!(rx.count() >= 5, "announced at the fifth failure, not before: {}", rx.count());
+    // Two more failures of the same run: no second announcement.
+    webhooks_tests::eventually("two more failures", WAIT, || async { rx.count() >= 7 }).await;
+    // The receiver recovers (the run ends), then fails again: a new run, announced again.
+    rx.set_default(Reply::Status(200));
+    stack.wait_status(&first, "delivered", WAIT).await;
+    let runs = |seen: &[Value]| {
+        seen.iter()
+            .filter(|e| e["detail-type"] == "endpoint.failing" && e["detail"]["endpoint_id"] == id.as_str())
+            .count()
+    };
+    assert_eq!(runs(&seen), 1, "one announcement for the first run: {seen:#?}");
+    rx.set_default(Reply::Status(500));
+    stack.event("ops-f", "order.paid", json!({"n": 3})).await;
+    let deadline = Instant::now() + WAIT;
+    while runs(&seen) < 2 {
+        assert!(Instant::now() < deadline, "the second run was not announced: {seen:#?}");
+        observed.receive(&mut seen).await;
+    }
+    stack.stop().await;
+    observed.stop().await;
 }

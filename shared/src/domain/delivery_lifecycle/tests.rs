@@ -197,3 +197,25 @@ fn replay_starts_a_fresh_cycle_only_from_exhausted_or_held() {
     assert_eq!(t.next_attempt_at, Field::Set(later));
     assert_eq!(e.unwrap().delay_seconds, 120);
 }
+
+#[test]
+fn only_a_dead_letter_of_the_policy_carries_its_notify_job() {
+    let now = Utc::now();
+    let (dead, _) = complete(&cfg(), now, &claimed(now), attempt(now), Next::Exhausted);
+    let [job] = dead.jobs.as_slice() else { panic!("one notify job: {:?}", dead.jobs) };
+    assert_eq!(
+        (job.kind, job.status.as_str(), job.run_at),
+        (crate::domain::model::JobKind::Notify, "running", Some(now))
+    );
+    let event = job.event.clone().unwrap();
+    assert_eq!((event.event_type.as_str(), event.id.as_str()), ("delivery.exhausted", job.id.as_str()));
+    assert_eq!(event.delivery_id.as_deref(), Some("dlv_1"));
+    assert_eq!((event.event_id.as_deref(), event.delivery_event_type.as_deref()), (Some("evt_1"), Some("order.paid")));
+    assert_eq!((event.attempt_count, event.status_code, event.reason.as_str()), (Some(1), Some(500), "retry_policy"));
+    // The same record built again (an SDK retry sends the same request) names the same job.
+    assert_eq!(complete(&cfg(), now, &claimed(now), attempt(now), Next::Exhausted).0.jobs[0].id, job.id);
+    // The delivered path, a retry and a dead letter of ours write no job: one UpdateItem as before.
+    for next in [Next::Delivered, Next::RetryIn(30), Next::Ended("unsubscribed")] {
+        assert!(complete(&cfg(), now, &claimed(now), attempt(now), next).0.jobs.is_empty(), "{next:?}");
+    }
+}

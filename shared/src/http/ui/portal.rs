@@ -119,9 +119,10 @@ fn problem(e: &ServiceError) -> Response {
     let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let title = match e {
         ServiceError::NotFound(_) => "Not found",
-        ServiceError::Validation(_) | ServiceError::DestinationNotAllowed(_) | ServiceError::InvalidJson(_) => {
-            "Please check the form"
-        }
+        ServiceError::Validation(_)
+        | ServiceError::DestinationNotAllowed(_)
+        | ServiceError::InvalidJson(_)
+        | ServiceError::UnknownEventType(_) => "Please check the form",
         ServiceError::Conflict(_) => "Not possible right now",
         _ => "Something went wrong",
     };

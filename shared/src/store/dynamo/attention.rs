@@ -36,6 +36,12 @@ use crate::store::keys::{ATTENTION_FAILING, ATTENTION_STOPPED, STATUS_INDEX, STA
 use crate::store::{Attention, AttentionMark, Page};
 use aws_sdk_dynamodb::types::AttributeValue;
 
+/// The endpoint item's (copy 0's) mark that its run of failures was announced
+/// (`endpoint.failing`): the notify job's id, set with the job by
+/// [`crate::store::CounterStore::announce_failing`], removed with the counter by the reset
+/// that ends the item's run and by an enable. Not indexed.
+pub const FAILING_ANNOUNCED: &str = "failing_announced";
+
 /// What an endpoint change writes of the marks: `set` and `remove` on the endpoint item (with
 /// `values`), `copy_remove` on its copies.
 #[derive(Debug, Default)]
@@ -78,7 +84,9 @@ impl Marks {
                 copy_remove: both(),
             }
         } else if change.reset_failures {
-            Self { remove: both(), copy_remove: both(), ..Self::default() }
+            let mut remove = both();
+            remove.push(FAILING_ANNOUNCED.to_string());
+            Self { remove, copy_remove: both(), ..Self::default() }
         } else {
             Self::default()
         }
@@ -139,9 +147,11 @@ impl DynamoStore {
     /// failing mark, unless the item carries the stopped mark, which stays (then a second
     /// UpdateItem zeroes the counter alone). Nothing when the endpoint is gone.
     pub(super) async fn reset_marked(&self, tenant_id: &str, id: &str, j: u32) -> Result<(), StoreError> {
+        // The endpoint item's reset ends the run its announcement (if any) told of.
+        let announced = if j == 0 { format!(", {FAILING_ANNOUNCED}") } else { String::new() };
         let reset = self
             .copy_update(tenant_id, id, j)
-            .update_expression(format!("SET consecutive_failures = :zero REMOVE {STATUS_KEY}, {STATUS_SK}"))
+            .update_expression(format!("SET consecutive_failures = :zero REMOVE {STATUS_KEY}, {STATUS_SK}{announced}"))
             .condition_expression(format!(
                 "attribute_exists(pk) AND (attribute_not_exists({STATUS_KEY}) OR {STATUS_KEY} = :failing)"
             ))
@@ -152,9 +162,14 @@ impl DynamoStore {
         if super::conditional(reset)? {
             return Ok(());
         }
+        let plain_reset = if j == 0 {
+            format!("SET consecutive_failures = :zero REMOVE {FAILING_ANNOUNCED}")
+        } else {
+            "SET consecutive_failures = :zero".to_string()
+        };
         let plain = self
             .copy_update(tenant_id, id, j)
-            .update_expression("SET consecutive_failures = :zero")
+            .update_expression(plain_reset)
             .expression_attribute_values(":zero", n(0))
             .send()
             .await;

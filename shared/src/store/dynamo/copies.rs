@@ -27,6 +27,7 @@
 //! item's count of them (`slow_seq`, `rate_seq`), so no copy goes back to a marker the
 //! endpoint item has moved past.
 
+use super::attention::FAILING_ANNOUNCED;
 use super::{DynamoStore, Item, StoreError, aws, n, s};
 use crate::domain::model::Endpoint;
 use crate::store::FailureCount;
@@ -133,15 +134,43 @@ impl DynamoStore {
     ) -> Result<Option<FailureCount>, StoreError> {
         let j = endpoint_copy(key, self.copies);
         let mark = format!("{key}#{attempt}");
-        let Some(own) = self.copy_failures_add(tenant_id, id, j, &mark, at).await? else { return Ok(None) };
+        let Some((own, announced)) = self.copy_failures_add(tenant_id, id, j, &mark, at).await? else {
+            return Ok(None);
+        };
         if self.copies <= 1 {
-            return Ok(Some(FailureCount::single(own, threshold)));
+            return Ok(Some(FailureCount::single_announced(own, threshold, announced)));
         }
-        if threshold == 0 || own < threshold.div_ceil(self.copies) {
-            return Ok(Some(FailureCount { in_a_row: own, opens_breaker: false }));
+        // The sum is read once this copy holds its share of the lower of the two marks (the
+        // failing announcement's, the breaker's).
+        let share = |of: u32| of.div_ceil(self.copies);
+        let announce_at = crate::domain::operational::failing_at(threshold);
+        if threshold == 0 || announce_at.is_none_or(|a| own < share(a)) {
+            return Ok(Some(FailureCount { in_a_row: own, total: own, ..FailureCount::default() }));
         }
-        let sum = self.failures_summed(tenant_id, id).await?.max(own);
-        Ok(Some(FailureCount { in_a_row: own, opens_breaker: sum >= threshold }))
+        let (sum, announced) = self.failures_summed_announced(tenant_id, id).await?;
+        let sum = sum.max(own);
+        Ok(Some(FailureCount {
+            in_a_row: own,
+            opens_breaker: own >= share(threshold) && sum >= threshold,
+            announce_failing: announce_at.is_some_and(|a| sum >= a) && !announced,
+            total: sum,
+        }))
+    }
+
+    /// [`Self::failures_summed`], and whether the endpoint item (copy 0) holds the
+    /// announcement of its run (`failing_announced`): the same one BatchGetItem.
+    async fn failures_summed_announced(&self, tenant_id: &str, id: &str) -> Result<(u32, bool), StoreError> {
+        let keys: Vec<Item> = (0..self.copies)
+            .map(|j| {
+                Item::from([(PK.to_string(), s(endpoint_copy_pk(tenant_id, j))), (SK.to_string(), s(endpoint_key(id)))])
+            })
+            .collect();
+        let projection = format!("pk, consecutive_failures, {FAILING_ANNOUNCED}");
+        let found = self.batch_get(&keys, Some((&projection, &[])), true).await?;
+        let sum = found.iter().filter_map(failures_of).fold(0u32, u32::saturating_add);
+        let main = s(endpoint_copy_pk(tenant_id, 0));
+        let announced = found.iter().any(|i| i.get(PK) == Some(&main) && i.contains_key(FAILING_ANNOUNCED));
+        Ok((sum, announced))
     }
 
     /// ADD 1 to copy `j`'s counter, marked with `mark` (`{key}#{attempt}`, see
@@ -156,7 +185,7 @@ impl DynamoStore {
         j: u32,
         mark: &str,
         at: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Option<u32>, StoreError> {
+    ) -> Result<Option<(u32, bool)>, StoreError> {
         let (failing, failing_values) = super::attention::failing_mark(id, at);
         let result = self
             .copy_update(tenant_id, id, j)
@@ -167,18 +196,18 @@ impl DynamoStore {
             )
             .expression_attribute_values(":one", n(1))
             .expression_attribute_values(":mark", s(mark))
-            .return_values(ReturnValue::UpdatedNew)
+            .return_values(ReturnValue::AllNew)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
+        // The count, and whether the item holds its run's announcement (the endpoint item's).
+        let of = |item: &Item| (failures_of(item).unwrap_or(0), item.contains_key(FAILING_ANNOUNCED));
         match result {
-            Ok(out) => Ok(out.attributes.as_ref().and_then(failures_of)),
+            Ok(out) => Ok(out.attributes.as_ref().filter(|a| failures_of(a).is_some()).map(of)),
             Err(e) => match e.as_service_error() {
                 // Our own mark: this failure was counted by the try whose answer was lost.
                 // No item: the endpoint is gone.
-                Some(UpdateItemError::ConditionalCheckFailedException(failed)) => {
-                    Ok(failed.item.as_ref().map(|old| failures_of(old).unwrap_or(0)))
-                }
+                Some(UpdateItemError::ConditionalCheckFailedException(failed)) => Ok(failed.item.as_ref().map(of)),
                 _ => Err(aws(e)),
             },
         }
@@ -187,7 +216,21 @@ impl DynamoStore {
     /// See [`crate::store::CounterStore::reset_failures`]: zeroes the counter of the copy an attempt
     /// keyed by `key` read (nothing when the endpoint is gone).
     pub(super) async fn reset_copy_failures(&self, tenant_id: &str, id: &str, key: &str) -> Result<(), StoreError> {
-        self.reset_marked(tenant_id, id, endpoint_copy(key, self.copies)).await
+        let j = endpoint_copy(key, self.copies);
+        self.reset_marked(tenant_id, id, j).await?;
+        if j != 0 {
+            // A 2xx on any copy ends the run its announcement told of (the endpoint item's
+            // reset removes the mark in its own write): one more UpdateItem, only when a run
+            // ends on another copy, and only the mark's write when there is one.
+            let clear = self
+                .copy_update(tenant_id, id, 0)
+                .update_expression(format!("REMOVE {FAILING_ANNOUNCED}"))
+                .condition_expression(format!("attribute_exists({FAILING_ANNOUNCED})"))
+                .send()
+                .await;
+            super::conditional(clear)?;
+        }
+        Ok(())
     }
 
     /// The failures-in-a-row counts of an endpoint's R copies summed (one strongly consistent

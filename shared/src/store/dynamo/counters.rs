@@ -159,6 +159,33 @@ impl CounterStore for DynamoStore {
         Ok(endpoints.iter().map(|e| e.consecutive_failures).collect())
     }
 
+    async fn announce_failing(&self, tenant_id: &str, id: &str, notify: &Job) -> Result<bool, StoreError> {
+        use super::attention::FAILING_ANNOUNCED;
+        use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+        let mark = aws_sdk_dynamodb::types::Update::builder()
+            .table_name(&self.table)
+            .key(PK, s(tenant_pk(tenant_id)))
+            .key(SK, s(endpoint_key(id)))
+            .update_expression("SET #announced = :job")
+            .condition_expression("attribute_exists(pk) AND attribute_not_exists(#announced)")
+            .expression_attribute_names("#announced", FAILING_ANNOUNCED)
+            .expression_attribute_values(":job", s(&notify.id))
+            .build()
+            .map_err(aws)?;
+        let items = vec![TransactWriteItem::builder().update(mark).build(), self.job_put(notify)?];
+        match self.client.transact_write_items().set_transact_items(Some(items)).send().await {
+            Ok(_) => Ok(true),
+            Err(e) => match e.as_service_error() {
+                Some(TransactWriteItemsError::TransactionCanceledException(c))
+                    if c.cancellation_reasons().first().and_then(|r| r.code()) == Some("ConditionalCheckFailed") =>
+                {
+                    Ok(false)
+                }
+                _ => Err(aws(e)),
+            },
+        }
+    }
+
     async fn count_failure(
         &self,
         tenant_id: &str,

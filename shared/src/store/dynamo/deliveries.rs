@@ -265,6 +265,83 @@ pub(super) async fn updated_attribute(
 /// Whether `t` records an attempt deliver made (not a claim, a re-drive, or the sweeper's
 /// record of a lapsed lease, which keeps the SDK's default so a throttled tick stays within
 /// its budget).
+impl DynamoStore {
+    /// A delivery transition as an item of a TransactWriteItems. A transaction is idempotent
+    /// by its client token, so it needs no write token; it clears the one a plain transition
+    /// left, so that mark always names the last guarded write (see [`WRITE_TOKEN`]).
+    pub(super) fn transition_in_transaction(&self, id: &str, t: &Transition) -> Result<TransactWriteItem, StoreError> {
+        let (update, condition, values) = self.transition_parts(id, t)?;
+        let update = if update.contains(" REMOVE ") {
+            format!("{update}, #write_token")
+        } else {
+            format!("{update} REMOVE #write_token")
+        };
+        let update = aws_sdk_dynamodb::types::Update::builder()
+            .table_name(&self.table)
+            .key(PK, s(delivery_pk(id)))
+            .key(SK, s(DELIVERY_SK))
+            .update_expression(update)
+            .condition_expression(condition)
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_names("#write_token", WRITE_TOKEN)
+            .set_expression_attribute_values(Some(values))
+            .build()
+            .map_err(aws)?;
+        Ok(TransactWriteItem::builder().update(update).build())
+    }
+
+    /// A new job (conditional on its id being new) as an item of a TransactWriteItems.
+    pub(super) fn job_put(&self, job: &Job) -> Result<TransactWriteItem, StoreError> {
+        let put = aws_sdk_dynamodb::types::Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(self.job_item(job)?))
+            .condition_expression("attribute_not_exists(pk)")
+            .build()
+            .map_err(aws)?;
+        Ok(TransactWriteItem::builder().put(put).build())
+    }
+
+    /// [`DeliveryStore::apply`] of a transition that carries jobs: the delivery's update and
+    /// the jobs' puts in one TransactWriteItems (a collision with another transaction is tried
+    /// again after a short pause, as [`EndpointStore::commit`] does).
+    async fn apply_with_jobs(&self, id: &str, t: &Transition, return_new: bool) -> Result<Applied, StoreError> {
+        use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+        let mut items = vec![self.transition_in_transaction(id, t)?];
+        for job in &t.jobs {
+            items.push(self.job_put(job)?);
+        }
+        let mut pause = std::time::Duration::from_millis(20);
+        for _ in 0..4 {
+            let result = self
+                .client
+                .transact_write_items()
+                .set_transact_items(Some(items.clone()))
+                .customize()
+                .config_override(retry_for(t))
+                .send()
+                .await;
+            let e = match result {
+                Ok(_) if return_new => return Ok(Applied::Done(self.get_delivery(id).await?.map(Box::new))),
+                Ok(_) => return Ok(Applied::Done(None)),
+                Err(e) => e,
+            };
+            let Some(TransactWriteItemsError::TransactionCanceledException(c)) = e.as_service_error() else {
+                return Err(aws(e));
+            };
+            let code = |i: usize| c.cancellation_reasons().get(i).and_then(|r| r.code()).unwrap_or("None");
+            if code(0) == "ConditionalCheckFailed" {
+                return Ok(Applied::Lost);
+            }
+            if !(0..items.len()).any(|i| code(i) == "TransactionConflict") {
+                return Err(aws(e));
+            }
+            tokio::time::sleep(pause).await;
+            pause *= 2;
+        }
+        Err(StoreError::Aws("transaction kept conflicting with others on the same items".into()))
+    }
+}
+
 pub(super) fn records_attempt(t: &Transition) -> bool {
     matches!(t.attempts, Field::Set(_))
         && t.status != crate::domain::model::DeliveryStatus::Sending
@@ -328,6 +405,9 @@ impl DeliveryStore for DynamoStore {
 
     async fn apply(&self, id: &str, t: &Transition, return_new: bool) -> Result<Applied, StoreError> {
         use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+        if !t.jobs.is_empty() {
+            return self.apply_with_jobs(id, t, return_new).await;
+        }
         let (update, condition, mut values) = self.transition_parts(id, t)?;
         // This call's mark on the item (see [`WRITE_TOKEN`]): the SDK's retry of a write whose
         // answer was lost sends the same request, mark included, and fails the guard the

@@ -276,38 +276,17 @@ impl EndpointStore for DynamoStore {
             }
         }];
         if let Some((id, t)) = delivery {
-            let (update, condition, values) = self.transition_parts(id, t)?;
-            // A transaction is idempotent by its client token, so it needs no write token; it
-            // clears the one a plain transition left, so that mark always names the last
-            // guarded write (see [`WRITE_TOKEN`]).
-            let update = if update.contains(" REMOVE ") {
-                format!("{update}, #write_token")
-            } else {
-                format!("{update} REMOVE #write_token")
-            };
-            let update = aws_sdk_dynamodb::types::Update::builder()
-                .table_name(&self.table)
-                .key(PK, s(delivery_pk(id)))
-                .key(SK, s(DELIVERY_SK))
-                .update_expression(update)
-                .condition_expression(condition)
-                .expression_attribute_names("#status", "status")
-                .expression_attribute_names("#write_token", WRITE_TOKEN)
-                .set_expression_attribute_values(Some(values))
-                .build()
-                .map_err(aws)?;
-            items.push(TransactWriteItem::builder().update(update).build());
+            items.push(self.transition_in_transaction(id, t)?);
         }
         if let EndpointWrite::Change(change) = endpoint {
             for job in &change.jobs {
-                let put = Put::builder()
-                    .table_name(&self.table)
-                    .set_item(Some(self.job_item(job)?))
-                    .condition_expression("attribute_not_exists(pk)")
-                    .build()
-                    .map_err(aws)?;
-                items.push(TransactWriteItem::builder().put(put).build());
+                items.push(self.job_put(job)?);
             }
+        }
+        // The delivery's own jobs (a dead letter's notify job): the cancellation reasons of the
+        // first two items are read by position.
+        for job in delivery.iter().flat_map(|(_, t)| &t.jobs) {
+            items.push(self.job_put(job)?);
         }
         items.extend(copies);
         use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
