@@ -32,9 +32,11 @@ use crate::store::{Applied, Committed, EndpointWrite, FailureCount};
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use bytes::Bytes;
 
+mod counted;
 pub mod post;
 mod record;
 mod sync;
+use counted::DeliveredInCall;
 use record::*;
 pub use sync::attempt_inline;
 
@@ -204,48 +206,6 @@ pub async fn attempt_in(app: &App, msg: &AttemptMessage, mode: Mode, lane: Lane)
     let handled = attempt_on(app, msg, mode, lane, &tally).await;
     tally.count_noted(app).await;
     handled
-}
-
-/// The deliveries a call delivered, by endpoint, for the endpoints' per-day delivered
-/// counters: counted once at the end of the call (a whole SQS batch: one ADD per endpoint
-/// instead of one per delivery, so a batch of 10 deliveries to one endpoint writes 1 counter
-/// unit instead of 10; `make bench` section 1, "at load").
-#[derive(Debug, Default)]
-struct DeliveredInCall(std::sync::Mutex<std::collections::BTreeMap<String, Noted>>);
-
-/// One endpoint's deliveries noted delivered in a call, and when the latest was recorded.
-type Noted = (Vec<String>, chrono::DateTime<chrono::Utc>);
-
-impl DeliveredInCall {
-    /// Notes `delivery`, recorded delivered at `at`, for its endpoint's counter.
-    fn note_delivered(&self, delivery: &Delivery, at: chrono::DateTime<chrono::Utc>) {
-        if let Ok(mut by_endpoint) = self.0.lock() {
-            let noted = by_endpoint.entry(delivery.endpoint_id.clone()).or_insert_with(|| (Vec::new(), at));
-            noted.0.push(delivery.id.clone());
-            noted.1 = noted.1.max(at);
-        }
-    }
-
-    /// Counts what was noted, one ADD per endpoint, on the day of (and with the time of) the
-    /// latest record of the endpoint's deliveries in the call. Best effort: the records are
-    /// what count; a failure or a crash before this leaves the counter short by the batch's
-    /// deliveries to that endpoint, never a delivery unrecorded (the endpoint's stats say
-    /// their delivered count is a counter, not a listing).
-    async fn count_noted(&self, app: &App) {
-        let by_endpoint = match self.0.lock() {
-            Ok(mut by_endpoint) => std::mem::take(&mut *by_endpoint),
-            Err(_) => return,
-        };
-        // Kept as long as a delivered delivery, plus the day it is counted in.
-        let keep = chrono::Duration::days(i64::from(app.config.delivered_retention_days) + 1);
-        let adds = by_endpoint.iter().map(|(endpoint_id, (ids, at))| async move {
-            let expires_at = (*at + keep).timestamp();
-            if let Err(e) = app.store.count_delivered(endpoint_id, ids, *at, expires_at).await {
-                tracing::warn!(endpoint_id = %endpoint_id, deliveries = ids.len(), error = %e, "delivered not counted in the endpoint's stats");
-            }
-        });
-        futures::future::join_all(adds).await;
-    }
 }
 
 /// As [`attempt_in`], noting a delivered delivery in `tally` instead of counting it at once.
@@ -524,44 +484,6 @@ async fn attempt_on(
         app.store.reset_failures(&ep.tenant_id, &ep.id, &delivery.id).await?;
     }
     Ok(Handled::Attempted(status, Box::new(attempt)))
-}
-
-/// Announces `ep` failing (`endpoint.failing`): its notify job and the endpoint item's mark in
-/// one write ([`crate::store::CounterStore::announce_failing`]), then the publish. Best effort
-/// and before the attempt's record: a call that fails, or a process that dies before it,
-/// leaves the item unmarked, so the run's next failure announces it (and a process that dies
-/// here leaves the delivery `sending`, re-driven by the sweeper, whose attempt fails again if
-/// the receiver still does). A run that ends with this failure (its next attempt a 2xx) is
-/// not announced then: the endpoint is no longer failing. Returns the job written, which the
-/// caller runs once the attempt is recorded (the sweeper runs it otherwise).
-async fn announce_failing(
-    app: &App,
-    ep: &Endpoint,
-    delivery_id: &str,
-    attempt: &Attempt,
-    failures: u32,
-) -> Option<crate::domain::model::Job> {
-    let now = app.clock.now();
-    let job = endpoint_lifecycle::failing_job(
-        &ep.tenant_id,
-        &ep.id,
-        failures,
-        ep.circuit_breaker_threshold,
-        delivery_id,
-        attempt,
-        now,
-    );
-    match app.store.announce_failing(&ep.tenant_id, &ep.id, &job).await {
-        Ok(true) => {
-            tracing::warn!(tenant_id = %ep.tenant_id, endpoint_id = %ep.id, failures, "endpoint failing");
-            Some(job)
-        }
-        Ok(false) => None,
-        Err(e) => {
-            tracing::warn!(endpoint_id = %ep.id, error = %e, "endpoint failing not announced; the next failure does");
-            None
-        }
-    }
 }
 
 /// A delivery transition and the message to send once it is written.

@@ -145,3 +145,41 @@ pub(super) async fn record_with_health(
     };
     Ok(apply_or_lost(app, delivery, &fallback.0).await?.then_some(fallback))
 }
+
+/// Announces `ep` failing (`endpoint.failing`): its notify job and the endpoint item's mark in
+/// one write ([`crate::store::CounterStore::announce_failing`]), then the publish. Best effort
+/// and before the attempt's record: a call that fails, or a process that dies before it,
+/// leaves the item unmarked, so the run's next failure announces it (and a process that dies
+/// here leaves the delivery `sending`, re-driven by the sweeper, whose attempt fails again if
+/// the receiver still does). A run that ends with this failure (its next attempt a 2xx) is
+/// not announced then: the endpoint is no longer failing. Returns the job written, which the
+/// caller runs once the attempt is recorded (the sweeper runs it otherwise).
+pub(super) async fn announce_failing(
+    app: &App,
+    ep: &Endpoint,
+    delivery_id: &str,
+    attempt: &Attempt,
+    failures: u32,
+) -> Option<crate::domain::model::Job> {
+    let now = app.clock.now();
+    let job = endpoint_lifecycle::failing_job(
+        &ep.tenant_id,
+        &ep.id,
+        failures,
+        ep.circuit_breaker_threshold,
+        delivery_id,
+        attempt,
+        now,
+    );
+    match app.store.announce_failing(&ep.tenant_id, &ep.id, &job).await {
+        Ok(true) => {
+            tracing::warn!(tenant_id = %ep.tenant_id, endpoint_id = %ep.id, failures, "endpoint failing");
+            Some(job)
+        }
+        Ok(false) => None,
+        Err(e) => {
+            tracing::warn!(endpoint_id = %ep.id, error = %e, "endpoint failing not announced; the next failure does");
+            None
+        }
+    }
+}

@@ -161,7 +161,6 @@ impl CounterStore for DynamoStore {
 
     async fn announce_failing(&self, tenant_id: &str, id: &str, notify: &Job) -> Result<bool, StoreError> {
         use super::attention::FAILING_ANNOUNCED;
-        use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
         let mark = aws_sdk_dynamodb::types::Update::builder()
             .table_name(&self.table)
             .key(PK, s(tenant_pk(tenant_id)))
@@ -173,17 +172,8 @@ impl CounterStore for DynamoStore {
             .build()
             .map_err(aws)?;
         let items = vec![TransactWriteItem::builder().update(mark).build(), self.job_put(notify)?];
-        match self.client.transact_write_items().set_transact_items(Some(items)).send().await {
-            Ok(_) => Ok(true),
-            Err(e) => match e.as_service_error() {
-                Some(TransactWriteItemsError::TransactionCanceledException(c))
-                    if c.cancellation_reasons().first().and_then(|r| r.code()) == Some("ConditionalCheckFailed") =>
-                {
-                    Ok(false)
-                }
-                _ => Err(aws(e)),
-            },
-        }
+        // Only the first item is guarded (the job is new).
+        self.transact_guarded(items, 1).await
     }
 
     async fn count_failure(

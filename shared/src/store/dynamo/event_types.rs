@@ -117,25 +117,6 @@ impl DynamoStore {
             .map(|p| TransactWriteItem::builder().put(p).build())
             .map_err(aws)
     }
-
-    /// Runs a transaction of conditional puts: false when a condition failed.
-    async fn event_type_transaction(&self, items: Vec<TransactWriteItem>) -> Result<bool, StoreError> {
-        let result = self.client.transact_write_items().set_transact_items(Some(items)).send().await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e) => {
-                use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-                match e.as_service_error() {
-                    Some(TransactWriteItemsError::TransactionCanceledException(c))
-                        if c.cancellation_reasons().iter().any(|r| r.code() == Some("ConditionalCheckFailed")) =>
-                    {
-                        Ok(false)
-                    }
-                    _ => Err(aws(e)),
-                }
-            }
-        }
-    }
 }
 
 #[async_trait]
@@ -146,7 +127,7 @@ impl EventTypeStore for DynamoStore {
             self.event_type_put(row_item(event_type)?, new, None)?,
             self.event_type_put(version_item(event_type)?, new, None)?,
         ];
-        if self.event_type_transaction(items).await? { Ok(()) } else { Err(StoreError::AlreadyExists) }
+        if self.transact_guarded(items, usize::MAX).await? { Ok(()) } else { Err(StoreError::AlreadyExists) }
     }
 
     async fn get_event_type(&self, name: &str) -> Result<Option<EventType>, StoreError> {
@@ -180,7 +161,7 @@ impl EventTypeStore for DynamoStore {
         if new_version {
             items.push(self.event_type_put(version_item(event_type)?, "attribute_not_exists(pk)", None)?);
         }
-        self.event_type_transaction(items).await
+        self.transact_guarded(items, usize::MAX).await
     }
 
     async fn list_event_types(&self, limit: usize, cursor: Option<&str>) -> Result<Page<EventType>, StoreError> {

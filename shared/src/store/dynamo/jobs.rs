@@ -52,7 +52,6 @@ impl JobStore for DynamoStore {
     }
 
     async fn finish_job(&self, job: &Job, lease_due_at: i64, notify: &Job) -> Result<bool, StoreError> {
-        use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
         let save = Put::builder()
             .table_name(&self.table)
             .set_item(Some(self.job_item(job)?))
@@ -62,17 +61,8 @@ impl JobStore for DynamoStore {
             .build()
             .map_err(aws)?;
         let items = vec![TransactWriteItem::builder().put(save).build(), self.job_put(notify)?];
-        match self.client.transact_write_items().set_transact_items(Some(items)).send().await {
-            Ok(_) => Ok(true),
-            Err(e) => match e.as_service_error() {
-                Some(TransactWriteItemsError::TransactionCanceledException(c))
-                    if c.cancellation_reasons().first().and_then(|r| r.code()) == Some("ConditionalCheckFailed") =>
-                {
-                    Ok(false)
-                }
-                _ => Err(aws(e)),
-            },
-        }
+        // Only the first item is guarded (the job is new).
+        self.transact_guarded(items, 1).await
     }
 
     async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError> {

@@ -267,6 +267,29 @@ where
     }
 }
 
+impl DynamoStore {
+    /// Runs one TransactWriteItems: Ok(true) when it applied, Ok(false) when a condition of
+    /// one of its first `guarded` items failed (an answer, not an error); any other
+    /// cancellation or failure is an error.
+    async fn transact_guarded(&self, items: Vec<TransactWriteItem>, guarded: usize) -> Result<bool, StoreError> {
+        use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+        match self.client.transact_write_items().set_transact_items(Some(items)).send().await {
+            Ok(_) => Ok(true),
+            Err(e) => match e.as_service_error() {
+                Some(TransactWriteItemsError::TransactionCanceledException(c))
+                    if c.cancellation_reasons()
+                        .iter()
+                        .take(guarded)
+                        .any(|r| r.code() == Some("ConditionalCheckFailed")) =>
+                {
+                    Ok(false)
+                }
+                _ => Err(aws(e)),
+            },
+        }
+    }
+}
+
 /// An item's table key as one string (`{pk}\n{sk}`).
 fn key_text(item: &Item) -> String {
     let text = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
