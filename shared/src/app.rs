@@ -38,6 +38,9 @@ pub struct App {
     /// The event types this process read from the catalog, with their compiled schemas
     /// (kept `config.event_type_cache`; see [`crate::service::event_types::enforce`]).
     pub catalog: Arc<crate::domain::event_type::Catalog>,
+    /// The producers' API keys this process read (kept `config.api_key_cache`; see
+    /// [`crate::service::api_keys::authenticate`]).
+    pub api_keys: Arc<crate::domain::api_key::KeyCache>,
 }
 
 /// The AWS clients could not be set up.
@@ -67,6 +70,7 @@ impl App {
             portal_keys: Arc::new(PortalKeys::process()),
             tokens: Arc::new(crate::sender::oauth::TokenCache::new()),
             catalog: Arc::default(),
+            api_keys: Arc::default(),
         }
     }
 

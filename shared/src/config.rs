@@ -153,6 +153,11 @@ pub struct Config {
     /// (`WEBHOOKS_EVENT_TYPE_CACHE_SECONDS`, seconds, default 60): a catalog change reaches
     /// every ingest process within it (at once in the process that made it).
     pub event_type_cache: Duration,
+    /// How long a process uses what it read of a producer's API key
+    /// (`WEBHOOKS_API_KEY_CACHE_SECONDS`, seconds, default 30): a revocation is refused by
+    /// every ingest process within it (at once by the process that revoked it), and a key's
+    /// `last_used_at` is written at most once per process within it.
+    pub api_key_cache: Duration,
 }
 
 /// `WEBHOOKS_EVENT_TYPES`: whether ingest takes event types the catalog does not have.
@@ -264,6 +269,7 @@ impl Config {
             slow_lane_hold: Duration::from_secs(600),
             event_types: EventTypesMode::Open,
             event_type_cache: Duration::from_secs(60),
+            api_key_cache: Duration::from_secs(30),
         }
     }
 
@@ -395,6 +401,7 @@ impl Config {
         c.slow_lane_hold = Duration::from_secs(parse(&get, "WEBHOOKS_SLOW_LANE_HOLD_SECONDS", 600)?);
         c.event_types = parse(&get, "WEBHOOKS_EVENT_TYPES", EventTypesMode::Open)?;
         c.event_type_cache = Duration::from_secs(parse(&get, "WEBHOOKS_EVENT_TYPE_CACHE_SECONDS", 60)?);
+        c.api_key_cache = Duration::from_secs(parse(&get, "WEBHOOKS_API_KEY_CACHE_SECONDS", 30)?);
         c.emit_metrics = in_lambda || get("WEBHOOKS_METRICS").is_some_and(|v| v == "emf");
         Ok(c)
     }

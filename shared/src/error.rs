@@ -56,6 +56,18 @@ pub enum ServiceError {
     /// only the stack posts operational events. Nothing was stored.
     #[error("{0}")]
     ReservedTenant(String),
+    /// A route that IAM does not guard was called without `Authorization: Bearer <key>` (401
+    /// `api_key_required`). Nothing was stored.
+    #[error("{0}")]
+    ApiKeyRequired(String),
+    /// The presented API key is not one (malformed, unknown, wrong secret), or is revoked or
+    /// expired (401 `invalid_api_key`; the message says which of the last two, and names the
+    /// key by its prefix only). Nothing was stored.
+    #[error("{0}")]
+    InvalidApiKey(String),
+    /// The API key may not post for this tenant (403 `tenant_not_allowed`). Nothing was stored.
+    #[error("{0}")]
+    TenantNotAllowed(String),
 }
 
 impl ServiceError {
@@ -72,7 +84,8 @@ impl ServiceError {
             Self::IdempotencyKeyReused(_) => 422,
             Self::DestinationNotAllowed(_) | Self::UnknownTenant(_) => 422,
             Self::SchemaMismatch(_) | Self::EventTypeArchived(_) | Self::UnknownEventType(_) => 422,
-            Self::ReservedTenant(_) => 403,
+            Self::ReservedTenant(_) | Self::TenantNotAllowed(_) => 403,
+            Self::ApiKeyRequired(_) | Self::InvalidApiKey(_) => 401,
         }
     }
 
@@ -93,6 +106,9 @@ impl ServiceError {
             Self::EventTypeArchived(_) => "event_type_archived",
             Self::UnknownEventType(_) => "unknown_event_type",
             Self::ReservedTenant(_) => "reserved_tenant",
+            Self::ApiKeyRequired(_) => "api_key_required",
+            Self::InvalidApiKey(_) => "invalid_api_key",
+            Self::TenantNotAllowed(_) => "tenant_not_allowed",
         }
     }
 

@@ -33,15 +33,16 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use webhooks::clock::Clock;
+use webhooks::domain::api_key::ApiKey;
 use webhooks::domain::delivery_lifecycle::{DueItem, Field, Transition};
 use webhooks::domain::event_type::{EventType, EventTypeVersion};
 use webhooks::domain::model::{Delivery, DeliveryStatus, Endpoint, Job, StoredEvent};
 use webhooks::store::keys::{JOB_SHARD, due_shard, endpoint_bucket, endpoint_sk, stats_day_sk, time_sk};
+use webhooks::store::{ApiKeyStore, CounterStore, DeliveryStore, EndpointStore, EventStore, EventTypeStore, JobStore};
 use webhooks::store::{
     Applied, Attention, AttentionMark, Committed, DeliveredTally, DeliveryQuery, DeliverySummary, Due, EndpointWrite,
     FailureCount, Inserted, Page, StoreError,
 };
-use webhooks::store::{CounterStore, DeliveryStore, EndpointStore, EventStore, EventTypeStore, JobStore};
 
 /// DynamoDB's largest item, bytes (400 KB).
 pub const MAX_ITEM_BYTES: usize = 400 * 1024;
@@ -104,6 +105,8 @@ pub struct Tables {
     pub event_types: BTreeMap<String, EventType>,
     /// The catalog's version records by (name, version).
     pub event_type_versions: BTreeMap<(String, u64), EventTypeVersion>,
+    /// Producers' API keys by id.
+    pub api_keys: BTreeMap<String, ApiKey>,
     /// The last (delivery, attempt) counted on each endpoint's failures (`last_failure`).
     failure_marks: BTreeMap<(String, String), String>,
     /// When each endpoint's run of failures began (DynamoStore's failing mark), while it runs.
@@ -1091,5 +1094,53 @@ impl EventTypeStore for MemStore {
         data.truncate(limit.clamp(1, 100));
         let next_cursor = more.then(|| data.last().map(|e| format!("sim:{}", e.name))).flatten();
         Ok(Page { data, next_cursor })
+    }
+}
+
+#[async_trait]
+impl ApiKeyStore for MemStore {
+    async fn create_api_key(&self, key: &ApiKey) -> Result<(), StoreError> {
+        let mut t = self.tables();
+        if t.api_keys.contains_key(&key.id) {
+            return Err(StoreError::AlreadyExists);
+        }
+        t.api_keys.insert(key.id.clone(), key.clone());
+        Ok(())
+    }
+
+    async fn get_api_key(&self, id: &str) -> Result<Option<ApiKey>, StoreError> {
+        Ok(self.tables().api_keys.get(id).cloned())
+    }
+
+    async fn list_api_keys(&self, limit: usize, cursor: Option<&str>) -> Result<Page<ApiKey>, StoreError> {
+        let after = from_cursor(cursor)?;
+        let t = self.tables();
+        let limit = limit.clamp(1, 100);
+        let mut data: Vec<ApiKey> = t
+            .api_keys
+            .values()
+            .filter(|k| after.as_ref().is_none_or(|a| k.id.as_str() > a.as_str()))
+            .take(limit + 1)
+            .cloned()
+            .collect();
+        let more = data.len() > limit;
+        data.truncate(limit);
+        let next_cursor = more.then(|| data.last().map(|k| format!("sim:{}", k.id))).flatten();
+        Ok(Page { data, next_cursor })
+    }
+
+    async fn revoke_api_key(&self, id: &str, at: DateTime<Utc>) -> Result<Option<ApiKey>, StoreError> {
+        let mut t = self.tables();
+        Ok(t.api_keys.get_mut(id).map(|k| {
+            k.revoked_at.get_or_insert(at);
+            k.clone()
+        }))
+    }
+
+    async fn touch_api_key(&self, id: &str, at: DateTime<Utc>) -> Result<(), StoreError> {
+        if let Some(k) = self.tables().api_keys.get_mut(id) {
+            k.last_used_at = Some(at);
+        }
+        Ok(())
     }
 }

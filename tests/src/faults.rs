@@ -15,16 +15,18 @@
 //!
 //! [`Faults::stalling`] plays the other way an AWS call goes wrong: its answer comes late.
 
+use chrono::{DateTime, Utc};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use webhooks::App;
+use webhooks::domain::api_key::ApiKey;
 use webhooks::domain::delivery_lifecycle::Transition;
 use webhooks::domain::event_type::{EventType, EventTypeVersion};
 use webhooks::domain::model::{Delivery, Disabled, Endpoint, Job, StoredEvent};
+use webhooks::store::{ApiKeyStore, CounterStore, DeliveryStore, EndpointStore, EventStore, EventTypeStore, JobStore};
 use webhooks::store::{
     Applied, Committed, DeliveryQuery, DeliverySummary, Due, EndpointWrite, Page, Store, StoreError,
 };
-use webhooks::store::{CounterStore, DeliveryStore, EndpointStore, EventStore, EventTypeStore, JobStore};
 
 /// When an injected failure strikes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -446,6 +448,29 @@ impl EventTypeStore for FaultyStore {
 
     async fn list_event_types(&self, limit: usize, cursor: Option<&str>) -> Result<Page<EventType>, StoreError> {
         self.faults.run("list_event_types", self.inner.list_event_types(limit, cursor), any, aws).await
+    }
+}
+
+#[async_trait::async_trait]
+impl ApiKeyStore for FaultyStore {
+    async fn create_api_key(&self, key: &ApiKey) -> Result<(), StoreError> {
+        self.faults.run("create_api_key", self.inner.create_api_key(key), any, aws).await
+    }
+
+    async fn get_api_key(&self, id: &str) -> Result<Option<ApiKey>, StoreError> {
+        self.faults.run("get_api_key", self.inner.get_api_key(id), any, aws).await
+    }
+
+    async fn list_api_keys(&self, limit: usize, cursor: Option<&str>) -> Result<Page<ApiKey>, StoreError> {
+        self.faults.run("list_api_keys", self.inner.list_api_keys(limit, cursor), any, aws).await
+    }
+
+    async fn revoke_api_key(&self, id: &str, at: DateTime<Utc>) -> Result<Option<ApiKey>, StoreError> {
+        self.faults.run("revoke_api_key", self.inner.revoke_api_key(id, at), any, aws).await
+    }
+
+    async fn touch_api_key(&self, id: &str, at: DateTime<Utc>) -> Result<(), StoreError> {
+        self.faults.run("touch_api_key", self.inner.touch_api_key(id, at), any, aws).await
     }
 }
 

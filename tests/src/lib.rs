@@ -20,13 +20,14 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use webhooks::domain::api_key::ApiKey;
 use webhooks::domain::delivery_lifecycle::Transition;
 use webhooks::domain::event_type::{EventType, EventTypeVersion};
 use webhooks::domain::model::{Delivery, Endpoint, Job, StoredEvent};
+use webhooks::store::{ApiKeyStore, CounterStore, DeliveryStore, EndpointStore, EventStore, EventTypeStore, JobStore};
 use webhooks::store::{
     Applied, Committed, DeliveryQuery, DeliverySummary, Due, EndpointWrite, Page, Store, StoreError,
 };
-use webhooks::store::{CounterStore, DeliveryStore, EndpointStore, EventStore, EventTypeStore, JobStore};
 use webhooks::{App, Config, bootstrap};
 use webhooks_local::{Options, Running};
 
@@ -1114,6 +1115,37 @@ impl JobStore for Serialized {
         self.before("claim_job").await?;
         let _one = self.one().await;
         self.inner.claim_job(id, expected_due_at, lease_due_at).await
+    }
+}
+
+#[async_trait::async_trait]
+impl ApiKeyStore for Serialized {
+    async fn create_api_key(&self, key: &ApiKey) -> Result<(), StoreError> {
+        self.before("create_api_key").await?;
+        let _one = self.one().await;
+        self.inner.create_api_key(key).await
+    }
+
+    async fn get_api_key(&self, id: &str) -> Result<Option<ApiKey>, StoreError> {
+        self.before("get_api_key").await?;
+        self.inner.get_api_key(id).await
+    }
+
+    async fn list_api_keys(&self, limit: usize, cursor: Option<&str>) -> Result<Page<ApiKey>, StoreError> {
+        self.before("list_api_keys").await?;
+        self.inner.list_api_keys(limit, cursor).await
+    }
+
+    async fn revoke_api_key(&self, id: &str, at: DateTime<Utc>) -> Result<Option<ApiKey>, StoreError> {
+        self.before("revoke_api_key").await?;
+        let _one = self.one().await;
+        self.inner.revoke_api_key(id, at).await
+    }
+
+    async fn touch_api_key(&self, id: &str, at: DateTime<Utc>) -> Result<(), StoreError> {
+        self.before("touch_api_key").await?;
+        let _one = self.one().await;
+        self.inner.touch_api_key(id, at).await
     }
 }
 

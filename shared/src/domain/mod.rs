@@ -1,6 +1,7 @@
 //! The decisions: entities, their state machines, retry schedules, signing, the id rule, the
 //! lane and rate decisions. No async, no AWS call, no [`crate::App`].
 
+pub mod api_key;
 pub mod delivery_lifecycle;
 pub mod endpoint_lifecycle;
 pub mod endpoint_options;

@@ -3,7 +3,7 @@
 //!
 //! | route | answer |
 //! |---|---|
-//! | `POST /v1/events` | 202 [`ingest::Accepted`]; with `"mode": "sync"`, 200 or 502 with the attempt |
+//! | `POST /v1/events` | 202 [`ingest::Accepted`]; with `"mode": "sync"`, 200 or 502 with the attempt. With `Authorization: Bearer <key>`, the key is checked ([`api_keys::authenticate`]: 401 `invalid_api_key`) and must name the tenant (403 `tenant_not_allowed`); on a route IAM does not guard a key is required (401 `api_key_required`) |
 //! | `POST /v1/endpoints` | 201 [`endpoints::EndpointView`] with the secret |
 //! | `GET /v1/endpoints/{id}` | 200 [`endpoints::EndpointView`] |
 //! | `PATCH /v1/endpoints/{id}` | 200 [`endpoints::EndpointView`] |
@@ -21,6 +21,7 @@
 //! | `GET /v1/deliveries?status=&endpoint_id=&limit=&cursor=` | 200 `{"data", "next_cursor"}` |
 //! | `POST /v1/deliveries/{id}/replay` | 202 [`deliveries::DeliveryView`] |
 //! | `/v1/event-types`, `/v1/event-types/{name}` | the event-type catalog: see `http::event_types` |
+//! | `/v1/api-keys`, `/v1/api-keys/{id}` | producers' API keys: see `http::api_keys` |
 //! | `POST /v1/tenants/{tenant_id}/portal-sessions` `{"ttl_seconds"?}` | 201 [`crate::http::ui::token::PortalSession`]: a signed portal URL for one tenant |
 //!
 //! Every error is `{"error": {"code", "message"}}` with the status of [`ServiceError`]. A
@@ -36,6 +37,7 @@ use crate::App;
 use crate::config::MAX_PAYLOAD_BYTES;
 use crate::domain::model::DeliveryStatus;
 use crate::error::ServiceError;
+use crate::service::api_keys::{self, Caller};
 use crate::service::{deliver, deliveries, endpoints, ingest};
 use crate::store::DeliveryQuery;
 use axum::extract::rejection::BytesRejection;
@@ -136,11 +138,17 @@ pub fn event_request(body: &[u8]) -> Result<ingest::NewEvent, ServiceError> {
 
 async fn post_event(
     State(app): State<App>,
+    caller: Option<axum::Extension<Caller>>,
     _: NoParams,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServiceError> {
+    // A router that does not say who vouches for its requests vouches for none: a key is needed.
+    let caller = caller.map_or(Caller::Anonymous, |c| c.0);
+    let authorization = headers.get(axum::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    let key = api_keys::authenticate(&app, caller, authorization).await?;
     let mut event = event_request(&body_bytes(body)?)?;
+    api_keys::authorize(key.as_ref(), &event.tenant_id)?;
     let key = match headers.get(IDEMPOTENCY_KEY) {
         None => None,
         Some(v) => {
@@ -540,11 +548,14 @@ fn admin_routes() -> Router<App> {
         .route("/v1/deliveries/{id}/replay", post(replay))
         .route("/v1/tenants/{tenant_id}/portal-sessions", post(portal_session))
         .merge(super::event_types::routes())
+        .merge(super::api_keys::routes())
 }
 
-/// The ingest function's routes.
-pub fn ingest_router(app: App) -> Router {
-    finish(ingest_routes(), app)
+/// The ingest function's routes, for requests `caller` vouches for: [`Caller::Iam`] when AWS
+/// checked the request against IAM, [`Caller::Anonymous`] on a route without an authorizer
+/// (`POST /v1/events` then needs an API key).
+pub fn ingest_router(app: App, caller: Caller) -> Router {
+    finish(ingest_routes(), app).layer(axum::Extension(caller))
 }
 
 /// The admin function's routes. It also takes API Gateway's `$default` route (every request no
@@ -554,9 +565,9 @@ pub fn admin_router(app: App) -> Router {
     finish(admin_routes().route("/v1/events", axum::routing::MethodRouter::new()), app)
 }
 
-/// Every route (the local runtime).
+/// Every route (the local runtime: [`Caller::Local`], a presented API key is checked).
 pub fn router(app: App) -> Router {
-    finish(ingest_routes().merge(admin_routes()), app)
+    finish(ingest_routes().merge(admin_routes()), app).layer(axum::Extension(Caller::Local))
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! HTTP: the admin API's router and the pages (dashboard, portal) over the services.
 
 pub mod api;
+mod api_keys;
 mod event_types;
 mod extract;
 pub mod local_host;

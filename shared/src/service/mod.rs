@@ -1,6 +1,7 @@
 //! The services the Lambda handlers and the local runtime call: plain async functions over an
 //! [`crate::App`].
 
+pub mod api_keys;
 pub mod attention;
 pub mod deliver;
 pub mod deliveries;

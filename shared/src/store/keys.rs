@@ -41,6 +41,9 @@ pub const INGEST_TOKEN: &str = "ingest_token";
 /// The TTL attribute (unix seconds).
 pub const TTL: &str = "expires_at";
 
+/// The partition of the API keys (`API_KEYS` / `{key id}`).
+pub const API_KEYS_PK: &str = "API_KEYS";
+
 /// `EVENT_TYPES`: the partition of the event-type catalog, one item per type (sort key its
 /// name).
 pub const EVENT_TYPES_PK: &str = "EVENT_TYPES";

@@ -5,6 +5,7 @@
 //!
 #![doc = include_str!("../../../docs/storage.md")]
 
+mod api_keys;
 pub mod dynamo;
 mod event_types;
 pub mod keys;
@@ -18,6 +19,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+pub use api_keys::ApiKeyStore;
 pub use dynamo::DynamoStore;
 pub use event_types::EventTypeStore;
 
@@ -542,13 +544,19 @@ pub trait JobStore: Send + Sync {
     async fn claim_job(&self, id: &str, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError>;
 }
 
-/// Persistence of endpoints, events, deliveries, jobs and the event-type catalog: every aggregate's trait, which
+/// Persistence of endpoints, events, deliveries, jobs, the event-type catalog and API keys: every aggregate's trait, which
 /// [`DynamoStore`] (one file per aggregate under `dynamo/`) and the simulation's in-memory
 /// store implement. Services take an `Arc<dyn Store>` and name the trait whose methods they
 /// call.
-pub trait Store: EndpointStore + CounterStore + EventStore + DeliveryStore + JobStore + EventTypeStore {}
+pub trait Store:
+    EndpointStore + CounterStore + EventStore + DeliveryStore + JobStore + EventTypeStore + ApiKeyStore
+{
+}
 
-impl<T: EndpointStore + CounterStore + EventStore + DeliveryStore + JobStore + EventTypeStore> Store for T {}
+impl<T: EndpointStore + CounterStore + EventStore + DeliveryStore + JobStore + EventTypeStore + ApiKeyStore> Store
+    for T
+{
+}
 
 /// How a store failure answers a caller: a bad cursor or an unsupported query is the
 /// caller's (422); a request DynamoDB refused or an item we cannot read back is ours (500);

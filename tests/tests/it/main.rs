@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers fail loudly
 
 mod admin;
+mod api_keys;
 mod browser;
 mod contract;
 mod destinations;

@@ -2,7 +2,7 @@
 //! holds the [`DynamoStore`] and what every file shares (item conversion, conditional writes,
 //! cursors, the SDK's retry for records); `endpoints`, `copies` (the endpoint item's copies),
 //! `counters` (failures in a row, daily delivered counts, slow-lane marker, adaptive rate,
-//! rate windows), `events`, `event_types` (the event-type catalog), `deliveries`, `listing` (delivery pages and counts) and `jobs`
+//! rate windows), `events`, `event_types` (the event-type catalog), `api_keys` (producers' API keys), `deliveries`, `listing` (delivery pages and counts) and `jobs`
 //! each implement one trait of [`crate::store`]. The items and keys are in `docs/storage.md`.
 
 use super::keys::*;
@@ -26,6 +26,7 @@ use futures::StreamExt;
 use listing::prefixed_id;
 use std::collections::HashMap;
 
+mod api_keys;
 mod attention;
 mod copies;
 mod counters;

@@ -1,0 +1,150 @@
+//! Producers' API keys ([`ApiKeyStore`]): one item per key, `API_KEYS` / `{key id}`, with the
+//! key's SHA-256 and never the key. `valid_until` is the key's own expiry; `expires_at`, the
+//! table's TTL, is set [`KEPT_AFTER_END_DAYS`] after the key ends (expiry or revocation).
+
+use super::*;
+use crate::domain::api_key::{ApiKey, prefix_of};
+use crate::store::ApiKeyStore;
+use crate::store::api_keys::KEPT_AFTER_END_DAYS;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// An API key's item.
+#[derive(Serialize, Deserialize)]
+struct Row {
+    id: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tenant_ids: Option<Vec<String>>,
+    secret_sha256: String,
+    created_at: DateTime<Utc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    valid_until: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    revoked_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    last_used_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    expires_at: Option<i64>,
+}
+
+fn from_row(row: Row) -> ApiKey {
+    ApiKey {
+        prefix: prefix_of(&row.id),
+        id: row.id,
+        name: row.name,
+        tenant_ids: row.tenant_ids,
+        created_at: row.created_at,
+        expires_at: row.valid_until,
+        revoked_at: row.revoked_at,
+        last_used_at: row.last_used_at,
+        secret_sha256: row.secret_sha256,
+    }
+}
+
+fn kept_until(end: DateTime<Utc>) -> i64 {
+    end.timestamp() + KEPT_AFTER_END_DAYS * 86_400
+}
+
+#[async_trait]
+impl ApiKeyStore for DynamoStore {
+    async fn create_api_key(&self, key: &ApiKey) -> Result<(), StoreError> {
+        let row = Row {
+            id: key.id.clone(),
+            name: key.name.clone(),
+            tenant_ids: key.tenant_ids.clone(),
+            secret_sha256: key.secret_sha256.clone(),
+            created_at: key.created_at,
+            valid_until: key.expires_at,
+            revoked_at: key.revoked_at,
+            last_used_at: key.last_used_at,
+            expires_at: key.expires_at.map(kept_until),
+        };
+        let mut item = to_item(&row)?;
+        item.insert(PK.into(), s(API_KEYS_PK));
+        item.insert(SK.into(), s(&key.id));
+        if self.put_new(item).await? { Ok(()) } else { Err(StoreError::AlreadyExists) }
+    }
+
+    async fn get_api_key(&self, id: &str) -> Result<Option<ApiKey>, StoreError> {
+        let row: Option<Row> = self.get(API_KEYS_PK.to_string(), id).await?;
+        Ok(row.map(from_row))
+    }
+
+    async fn list_api_keys(&self, limit: usize, cursor: Option<&str>) -> Result<Page<ApiKey>, StoreError> {
+        let start = match cursor {
+            None => None,
+            Some(c) => {
+                let key = decode_cursor(c)?;
+                let text = |k: &str| key.get(k).and_then(|v| v.as_s().ok());
+                let pk_ok = text(PK).is_some_and(|p| p == API_KEYS_PK);
+                let sk_ok = text(SK).is_some_and(|id| crate::domain::ids::is_client_id(id));
+                if !pk_ok || !sk_ok || key.len() != 2 {
+                    return Err(StoreError::InvalidCursor);
+                }
+                Some(key)
+            }
+        };
+        let page = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :pk")
+            .expression_attribute_values(":pk", s(API_KEYS_PK))
+            .consistent_read(true)
+            .limit(i32::try_from(limit.clamp(1, 100)).unwrap_or(100))
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .map_err(aws)?;
+        let data = page
+            .items
+            .unwrap_or_default()
+            .into_iter()
+            .map(|item| from_item::<Row>(item).map(from_row))
+            .collect::<Result<Vec<_>, _>>()?;
+        let next_cursor = page.last_evaluated_key.filter(|k| !k.is_empty()).map(encode_cursor).transpose()?;
+        Ok(Page { data, next_cursor })
+    }
+
+    async fn revoke_api_key(&self, id: &str, at: DateTime<Utc>) -> Result<Option<ApiKey>, StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, s(API_KEYS_PK))
+            .key(SK, s(id))
+            .update_expression("SET revoked_at = :at, #ttl = :ttl")
+            .condition_expression("attribute_exists(pk) AND attribute_not_exists(revoked_at)")
+            .expression_attribute_names("#ttl", TTL)
+            .expression_attribute_values(":at", time(&at))
+            .expression_attribute_values(":ttl", n(kept_until(at)))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
+            .send()
+            .await;
+        match result {
+            Ok(out) => out.attributes.map(|item| from_item::<Row>(item).map(from_row)).transpose(),
+            // Gone, or revoked before: as it is.
+            Err(e) if e.as_service_error().is_some_and(|se| se.is_conditional_check_failed_exception()) => {
+                self.get_api_key(id).await
+            }
+            Err(e) => Err(aws(e)),
+        }
+    }
+
+    async fn touch_api_key(&self, id: &str, at: DateTime<Utc>) -> Result<(), StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, s(API_KEYS_PK))
+            .key(SK, s(id))
+            .update_expression("SET last_used_at = :at")
+            .condition_expression("attribute_exists(pk)")
+            .expression_attribute_values(":at", time(&at))
+            .send()
+            .await;
+        conditional(result).map(|_| ())
+    }
+}
