@@ -184,6 +184,19 @@ def check_template_against_code(template, root):
           any(g[0] == "WithIngestFunctionUrl" and "lambda:InvokeFunctionUrl" in g[1]["Action"] for g in url_grants),
           f"{url_grants}")
 
+    # Issue #39: producers with an API key post to ingest on an API of their own, without an
+    # authorizer (ingest then requires a key: no `authorizer.iam` in the request), and to
+    # nothing else there.
+    keyed = [(lid, ev["Properties"]) for lid, res in template["Resources"].items()
+             if res["Type"] == "AWS::Serverless::Function"
+             for ev in (res["Properties"].get("Events") or {}).values()
+             if ev.get("Type") == "HttpApi" and (ev.get("Properties") or {}).get("ApiId") == {"Ref": "ApiKeyApi"}]
+    api = template["Resources"].get("ApiKeyApi", {}).get("Properties", {})
+    check("template: the API-key API routes only POST /v1/events, to ingest, with no authorizer",
+          [(lid, p.get("Method"), p.get("Path"), p.get("Auth")) for lid, p in keyed]
+          == [("IngestFunction", "POST", "/v1/events", None)] and "Auth" not in api
+          and "ThrottlingRateLimit" in api.get("DefaultRouteSettings", {}), f"{keyed} {api}")
+
     check_secure_defaults(template)
     check_static_egress(template)
     check_alarms_and_dashboard(template, emitted_metrics(root))
@@ -1014,6 +1027,33 @@ def run(fns, ddb, sqs, table, queue_url, queue_arn, dlq_url, receiver, stack_nam
     check("ingest answers a function URL GET of /v1/events 405 in the error shape",
           status == 405 and isinstance(body, dict) and body.get("error", {}).get("code") == "method_not_allowed",
           f"{kind} {resp}")
+
+    print("== ingest: POST /v1/events on the API-key API (no authorizer)")
+    kind, resp, _ = admin.invoke(http_event("POST", "/v1/api-keys", {"tenant_ids": ["acme"]},
+                                            route_key="$default"))
+    status, made = http_answer(kind, resp)
+    check("admin POST /v1/api-keys answers 201 with the key", status == 201 and "key" in (made or {}), f"{kind} {resp}")
+    kind, resp, _ = admin.invoke(http_event("POST", "/v1/api-keys", {}, route_key="$default"))
+    status, every = http_answer(kind, resp)
+
+    def keyed(body, key=None):
+        event = http_event("POST", "/v1/events", body, domain="k3y4p1.execute-api.us-east-1.amazonaws.com")
+        del event["requestContext"]["authorizer"]
+        if key:
+            event["headers"]["authorization"] = f"Bearer {key}"
+        return http_answer(*ingest.invoke(event)[:2])
+
+    nobody = {"tenant_id": "nobody", "event_type": "order.paid", "payload": {}}
+    status, body = keyed(nobody)
+    check("ingest refuses a request without IAM or a key: 401 api_key_required",
+          status == 401 and body.get("error", {}).get("code") == "api_key_required", f"{status} {body}")
+    if made and "key" in made:
+        status, body = keyed(nobody, made["key"])
+        check("ingest refuses a key for another tenant: 403 tenant_not_allowed",
+              status == 403 and body.get("error", {}).get("code") == "tenant_not_allowed", f"{status} {body}")
+    if every and "key" in every:
+        status, body = keyed(nobody, every["key"])
+        check("ingest takes an event with a valid key", status == 202, f"{status} {body}")
 
     print("== ingest: EventBridge custom event")
     eb_id = str(uuid.uuid4())

@@ -42,6 +42,10 @@ enum Command {
     /// examples; ingest refuses a payload that fails its type's schema.
     #[command(subcommand)]
     EventTypes(EventTypeCmd),
+    /// Producers' API keys: `Authorization: Bearer <key>` on `POST /v1/events` (the stack's
+    /// `ApiKeyEventsUrl`), for producers without an IAM identity.
+    #[command(subcommand)]
+    ApiKeys(ApiKeyCmd),
     /// Dead letters: exhausted deliveries, newest first.
     DeadLetters {
         /// Only this endpoint's.
@@ -178,6 +182,36 @@ enum EndpointCmd {
         /// Whether the limit adapts (AIMD) to 429s without Retry-After and runs of timeouts.
         #[arg(long)]
         adaptive: Option<bool>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ApiKeyCmd {
+    /// Make a key; it is printed this once and stored nowhere (only its SHA-256 is).
+    Create {
+        /// What it is for.
+        #[arg(long)]
+        name: Option<String>,
+        /// A tenant it may post for (repeatable); none: every tenant.
+        #[arg(long = "tenant")]
+        tenants: Vec<String>,
+        /// When it stops being accepted, RFC 3339 (default: never).
+        #[arg(long)]
+        expires_at: Option<String>,
+    },
+    /// The keys, oldest first (never a key).
+    List {
+        /// Page size (1 to 100).
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// Continue from a previous page.
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// Revoke a key: refused by every ingest process within `WEBHOOKS_API_KEY_CACHE_SECONDS`.
+    Revoke {
+        /// Key id (`key_...`).
+        id: String,
     },
 }
 
@@ -739,6 +773,50 @@ fn event_type_request(cmd: &EventTypeCmd) -> Result<(http::Method, String, Optio
     })
 }
 
+/// The request an `api-keys` subcommand makes: method, path and body.
+fn api_key_request(cmd: &ApiKeyCmd) -> (http::Method, String, Option<Value>) {
+    use http::Method as M;
+    match cmd {
+        ApiKeyCmd::Create { name, tenants, expires_at } => {
+            let mut body = json!({});
+            if let Some(n) = name {
+                body["name"] = json!(n);
+            }
+            if !tenants.is_empty() {
+                body["tenant_ids"] = json!(tenants);
+            }
+            if let Some(at) = expires_at {
+                body["expires_at"] = json!(at);
+            }
+            (M::POST, "/v1/api-keys".into(), Some(body))
+        }
+        ApiKeyCmd::List { limit, cursor } => {
+            let mut path = format!("/v1/api-keys?limit={limit}");
+            if let Some(c) = cursor {
+                path.push_str(&format!("&cursor={}", enc(c)));
+            }
+            (M::GET, path, None)
+        }
+        ApiKeyCmd::Revoke { id } => (M::DELETE, format!("/v1/api-keys/{}", enc(id)), None),
+    }
+}
+
+/// A key's line: id, prefix, tenants, and when it ends or ended.
+fn api_key_line(k: &Value) -> String {
+    let tenants = match k["tenant_ids"].as_array() {
+        Some(t) => t.iter().map(s).collect::<Vec<_>>().join(","),
+        None => "every tenant".into(),
+    };
+    let state = if k["revoked_at"].is_string() {
+        format!("revoked {}", s(&k["revoked_at"]))
+    } else if k["expires_at"].is_string() {
+        format!("expires {}", s(&k["expires_at"]))
+    } else {
+        "does not expire".into()
+    };
+    format!("{}  {}  {}  {}  last used {}", s(&k["id"]), s(&k["prefix"]), tenants, state, s(&k["last_used_at"]))
+}
+
 /// Turns an API answer into the human-readable output.
 type Render = Box<dyn Fn(&Value) -> String>;
 
@@ -893,6 +971,22 @@ async fn run(cli: &Cli) -> Result<String, String> {
                     Box::new(|v| with_more(event_type_rows(v["data"].as_array().map_or(&[], |a| a.as_slice())), v))
                 }
                 _ => Box::new(event_type_view),
+            };
+            (v, render)
+        }
+        Command::ApiKeys(cmd) => {
+            let (method, path, body) = api_key_request(cmd);
+            let v = client.call(method, &path, body).await?;
+            let render: Render = match cmd {
+                ApiKeyCmd::Create { .. } => {
+                    Box::new(|v| format!("{}\nkey (shown once, stored nowhere): {}", api_key_line(v), s(&v["key"])))
+                }
+                ApiKeyCmd::List { .. } => Box::new(|v| {
+                    let lines: Vec<String> =
+                        v["data"].as_array().map_or(&[][..], |a| a.as_slice()).iter().map(api_key_line).collect();
+                    with_more(lines.join("\n"), v)
+                }),
+                ApiKeyCmd::Revoke { .. } => Box::new(api_key_line),
             };
             (v, render)
         }

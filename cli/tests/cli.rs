@@ -334,3 +334,32 @@ async fn the_cli_sets_headers_secret_headers_and_auth_from_flags_and_files() {
     std::fs::remove_dir_all(&dir).unwrap();
     stack.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_makes_lists_and_revokes_api_keys() {
+    let stack = Stack::start(|_| {}).await;
+    let (ok, out, err) = admin(&stack, &["api-keys", "create", "--name", "billing", "--tenant", "acme"]).await;
+    assert!(ok, "{err}");
+    let key =
+        out.lines().find_map(|l| l.strip_prefix("key (shown once, stored nowhere): ")).expect("the key").to_string();
+    assert!(key.starts_with("whk_") && out.contains("acme"), "{out}");
+    let made = admin_json(&stack, &["api-keys", "create", "--expires-at", "2099-01-01T00:00:00Z"]).await;
+    assert_eq!((made["tenant_ids"].is_null(), made["expires_at"].as_str()), (true, Some("2099-01-01T00:00:00Z")));
+    let (ok, list, _) = admin(&stack, &["api-keys", "list"]).await;
+    assert!(ok && list.contains("every tenant") && list.contains("acme") && !list.contains(&key), "{list}");
+    // The key posts for its tenant; revoked, it is refused.
+    let post = |key: String| {
+        let stack = &stack;
+        async move {
+            let body = json!({"tenant_id": "acme", "event_type": "order.paid", "payload": {}});
+            let resp = stack.http.post(format!("{}/v1/events", stack.base)).bearer_auth(key).json(&body).send();
+            resp.await.unwrap().status().as_u16()
+        }
+    };
+    assert_eq!(post(key.clone()).await, 202);
+    let id = key.split('_').nth(1).map(|ulid| format!("key_{ulid}")).unwrap();
+    let (ok, revoked, err) = admin(&stack, &["api-keys", "revoke", &id]).await;
+    assert!(ok && revoked.contains("revoked"), "{revoked} {err}");
+    assert_eq!(post(key).await, 401);
+    stack.stop().await;
+}
