@@ -12,7 +12,8 @@
 # queue, 2 pollers on moto; about 4 minutes), ratelimit (9, static and adaptive rate limits
 # against a receiver taking 5 a second), oauth (10, an OAuth endpoint with a cached token vs
 # a plain one: token requests, AWS requests, dollars, time per attempt; under a minute),
-# validation (11, schema validation at ingest: CPU per event, catalog requests; seconds). A
+# validation (11, schema validation at ingest: CPU per event, catalog requests; seconds),
+# api_keys (12, a producer's API key at ingest: requests and CPU per event; seconds). A
 # partial run writes bench/out/report.md and its charts there, leaving bench/report.md alone.
 # E.g. BENCH_ONLY=requests bench/run.sh
 set -euo pipefail

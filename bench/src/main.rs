@@ -7,9 +7,10 @@
 //! `BENCH_QUICK=1` (smaller sizes, for trying the bench out; the committed report is a full
 //! run), `BENCH_ONLY=part[,part..]` (only those parts: `requests` = sections 1-2,
 //! `throughput` = 3-4, `sweeper` = 5, `lambda` = 6-7, `noisy` = 8, `ratelimit` = 9,
-//! `oauth` = 10, `validation` = 11; a partial run writes its report and charts to the `out`
+//! `oauth` = 10, `validation` = 11, `api_keys` = 12; a partial run writes its report and charts to the `out`
 //! folder, not over the full report), `MOTO_VERSION` (named in the report).
 
+mod api_keys;
 mod capacity;
 mod chart;
 mod cost;
@@ -185,6 +186,13 @@ async fn run() -> Res<()> {
         validation::section(&mut body, &mut summary, &figures);
         timer.add("11. schema validation (counted events, timed checks)", t);
     }
+    if only.has("api_keys") {
+        let t = Instant::now();
+        eprintln!("bench: 12. API keys");
+        let figures = api_keys::measure(&sdk, quick, &median.2).await?;
+        api_keys::section(&mut body, &mut summary, &figures);
+        timer.add("12. API keys (counted events, timed checks)", t);
+    }
 
     // The report.
     let total = started.elapsed().as_secs_f64();
@@ -230,8 +238,8 @@ async fn run() -> Res<()> {
 struct Parts(Vec<String>);
 
 impl Parts {
-    const ALL: [&'static str; 8] =
-        ["requests", "throughput", "sweeper", "lambda", "noisy", "ratelimit", "oauth", "validation"];
+    const ALL: [&'static str; 9] =
+        ["requests", "throughput", "sweeper", "lambda", "noisy", "ratelimit", "oauth", "validation", "api_keys"];
 
     fn from_env() -> Res<Self> {
         let v = std::env::var("BENCH_ONLY").unwrap_or_default();

@@ -39,7 +39,7 @@ const TYPE_WITH_SCHEMA: &str = "github.discussion.created";
 const TYPE_UNKNOWN: &str = "github.discussion.unlisted";
 /// Memory at which Lambda gives a function the equivalent of one vCPU, MB (AWS Lambda
 /// developer guide, "Memory and computing power"); below it the CPU share is proportional.
-const ONE_VCPU_MB: f64 = 1769.0;
+pub(crate) const ONE_VCPU_MB: f64 = 1769.0;
 
 /// A schema for GitHub's `discussion` event (`discussion/created.payload.json`, the median
 /// sample), as a producer would register it: the required top-level fields and their types,
@@ -179,7 +179,7 @@ async fn post_event(app: &webhooks::App, tenant: &str, event_type: &str, payload
     Ok(resp.status().as_u16())
 }
 
-fn per_event(counter: &Counter, events: u64) -> PerEvent {
+pub(crate) fn per_event(counter: &Counter, events: u64) -> PerEvent {
     let ops = counter.take();
     let calls = |svc: &str, names: &[&str]| {
         ops.iter()
@@ -329,13 +329,13 @@ pub async fn measure(sdk: &aws_config::SdkConfig, quick: bool, name: &str, paylo
     })
 }
 
-fn f(v: f64, digits: usize) -> String {
+pub(crate) fn f(v: f64, digits: usize) -> String {
     format!("{:.digits$}", v + 0.0)
 }
 
 /// Dollars per million events for `us` microseconds of Lambda duration at the template's
 /// memory ([`LAMBDA_MB`]) and arm64 price ([`LAMBDA_GBS`]), as `cost.rs` prices Lambda.
-fn dollars_per_million(us: f64) -> f64 {
+pub(crate) fn dollars_per_million(us: f64) -> f64 {
     us / 1e6 * (LAMBDA_MB / 1024.0) * LAMBDA_GBS * 1e6
 }
 
