@@ -154,11 +154,16 @@ pub struct Config {
     /// every ingest process within it (at once in the process that made it).
     pub event_type_cache: Duration,
     /// How long a process uses what it read of a producer's API key
-    /// (`WEBHOOKS_API_KEY_CACHE_SECONDS`, seconds, default 30): a revocation is refused by
-    /// every ingest process within it (at once by the process that revoked it), and a key's
-    /// `last_used_at` is written at most once per process within it.
+    /// (`WEBHOOKS_API_KEY_CACHE_SECONDS`, seconds, default 30, at most
+    /// [`MAX_API_KEY_CACHE_SECONDS`]): a revocation is refused by every ingest process within
+    /// it (at once by the process that revoked it), and a key's `last_used_at` is written at
+    /// most once per process within it (0: a GetItem and an UpdateItem per event).
     pub api_key_cache: Duration,
 }
+
+/// The longest `WEBHOOKS_API_KEY_CACHE_SECONDS` taken (seconds): the bound on how long a
+/// revoked key may still be taken by a process that read it before.
+pub const MAX_API_KEY_CACHE_SECONDS: u64 = 300;
 
 /// `WEBHOOKS_EVENT_TYPES`: whether ingest takes event types the catalog does not have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -401,7 +406,16 @@ impl Config {
         c.slow_lane_hold = Duration::from_secs(parse(&get, "WEBHOOKS_SLOW_LANE_HOLD_SECONDS", 600)?);
         c.event_types = parse(&get, "WEBHOOKS_EVENT_TYPES", EventTypesMode::Open)?;
         c.event_type_cache = Duration::from_secs(parse(&get, "WEBHOOKS_EVENT_TYPE_CACHE_SECONDS", 60)?);
-        c.api_key_cache = Duration::from_secs(parse(&get, "WEBHOOKS_API_KEY_CACHE_SECONDS", 30)?);
+        let api_key_cache: u64 = parse(&get, "WEBHOOKS_API_KEY_CACHE_SECONDS", 30)?;
+        if api_key_cache > MAX_API_KEY_CACHE_SECONDS {
+            return Err(ConfigError {
+                name: "WEBHOOKS_API_KEY_CACHE_SECONDS",
+                problem: format!(
+                    "{api_key_cache} is over {MAX_API_KEY_CACHE_SECONDS}: a revoked key would keep working that long"
+                ),
+            });
+        }
+        c.api_key_cache = Duration::from_secs(api_key_cache);
         c.emit_metrics = in_lambda || get("WEBHOOKS_METRICS").is_some_and(|v| v == "emf");
         Ok(c)
     }

@@ -28,8 +28,9 @@ pub const MAX_TENANTS: usize = 100;
 /// Most characters of a key's `name`.
 pub const MAX_NAME_CHARS: usize = 200;
 
-/// An API key as stored and shown (never with the key itself).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// An API key as stored and shown (never with the key itself; `Debug` leaves out its
+/// digest).
+#[derive(Clone, PartialEq, Serialize)]
 pub struct ApiKey {
     /// `key_{ulid}`.
     pub id: String,
@@ -51,6 +52,20 @@ pub struct ApiKey {
     /// Base64 (standard) SHA-256 of the whole key: all that is stored of it.
     #[serde(skip)]
     pub secret_sha256: String,
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiKey")
+            .field("id", &self.id)
+            .field("name", &self.name)
+            .field("tenant_ids", &self.tenant_ids)
+            .field("created_at", &self.created_at)
+            .field("expires_at", &self.expires_at)
+            .field("revoked_at", &self.revoked_at)
+            .field("last_used_at", &self.last_used_at)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What a new key is asked for (`POST /v1/api-keys`).

@@ -146,9 +146,9 @@ async fn post_event(
     // A router that does not say who vouches for its requests vouches for none: a key is needed.
     let caller = caller.map_or(Caller::Anonymous, |c| c.0);
     let authorization = headers.get(axum::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    let key = api_keys::authenticate(&app, caller, authorization).await?;
+    let api_key = api_keys::authenticate(&app, caller, authorization).await?;
     let mut event = event_request(&body_bytes(body)?)?;
-    api_keys::authorize(key.as_ref(), &event.tenant_id)?;
+    api_keys::authorize(api_key.as_ref(), &event.tenant_id)?;
     let key = match headers.get(IDEMPOTENCY_KEY) {
         None => None,
         Some(v) => {
@@ -169,9 +169,11 @@ async fn post_event(
         }
     }
     let sync = event.sync;
-    let mut accepted = ingest::ingest(&app, event).await?;
+    // What ingest logs names the key the event came with, by its prefix.
+    let span = tracing::info_span!("post_event", api_key = api_key.as_ref().map(|k| k.prefix.as_str()));
+    let mut accepted = tracing::Instrument::instrument(ingest::ingest(&app, event), span.clone()).await?;
     if sync {
-        accepted = deliver::attempt_inline(&app, accepted).await?;
+        accepted = tracing::Instrument::instrument(deliver::attempt_inline(&app, accepted), span).await?;
     }
     let (status, body) = answer(&accepted)?;
     let mut response = (status, Json(body)).into_response();

@@ -29,14 +29,20 @@ pub enum Caller {
     Anonymous,
 }
 
-/// A key made: the record and the key itself, shown this once.
-#[derive(Debug, Clone, serde::Serialize)]
+/// A key made: the record and the key itself, shown this once (`Debug` shows neither).
+#[derive(Clone, serde::Serialize)]
 pub struct Created {
     /// The key as stored.
     #[serde(flatten)]
     pub record: ApiKey,
     /// The key (`whk_...`): shown in this answer only, stored nowhere.
     pub key: String,
+}
+
+impl std::fmt::Debug for Created {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Created").field("record", &self.record).field("key", &"(redacted)").finish()
+    }
 }
 
 fn not_found(id: &str) -> ServiceError {
@@ -123,25 +129,28 @@ pub async fn authenticate(
     let id = api_key::id_of(presented).ok_or_else(invalid)?;
     let now = app.clock.now();
     let fresh_after = now - chrono::Duration::from_std(app.config.api_key_cache).unwrap_or_default();
-    let key = match app.api_keys.get(&id, fresh_after) {
-        Some(key) => key,
+    let (key, read) = match app.api_keys.get(&id, fresh_after) {
+        Some(key) => (key, false),
         None => {
             let key = app.store.get_api_key(&id).await?.ok_or_else(invalid)?;
-            // Only a key that matches is kept and marked used: a stranger guessing ids makes
-            // no write.
-            if key.check(presented, now) == Err(Refusal::Unknown) {
-                return Err(invalid());
-            }
-            if let Err(e) = app.store.touch_api_key(&id, now).await {
-                tracing::warn!(api_key = %key.prefix, error = %e, "last_used_at not written");
-            }
+            // The record is kept whatever was presented: wrong secrets tried against a known
+            // key cost no more reads until it goes stale.
             app.api_keys.put(now, key.clone());
-            key
+            (key, true)
         }
     };
     match key.check(presented, now) {
-        Ok(()) => Ok(Some(key)),
-        Err(Refusal::Unknown) => Err(invalid()),
+        Ok(()) => {
+            // Marked used once per read: only by a request that presented it whole.
+            if read && let Err(e) = app.store.touch_api_key(&id, now).await {
+                tracing::warn!(api_key = %key.prefix, error = %e, "last_used_at not written");
+            }
+            Ok(Some(key))
+        }
+        Err(Refusal::Unknown) => {
+            tracing::warn!(api_key = %key.prefix, "API key refused: the secret does not match");
+            Err(invalid())
+        }
         Err(Refusal::Revoked) => {
             tracing::info!(api_key = %key.prefix, "revoked API key refused");
             Err(ServiceError::InvalidApiKey(format!("API key {}: revoked", key.prefix)))
