@@ -56,6 +56,14 @@ pub enum ServiceError {
     /// only the stack posts operational events. Nothing was stored.
     #[error("{0}")]
     ReservedTenant(String),
+    /// The event's payload was expunged (`POST /v1/events/{id}/expunge`): its deliveries keep
+    /// their history but cannot be replayed (410 `payload_expunged`).
+    #[error("{0}")]
+    PayloadExpunged(String),
+    /// The tenant is being purged (`DELETE /v1/tenants/{id}`): its events, endpoints and
+    /// settings are refused until the purge ends (409 `tenant_purging`). Nothing was stored.
+    #[error("{0}")]
+    TenantPurging(String),
 }
 
 impl ServiceError {
@@ -73,6 +81,8 @@ impl ServiceError {
             Self::DestinationNotAllowed(_) | Self::UnknownTenant(_) => 422,
             Self::SchemaMismatch(_) | Self::EventTypeArchived(_) | Self::UnknownEventType(_) => 422,
             Self::ReservedTenant(_) => 403,
+            Self::PayloadExpunged(_) => 410,
+            Self::TenantPurging(_) => 409,
         }
     }
 
@@ -93,6 +103,8 @@ impl ServiceError {
             Self::EventTypeArchived(_) => "event_type_archived",
             Self::UnknownEventType(_) => "unknown_event_type",
             Self::ReservedTenant(_) => "reserved_tenant",
+            Self::PayloadExpunged(_) => "payload_expunged",
+            Self::TenantPurging(_) => "tenant_purging",
         }
     }
 

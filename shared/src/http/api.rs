@@ -21,6 +21,7 @@
 //! | `GET /v1/deliveries?status=&endpoint_id=&limit=&cursor=` | 200 `{"data", "next_cursor"}` |
 //! | `POST /v1/deliveries/{id}/replay` | 202 [`deliveries::DeliveryView`] |
 //! | `/v1/event-types`, `/v1/event-types/{name}` | the event-type catalog: see `http::event_types` |
+//! | `/v1/tenants/{tenant_id}/settings`, `DELETE /v1/tenants/{tenant_id}`, `POST /v1/events/{id}/expunge` | retention, purge, expunge: see `http::lifecycle` |
 //! | `POST /v1/tenants/{tenant_id}/portal-sessions` `{"ttl_seconds"?}` | 201 [`crate::http::ui::token::PortalSession`]: a signed portal URL for one tenant |
 //!
 //! Every error is `{"error": {"code", "message"}}` with the status of [`ServiceError`]. A
@@ -540,6 +541,7 @@ fn admin_routes() -> Router<App> {
         .route("/v1/deliveries/{id}/replay", post(replay))
         .route("/v1/tenants/{tenant_id}/portal-sessions", post(portal_session))
         .merge(super::event_types::routes())
+        .merge(super::lifecycle::routes())
 }
 
 /// The ingest function's routes.

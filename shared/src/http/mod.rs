@@ -3,5 +3,6 @@
 pub mod api;
 mod event_types;
 mod extract;
+mod lifecycle;
 pub mod local_host;
 pub mod ui;

@@ -8,6 +8,7 @@
 pub mod dynamo;
 mod event_types;
 pub mod keys;
+pub mod lifecycle;
 pub mod payload;
 pub mod version;
 
@@ -20,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 pub use dynamo::DynamoStore;
 pub use event_types::EventTypeStore;
+pub use lifecycle::{LifecycleStore, Purgeable, TenantSnapshot};
 
 /// A store call that failed.
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +79,10 @@ pub struct DeliverySummary {
     /// When retention removes it (stored as the TTL, unix seconds; shown as RFC 3339).
     #[serde(default, serialize_with = "ttl_as_time")]
     pub expires_at: Option<i64>,
+    /// The delivery's own exhausted retention, days (stamped at ingest from its tenant's
+    /// override; absent: the stack's). Read from the item, not from `by_status`.
+    #[serde(default, skip_serializing)]
+    pub exhausted_retention_days: Option<u32>,
 }
 
 fn ttl_as_time<S: serde::Serializer>(ttl: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
@@ -546,9 +552,15 @@ pub trait JobStore: Send + Sync {
 /// [`DynamoStore`] (one file per aggregate under `dynamo/`) and the simulation's in-memory
 /// store implement. Services take an `Arc<dyn Store>` and name the trait whose methods they
 /// call.
-pub trait Store: EndpointStore + CounterStore + EventStore + DeliveryStore + JobStore + EventTypeStore {}
+pub trait Store:
+    EndpointStore + CounterStore + EventStore + DeliveryStore + JobStore + EventTypeStore + LifecycleStore
+{
+}
 
-impl<T: EndpointStore + CounterStore + EventStore + DeliveryStore + JobStore + EventTypeStore> Store for T {}
+impl<T: EndpointStore + CounterStore + EventStore + DeliveryStore + JobStore + EventTypeStore + LifecycleStore> Store
+    for T
+{
+}
 
 /// How a store failure answers a caller: a bad cursor or an unsupported query is the
 /// caller's (422); a request DynamoDB refused or an item we cannot read back is ours (500);

@@ -8,6 +8,7 @@
 mod admin;
 mod browser;
 mod contract;
+mod data_lifecycle;
 mod destinations;
 mod endpoint_options;
 mod endpoint_state;
