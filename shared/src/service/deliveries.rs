@@ -219,8 +219,9 @@ pub async fn replay(app: &App, id: &str) -> Result<DeliveryView, ServiceError> {
     // An expunged payload is never sent again (one read of the event's item).
     if let Some(at) = app.store.event_record(&d.tenant_id, &d.event_id).await?.and_then(|r| r.expunged_at) {
         return Err(ServiceError::PayloadExpunged(format!(
-            "delivery {id}: the payload of event {} was expunged at {at}; its history stays, it cannot be replayed",
-            d.event_id
+            "delivery {id}: the payload of event {} was expunged at {}; its history stays, it cannot be replayed",
+            d.event_id,
+            at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
         )));
     }
     let now = app.clock.now();

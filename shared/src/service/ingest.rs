@@ -215,7 +215,9 @@ async fn accept(app: &App, event: NewEvent) -> Result<Accepted, ServiceError> {
     if let Some(purge) = &settings.purge {
         return Err(ServiceError::TenantPurging(format!(
             "tenant {:?} is being purged (job {}, since {}); its events are refused until the purge ends",
-            event.tenant_id, purge.job_id, purge.started_at
+            event.tenant_id,
+            purge.job_id,
+            purge.started_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
         )));
     }
     let endpoints = snapshot.endpoints;
