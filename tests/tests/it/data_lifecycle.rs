@@ -91,7 +91,70 @@ async fn a_tenants_retention_override_sets_the_ttl_of_its_new_items_within_the_s
     let other_event = accepted["event_id"].as_str().unwrap();
     let (_, ev) = stack.call(Method::GET, &format!("/v1/events/{other_event}"), None).await;
     about(&ev["expires_at"], &ev["created_at"], 90);
+
+    // Ingest's cost: the settings come with the endpoints' Query. An event of acme (with its
+    // settings item) makes the same DynamoDB requests as one of `other` (none): one Query.
+    let ops = Ops::default();
+    let sdk = webhooks::app::aws_sdk_config().await;
+    let conf = aws_sdk_dynamodb::config::Builder::from(&sdk).interceptor(ops.clone()).build();
+    let cfg = stack.app.config.clone();
+    let counted =
+        webhooks::store::DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf), &cfg.table, cfg.due_shards)
+            .with_index_shards(cfg.endpoint_index_shards, cfg.status_index_shards)
+            .with_endpoint_copies(cfg.endpoint_copies);
+    let mut app = stack.app.clone();
+    app.store = Arc::new(counted);
+    let mut per_tenant = Vec::new();
+    for tenant in ["acme", "other"] {
+        ops.0.lock().unwrap().clear();
+        let event = ingest::NewEvent {
+            tenant_id: tenant.into(),
+            event_type: "order.paid".into(),
+            payload: "{}".into(),
+            id: None,
+            sync: false,
+            request_sha256: None,
+        };
+        ingest::ingest(&app, event).await.unwrap();
+        let mut calls = ops.0.lock().unwrap().clone();
+        calls.retain(|c| *c != "PutItem");
+        per_tenant.push(calls);
+    }
+    assert_eq!(per_tenant[0], per_tenant[1], "acme's settings cost a request of their own");
+    assert_eq!(per_tenant[0].iter().filter(|c| **c == "Query").count(), 1, "{per_tenant:?}");
     stack.stop().await;
+}
+
+/// Names the DynamoDB requests a client makes that answered (an SDK interceptor).
+#[derive(Clone, Default, Debug)]
+struct Ops(Arc<Mutex<Vec<&'static str>>>);
+
+impl aws_sdk_dynamodb::config::Intercept for Ops {
+    fn name(&self) -> &'static str {
+        "Ops"
+    }
+
+    fn read_after_execution(
+        &self,
+        context: &aws_sdk_dynamodb::config::interceptors::FinalizerInterceptorContextRef<'_>,
+        _rc: &aws_sdk_dynamodb::config::RuntimeComponents,
+        _cfg: &mut aws_sdk_dynamodb::config::ConfigBag,
+    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+        use aws_sdk_dynamodb::operation as op;
+        if let Some(Ok(out)) = context.output_or_error() {
+            let name = if out.downcast_ref::<op::query::QueryOutput>().is_some() {
+                "Query"
+            } else if out.downcast_ref::<op::get_item::GetItemOutput>().is_some() {
+                "GetItem"
+            } else if out.downcast_ref::<op::put_item::PutItemOutput>().is_some() {
+                "PutItem"
+            } else {
+                "other"
+            };
+            self.0.lock().unwrap().push(name);
+        }
+        Ok(())
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
