@@ -33,6 +33,39 @@ struct Cli {
     command: Command,
 }
 
+/// `tenants ...`: `GET/PUT /v1/tenants/{tenant_id}/settings`, `DELETE /v1/tenants/{tenant_id}`.
+#[derive(Subcommand, Debug)]
+enum TenantCmd {
+    /// The tenant's retention: overrides, what applies, the least event retention accepted.
+    Settings {
+        /// Tenant id.
+        tenant: String,
+    },
+    /// Set the tenant's retention overrides, in days; each one left out is the stack's.
+    Retention {
+        /// Tenant id.
+        tenant: String,
+        /// Days a delivered delivery is kept.
+        #[arg(long)]
+        delivered_days: Option<u32>,
+        /// Days a dead letter is kept.
+        #[arg(long)]
+        exhausted_days: Option<u32>,
+        /// Days an event's payload is kept from ingest.
+        #[arg(long)]
+        event_days: Option<u32>,
+    },
+    /// Purge every endpoint, event, delivery, counter and setting of the tenant (a job;
+    /// `job <id>` follows it). Its events are refused from now on until the job ends.
+    Purge {
+        /// Tenant id.
+        tenant: String,
+        /// Required: the purge cannot be undone.
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Endpoints.
@@ -88,7 +121,7 @@ enum Command {
         #[arg(long)]
         until: Option<String>,
     },
-    /// A background job's progress (release, probe, recover, hold, notify, end_deleted).
+    /// A background job's progress (release, probe, recover, hold, notify, end_deleted, purge).
     Job {
         /// Job id.
         id: String,
@@ -99,6 +132,18 @@ enum Command {
         /// Where to listen (loopback; port 0 picks a free one).
         #[arg(long, default_value = "127.0.0.1:8300")]
         listen: std::net::SocketAddr,
+    },
+    /// A tenant's retention overrides and its purge (GDPR).
+    #[command(subcommand)]
+    Tenants(TenantCmd),
+    /// Remove an event's payload (GDPR): its deliveries keep their history, cannot be
+    /// replayed, and no later attempt sends it.
+    Expunge {
+        /// Event id.
+        id: String,
+        /// The event's tenant (needed when two tenants used the same event id).
+        #[arg(long)]
+        tenant: Option<String>,
     },
     /// A tenant portal URL (signed, short-lived) for one tenant.
     PortalSession {
@@ -1046,6 +1091,50 @@ async fn run(cli: &Cli) -> Result<String, String> {
             (v, Box::new(|v| format!("{}\nfollow it with: webhooks-admin job {}", job_line(v), s(&v["id"]))))
         }
         Command::Job { id } => (client.call(M::GET, &format!("/v1/jobs/{}", enc(id)), None).await?, Box::new(job_line)),
+        Command::Expunge { id, tenant } => {
+            let query = tenant.as_ref().map(|t| format!("?tenant_id={}", enc(t))).unwrap_or_default();
+            let v = client.call(M::POST, &format!("/v1/events/{}/expunge{query}", enc(id)), None).await?;
+            let line = |v: &Value| {
+                format!(
+                    "expunged {} at {}; {} deliveries keep their history",
+                    s(&v["id"]),
+                    s(&v["expunged_at"]),
+                    s(&v["deliveries"])
+                )
+            };
+            (v, Box::new(line))
+        }
+        Command::Tenants(cmd) => {
+            let (method, path, body) = match cmd {
+                TenantCmd::Settings { tenant } => (M::GET, format!("/v1/tenants/{}/settings", enc(tenant)), None),
+                TenantCmd::Retention { tenant, delivered_days, exhausted_days, event_days } => {
+                    let body = json!({"delivered_retention_days": delivered_days, "exhausted_retention_days": exhausted_days, "event_retention_days": event_days});
+                    (M::PUT, format!("/v1/tenants/{}/settings", enc(tenant)), Some(body))
+                }
+                TenantCmd::Purge { tenant, yes } => {
+                    if !yes {
+                        return Err(format!(
+                            "tenants purge {tenant}: add --yes; a purge removes all of the tenant's data and cannot be undone"
+                        ));
+                    }
+                    (M::DELETE, format!("/v1/tenants/{}", enc(tenant)), None)
+                }
+            };
+            let v = client.call(method, &path, body).await?;
+            let line = |v: &Value| match v.get("effective") {
+                Some(e) => format!(
+                    "tenant {}: delivered {} days, exhausted {} days, events {} days (least {}){}",
+                    s(&v["tenant_id"]),
+                    s(&e["delivered_days"]),
+                    s(&e["exhausted_days"]),
+                    s(&e["event_days"]),
+                    s(&v["min_event_retention_days"]),
+                    v.get("purge").map_or(String::new(), |p| format!("; purging: job {}", s(&p["job_id"])))
+                ),
+                None => job_line(v),
+            };
+            (v, Box::new(line))
+        }
     };
     Ok(if cli.json { serde_json::to_string_pretty(&value).unwrap_or_default() } else { human(&value) })
 }

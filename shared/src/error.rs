@@ -68,6 +68,14 @@ pub enum ServiceError {
     /// The API key may not post for this tenant (403 `tenant_not_allowed`). Nothing was stored.
     #[error("{0}")]
     TenantNotAllowed(String),
+    /// The event's payload was expunged (`POST /v1/events/{id}/expunge`): its deliveries keep
+    /// their history but cannot be replayed (410 `payload_expunged`).
+    #[error("{0}")]
+    PayloadExpunged(String),
+    /// The tenant is being purged (`DELETE /v1/tenants/{id}`): its events, endpoints and
+    /// settings are refused until the purge ends (409 `tenant_purging`). Nothing was stored.
+    #[error("{0}")]
+    TenantPurging(String),
 }
 
 impl ServiceError {
@@ -86,6 +94,8 @@ impl ServiceError {
             Self::SchemaMismatch(_) | Self::EventTypeArchived(_) | Self::UnknownEventType(_) => 422,
             Self::ReservedTenant(_) | Self::TenantNotAllowed(_) => 403,
             Self::ApiKeyRequired(_) | Self::InvalidApiKey(_) => 401,
+            Self::PayloadExpunged(_) => 410,
+            Self::TenantPurging(_) => 409,
         }
     }
 
@@ -109,6 +119,8 @@ impl ServiceError {
             Self::ApiKeyRequired(_) => "api_key_required",
             Self::InvalidApiKey(_) => "invalid_api_key",
             Self::TenantNotAllowed(_) => "tenant_not_allowed",
+            Self::PayloadExpunged(_) => "payload_expunged",
+            Self::TenantPurging(_) => "tenant_purging",
         }
     }
 

@@ -16,7 +16,7 @@
 //! | domain | [`domain`]: [`model`](domain::model), [`delivery_lifecycle`](domain::delivery_lifecycle), [`endpoint_lifecycle`](domain::endpoint_lifecycle), [`retry_policy`](domain::retry_policy), [`signing`](domain::signing), [`ids`](domain::ids), [`lane`](domain::lane), [`rate`](domain::rate), [`event_type`](domain::event_type) | the entities, their state machines, retry schedules, Standard Webhooks signing, the id rule, the slow-lane and rate decisions, the event-type catalog's entries and schemas: no async, no AWS call |
 //! | adapters | [`store`] (DynamoDB; its shape in `docs/storage.md`), [`queue`] (SQS), [`sender`] with [`destination`](sender::destination) and [`tls_roots`](sender::tls_roots) (the HTTP POST, where it may go, TLS roots), [`notify`] (SNS), [`token_keys`] (Secrets Manager), [`metrics`], [`bootstrap`] | AWS and HTTP behind traits |
 //! | app | [`app`] | the [`App`] every service takes: store, queues, sender, clock, random source |
-//! | services | [`service`]: ingest, deliver, sweep, endpoints (with endpoint_settings), deliveries, endpoint_state, attention, lanes, throttle, event_types (the catalog) | what a Lambda handler calls |
+//! | services | [`service`]: ingest, deliver, sweep, endpoints (with endpoint_settings), deliveries, endpoint_state, attention, lanes, throttle, event_types (the catalog), tenant_settings and purge (the data's lifecycle) | what a Lambda handler calls |
 //! | HTTP | [`http`]: [`api`](http::api) (with its extractors and the event-type catalog's routes), [`local_host`](http::local_host) (the local server's Host guard), [`ui`](http::ui) (dashboard, portal, session tokens) | routers and pages over the services |
 //!
 //! Who may change an entity's state, in one file each:
@@ -26,7 +26,10 @@
 //! - an **endpoint**: [`domain::endpoint_lifecycle`] (enabled, paused, probing, disabled;
 //!   every change one transaction guarded on the endpoint's version, with the jobs it needs);
 //! - a **job**: [`service::endpoint_state`] runs each step under the job's lease and writes
-//!   its progress only while the lease holds ([`store::JobStore::save_job`]).
+//!   its progress only while the lease holds ([`store::JobStore::save_job`]); a tenant's purge
+//!   job's steps are [`service::purge`]'s, each delete guarded by the same lease;
+//! - a **tenant's settings** (retention overrides, purge mark; [`domain::tenant`]):
+//!   [`service::tenant_settings`] and [`service::purge`], each write guarded on their version.
 
 pub mod app;
 pub mod bootstrap;

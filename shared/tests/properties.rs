@@ -114,6 +114,8 @@ fn claimed(attempt_count: u32, kept: usize, dropped: u32, now: DateTime<Utc>) ->
         reason: None,
         expires_at: None,
         payload_sha256: None,
+        delivered_retention_days: None,
+        exhausted_retention_days: None,
     }
 }
 

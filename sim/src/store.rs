@@ -37,7 +37,9 @@ use webhooks::domain::api_key::ApiKey;
 use webhooks::domain::delivery_lifecycle::{DueItem, Field, Transition};
 use webhooks::domain::event_type::{EventType, EventTypeVersion};
 use webhooks::domain::model::{Delivery, DeliveryStatus, Endpoint, Job, StoredEvent};
+use webhooks::domain::tenant::TenantSettings;
 use webhooks::store::keys::{JOB_SHARD, due_shard, endpoint_bucket, endpoint_sk, stats_day_sk, time_sk};
+use webhooks::store::lifecycle::{EXPUNGED_DIGEST, EventRecord, LifecycleStore, Purgeable, TenantSnapshot};
 use webhooks::store::{ApiKeyStore, CounterStore, DeliveryStore, EndpointStore, EventStore, EventTypeStore, JobStore};
 use webhooks::store::{
     Applied, Attention, AttentionMark, Committed, DeliveredTally, DeliveryQuery, DeliverySummary, Due, EndpointWrite,
@@ -115,6 +117,10 @@ pub struct Tables {
     failing_announced: std::collections::BTreeSet<(String, String)>,
     /// Per item key, its versions as the GSIs will see them: (visible from, ms; item or gone).
     gsi: BTreeMap<String, Vec<(i64, Option<Indexed>)>>,
+    /// Tenants' settings items by tenant.
+    pub settings: BTreeMap<String, TenantSettings>,
+    /// When each expunged event's payload was expunged, by (tenant, event id).
+    expunged: BTreeMap<(String, String), DateTime<Utc>>,
 }
 
 /// The in-memory store.
@@ -151,6 +157,7 @@ fn summary(r: &DeliveryRow) -> DeliverySummary {
         created_at: d.created_at,
         updated_at: d.updated_at,
         expires_at: d.expires_at,
+        exhausted_retention_days: d.exhausted_retention_days,
     }
 }
 
@@ -847,7 +854,8 @@ impl EventStore for MemStore {
 
     async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError> {
         self.call("store.get_payload", |_, t| {
-            Ok(t.events.get(&(tenant_id.to_string(), event_id.to_string())).map(|e| e.payload.clone()))
+            let key = (tenant_id.to_string(), event_id.to_string());
+            Ok(t.events.get(&key).filter(|_| !t.expunged.contains_key(&key)).map(|e| e.payload.clone()))
         })
         .await
     }
@@ -1142,5 +1150,141 @@ impl ApiKeyStore for MemStore {
             k.last_used_at = Some(at);
         }
         Ok(())
+    }
+}
+
+/// DynamoStore's lifecycle items: the settings item (no copies here), an event's expunge, and
+/// the purge's deletes guarded on the job's lease; the delivered counters and rate windows
+/// listed as `Counter("STATS#{endpoint}", day)` and `Counter("RATE#{endpoint}", second)`.
+#[async_trait]
+impl LifecycleStore for MemStore {
+    async fn tenant_snapshot(&self, tenant_id: &str, _key: &str) -> Result<TenantSnapshot, StoreError> {
+        self.call("store.tenant_snapshot", |_, t| {
+            Ok(TenantSnapshot {
+                endpoints: t.endpoints.iter().filter(|((tn, _), _)| tn == tenant_id).map(|(_, e)| e.clone()).collect(),
+                settings: t.settings.get(tenant_id).cloned(),
+            })
+        })
+        .await
+    }
+
+    async fn get_settings(&self, tenant_id: &str) -> Result<Option<TenantSettings>, StoreError> {
+        self.call("store.get_settings", |_, t| Ok(t.settings.get(tenant_id).cloned())).await
+    }
+
+    async fn save_settings(
+        &self,
+        settings: &TenantSettings,
+        expected_version: u64,
+        job: Option<&Job>,
+    ) -> Result<bool, StoreError> {
+        self.call("store.save_settings", |s, t| {
+            let stored = t.settings.get(&settings.tenant_id).map_or(0, |x| x.version);
+            if stored != expected_version {
+                return Ok(false);
+            }
+            if let Some(job) = job {
+                if t.jobs.contains_key(&job.id) {
+                    return Err(StoreError::Aws("transaction cancelled: a job id exists".into()));
+                }
+                s.put_job_row(t, job)?;
+            }
+            t.settings.insert(settings.tenant_id.clone(), settings.clone());
+            Ok(true)
+        })
+        .await
+    }
+
+    async fn event_record(&self, tenant_id: &str, event_id: &str) -> Result<Option<EventRecord>, StoreError> {
+        self.call("store.event_record", |_, t| {
+            let key = (tenant_id.to_string(), event_id.to_string());
+            Ok(t.events.get(&key).map(|e| EventRecord {
+                tenant_id: e.tenant_id.clone(),
+                event_id: e.event_id.clone(),
+                expires_at: e.expires_at,
+                expunged_at: t.expunged.get(&key).copied(),
+            }))
+        })
+        .await
+    }
+
+    async fn expunge_payload(
+        &self,
+        tenant_id: &str,
+        event_id: &str,
+        delivery_ids: &[String],
+        at: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.call("store.expunge_payload", |s, t| {
+            for id in delivery_ids {
+                if let Some(r) = t.deliveries.get_mut(id) {
+                    r.d.payload_sha256 = Some(EXPUNGED_DIGEST.to_string());
+                    s.index_delivery(t, id);
+                }
+            }
+            let key = (tenant_id.to_string(), event_id.to_string());
+            if !t.events.contains_key(&key) {
+                return Ok(false);
+            }
+            t.expunged.entry(key).or_insert(at);
+            Ok(true)
+        })
+        .await
+    }
+
+    async fn endpoint_counters(&self, endpoint: &Endpoint, limit: usize) -> Result<Vec<Purgeable>, StoreError> {
+        self.call("store.endpoint_counters", |_, t| {
+            let stats = t.delivered_days.keys().filter(|(ep, _)| *ep == endpoint.id);
+            let mut out: Vec<Purgeable> =
+                stats.map(|(ep, day)| Purgeable::Counter(format!("STATS#{ep}"), day.clone())).collect();
+            let rates = t.rate_windows.keys().filter(|(ep, _)| *ep == endpoint.id);
+            out.extend(rates.map(|(ep, second)| Purgeable::Counter(format!("RATE#{ep}"), second.to_string())));
+            out.truncate(limit);
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn purge(&self, job_id: &str, lease_due_at: i64, items: &[Purgeable]) -> Result<bool, StoreError> {
+        self.call("store.purge", |s, t| {
+            if t.jobs.get(job_id).and_then(|r| r.due_at) != Some(lease_due_at) {
+                return Ok(false);
+            }
+            for item in items {
+                match item {
+                    Purgeable::Delivery(id) => {
+                        t.deliveries.remove(id);
+                        s.index_delivery(t, id);
+                    }
+                    Purgeable::Event(tenant, event) => {
+                        let key = (tenant.clone(), event.clone());
+                        t.events.remove(&key);
+                        t.event_tokens.remove(&key);
+                        t.expunged.remove(&key);
+                    }
+                    Purgeable::Endpoint(tenant, id) => {
+                        let key = (tenant.clone(), id.clone());
+                        t.endpoints.remove(&key);
+                        t.failing_since.remove(&key);
+                        t.failing_announced.remove(&key);
+                        t.failure_marks.remove(&key);
+                        t.pointers.remove(id);
+                    }
+                    Purgeable::Counter(pk, sk) => {
+                        if let Some(ep) = pk.strip_prefix("STATS#") {
+                            t.delivered_days.remove(&(ep.to_string(), sk.clone()));
+                            t.delivered_marks.remove(&(ep.to_string(), sk.clone()));
+                        } else if let (Some(ep), Ok(second)) = (pk.strip_prefix("RATE#"), sk.parse::<i64>()) {
+                            t.rate_windows.remove(&(ep.to_string(), second));
+                        }
+                    }
+                    Purgeable::Settings(tenant) => {
+                        t.settings.remove(tenant);
+                    }
+                }
+            }
+            Ok(true)
+        })
+        .await
     }
 }

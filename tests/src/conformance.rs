@@ -164,6 +164,7 @@ async fn transitions_and_due(store: &dyn Store, config: &Config, written: &Writt
         1,
         EndpointEntry::new(&claimed.endpoint_id, *created_at),
         "conformance",
+        None,
     );
     assert!(matches!(store.apply(id, &end, false).await.unwrap(), Applied::Done(_)));
     assert!(matches!(store.apply(id, &end, false).await.unwrap(), Applied::Lost), "conformance: a stale guard loses");

@@ -38,7 +38,11 @@ pub enum Strike {
 }
 
 /// The calls that change nothing: failing one after it was made is the same as before.
-const READS: [&str; 18] = [
+const READS: [&str; 22] = [
+    "tenant_snapshot",
+    "get_settings",
+    "event_record",
+    "endpoint_counters",
     "get_endpoint",
     "failures_in_a_row",
     "listed_failures_in_a_row",
@@ -471,6 +475,66 @@ impl ApiKeyStore for FaultyStore {
 
     async fn touch_api_key(&self, id: &str, at: DateTime<Utc>) -> Result<(), StoreError> {
         self.faults.run("touch_api_key", self.inner.touch_api_key(id, at), any, aws).await
+    }
+}
+
+#[async_trait::async_trait]
+impl webhooks::store::LifecycleStore for FaultyStore {
+    async fn tenant_snapshot(&self, tenant_id: &str, key: &str) -> Result<webhooks::store::TenantSnapshot, StoreError> {
+        self.faults.run("tenant_snapshot", self.inner.tenant_snapshot(tenant_id, key), any, aws).await
+    }
+
+    async fn get_settings(
+        &self,
+        tenant_id: &str,
+    ) -> Result<Option<webhooks::domain::tenant::TenantSettings>, StoreError> {
+        self.faults.run("get_settings", self.inner.get_settings(tenant_id), any, aws).await
+    }
+
+    async fn save_settings(
+        &self,
+        settings: &webhooks::domain::tenant::TenantSettings,
+        expected_version: u64,
+        job: Option<&Job>,
+    ) -> Result<bool, StoreError> {
+        let save = self.inner.save_settings(settings, expected_version, job);
+        self.faults.run("save_settings", save, any, aws).await
+    }
+
+    async fn event_record(
+        &self,
+        tenant_id: &str,
+        event_id: &str,
+    ) -> Result<Option<webhooks::store::lifecycle::EventRecord>, StoreError> {
+        self.faults.run("event_record", self.inner.event_record(tenant_id, event_id), any, aws).await
+    }
+
+    async fn expunge_payload(
+        &self,
+        tenant_id: &str,
+        event_id: &str,
+        delivery_ids: &[String],
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<bool, StoreError> {
+        let expunge = self.inner.expunge_payload(tenant_id, event_id, delivery_ids, at);
+        self.faults.run("expunge_payload", expunge, any, aws).await
+    }
+
+    async fn endpoint_counters(
+        &self,
+        endpoint: &Endpoint,
+        limit: usize,
+    ) -> Result<Vec<webhooks::store::Purgeable>, StoreError> {
+        self.faults.run("endpoint_counters", self.inner.endpoint_counters(endpoint, limit), any, aws).await
+    }
+
+    async fn purge(
+        &self,
+        job_id: &str,
+        lease_due_at: i64,
+        items: &[webhooks::store::Purgeable],
+    ) -> Result<bool, StoreError> {
+        self.faults.run("purge", self.inner.purge(job_id, lease_due_at, items), any, aws).await
     }
 }
 

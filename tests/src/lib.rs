@@ -1087,6 +1087,74 @@ impl DeliveryStore for Serialized {
 }
 
 #[async_trait::async_trait]
+impl webhooks::store::LifecycleStore for Serialized {
+    async fn tenant_snapshot(&self, tenant_id: &str, key: &str) -> Result<webhooks::store::TenantSnapshot, StoreError> {
+        self.before("tenant_snapshot").await?;
+        self.inner.tenant_snapshot(tenant_id, key).await
+    }
+
+    async fn get_settings(
+        &self,
+        tenant_id: &str,
+    ) -> Result<Option<webhooks::domain::tenant::TenantSettings>, StoreError> {
+        self.before("get_settings").await?;
+        self.inner.get_settings(tenant_id).await
+    }
+
+    async fn save_settings(
+        &self,
+        settings: &webhooks::domain::tenant::TenantSettings,
+        expected_version: u64,
+        job: Option<&Job>,
+    ) -> Result<bool, StoreError> {
+        self.before("save_settings").await?;
+        let _one = self.one().await;
+        self.inner.save_settings(settings, expected_version, job).await
+    }
+
+    async fn event_record(
+        &self,
+        tenant_id: &str,
+        event_id: &str,
+    ) -> Result<Option<webhooks::store::lifecycle::EventRecord>, StoreError> {
+        self.before("event_record").await?;
+        self.inner.event_record(tenant_id, event_id).await
+    }
+
+    async fn expunge_payload(
+        &self,
+        tenant_id: &str,
+        event_id: &str,
+        delivery_ids: &[String],
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<bool, StoreError> {
+        self.before("expunge_payload").await?;
+        let _one = self.one().await;
+        self.inner.expunge_payload(tenant_id, event_id, delivery_ids, at).await
+    }
+
+    async fn endpoint_counters(
+        &self,
+        endpoint: &Endpoint,
+        limit: usize,
+    ) -> Result<Vec<webhooks::store::Purgeable>, StoreError> {
+        self.before("endpoint_counters").await?;
+        self.inner.endpoint_counters(endpoint, limit).await
+    }
+
+    async fn purge(
+        &self,
+        job_id: &str,
+        lease_due_at: i64,
+        items: &[webhooks::store::Purgeable],
+    ) -> Result<bool, StoreError> {
+        self.before("purge").await?;
+        let _one = self.one().await;
+        self.inner.purge(job_id, lease_due_at, items).await
+    }
+}
+
+#[async_trait::async_trait]
 impl JobStore for Serialized {
     async fn create_job(&self, job: &Job) -> Result<(), StoreError> {
         self.before("create_job").await?;

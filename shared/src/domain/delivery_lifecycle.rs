@@ -244,6 +244,8 @@ pub fn new_delivery(
         reason: None,
         expires_at: None,
         payload_sha256: None,
+        delivered_retention_days: None,
+        exhausted_retention_days: None,
     };
     if held {
         return (d, None, None);
@@ -302,7 +304,8 @@ pub fn complete(
     attempt: Attempt,
     next: Next,
 ) -> (Transition, Option<Enqueue>) {
-    let days = |d: u32| Field::Set(now.timestamp() + i64::from(d) * 86_400);
+    let days =
+        |delivered: bool| Field::Set(now.timestamp() + i64::from(claimed.retention_days(cfg, delivered)) * 86_400);
     // Only a dead letter of the policy has a job (see [`Transition::jobs`]).
     let dead = (next == Next::Exhausted).then(|| super::endpoint_lifecycle::exhausted_job(claimed, &attempt, now));
     let (attempts, attempts_dropped) = record(claimed, attempt);
@@ -314,15 +317,12 @@ pub fn complete(
         ..settled(finished(claimed), DeliveryStatus::Delivered, now)
     };
     match next {
-        Next::Delivered => (Transition { expires_at: days(cfg.delivered_retention_days), ..base }, None),
-        Next::Exhausted => (
-            Transition { status: DeliveryStatus::Exhausted, expires_at: days(cfg.exhausted_retention_days), ..base },
-            None,
-        ),
+        Next::Delivered => (Transition { expires_at: days(true), ..base }, None),
+        Next::Exhausted => (Transition { status: DeliveryStatus::Exhausted, expires_at: days(false), ..base }, None),
         Next::Ended(reason) => (
             Transition {
                 status: DeliveryStatus::Exhausted,
-                expires_at: days(cfg.exhausted_retention_days),
+                expires_at: days(false),
                 reason: Field::Set(reason.to_string()),
                 ..base
             },
@@ -517,6 +517,8 @@ fn settled(guard: Guard, status: DeliveryStatus, now: DateTime<Utc>) -> Transiti
 /// End an unfinished delivery (`scheduled`, `sending` or `held`, as read) without another
 /// attempt: `exhausted` with `reason`, e.g. `endpoint_deleted`. Nothing vanishes: it stays a
 /// dead letter until retention removes it.
+/// `retention_days` is the delivery's own exhausted retention when it has one
+/// ([`Delivery::exhausted_retention_days`]; `None`: `cfg`'s).
 pub fn abandon(
     cfg: &Config,
     now: DateTime<Utc>,
@@ -524,10 +526,12 @@ pub fn abandon(
     attempt_count: u32,
     entry: EndpointEntry,
     reason: &str,
+    retention_days: Option<u32>,
 ) -> Transition {
+    let days = retention_days.unwrap_or(cfg.exhausted_retention_days);
     Transition {
         entry: Some(entry),
-        expires_at: Field::Set(now.timestamp() + i64::from(cfg.exhausted_retention_days) * 86_400),
+        expires_at: Field::Set(now.timestamp() + i64::from(days) * 86_400),
         reason: Field::Set(reason.to_string()),
         ..settled(
             Guard { status: vec![status], attempt_count, due_at: None, next_attempt_by: None },
@@ -575,7 +579,7 @@ pub fn end_claimed(cfg: &Config, now: DateTime<Utc>, claimed: &Delivery, reason:
     Transition {
         attempt_count: Some(claimed.attempt_count.saturating_sub(1)),
         entry: Some(EndpointEntry::of(claimed)),
-        expires_at: Field::Set(now.timestamp() + i64::from(cfg.exhausted_retention_days) * 86_400),
+        expires_at: Field::Set(now.timestamp() + i64::from(claimed.retention_days(cfg, false)) * 86_400),
         reason: Field::Set(reason.to_string()),
         ..settled(finished(claimed), DeliveryStatus::Exhausted, now)
     }

@@ -14,3 +14,4 @@ pub mod payload_filter;
 pub mod rate;
 pub mod retry_policy;
 pub mod signing;
+pub mod tenant;

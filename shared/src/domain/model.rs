@@ -406,6 +406,25 @@ pub struct Delivery {
     /// else cannot choose what is signed (issue #34).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload_sha256: Option<String>,
+    /// Days it is kept once delivered, stamped at ingest from its tenant's override
+    /// ([`crate::domain::tenant`]); absent: `WEBHOOKS_DELIVERED_RETENTION_DAYS`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered_retention_days: Option<u32>,
+    /// Days it is kept once exhausted, stamped as `delivered_retention_days`; absent:
+    /// `WEBHOOKS_EXHAUSTED_RETENTION_DAYS`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exhausted_retention_days: Option<u32>,
+}
+
+impl Delivery {
+    /// Days it is kept once `delivered` (true) or `exhausted`: its own stamp, else `cfg`'s.
+    pub fn retention_days(&self, cfg: &crate::config::Config, delivered: bool) -> u32 {
+        if delivered {
+            self.delivered_retention_days.unwrap_or(cfg.delivered_retention_days)
+        } else {
+            self.exhausted_retention_days.unwrap_or(cfg.exhausted_retention_days)
+        }
+    }
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -458,6 +477,9 @@ pub enum JobKind {
     /// `by_endpoint` index had not shown yet) as exhausted with reason `endpoint_deleted`, a
     /// page per step, until the index has settled.
     EndDeleted,
+    /// Remove every item of a tenant (`DELETE /v1/tenants/{id}`), a bounded batch per step
+    /// ([`crate::service::purge`]); its `endpoint_id` is empty.
+    Purge,
 }
 
 /// A background job and its progress.

@@ -444,6 +444,22 @@ impl RetryPolicy {
         }
     }
 
+    /// The longest a cycle of this policy can take from its first attempt to its last, in
+    /// seconds: every wait at its jitter's longest (rounded as [`Self::next_wait`] does), or
+    /// [`MAX_RETRY_AFTER_SECONDS`] where a `Retry-After` can lengthen it (held time and rate
+    /// limiting aside). What an event's payload must outlive ([`crate::domain::tenant`]).
+    pub fn longest_span_seconds(&self) -> u64 {
+        let last = self.schedule_seconds.len().saturating_sub(1);
+        (1..self.max_attempts)
+            .map(|failures| {
+                let index = usize::try_from(failures - 1).unwrap_or(usize::MAX).min(last);
+                let base = self.schedule_seconds.get(index).copied().unwrap_or(0) as f64;
+                let longest = (base * (1.0 + self.jitter)).round().max(1.0) as u64;
+                if self.retry_after_on.is_empty() { longest } else { longest.max(MAX_RETRY_AFTER_SECONDS) }
+            })
+            .sum()
+    }
+
     /// The wait before the next attempt after `failures` failed attempts in this cycle (1
     /// after the first), or `None` when the attempts are used up.
     ///

@@ -22,6 +22,7 @@
 //! | `POST /v1/deliveries/{id}/replay` | 202 [`deliveries::DeliveryView`] |
 //! | `/v1/event-types`, `/v1/event-types/{name}` | the event-type catalog: see `http::event_types` |
 //! | `/v1/api-keys`, `/v1/api-keys/{id}` | producers' API keys: see `http::api_keys` |
+//! | `/v1/tenants/{tenant_id}/settings`, `DELETE /v1/tenants/{tenant_id}`, `POST /v1/events/{id}/expunge` | retention, purge, expunge: see `http::lifecycle` |
 //! | `POST /v1/tenants/{tenant_id}/portal-sessions` `{"ttl_seconds"?}` | 201 [`crate::http::ui::token::PortalSession`]: a signed portal URL for one tenant |
 //!
 //! Every error is `{"error": {"code", "message"}}` with the status of [`ServiceError`]. A
@@ -551,6 +552,7 @@ fn admin_routes() -> Router<App> {
         .route("/v1/tenants/{tenant_id}/portal-sessions", post(portal_session))
         .merge(super::event_types::routes())
         .merge(super::api_keys::routes())
+        .merge(super::lifecycle::routes())
 }
 
 /// The ingest function's routes, for requests `caller` vouches for: [`Caller::Iam`] when AWS

@@ -4,5 +4,6 @@ pub mod api;
 mod api_keys;
 mod event_types;
 mod extract;
+mod lifecycle;
 pub mod local_host;
 pub mod ui;

@@ -163,7 +163,7 @@ async fn give_back_after_error(
 fn rides_along_intact(delivery: &Delivery, payload: &str) -> bool {
     let intact =
         delivery.payload_sha256.as_deref() == Some(crate::domain::signing::payload_digest(payload.as_bytes()).as_str());
-    if !intact {
+    if !intact && delivery.payload_sha256.as_deref() != Some(crate::store::lifecycle::EXPUNGED_DIGEST) {
         tracing::warn!(delivery_id = %delivery.id, "a queue message carried a payload that is not the one stored; the stored payload is sent");
     }
     intact
@@ -462,7 +462,7 @@ async fn attempt_on(
     if status == DeliveryStatus::Delivered {
         // The endpoint's stats read a per-day counter, not its history: counted at the end of
         // the call, for the whole batch (DeliveredInCall::count_noted).
-        tally.note_delivered(&delivery, transition.now);
+        tally.note_delivered(&delivery, transition.now, delivery.retention_days(&app.config, true));
     }
     // What the attempt says of the endpoint's lane and adaptive rate: writes only when they
     // change (see crate::domain::lane and crate::domain::rate).

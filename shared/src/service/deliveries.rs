@@ -20,7 +20,14 @@ pub struct EventView {
     pub tenant_id: String,
     /// When it was accepted.
     pub created_at: DateTime<Utc>,
-    /// One per endpoint it went to.
+    /// When retention (DynamoDB TTL) removes its payload item: ingest's time plus the
+    /// tenant's event retention then (`null`: the item is gone already).
+    pub expires_at: Option<DateTime<Utc>>,
+    /// When its payload was expunged (absent: it was not).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expunged_at: Option<DateTime<Utc>>,
+    /// One per endpoint it went to; each says when it expires (`expires_at`, set when it
+    /// becomes final; `GET /v1/deliveries/{id}` gives the retention that will apply).
     pub deliveries: Vec<DeliverySummary>,
 }
 
@@ -58,11 +65,14 @@ pub async fn get_event(app: &App, id: &str, tenant_id: Option<&str>) -> Result<E
             app.config.delivered_retention_days, app.config.exhausted_retention_days
         ))
     })?;
+    let record = app.store.event_record(&first.tenant_id, id).await?;
     Ok(EventView {
         id: id.to_string(),
         event_type: first.event_type.clone(),
         tenant_id: first.tenant_id.clone(),
         created_at: first.created_at,
+        expires_at: record.as_ref().and_then(|r| DateTime::from_timestamp(r.expires_at, 0)),
+        expunged_at: record.and_then(|r| r.expunged_at),
         deliveries,
     })
 }
@@ -108,8 +118,30 @@ pub struct DeliveryView {
     /// Why it was ended without the retry policy deciding (`endpoint_deleted`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// When retention (DynamoDB TTL) removes it; absent while in flight.
+    /// When retention (DynamoDB TTL) removes it; `null` until it is final (delivered or
+    /// exhausted), when it is set from `retention_days`.
     pub expires_at: Option<DateTime<Utc>>,
+    /// The retention that applies once it is final, days: its tenant's override at ingest,
+    /// else the stack's.
+    pub retention_days: FinalRetention,
+}
+
+/// A delivery's retention once final, days.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct FinalRetention {
+    /// Once delivered.
+    pub delivered: u32,
+    /// Once exhausted.
+    pub exhausted: u32,
+}
+
+impl DeliveryView {
+    /// The view of `d` under the stack's configuration `cfg`.
+    pub fn of(d: Delivery, cfg: &crate::config::Config) -> Self {
+        let retention_days =
+            FinalRetention { delivered: d.retention_days(cfg, true), exhausted: d.retention_days(cfg, false) };
+        Self { retention_days, ..d.into() }
+    }
 }
 
 impl From<Delivery> for DeliveryView {
@@ -129,6 +161,11 @@ impl From<Delivery> for DeliveryView {
             updated_at: d.updated_at,
             reason: d.reason,
             expires_at: d.expires_at.and_then(|s| DateTime::from_timestamp(s, 0)),
+            // Only the stamps here; [`DeliveryView::of`] fills in the stack's.
+            retention_days: FinalRetention {
+                delivered: d.delivered_retention_days.unwrap_or_default(),
+                exhausted: d.exhausted_retention_days.unwrap_or_default(),
+            },
         }
     }
 }
@@ -144,7 +181,7 @@ fn is_zero(n: &u32) -> bool {
 pub async fn get_delivery(app: &App, id: &str) -> Result<DeliveryView, ServiceError> {
     ids::lookup_id("delivery", id)?;
     let d = app.store.get_delivery(id).await?.ok_or_else(|| ServiceError::NotFound(format!("delivery {id}")))?;
-    Ok(d.into())
+    Ok(DeliveryView::of(d, &app.config))
 }
 
 /// A page of deliveries, by endpoint (any status) or by status `exhausted`/`held`.
@@ -174,10 +211,19 @@ pub async fn list_deliveries(app: &App, query: DeliveryQuery) -> Result<Page<Del
 ///
 /// # Errors
 /// [`ServiceError::NotFound`]; [`ServiceError::Conflict`] when it is not exhausted or held
-/// (or changed while replaying).
+/// (or changed while replaying); [`ServiceError::PayloadExpunged`] when its event's payload
+/// was expunged.
 pub async fn replay(app: &App, id: &str) -> Result<DeliveryView, ServiceError> {
     ids::lookup_id("delivery", id)?;
     let d = app.store.get_delivery(id).await?.ok_or_else(|| ServiceError::NotFound(format!("delivery {id}")))?;
+    // An expunged payload is never sent again (one read of the event's item).
+    if let Some(at) = app.store.event_record(&d.tenant_id, &d.event_id).await?.and_then(|r| r.expunged_at) {
+        return Err(ServiceError::PayloadExpunged(format!(
+            "delivery {id}: the payload of event {} was expunged at {}; its history stays, it cannot be replayed",
+            d.event_id,
+            at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        )));
+    }
     let now = app.clock.now();
     let Some((t, enqueue)) = delivery_lifecycle::replay(&app.config, now, &d) else {
         return Err(ServiceError::Conflict(format!(
@@ -196,5 +242,5 @@ pub async fn replay(app: &App, id: &str) -> Result<DeliveryView, ServiceError> {
         tracing::warn!(delivery_id = id, error = %e, "replay enqueue failed; the sweeper will re-drive");
     }
     tracing::info!(delivery_id = id, "replayed");
-    Ok(updated.into())
+    Ok(DeliveryView::of(updated, &app.config))
 }

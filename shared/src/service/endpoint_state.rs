@@ -3,7 +3,8 @@
 //! guard) and the background jobs that carry out what must follow a transition, one bounded
 //! step per sweeper tick: hold a disabled endpoint's scheduled deliveries, tell its owner,
 //! release what was held after an enable, release a half-open probe, recover a window of dead
-//! letters, end what a deleted endpoint's delete missed.
+//! letters, end what a deleted endpoint's delete missed; a tenant's purge runs its own steps
+//! ([`crate::service::purge`]).
 //!
 //! A transition's jobs are written in the same transaction as the transition; the caller runs
 //! the hold and notify steps at once (best effort) and the sweeper runs whatever is still due,
@@ -214,6 +215,9 @@ pub async fn run_job_step(app: &App, id: &str, due_at: i64) -> Result<Vec<Enqueu
 /// its outcome written only while the lease still holds ([`crate::store::JobStore::save_job`]).
 async fn job_step(app: &App, id: &str, now: DateTime<Utc>, lease: i64) -> Result<Vec<Enqueue>, ServiceError> {
     let Some(mut job) = app.store.get_job(id).await? else { return Ok(Vec::new()) };
+    if job.kind == JobKind::Purge {
+        return crate::service::purge::step(app, job, now, lease).await.map(|()| Vec::new());
+    }
     let endpoint = app.store.get_endpoint(&job.tenant_id, &job.endpoint_id).await?;
     let mut out = Vec::new();
     // A list page holds at most 100 deliveries: a step that asked for more and found fewer
@@ -248,7 +252,7 @@ async fn job_step(app: &App, id: &str, now: DateTime<Utc>, lease: i64) -> Result
                 job.status = "cancelled".into();
             }
         }
-        (_, None) => job.status = "cancelled".into(),
+        (JobKind::Purge, _) | (_, None) => job.status = "cancelled".into(),
         (JobKind::Release, Some(ep)) if !ep.enabled => job.status = "cancelled".into(),
         (JobKind::Release, Some(ep)) => {
             // Released deliveries leave `held`, so each step starts from the oldest again.
@@ -342,19 +346,15 @@ pub const UNFINISHED: [DeliveryStatus; 3] = [DeliveryStatus::Scheduled, Delivery
 ///
 /// # Errors
 /// [`ServiceError::Unavailable`] when DynamoDB failed.
-pub async fn end_as_deleted(
-    app: &App,
-    id: &str,
-    status: DeliveryStatus,
-    attempt_count: u32,
-    entry: EndpointEntry,
-) -> Result<(), ServiceError> {
+pub async fn end_as_deleted(app: &App, d: &crate::store::DeliverySummary) -> Result<(), ServiceError> {
+    let (id, status, attempt_count, days) = (d.id.as_str(), d.status, d.attempt_count, d.exhausted_retention_days);
+    let entry = EndpointEntry::new(&d.endpoint_id, d.created_at);
     let now = app.clock.now();
     let in_flight = |d: &Delivery| d.status == DeliveryStatus::Sending && d.lease_until.is_some_and(|l| l > now);
     if status == DeliveryStatus::Sending && app.store.get_delivery(id).await?.is_some_and(|d| in_flight(&d)) {
         return Ok(());
     }
-    let t = delivery_lifecycle::abandon(&app.config, now, status, attempt_count, entry, REASON_ENDPOINT_DELETED);
+    let t = delivery_lifecycle::abandon(&app.config, now, status, attempt_count, entry, REASON_ENDPOINT_DELETED, days);
     if let Applied::Lost = app.store.apply(id, &t, false).await?
         && let Some(cur) = app.store.get_delivery(id).await?
         && UNFINISHED.contains(&cur.status)
@@ -367,6 +367,7 @@ pub async fn end_as_deleted(
             cur.attempt_count,
             EndpointEntry::of(&cur),
             REASON_ENDPOINT_DELETED,
+            cur.exhausted_retention_days,
         );
         app.store.apply(id, &t, false).await?;
     }
@@ -408,8 +409,7 @@ async fn end_deleted_page(app: &App, job: &Job, limit: usize) -> Result<(usize, 
         found += page.data.len();
         more |= page.next_cursor.is_some();
         for d in &page.data {
-            end_as_deleted(app, &d.id, d.status, d.attempt_count, EndpointEntry::new(&d.endpoint_id, d.created_at))
-                .await?;
+            end_as_deleted(app, d).await?;
         }
         if found >= limit {
             break;
@@ -443,6 +443,7 @@ async fn probe_step(app: &App, ep: &Endpoint, job: &mut Job, out: &mut Vec<Enque
             d.attempt_count,
             EndpointEntry::new(&d.endpoint_id, d.created_at),
             REASON_UNSUBSCRIBED,
+            d.exhausted_retention_days,
         );
         if let Applied::Done(_) = app.store.apply(&d.id, &t, false).await? {
             ended += 1;

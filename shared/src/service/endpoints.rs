@@ -2,7 +2,6 @@
 //! disable, delete, rotate the secret, recover, and the views and stats they answer with.
 
 use crate::App;
-use crate::domain::delivery_lifecycle::EndpointEntry;
 use crate::domain::endpoint_lifecycle;
 use crate::domain::ids;
 use crate::domain::model::{DeliveryStatus, Disabled, Endpoint, EndpointState, Job, JobKind, REASON_MANUAL};
@@ -171,7 +170,12 @@ pub async fn create_endpoint(app: &App, body: &Map<String, Value>) -> Result<End
     // concurrent creations can each pass this count, so a tenant can end a few over it,
     // never unboundedly.
     let max = app.config.max_endpoints_per_tenant;
-    let have = app.store.tenant_endpoints(tenant_id, &endpoint.id).await?.len();
+    let snapshot = app.store.tenant_snapshot(tenant_id, &endpoint.id).await?;
+    if let Some(purge) = snapshot.settings.and_then(|s| s.purge) {
+        let m = format!("tenant {tenant_id} is being purged (job {}); create its endpoints after", purge.job_id);
+        return Err(ServiceError::TenantPurging(m));
+    }
+    let have = snapshot.endpoints.len();
     if have >= usize::try_from(max).unwrap_or(usize::MAX) {
         return Err(invalid(
             "tenant_id",
@@ -405,16 +409,7 @@ pub async fn delete_endpoint(app: &App, id: &str, force: bool) -> Result<Deleted
     let job_id = endpoint_state::start_job(app, &ep, JobKind::EndDeleted, settle, None, None).await?.id;
     let ended: Vec<Result<(), ServiceError>> = futures::stream::iter(unfinished.iter().cloned().map(|d| {
         let app = app.clone();
-        async move {
-            endpoint_state::end_as_deleted(
-                &app,
-                &d.id,
-                d.status,
-                d.attempt_count,
-                EndpointEntry::new(&d.endpoint_id, d.created_at),
-            )
-            .await
-        }
+        async move { endpoint_state::end_as_deleted(&app, &d).await }
     }))
     .buffer_unordered(16)
     .collect()

@@ -35,6 +35,7 @@ use crate::domain::lane;
 use crate::domain::model::{Attempt, DeliveryStatus, StoredEvent, delivery_id};
 use crate::domain::operational;
 use crate::domain::payload_filter;
+use crate::domain::tenant::TenantSettings;
 use crate::error::ServiceError;
 use crate::service::lanes;
 use crate::store::StoreError;
@@ -163,6 +164,8 @@ pub fn check(event: &NewEvent) -> Result<(), ServiceError> {
 ///   ([`crate::service::event_types::enforce`]); nothing is written then;
 /// - [`ServiceError::Unavailable`] when DynamoDB failed; nothing was accepted then, however
 ///   many endpoints the event fans out to (retry; with the same `id` it is idempotent).
+/// - [`ServiceError::TenantPurging`] while the tenant is being purged (read with its endpoints,
+///   no request of its own);
 /// - [`ServiceError::ReservedTenant`] for the operational events' tenant
 ///   ([`operational::TENANT`]): only the stack itself posts there ([`ingest_operational`]).
 pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError> {
@@ -206,7 +209,18 @@ pub async fn ingest_operational(app: &App, event: &operational::OperationalEvent
 async fn accept(app: &App, event: NewEvent) -> Result<Accepted, ServiceError> {
     let now = app.clock.now();
     let event_id = event.id.clone().unwrap_or_else(|| format!("evt_{}", app.random.ulid(now)));
-    let endpoints = app.store.tenant_endpoints(&event.tenant_id, &event_id).await?;
+    // The tenant's endpoints and settings (retention, purge mark): one Query.
+    let snapshot = app.store.tenant_snapshot(&event.tenant_id, &event_id).await?;
+    let settings = snapshot.settings.unwrap_or_else(|| TenantSettings::empty(&event.tenant_id, now));
+    if let Some(purge) = &settings.purge {
+        return Err(ServiceError::TenantPurging(format!(
+            "tenant {:?} is being purged (job {}, since {}); its events are refused until the purge ends",
+            event.tenant_id,
+            purge.job_id,
+            purge.started_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        )));
+    }
+    let endpoints = snapshot.endpoints;
     let endpoints_count = endpoints.len();
     // The payload parsed once, only when a subscribed endpoint has a payload filter.
     let mut parsed: Option<serde_json::Value> = None;
@@ -237,7 +251,7 @@ async fn accept(app: &App, event: NewEvent) -> Result<Accepted, ServiceError> {
         event_type: event.event_type.clone(),
         payload: event.payload,
         created_at: now,
-        expires_at: now.timestamp() + i64::from(app.config.event_retention_days) * 86_400,
+        expires_at: now.timestamp() + i64::from(settings.retention(&app.config).event_days) * 86_400,
         request_sha256: event.request_sha256,
     };
     let digest = crate::domain::signing::payload_digest(stored.payload.as_bytes());
@@ -259,6 +273,9 @@ async fn accept(app: &App, event: NewEvent) -> Result<Accepted, ServiceError> {
                 false,
             );
             d.payload_sha256 = Some(digest.clone());
+            // The tenant's overrides ride on the delivery until it is final (domain::tenant).
+            d.delivered_retention_days = settings.delivered_retention_days;
+            d.exhausted_retention_days = settings.exhausted_retention_days;
             (d, due_at, enqueue)
         })
         .collect();

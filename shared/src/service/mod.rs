@@ -11,6 +11,8 @@ pub mod endpoints;
 pub mod event_types;
 pub mod ingest;
 pub mod lanes;
+pub mod purge;
 pub mod sweep;
+pub mod tenant_settings;
 pub mod test_sends;
 pub mod throttle;

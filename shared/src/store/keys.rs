@@ -83,6 +83,11 @@ pub fn endpoint_copy(key: &str, copies: u32) -> u32 {
     if copies <= 1 { 0 } else { due_shard(key, copies) }
 }
 
+/// `SETTINGS`: the sort key of a tenant's settings item, in its partition [`tenant_pk`] (and
+/// each copy's, [`endpoint_copy_pk`]): after every `ENDPOINT#` key, so the endpoints' Query
+/// widened to `BETWEEN "ENDPOINT#" AND "SETTINGS"` reads it too.
+pub const SETTINGS_SK: &str = "SETTINGS";
+
 /// Sort key of an endpoint pointer.
 pub const ENDPOINT_POINTER_SK: &str = "ENDPOINT";
 

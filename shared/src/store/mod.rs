@@ -9,6 +9,7 @@ mod api_keys;
 pub mod dynamo;
 mod event_types;
 pub mod keys;
+pub mod lifecycle;
 pub mod payload;
 pub mod version;
 
@@ -22,6 +23,7 @@ use serde::{Deserialize, Serialize};
 pub use api_keys::ApiKeyStore;
 pub use dynamo::DynamoStore;
 pub use event_types::EventTypeStore;
+pub use lifecycle::{LifecycleStore, Purgeable, TenantSnapshot};
 
 /// A store call that failed.
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +81,10 @@ pub struct DeliverySummary {
     /// When retention removes it (stored as the TTL, unix seconds; shown as RFC 3339).
     #[serde(default, serialize_with = "ttl_as_time")]
     pub expires_at: Option<i64>,
+    /// The delivery's own exhausted retention, days (stamped at ingest from its tenant's
+    /// override; absent: the stack's). Read from the item, not from `by_status`.
+    #[serde(default, skip_serializing)]
+    pub exhausted_retention_days: Option<u32>,
 }
 
 fn ttl_as_time<S: serde::Serializer>(ttl: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
@@ -549,12 +555,20 @@ pub trait JobStore: Send + Sync {
 /// store implement. Services take an `Arc<dyn Store>` and name the trait whose methods they
 /// call.
 pub trait Store:
-    EndpointStore + CounterStore + EventStore + DeliveryStore + JobStore + EventTypeStore + ApiKeyStore
+    EndpointStore + CounterStore + EventStore + DeliveryStore + JobStore + EventTypeStore + ApiKeyStore + LifecycleStore
 {
 }
 
-impl<T: EndpointStore + CounterStore + EventStore + DeliveryStore + JobStore + EventTypeStore + ApiKeyStore> Store
-    for T
+impl<
+    T: EndpointStore
+        + CounterStore
+        + EventStore
+        + DeliveryStore
+        + JobStore
+        + EventTypeStore
+        + ApiKeyStore
+        + LifecycleStore,
+> Store for T
 {
 }
 

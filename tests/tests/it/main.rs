@@ -9,6 +9,7 @@ mod admin;
 mod api_keys;
 mod browser;
 mod contract;
+mod data_lifecycle;
 mod destinations;
 mod endpoint_options;
 mod endpoint_state;

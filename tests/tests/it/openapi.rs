@@ -321,6 +321,25 @@ async fn every_operation_in_openapi_yaml_answers_as_documented() {
     call(s, sp, Method::DELETE, one, "/v1/event-types/order.counted", None).await;
     expect(s, sp, &s.base, post_events.clone(), &[], Some(bad), 422, "event_type_archived").await;
 
+    // Retention, expunge, purge (issue #39): t3 has one standard endpoint and event shared-7.
+    let settings = "/v1/tenants/{tenant_id}/settings";
+    call(s, sp, Method::GET, settings, "/v1/tenants/t3/settings", None).await;
+    let too_short = Some(json!({"event_retention_days": 1}));
+    expect(s, sp, &s.base, (Method::PUT, settings, "/v1/tenants/t3/settings"), &[], too_short, 422, "validation_error")
+        .await;
+    call(s, sp, Method::PUT, settings, "/v1/tenants/t3/settings", Some(json!({"delivered_retention_days": 7}))).await;
+    let expunge = "/v1/events/{id}/expunge";
+    expect(s, sp, &s.base, (Method::POST, expunge, "/v1/events/shared-7/expunge"), &[], None, 409, "conflict").await;
+    call(s, sp, Method::POST, expunge, "/v1/events/shared-7/expunge?tenant_id=t3", None).await;
+    let (_, ev) = call(s, sp, Method::GET, "/v1/events/{id}", "/v1/events/shared-7?tenant_id=t3", None).await;
+    let replay = format!("/v1/deliveries/{}/replay", ev["deliveries"][0]["id"].as_str().unwrap());
+    let replay = (Method::POST, "/v1/deliveries/{id}/replay", replay.as_str());
+    expect(s, sp, &s.base, replay, &[], None, 410, "payload_expunged").await;
+    let (_, purge) = call(s, sp, Method::DELETE, "/v1/tenants/{tenant_id}", "/v1/tenants/t3", None).await;
+    call(s, sp, Method::GET, "/v1/jobs/{id}", &format!("/v1/jobs/{}", purge["id"].as_str().unwrap()), None).await;
+    let refused = json!({"tenant_id": "t3", "event_type": "order.paid", "payload": {}});
+    expect(s, sp, &s.base, post_events.clone(), &[], Some(refused), 409, "tenant_purging").await;
+
     // Portal sessions.
     let (_, session) = call(
         s,

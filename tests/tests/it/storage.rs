@@ -1173,6 +1173,7 @@ async fn a_transition_whose_answer_was_lost_is_known_as_its_own_not_someone_else
         1,
         EndpointEntry::new("ep-lost", t0),
         "recorded",
+        None,
     );
     assert!(matches!(lossy().apply(&id, &end, false).await.unwrap(), Applied::Done(None)), "the record is ours");
     let stored = plain.get_delivery(&id).await.unwrap().expect("the delivery");

@@ -366,7 +366,7 @@ async fn delivery_page(State(app): State<App>, Path(id): Path<String>, headers: 
         Ok(d) => d,
         Err(e) => return problem(&e),
     };
-    let view = json_of(&deliveries::DeliveryView::from(d.clone()));
+    let view = json_of(&deliveries::DeliveryView::of(d.clone(), &app.config));
     let live = matches!(
         d.status,
         crate::domain::model::DeliveryStatus::Scheduled | crate::domain::model::DeliveryStatus::Sending

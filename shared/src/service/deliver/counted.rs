@@ -9,16 +9,18 @@ use super::*;
 #[derive(Debug, Default)]
 pub(super) struct DeliveredInCall(std::sync::Mutex<std::collections::BTreeMap<String, Noted>>);
 
-/// One endpoint's deliveries noted delivered in a call, and when the latest was recorded.
-type Noted = (Vec<String>, chrono::DateTime<chrono::Utc>);
+/// One endpoint's deliveries noted delivered in a call, when the latest was recorded, and the
+/// longest delivered retention among them (days; a tenant's override, [`Delivery::retention_days`]).
+type Noted = (Vec<String>, chrono::DateTime<chrono::Utc>, u32);
 
 impl DeliveredInCall {
     /// Notes `delivery`, recorded delivered at `at`, for its endpoint's counter.
-    pub(super) fn note_delivered(&self, delivery: &Delivery, at: chrono::DateTime<chrono::Utc>) {
+    pub(super) fn note_delivered(&self, delivery: &Delivery, at: chrono::DateTime<chrono::Utc>, days: u32) {
         if let Ok(mut by_endpoint) = self.0.lock() {
-            let noted = by_endpoint.entry(delivery.endpoint_id.clone()).or_insert_with(|| (Vec::new(), at));
+            let noted = by_endpoint.entry(delivery.endpoint_id.clone()).or_insert_with(|| (Vec::new(), at, days));
             noted.0.push(delivery.id.clone());
             noted.1 = noted.1.max(at);
+            noted.2 = noted.2.max(days);
         }
     }
 
@@ -33,9 +35,8 @@ impl DeliveredInCall {
             Err(_) => return,
         };
         // Kept as long as a delivered delivery, plus the day it is counted in.
-        let keep = chrono::Duration::days(i64::from(app.config.delivered_retention_days) + 1);
-        let adds = by_endpoint.iter().map(|(endpoint_id, (ids, at))| async move {
-            let expires_at = (*at + keep).timestamp();
+        let adds = by_endpoint.iter().map(|(endpoint_id, (ids, at, days))| async move {
+            let expires_at = (*at + chrono::Duration::days(i64::from(*days) + 1)).timestamp();
             if let Err(e) = app.store.count_delivered(endpoint_id, ids, *at, expires_at).await {
                 tracing::warn!(endpoint_id = %endpoint_id, deliveries = ids.len(), error = %e, "delivered not counted in the endpoint's stats");
             }

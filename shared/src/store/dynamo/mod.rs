@@ -35,6 +35,7 @@ mod endpoints;
 mod event_types;
 mod events;
 mod jobs;
+mod lifecycle;
 mod listing;
 
 pub use counters::{RATE_SEQ, RATE_WINDOW_TTL_SECONDS, SLOW_SEQ, rate_pk, rate_sk};

@@ -1,0 +1,96 @@
+//! The data's lifecycle in the store: a tenant's settings (retention overrides, purge mark),
+//! an event's payload expunged, and the purge's guarded deletes ([`LifecycleStore`]).
+
+use crate::domain::model::{Endpoint, Job};
+use crate::domain::tenant::TenantSettings;
+use crate::store::StoreError;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// The `payload_sha256` of a delivery whose event's payload was expunged: no payload's digest.
+pub const EXPUNGED_DIGEST: &str = "expunged";
+
+/// A tenant's endpoints and settings as one read sees them ([`LifecycleStore::tenant_snapshot`]).
+#[derive(Debug, Clone, Default)]
+pub struct TenantSnapshot {
+    /// Every endpoint of the tenant.
+    pub endpoints: Vec<Endpoint>,
+    /// Its settings item, if it has one.
+    pub settings: Option<TenantSettings>,
+}
+
+/// What an event's item says of its lifecycle (no payload).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventRecord {
+    /// Tenant.
+    pub tenant_id: String,
+    /// Event id.
+    pub event_id: String,
+    /// When DynamoDB TTL removes it, unix seconds.
+    pub expires_at: i64,
+    /// When its payload was expunged (`POST /v1/events/{id}/expunge`); absent: not expunged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expunged_at: Option<DateTime<Utc>>,
+}
+
+/// An item (or the items written together with it) a purge deletes.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Purgeable {
+    /// A delivery item.
+    Delivery(String),
+    /// An event's item (payload, fingerprint): (tenant, event id).
+    Event(String, String),
+    /// An endpoint with its id pointer and its copies: (tenant, endpoint id).
+    Endpoint(String, String),
+    /// One counter item of an endpoint (delivered per day, rate window), by its table key as
+    /// [`LifecycleStore::endpoint_counters`] lists it: (`pk`, `sk`).
+    Counter(String, String),
+    /// A tenant's settings item with its copies.
+    Settings(String),
+}
+
+/// A tenant's settings, expunge and purge (`docs/storage.md`, the settings item).
+#[async_trait]
+pub trait LifecycleStore: Send + Sync {
+    /// A tenant's endpoints and settings as an event keyed by `key` reads them: in
+    /// DynamoStore one strongly consistent Query (paged past 1 MB) of the tenant's partition
+    /// (or the endpoint copy `key` picks), `sk BETWEEN "ENDPOINT#" AND "SETTINGS"`: the
+    /// endpoints' Query widened to the settings item, so ingest reads both for the price of
+    /// one request.
+    async fn tenant_snapshot(&self, tenant_id: &str, key: &str) -> Result<TenantSnapshot, StoreError>;
+    /// A tenant's settings (strongly consistent); `None`: it has none.
+    async fn get_settings(&self, tenant_id: &str) -> Result<Option<TenantSettings>, StoreError>;
+    /// Writes `settings` (and its copies), conditional on the stored version being
+    /// `expected_version` (0: no item), with `job` created in the same TransactWriteItems when
+    /// given (a purge's). False when the guard failed (another writer came first).
+    async fn save_settings(
+        &self,
+        settings: &TenantSettings,
+        expected_version: u64,
+        job: Option<&Job>,
+    ) -> Result<bool, StoreError>;
+    /// An event's lifecycle (strongly consistent); `None`: no such event item.
+    async fn event_record(&self, tenant_id: &str, event_id: &str) -> Result<Option<EventRecord>, StoreError>;
+    /// Expunges an event's payload: first sets the `payload_sha256` of each of `delivery_ids`
+    /// (the event's deliveries) to [`EXPUNGED_DIGEST`] (an UpdateItem each, conditional on the
+    /// item existing), so that no payload riding in a queue message matches it any more and
+    /// deliver reads the stored one; then removes the payload from the event's item and marks
+    /// it `expunged_at` (an UpdateItem conditional on the item existing). False when there is
+    /// no such event item. Idempotent: a second expunge keeps the first time.
+    async fn expunge_payload(
+        &self,
+        tenant_id: &str,
+        event_id: &str,
+        delivery_ids: &[String],
+        at: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+    /// Up to `limit` counter items of `endpoint` (its delivered-per-day counters and rate
+    /// windows), keys only.
+    async fn endpoint_counters(&self, endpoint: &Endpoint, limit: usize) -> Result<Vec<Purgeable>, StoreError>;
+    /// Deletes `items`, each write guarded by the lease of job `job_id` (its due time still
+    /// `lease_due_at`, milliseconds): in DynamoStore TransactWriteItems of up to 99 deletes
+    /// with a ConditionCheck on the job item. False when the lease was lost (a later step took
+    /// the job): the batch that found it so deleted nothing.
+    async fn purge(&self, job_id: &str, lease_due_at: i64, items: &[Purgeable]) -> Result<bool, StoreError>;
+}

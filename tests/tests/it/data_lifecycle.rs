@@ -1,0 +1,375 @@
+//! The data's lifecycle (issue #39 parts 2 and 3): a tenant's retention overrides set the TTL
+//! of its new items, an expunged payload keeps its deliveries' history and is never sent or
+//! replayed again, and a tenant's purge leaves nothing of it (a Scan of the table says so),
+//! also when a step dies between its writes.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use reqwest::Method;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use webhooks::service::{endpoint_state, ingest};
+use webhooks::store::Due;
+use webhooks::store::keys::JOB_SHARD;
+use webhooks_local::Options;
+use webhooks_tests::faults::{Faults, Strike};
+use webhooks_tests::{Receiver, Reply, Stack};
+
+const WITHIN: Duration = Duration::from_secs(30);
+const DAY: i64 = 86_400;
+
+fn time(v: &Value) -> DateTime<Utc> {
+    v.as_str().unwrap_or_else(|| panic!("not a time: {v}")).parse().unwrap()
+}
+
+/// `at` is `from` plus `days` days (within a minute: the two come from different writes).
+fn about(at: &Value, from: &Value, days: i64) {
+    let off = (time(at) - time(from)).num_seconds() - days * DAY;
+    assert!(off.abs() < 60, "{at} is not {days} days after {from}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenants_retention_override_sets_the_ttl_of_its_new_items_within_the_schedules_bounds() {
+    let stack = Stack::start(|_| {}).await;
+    let ok = Receiver::start(Reply::Status(200)).await;
+    let refuses = Receiver::start(Reply::Status(400)).await;
+    let once = json!({"schedule_seconds": [1], "max_attempts": 1});
+    stack.endpoint("acme", &ok.url, Value::Null).await;
+    stack.endpoint("acme", &refuses.url, once.clone()).await;
+    stack.endpoint("other", &ok.url, Value::Null).await;
+
+    let path = "/v1/tenants/acme/settings";
+    let (status, s) = stack.call(Method::GET, path, None).await;
+    assert_eq!(status, 200, "{s}");
+    assert_eq!(s["effective"], json!({"delivered_days": 30, "exhausted_days": 14, "event_days": 90}), "{s}");
+    assert_eq!(s["min_event_retention_days"], 8, "the standard schedule with Retry-After: {s}");
+    // Out of bounds: 422 naming the bound and where it comes from.
+    let (status, e) = stack.call(Method::PUT, path, Some(json!({"event_retention_days": 7}))).await;
+    assert_eq!(status, 422, "{e}");
+    let m = e["error"]["message"].as_str().unwrap();
+    assert!(m.starts_with("event_retention_days: 7 is under 8 days, the longest retry schedule"), "{m}");
+    let body = json!({"event_retention_days": 20, "exhausted_retention_days": 21});
+    let (status, e) = stack.call(Method::PUT, path, Some(body)).await;
+    assert_eq!(status, 422, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("under exhausted_retention_days (21)"), "{e}");
+    let (status, e) = stack.call(Method::PUT, path, Some(json!({"delivered_retention_days": 0}))).await;
+    assert_eq!((status, e["error"]["code"].as_str()), (422, Some("validation_error")), "{e}");
+
+    let body = json!({"delivered_retention_days": 2, "exhausted_retention_days": 3, "event_retention_days": 10});
+    let (status, s) = stack.call(Method::PUT, path, Some(body)).await;
+    assert_eq!(status, 200, "{s}");
+    assert_eq!(s["effective"], json!({"delivered_days": 2, "exhausted_days": 3, "event_days": 10}), "{s}");
+
+    // acme's new items: the event 10 days from ingest, a delivered delivery 2 days from its
+    // delivery, a dead letter 3 days from its end; until final, `expires_at` is null and the
+    // answer says the retention that will apply.
+    let accepted = stack.event("acme", "order.paid", json!({"n": 1})).await;
+    let event_id = accepted["event_id"].as_str().unwrap();
+    for d in accepted["deliveries"].as_array().unwrap() {
+        let id = d["id"].as_str().unwrap();
+        let first = stack.delivery(id).await;
+        assert_eq!(first["retention_days"], json!({"delivered": 2, "exhausted": 3}), "{first:#}");
+        let done = stack.wait_delivery(id, WITHIN, |d| !d["expires_at"].is_null()).await;
+        let days = if done["status"] == "delivered" { 2 } else { 3 };
+        about(&done["expires_at"], &done["updated_at"], days);
+    }
+    let (status, ev) = stack.call(Method::GET, &format!("/v1/events/{event_id}?tenant_id=acme"), None).await;
+    assert_eq!(status, 200, "{ev}");
+    about(&ev["expires_at"], &ev["created_at"], 10);
+    let statuses: Vec<_> = ev["deliveries"].as_array().unwrap().iter().map(|d| d["status"].clone()).collect();
+    assert!(statuses.contains(&json!("delivered")) && statuses.contains(&json!("exhausted")), "{ev:#}");
+
+    // Another tenant keeps the stack's.
+    let accepted = stack.event("other", "order.paid", json!({"n": 2})).await;
+    let id = accepted["deliveries"][0]["id"].as_str().unwrap();
+    let done = stack.wait_status(id, "delivered", WITHIN).await;
+    about(&done["expires_at"], &done["updated_at"], 30);
+    let other_event = accepted["event_id"].as_str().unwrap();
+    let (_, ev) = stack.call(Method::GET, &format!("/v1/events/{other_event}"), None).await;
+    about(&ev["expires_at"], &ev["created_at"], 90);
+
+    // Ingest's cost: the settings come with the endpoints' Query. An event of acme (with its
+    // settings item) makes the same DynamoDB requests as one of `other` (none): one Query.
+    let ops = Ops::default();
+    let sdk = webhooks::app::aws_sdk_config().await;
+    let conf = aws_sdk_dynamodb::config::Builder::from(&sdk).interceptor(ops.clone()).build();
+    let cfg = stack.app.config.clone();
+    let counted =
+        webhooks::store::DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf), &cfg.table, cfg.due_shards)
+            .with_index_shards(cfg.endpoint_index_shards, cfg.status_index_shards)
+            .with_endpoint_copies(cfg.endpoint_copies);
+    let mut app = stack.app.clone();
+    app.store = Arc::new(counted);
+    let mut per_tenant = Vec::new();
+    for tenant in ["acme", "other"] {
+        ops.0.lock().unwrap().clear();
+        let event = ingest::NewEvent {
+            tenant_id: tenant.into(),
+            event_type: "order.paid".into(),
+            payload: "{}".into(),
+            id: None,
+            sync: false,
+            request_sha256: None,
+        };
+        ingest::ingest(&app, event).await.unwrap();
+        let mut calls = ops.0.lock().unwrap().clone();
+        calls.retain(|c| *c != "PutItem");
+        per_tenant.push(calls);
+    }
+    assert_eq!(per_tenant[0], per_tenant[1], "acme's settings cost a request of their own");
+    assert_eq!(per_tenant[0].iter().filter(|c| **c == "Query").count(), 1, "{per_tenant:?}");
+    stack.stop().await;
+}
+
+/// Names the DynamoDB requests a client makes that answered (an SDK interceptor).
+#[derive(Clone, Default, Debug)]
+struct Ops(Arc<Mutex<Vec<&'static str>>>);
+
+impl aws_sdk_dynamodb::config::Intercept for Ops {
+    fn name(&self) -> &'static str {
+        "Ops"
+    }
+
+    fn read_after_execution(
+        &self,
+        context: &aws_sdk_dynamodb::config::interceptors::FinalizerInterceptorContextRef<'_>,
+        _rc: &aws_sdk_dynamodb::config::RuntimeComponents,
+        _cfg: &mut aws_sdk_dynamodb::config::ConfigBag,
+    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+        use aws_sdk_dynamodb::operation as op;
+        if let Some(Ok(out)) = context.output_or_error() {
+            let name = if out.downcast_ref::<op::query::QueryOutput>().is_some() {
+                "Query"
+            } else if out.downcast_ref::<op::get_item::GetItemOutput>().is_some() {
+                "GetItem"
+            } else if out.downcast_ref::<op::put_item::PutItemOutput>().is_some() {
+                "PutItem"
+            } else {
+                "other"
+            };
+            self.0.lock().unwrap().push(name);
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_expunged_payload_keeps_the_history_is_never_sent_again_and_refuses_replay() {
+    let stack = Stack::start(|_| {}).await;
+    let refuses = Receiver::start(Reply::Status(400)).await;
+    let failing = Receiver::start(Reply::Status(500)).await;
+    stack.endpoint("acme", &refuses.url, json!({"schedule_seconds": [1], "max_attempts": 1})).await;
+    // Retries 5 s apart: the retry's message carries the payload.
+    stack.endpoint("acme", &failing.url, json!({"schedule_seconds": [5], "max_attempts": 3, "jitter": 0})).await;
+    let accepted = stack.event("acme", "order.paid", json!({"secret": "personal data"})).await;
+    let event_id = accepted["event_id"].as_str().unwrap().to_string();
+    let ids: Vec<String> =
+        accepted["deliveries"].as_array().unwrap().iter().map(|d| d["id"].as_str().unwrap().to_string()).collect();
+    let (mut dead, mut retrying) = (None, None);
+    for id in &ids {
+        let d = stack.wait_delivery(id, WITHIN, |d| d["attempt_count"] == 1 && d["status"] != "sending").await;
+        if d["status"] == "exhausted" { dead = Some(id.clone()) } else { retrying = Some(id.clone()) }
+    }
+    let (dead, retrying) = (dead.unwrap(), retrying.unwrap());
+
+    let (status, x) = stack.call(Method::POST, &format!("/v1/events/{event_id}/expunge?tenant_id=acme"), None).await;
+    assert_eq!(status, 200, "{x}");
+    assert_eq!(x["deliveries"], 2, "{x}");
+    assert!(x["expunged_at"].is_string(), "{x}");
+    let (_, ev) = stack.call(Method::GET, &format!("/v1/events/{event_id}"), None).await;
+    assert_eq!(ev["expunged_at"], x["expunged_at"], "{ev:#}");
+
+    // The history stays; a replay is refused.
+    let d = stack.delivery(&dead).await;
+    assert_eq!(d["attempts"][0]["status_code"], 400, "{d:#}");
+    let (status, e) = stack.call(Method::POST, &format!("/v1/deliveries/{dead}/replay"), None).await;
+    assert_eq!((status, e["error"]["code"].as_str()), (410, Some("payload_expunged")), "{e}");
+    assert_eq!(stack.delivery(&dead).await["status"], "exhausted");
+
+    // The retry due after the expunge is not sent: it ends as its payload expired.
+    let d = stack.wait_status(&retrying, "exhausted", WITHIN).await;
+    assert_eq!(d["attempts"].as_array().unwrap().last().unwrap()["error"], "payload_expired", "{d:#}");
+    assert_eq!(failing.count(), 1, "an attempt after the expunge was sent");
+    assert_eq!(refuses.count(), 1);
+    stack.stop().await;
+}
+
+/// A clock the test moves (the API and the job steps read it).
+#[derive(Debug)]
+struct ManualClock(Mutex<DateTime<Utc>>);
+
+impl webhooks::clock::Clock for ManualClock {
+    fn now(&self) -> DateTime<Utc> {
+        *self.0.lock().unwrap()
+    }
+}
+
+/// Every item of the table, as attribute maps.
+async fn scan(table: &str) -> Vec<HashMap<String, AttributeValue>> {
+    let client = aws_sdk_dynamodb::Client::new(&webhooks::app::aws_sdk_config().await);
+    let mut out = Vec::new();
+    let mut start = None;
+    loop {
+        let page = client.scan().table_name(table).set_exclusive_start_key(start.take()).send().await.unwrap();
+        out.extend(page.items.unwrap_or_default());
+        match page.last_evaluated_key {
+            Some(k) if !k.is_empty() => start = Some(k),
+            _ => return out,
+        }
+    }
+}
+
+fn text<'a>(item: &'a HashMap<String, AttributeValue>, name: &str) -> &'a str {
+    item.get(name).and_then(|v| v.as_s().ok()).map_or("", String::as_str)
+}
+
+/// The items of `tenant`: those naming it (`tenant_id`, a key), or one of `endpoints` (their
+/// pointers, counters, rate windows), keys shown.
+fn items_of(items: &[HashMap<String, AttributeValue>], tenant: &str, endpoints: &[String]) -> Vec<String> {
+    let tag = format!("TENANT#{tenant}");
+    items
+        .iter()
+        .filter(|i| {
+            let (pk, sk) = (text(i, "pk"), text(i, "sk"));
+            text(i, "tenant_id") == tenant
+                || pk.ends_with(&tag)
+                || sk == tag
+                || endpoints.iter().any(|e| pk.contains(e.as_str()))
+        })
+        .map(|i| format!("{} / {}", text(i, "pk"), text(i, "sk")))
+        .collect()
+}
+
+/// Runs every due job step (as the sweeper does) on `app`; the errors of the steps.
+async fn run_due_steps(app: &webhooks::App) -> Vec<String> {
+    let now = app.clock.now().timestamp_millis();
+    let mut errors = Vec::new();
+    for due in app.store.due(JOB_SHARD, now, 10, None).await.unwrap() {
+        if let Due::Job { id, due_at } = due
+            && let Err(e) = endpoint_state::run_job_step(app, &id, due_at).await
+        {
+            errors.push(e.to_string());
+        }
+    }
+    errors
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_purge_leaves_nothing_of_the_tenant_and_no_other_tenant_touched_also_when_a_step_dies() {
+    let clock = Arc::new(ManualClock(Mutex::new(Utc::now())));
+    let c = clock.clone();
+    let options = Options { pollers: 0, sweeper: false, ..Options::default() };
+    let stack = Stack::start_wrapped(
+        |_| {},
+        options,
+        move |mut app| {
+            app.clock = c;
+            app
+        },
+    )
+    .await;
+    let advance = |s: i64| *clock.0.lock().unwrap() += chrono::Duration::seconds(s);
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let mut acme_endpoints = Vec::new();
+    for _ in 0..2 {
+        acme_endpoints.push(stack.endpoint("acme", &rx.url, Value::Null).await["id"].as_str().unwrap().to_string());
+    }
+    let other = stack.endpoint("other", &rx.url, Value::Null).await["id"].as_str().unwrap().to_string();
+    let body = json!({"delivered_retention_days": 5, "event_retention_days": 20});
+    assert_eq!(stack.call(Method::PUT, "/v1/tenants/acme/settings", Some(body)).await.0, 200);
+    // 700 events to 2 endpoints: 700 event items and 1,400 deliveries; 20 for the other tenant.
+    let app = stack.app.clone();
+    let posted: Vec<_> = futures::stream::iter((0..720).map(|n| {
+        let app = app.clone();
+        async move {
+            let tenant = if n < 700 { "acme" } else { "other" };
+            let event = ingest::NewEvent {
+                tenant_id: tenant.into(),
+                event_type: "order.paid".into(),
+                payload: format!("{{\"n\":{n}}}"),
+                id: None,
+                sync: false,
+                request_sha256: None,
+            };
+            ingest::ingest(&app, event).await
+        }
+    }))
+    .buffer_unordered(16)
+    .collect()
+    .await;
+    assert!(posted.iter().all(Result::is_ok), "{:?}", posted.iter().find(|r| r.is_err()));
+    // A few attempts delivered: the endpoints' delivered counters exist.
+    for _ in 0..3 {
+        webhooks_local::poll_once(&app, &stack.sqs, 0).await.unwrap();
+    }
+    let before = scan(&app.config.table).await;
+    let acme_before = items_of(&before, "acme", &acme_endpoints);
+    assert!(acme_before.len() > 2_000, "{} items of acme", acme_before.len());
+    assert!(acme_before.iter().any(|k| k.starts_with("STATS#")), "no delivered counter: {acme_before:?}");
+    let mut other_before = items_of(&before, "other", std::slice::from_ref(&other));
+    other_before.sort();
+
+    let (status, job) = stack.call(Method::DELETE, "/v1/tenants/acme", None).await;
+    assert_eq!(status, 202, "{job}");
+    assert_eq!(job["kind"], "purge", "{job}");
+    let job_id = job["id"].as_str().unwrap().to_string();
+    // From now on: no event, no endpoint, no settings change for acme; a repeat answers the job.
+    let ev = json!({"tenant_id": "acme", "event_type": "order.paid", "payload": {}});
+    let (status, e) = stack.call(Method::POST, "/v1/events", Some(ev)).await;
+    assert_eq!((status, e["error"]["code"].as_str()), (409, Some("tenant_purging")), "{e}");
+    let (status, e) =
+        stack.call(Method::POST, "/v1/endpoints", Some(json!({"tenant_id": "acme", "url": rx.url}))).await;
+    assert_eq!((status, e["error"]["code"].as_str()), (409, Some("tenant_purging")), "{e}");
+    assert_eq!(stack.call(Method::DELETE, "/v1/tenants/acme", None).await.1["id"], job["id"]);
+
+    // A step dies between two of its deletes (the second batch never made): it resumes.
+    let due_at = match app.store.due(JOB_SHARD, i64::MAX, 10, None).await.unwrap().as_slice() {
+        [Due::Job { due_at, .. }] => *due_at,
+        other => panic!("{other:?}"),
+    };
+    // claim_job, get_job, get_settings, list_endpoints, list_deliveries, purge, list_deliveries,
+    // purge: the 8th call.
+    let faults = Faults::failing(7, Strike::Before);
+    let faulty = faults.wrap(app.clone());
+    faults.arm();
+    assert!(endpoint_state::run_job_step(&faulty, &job_id, due_at).await.is_err());
+    assert_eq!(faults.struck(), Some((7, "purge", Strike::Before)), "{:?}", faults.calls());
+    let mid = items_of(&scan(&app.config.table).await, "acme", &acme_endpoints);
+    assert!(mid.len() < acme_before.len() && mid.len() > 1_000, "{} of {} left", mid.len(), acme_before.len());
+    let progress = app.store.get_job(&job_id).await.unwrap().unwrap();
+    assert_eq!((progress.status.as_str(), progress.processed), ("running", 0), "the dead step saved nothing");
+
+    let mut steps = 0;
+    loop {
+        let errors = run_due_steps(&app).await;
+        assert!(errors.is_empty(), "{errors:?}");
+        let job = app.store.get_job(&job_id).await.unwrap().unwrap();
+        if job.status != "running" {
+            assert_eq!(job.status, "done");
+            break;
+        }
+        steps += 1;
+        assert!(steps < 40, "not done after {steps} steps: {job:?}");
+        advance(30);
+    }
+    let (status, job) = stack.call(Method::GET, &format!("/v1/jobs/{job_id}"), None).await;
+    assert_eq!((status, job["status"].as_str()), (200, Some("done")), "{job}");
+    assert!(job["processed"].as_u64().unwrap() > 1_000, "{job}");
+
+    // Nothing of acme but the purge job's own record; the other tenant as it was.
+    let after = scan(&app.config.table).await;
+    let left = items_of(&after, "acme", &acme_endpoints);
+    assert_eq!(left, vec![format!("JOB#{job_id} / JOB")], "left of acme");
+    let mut other_after = items_of(&after, "other", std::slice::from_ref(&other));
+    other_after.sort();
+    assert_eq!(other_after, other_before, "the other tenant's items changed");
+    // The tenant is new again.
+    let ev = json!({"tenant_id": "acme", "event_type": "order.paid", "payload": {}});
+    let (status, e) = stack.call(Method::POST, "/v1/events", Some(ev)).await;
+    assert_eq!((status, e["warnings"][0]["code"].as_str()), (202, Some("no_subscribed_endpoint")), "{e}");
+    stack.stop().await;
+}
