@@ -19,7 +19,7 @@ use crate::cost::{LAMBDA_GBS, LAMBDA_MB};
 use crate::count::Counter;
 use crate::stack::{self, Res, err};
 use crate::throughput::quantile;
-use crate::validation::{ONE_VCPU_MB, PerEvent, dollars_per_million, f, per_event};
+use crate::validation::{ONE_VCPU_MB, PerEvent, dollars_per_million, f, per_event, requests_table};
 use axum::body::Body;
 use axum::http::Request;
 use serde_json::{Value, json};
@@ -142,22 +142,7 @@ pub fn section(body: &mut String, summary: &mut Vec<[String; 4]>, fig: &Figures)
         fig.check_us.len(),
         fig.timed_calls
     );
-    let _ = writeln!(body, "| route | event | events | DynamoDB reads | DynamoDB writes | SQS sends | read units |");
-    let _ = writeln!(body, "|---|---|---|---|---|---|---|");
-    for (label, cold, warm) in &fig.requests {
-        for (which, p) in [("first (key not cached)", cold), ("next ones (key cached)", warm)] {
-            let _ = writeln!(
-                body,
-                "| {label} | {which} | {} | {} | {} | {} | {} |",
-                p.events,
-                f(p.reads, 2),
-                f(p.writes, 2),
-                f(p.sends, 2),
-                f(p.rru, 2)
-            );
-        }
-    }
-    body.push('\n');
+    requests_table(body, "route", ["first (key not cached)", "next ones (key cached)"], &fig.requests);
     let extra = |pick: fn(&(String, PerEvent, PerEvent)) -> &PerEvent| match (fig.requests.first(), fig.requests.get(1))
     {
         (Some(k), Some(i)) => {

@@ -339,6 +339,27 @@ pub(crate) fn dollars_per_million(us: f64) -> f64 {
     us / 1e6 * (LAMBDA_MB / 1024.0) * LAMBDA_GBS * 1e6
 }
 
+/// A table of ingest's AWS calls per event: one row per (label, first event, next events)
+/// and each of the two `events` headings; `first` names the first column.
+pub(crate) fn requests_table(body: &mut String, first: &str, events: [&str; 2], rows: &[(String, PerEvent, PerEvent)]) {
+    let _ = writeln!(body, "| {first} | event | events | DynamoDB reads | DynamoDB writes | SQS sends | read units |");
+    let _ = writeln!(body, "|---|---|---|---|---|---|---|");
+    for (label, cold, warm) in rows {
+        for (which, p) in [(events[0], cold), (events[1], warm)] {
+            let _ = writeln!(
+                body,
+                "| {label} | {which} | {} | {} | {} | {} | {} |",
+                p.events,
+                f(p.reads, 2),
+                f(p.writes, 2),
+                f(p.sends, 2),
+                f(p.rru, 2)
+            );
+        }
+    }
+    body.push('\n');
+}
+
 /// Writes section 11 and its summary row.
 pub fn section(body: &mut String, summary: &mut Vec<[String; 4]>, fig: &Figures) {
     let _ = writeln!(body, "## 11. Schema validation at ingest (event-type catalog)\n");
@@ -380,22 +401,7 @@ pub fn section(body: &mut String, summary: &mut Vec<[String; 4]>, fig: &Figures)
         body,
         "AWS calls of ingest per event, by mode (the first event of an App reads the catalog: its cache is cold):\n"
     );
-    let _ = writeln!(body, "| mode | event | events | DynamoDB reads | DynamoDB writes | SQS sends | read units |");
-    let _ = writeln!(body, "|---|---|---|---|---|---|---|");
-    for (label, cold, warm) in &fig.requests {
-        for (which, p) in [("first (cold cache)", cold), ("next ones (warm cache)", warm)] {
-            let _ = writeln!(
-                body,
-                "| {label} | {which} | {} | {} | {} | {} | {} |",
-                p.events,
-                f(p.reads, 2),
-                f(p.writes, 2),
-                f(p.sends, 2),
-                f(p.rru, 2)
-            );
-        }
-    }
-    body.push('\n');
+    requests_table(body, "mode", ["first (cold cache)", "next ones (warm cache)"], &fig.requests);
     let warm_extra = match (fig.requests.first(), fig.requests.get(1)) {
         (Some(r), Some(o)) => Some((r.2.reads + r.2.writes) - (o.2.reads + o.2.writes)),
         _ => None,

@@ -125,7 +125,7 @@ proptest! {
     /// Any bytes as an event body: accepted, or refused with 400/413/422 naming a code.
     #[test]
     fn any_bytes_as_an_event_body_is_accepted_or_a_4xx(bytes in prop::collection::vec(any::<u8>(), 0..300)) {
-        if let Err(e) = webhooks::http::api::event_request(&bytes) {
+        if let Err(e) = webhooks::http::events::event_request(&bytes) {
             prop_assert!(is_client_error(&e), "{e:?}");
         }
     }
@@ -134,7 +134,7 @@ proptest! {
     #[test]
     fn any_event_body_is_accepted_or_a_4xx_naming_the_field(body in event_body()) {
         let bytes = serde_json::to_vec(&body).unwrap_or_default();
-        match webhooks::http::api::event_request(&bytes) {
+        match webhooks::http::events::event_request(&bytes) {
             Ok(event) => {
                 prop_assert!(webhooks::domain::ids::is_client_id(&event.tenant_id));
                 prop_assert!(webhooks::domain::ids::is_client_id(&event.event_type));
@@ -160,7 +160,7 @@ proptest! {
         payload in any_json().prop_filter("null is no payload", |p| !p.is_null()),
     ) {
         let body = json!({"tenant_id": tenant, "event_type": event_type, "id": id, "mode": mode, "payload": payload});
-        let event = webhooks::http::api::event_request(&serde_json::to_vec(&body).unwrap_or_default());
+        let event = webhooks::http::events::event_request(&serde_json::to_vec(&body).unwrap_or_default());
         prop_assert!(event.is_ok(), "{:?}", event);
         let event = event.unwrap_or_else(|_| unreachable!());
         // Byte for byte as sent (the text of the body's `payload`, never re-serialized).

@@ -450,7 +450,7 @@ pub struct StoredEvent {
     /// (`WEBHOOKS_EVENT_RETENTION_DAYS`).
     pub expires_at: i64,
     /// With an `Idempotency-Key`: SHA-256 (hex) of the request it came with
-    /// (`api::fingerprint`). A repeat of the event id whose request has another fingerprint is
+    /// (`http::events::fingerprint`). A repeat of the event id whose request has another fingerprint is
     /// refused (`StoreError::RequestMismatch`) and writes nothing; without a key on either
     /// side a repeat keeps the first payload, as for any repeated id.
     #[serde(default, skip_serializing_if = "Option::is_none")]

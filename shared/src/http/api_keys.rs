@@ -53,17 +53,7 @@ async fn create(
         }
         _ => parse_body(body)?,
     };
-    let expires_at = match b.expires_at.as_deref() {
-        None => None,
-        Some(v) => {
-            Some(chrono::DateTime::parse_from_rfc3339(v).map(|t| t.with_timezone(&chrono::Utc)).map_err(|e| {
-                ServiceError::Validation(format!(
-                    "expires_at: {:?} is not an RFC 3339 time ({e})",
-                    crate::domain::ids::shown(v)
-                ))
-            })?)
-        }
-    };
+    let expires_at = super::api::time_param("expires_at", b.expires_at)?;
     let draft = Draft { name: b.name, tenant_ids: b.tenant_ids, expires_at };
     Ok((StatusCode::CREATED, Json(api_keys::create(&app, draft).await?)).into_response())
 }

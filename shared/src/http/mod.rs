@@ -3,6 +3,7 @@
 pub mod api;
 mod api_keys;
 mod event_types;
+pub mod events;
 mod extract;
 mod lifecycle;
 pub mod local_host;

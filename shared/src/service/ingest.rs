@@ -54,7 +54,7 @@ pub struct NewEvent {
     pub id: Option<String>,
     /// `"mode": "sync"`: attempt the one subscribed endpoint inline, once.
     pub sync: bool,
-    /// With an `Idempotency-Key`: the request's fingerprint (`api::fingerprint`), stored with
+    /// With an `Idempotency-Key`: the request's fingerprint (`http::events::fingerprint`), stored with
     /// the event; a repeat of the event id with another fingerprint is refused (422
     /// `idempotency_key_reused`) and writes nothing.
     pub request_sha256: Option<String>,

@@ -26,7 +26,7 @@ pub trait ApiKeyStore: Send + Sync {
     /// # Errors
     /// [`StoreError::InvalidCursor`] for a cursor this listing did not hand out.
     async fn list_api_keys(&self, limit: usize, cursor: Option<&str>) -> Result<Page<ApiKey>, StoreError>;
-    /// Revokes a key at `at` (and sets its item's TTL [`KEPT_AFTER_END_DAYS`] later),
+    /// Revokes a key at `at` (and sets its item's TTL `KEPT_AFTER_END_DAYS` (30) days later),
     /// conditional on it existing and not being revoked. Returns the key as it is now; `None`
     /// when it does not exist. A key already revoked comes back unchanged.
     async fn revoke_api_key(&self, id: &str, at: DateTime<Utc>) -> Result<Option<ApiKey>, StoreError>;

@@ -458,7 +458,7 @@ async fn an_idempotency_key_names_one_event_and_a_retry_after_a_failure_complete
     // The retry with the same key creates the event the key names, once.
     let (status, first, replayed) = post_keyed(&stack, "k-retry", &body).await;
     assert_eq!((status, replayed), (202, false), "{first}");
-    let expected = webhooks::http::api::keyed_event_id("acme", "k-retry");
+    let expected = webhooks::http::events::keyed_event_id("acme", "k-retry");
     assert_eq!(first["event_id"].as_str(), Some(expected.as_str()), "{first}");
     let d = first["deliveries"][0]["id"].as_str().unwrap();
     stack.wait_status(d, "delivered", WAIT).await;

@@ -165,40 +165,9 @@ impl EventTypeStore for DynamoStore {
     }
 
     async fn list_event_types(&self, limit: usize, cursor: Option<&str>) -> Result<Page<EventType>, StoreError> {
-        let start = match cursor {
-            None => None,
-            Some(c) => {
-                let key = decode_cursor(c)?;
-                // Only a key of this partition whose sort key is a name the API could have
-                // stored: a cursor never takes DynamoDB a key it refuses (an oversized one).
-                let text = |k: &str| key.get(k).and_then(|v| v.as_s().ok());
-                let pk_ok = text(PK).is_some_and(|p| p == EVENT_TYPES_PK);
-                let sk_ok = text(SK).is_some_and(|n| crate::domain::ids::is_client_id(n));
-                if !pk_ok || !sk_ok || key.len() != 2 {
-                    return Err(StoreError::InvalidCursor);
-                }
-                Some(key)
-            }
-        };
-        let page = self
-            .client
-            .query()
-            .table_name(&self.table)
-            .key_condition_expression("pk = :pk")
-            .expression_attribute_values(":pk", s(EVENT_TYPES_PK))
-            .consistent_read(true)
-            .limit(i32::try_from(limit.clamp(1, 100)).unwrap_or(100))
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .map_err(aws)?;
-        let data = page
-            .items
-            .unwrap_or_default()
-            .into_iter()
-            .map(|item| from_item::<Row>(item).and_then(from_row))
-            .collect::<Result<Vec<_>, _>>()?;
-        let next_cursor = page.last_evaluated_key.filter(|k| !k.is_empty()).map(encode_cursor).transpose()?;
+        let (items, next_cursor) = self.page_of_partition(EVENT_TYPES_PK, limit, cursor).await?;
+        let data =
+            items.into_iter().map(|item| from_item::<Row>(item).and_then(from_row)).collect::<Result<Vec<_>, _>>()?;
         Ok(Page { data, next_cursor })
     }
 }

@@ -169,6 +169,48 @@ impl DynamoStore {
         out.item.map(from_item).transpose()
     }
 
+    /// A page of partition `pk`'s items by sort key (strongly consistent), up to `limit` (1 to
+    /// 100), after `cursor`; the items as stored and the next page's cursor. A cursor is taken
+    /// only when it is a key of this partition whose sort key the API could have stored (the
+    /// id rule): it never takes DynamoDB a key it refuses (an oversized one).
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidCursor`] for any other cursor.
+    async fn page_of_partition(
+        &self,
+        pk: &str,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<(Vec<Item>, Option<String>), StoreError> {
+        let start = match cursor {
+            None => None,
+            Some(c) => {
+                let key = decode_cursor(c)?;
+                let text = |k: &str| key.get(k).and_then(|v| v.as_s().ok());
+                let pk_ok = text(PK).is_some_and(|p| p == pk);
+                let sk_ok = text(SK).is_some_and(|sk| crate::domain::ids::is_client_id(sk));
+                if !pk_ok || !sk_ok || key.len() != 2 {
+                    return Err(StoreError::InvalidCursor);
+                }
+                Some(key)
+            }
+        };
+        let page = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :pk")
+            .expression_attribute_values(":pk", s(pk))
+            .consistent_read(true)
+            .limit(i32::try_from(limit.clamp(1, 100)).unwrap_or(100))
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .map_err(aws)?;
+        let next_cursor = page.last_evaluated_key.filter(|k| !k.is_empty()).map(encode_cursor).transpose()?;
+        Ok((page.items.unwrap_or_default(), next_cursor))
+    }
+
     /// Every item a Query matches, following `LastEvaluatedKey` page by page.
     async fn query_all<T: serde::de::DeserializeOwned>(
         &self,
