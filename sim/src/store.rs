@@ -39,7 +39,9 @@ use webhooks::domain::event_type::{EventType, EventTypeVersion};
 use webhooks::domain::model::{Delivery, DeliveryStatus, Endpoint, Job, StoredEvent};
 use webhooks::domain::tenant::TenantSettings;
 use webhooks::store::keys::{JOB_SHARD, due_shard, endpoint_bucket, endpoint_sk, stats_day_sk, time_sk};
-use webhooks::store::lifecycle::{EXPUNGED_DIGEST, EventRecord, LifecycleStore, Purgeable, TenantSnapshot};
+use webhooks::store::lifecycle::{
+    DeletedEndpoint, EXPUNGED_DIGEST, EventRecord, LifecycleStore, Purgeable, ScanPage, TenantSnapshot,
+};
 use webhooks::store::{ApiKeyStore, CounterStore, DeliveryStore, EndpointStore, EventStore, EventTypeStore, JobStore};
 use webhooks::store::{
     Applied, Attention, AttentionMark, Committed, DeliveredTally, DeliveryQuery, DeliverySummary, Due, EndpointWrite,
@@ -121,6 +123,8 @@ pub struct Tables {
     pub settings: BTreeMap<String, TenantSettings>,
     /// When each expunged event's payload was expunged, by (tenant, event id).
     expunged: BTreeMap<(String, String), DateTime<Utc>>,
+    /// Deleted endpoints' tombstones by (tenant, endpoint id).
+    pub tombstones: BTreeMap<(String, String), DeletedEndpoint>,
 }
 
 /// The in-memory store.
@@ -559,12 +563,14 @@ impl EndpointStore for MemStore {
         .await
     }
 
-    async fn delete_endpoint(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
+    async fn delete_endpoint(&self, deleted: &DeletedEndpoint) -> Result<(), StoreError> {
         self.call("store.delete_endpoint", |_, t| {
-            t.endpoints.remove(&(tenant_id.to_string(), id.to_string()));
-            t.failing_since.remove(&(tenant_id.to_string(), id.to_string()));
-            t.failing_announced.remove(&(tenant_id.to_string(), id.to_string()));
-            t.pointers.remove(id);
+            let key = (deleted.tenant_id.clone(), deleted.endpoint_id.clone());
+            t.endpoints.remove(&key);
+            t.failing_since.remove(&key);
+            t.failing_announced.remove(&key);
+            t.pointers.remove(&deleted.endpoint_id);
+            t.tombstones.insert(key, deleted.clone());
             Ok(())
         })
         .await
@@ -1232,15 +1238,54 @@ impl LifecycleStore for MemStore {
         .await
     }
 
-    async fn endpoint_counters(&self, endpoint: &Endpoint, limit: usize) -> Result<Vec<Purgeable>, StoreError> {
+    async fn endpoint_counters(
+        &self,
+        endpoint_id: &str,
+        _rate_limit_per_second: Option<u32>,
+        limit: usize,
+    ) -> Result<Vec<Purgeable>, StoreError> {
         self.call("store.endpoint_counters", |_, t| {
-            let stats = t.delivered_days.keys().filter(|(ep, _)| *ep == endpoint.id);
+            let stats = t.delivered_days.keys().filter(|(ep, _)| ep == endpoint_id);
             let mut out: Vec<Purgeable> =
                 stats.map(|(ep, day)| Purgeable::Counter(format!("STATS#{ep}"), day.clone())).collect();
-            let rates = t.rate_windows.keys().filter(|(ep, _)| *ep == endpoint.id);
+            let rates = t.rate_windows.keys().filter(|(ep, _)| ep == endpoint_id);
             out.extend(rates.map(|(ep, second)| Purgeable::Counter(format!("RATE#{ep}"), second.to_string())));
             out.truncate(limit);
             Ok(out)
+        })
+        .await
+    }
+
+    async fn deleted_endpoints(&self, tenant_id: &str) -> Result<Vec<DeletedEndpoint>, StoreError> {
+        self.call("store.deleted_endpoints", |_, t| {
+            Ok(t.tombstones.iter().filter(|((tn, _), _)| tn == tenant_id).map(|(_, d)| d.clone()).collect())
+        })
+        .await
+    }
+
+    /// The whole table in one page (the cursor and page count are DynamoStore's concern).
+    async fn scan_tenant(&self, tenant_id: &str, _cursor: Option<&str>, _pages: usize) -> Result<ScanPage, StoreError> {
+        self.call("store.scan_tenant", |_, t| {
+            let ours = |tn: &String| tn == tenant_id;
+            let mut items: Vec<Purgeable> = t
+                .endpoints
+                .keys()
+                .filter(|(tn, _)| ours(tn))
+                .map(|(tn, id)| Purgeable::Endpoint(tn.clone(), id.clone()))
+                .collect();
+            items.extend(
+                t.tombstones
+                    .keys()
+                    .filter(|(tn, _)| ours(tn))
+                    .map(|(tn, id)| Purgeable::Tombstone(tn.clone(), id.clone())),
+            );
+            items.extend(
+                t.events.keys().filter(|(tn, _)| ours(tn)).map(|(tn, id)| Purgeable::Event(tn.clone(), id.clone())),
+            );
+            items.extend(
+                t.deliveries.values().filter(|r| ours(&r.d.tenant_id)).map(|r| Purgeable::Delivery(r.d.id.clone())),
+            );
+            Ok(ScanPage { items, next: None })
         })
         .await
     }
@@ -1281,6 +1326,11 @@ impl LifecycleStore for MemStore {
                     Purgeable::Settings(tenant) => {
                         t.settings.remove(tenant);
                     }
+                    Purgeable::Tombstone(tenant, id) => {
+                        t.tombstones.remove(&(tenant.clone(), id.clone()));
+                    }
+                    // DynamoStore's raw keys: this store's scan names its items by kind.
+                    Purgeable::Item(..) => {}
                 }
             }
             Ok(true)

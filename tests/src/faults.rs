@@ -38,8 +38,10 @@ pub enum Strike {
 }
 
 /// The calls that change nothing: failing one after it was made is the same as before.
-const READS: [&str; 22] = [
+const READS: [&str; 24] = [
     "tenant_snapshot",
+    "deleted_endpoints",
+    "scan_tenant",
     "get_settings",
     "event_record",
     "endpoint_counters",
@@ -281,8 +283,8 @@ impl EndpointStore for FaultyStore {
         self.faults.run("commit", self.inner.commit(endpoint, delivery), any, aws).await
     }
 
-    async fn delete_endpoint(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
-        self.faults.run("delete_endpoint", self.inner.delete_endpoint(tenant_id, id), any, aws).await
+    async fn delete_endpoint(&self, deleted: &webhooks::store::DeletedEndpoint) -> Result<(), StoreError> {
+        self.faults.run("delete_endpoint", self.inner.delete_endpoint(deleted), any, aws).await
     }
 
     async fn list_endpoints(
@@ -522,10 +524,25 @@ impl webhooks::store::LifecycleStore for FaultyStore {
 
     async fn endpoint_counters(
         &self,
-        endpoint: &Endpoint,
+        endpoint_id: &str,
+        rate_limit_per_second: Option<u32>,
         limit: usize,
     ) -> Result<Vec<webhooks::store::Purgeable>, StoreError> {
-        self.faults.run("endpoint_counters", self.inner.endpoint_counters(endpoint, limit), any, aws).await
+        let counters = self.inner.endpoint_counters(endpoint_id, rate_limit_per_second, limit);
+        self.faults.run("endpoint_counters", counters, any, aws).await
+    }
+
+    async fn deleted_endpoints(&self, tenant_id: &str) -> Result<Vec<webhooks::store::DeletedEndpoint>, StoreError> {
+        self.faults.run("deleted_endpoints", self.inner.deleted_endpoints(tenant_id), any, aws).await
+    }
+
+    async fn scan_tenant(
+        &self,
+        tenant_id: &str,
+        cursor: Option<&str>,
+        pages: usize,
+    ) -> Result<webhooks::store::ScanPage, StoreError> {
+        self.faults.run("scan_tenant", self.inner.scan_tenant(tenant_id, cursor, pages), any, aws).await
     }
 
     async fn purge(

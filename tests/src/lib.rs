@@ -920,10 +920,10 @@ impl EndpointStore for Serialized {
         self.inner.commit(endpoint, delivery).await
     }
 
-    async fn delete_endpoint(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
+    async fn delete_endpoint(&self, deleted: &webhooks::store::DeletedEndpoint) -> Result<(), StoreError> {
         self.before("delete_endpoint").await?;
         let _one = self.one().await;
-        self.inner.delete_endpoint(tenant_id, id).await
+        self.inner.delete_endpoint(deleted).await
     }
 
     async fn list_endpoints(
@@ -1135,11 +1135,27 @@ impl webhooks::store::LifecycleStore for Serialized {
 
     async fn endpoint_counters(
         &self,
-        endpoint: &Endpoint,
+        endpoint_id: &str,
+        rate_limit_per_second: Option<u32>,
         limit: usize,
     ) -> Result<Vec<webhooks::store::Purgeable>, StoreError> {
         self.before("endpoint_counters").await?;
-        self.inner.endpoint_counters(endpoint, limit).await
+        self.inner.endpoint_counters(endpoint_id, rate_limit_per_second, limit).await
+    }
+
+    async fn deleted_endpoints(&self, tenant_id: &str) -> Result<Vec<webhooks::store::DeletedEndpoint>, StoreError> {
+        self.before("deleted_endpoints").await?;
+        self.inner.deleted_endpoints(tenant_id).await
+    }
+
+    async fn scan_tenant(
+        &self,
+        tenant_id: &str,
+        cursor: Option<&str>,
+        pages: usize,
+    ) -> Result<webhooks::store::ScanPage, StoreError> {
+        self.before("scan_tenant").await?;
+        self.inner.scan_tenant(tenant_id, cursor, pages).await
     }
 
     async fn purge(

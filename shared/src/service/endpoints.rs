@@ -7,11 +7,12 @@ use crate::domain::ids;
 use crate::domain::model::{DeliveryStatus, Disabled, Endpoint, EndpointState, Job, JobKind, REASON_MANUAL};
 use crate::domain::retry_policy::RetryPolicy;
 use crate::domain::signing;
+use crate::domain::tenant::TenantSettings;
 use crate::error::ServiceError;
 use crate::sender::destination;
 use crate::service::endpoint_settings::{apply_settings, destinations, invalid};
 use crate::service::endpoint_state;
-use crate::store::{DeliveryQuery, DeliverySummary, Page, StoreError, collect_deliveries};
+use crate::store::{DeletedEndpoint, DeliveryQuery, DeliverySummary, Page, StoreError, collect_deliveries};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use serde::Serialize;
@@ -415,7 +416,23 @@ pub async fn delete_endpoint(app: &App, id: &str, force: bool) -> Result<Deleted
     .collect()
     .await;
     ended.into_iter().collect::<Result<Vec<()>, _>>()?;
-    app.store.delete_endpoint(&ep.tenant_id, &ep.id).await?;
+    // The tombstone lives while what the endpoint leaves does (its deliveries and delivered
+    // counters, kept for the tenant's retention), so a purge of the tenant finds them.
+    let retention = app
+        .store
+        .get_settings(&ep.tenant_id)
+        .await?
+        .unwrap_or_else(|| TenantSettings::empty(&ep.tenant_id, now))
+        .retention(&app.config);
+    let kept_days = i64::from(retention.delivered_days.max(retention.exhausted_days)) + 1;
+    let tombstone = DeletedEndpoint {
+        tenant_id: ep.tenant_id.clone(),
+        endpoint_id: ep.id.clone(),
+        rate_limit_per_second: ep.rate_limit_per_second,
+        deleted_at: now,
+        expires_at: now.timestamp() + kept_days * 86_400,
+    };
+    app.store.delete_endpoint(&tombstone).await?;
     tracing::info!(endpoint_id = id, ended = unfinished.len(), job_id = %job_id, "endpoint deleted");
     Ok(Deleted { deliveries_ended: unfinished.len(), job_id })
 }

@@ -88,6 +88,18 @@ pub fn endpoint_copy(key: &str, copies: u32) -> u32 {
 /// widened to `BETWEEN "ENDPOINT#" AND "SETTINGS"` reads it too.
 pub const SETTINGS_SK: &str = "SETTINGS";
 
+/// `DELETED#{id}`: the sort key, in its tenant's partition [`tenant_pk`], of a deleted
+/// endpoint's tombstone (the endpoint as it was at its deletion, kept while what it left
+/// lives: its deliveries and counters), so a purge of the tenant finds them
+/// ([`crate::store::LifecycleStore::deleted_endpoints`]). Before every `ENDPOINT#` key: the
+/// endpoints' Queries never read it.
+pub fn deleted_endpoint_sk(id: &str) -> String {
+    format!("{DELETED_ENDPOINT_PREFIX}{id}")
+}
+
+/// The prefix of [`deleted_endpoint_sk`].
+pub const DELETED_ENDPOINT_PREFIX: &str = "DELETED#";
+
 /// Sort key of an endpoint pointer.
 pub const ENDPOINT_POINTER_SK: &str = "ENDPOINT";
 

@@ -34,6 +34,29 @@ pub struct EventRecord {
     pub expunged_at: Option<DateTime<Utc>>,
 }
 
+/// A deleted endpoint's tombstone (`TENANT#{tenant}` / `DELETED#{id}`, docs/storage.md): what
+/// a purge of its tenant needs to find what the endpoint left behind (its deliveries, in the
+/// `by_endpoint` index until their retention ends, and its counters), written by
+/// [`crate::store::EndpointStore::delete_endpoint`] in the delete's transaction. No secret,
+/// no URL: only keys.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeletedEndpoint {
+    /// Its tenant.
+    pub tenant_id: String,
+    /// The endpoint's id.
+    pub endpoint_id: String,
+    /// Its rate limit when deleted (attempts a second): how many rate-window partitions it had
+    /// ([`crate::domain::rate::SLOTS_PER_COUNTER`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit_per_second: Option<u32>,
+    /// When it was deleted.
+    pub deleted_at: DateTime<Utc>,
+    /// When DynamoDB TTL removes the tombstone, unix seconds: once its deliveries and
+    /// counters are gone too (the longest of the tenant's retentions after the deletion, and
+    /// a day for the clean-up job).
+    pub expires_at: i64,
+}
+
 /// An item (or the items written together with it) a purge deletes.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Purgeable {
@@ -48,6 +71,19 @@ pub enum Purgeable {
     Counter(String, String),
     /// A tenant's settings item with its copies.
     Settings(String),
+    /// A deleted endpoint's tombstone: (tenant, endpoint id).
+    Tombstone(String, String),
+    /// Any other item of the tenant a purge's scan found, by its table key: (`pk`, `sk`).
+    Item(String, String),
+}
+
+/// A page of a purge's scan of the table ([`LifecycleStore::scan_tenant`]).
+#[derive(Debug, Clone, Default)]
+pub struct ScanPage {
+    /// The tenant's items found, but for its settings item and jobs.
+    pub items: Vec<Purgeable>,
+    /// Where the scan goes on (opaque); `None`: the scan is complete.
+    pub next: Option<String>,
 }
 
 /// A tenant's settings, expunge and purge (`docs/storage.md`, the settings item).
@@ -85,9 +121,25 @@ pub trait LifecycleStore: Send + Sync {
         delivery_ids: &[String],
         at: DateTime<Utc>,
     ) -> Result<bool, StoreError>;
-    /// Up to `limit` counter items of `endpoint` (its delivered-per-day counters and rate
-    /// windows), keys only.
-    async fn endpoint_counters(&self, endpoint: &Endpoint, limit: usize) -> Result<Vec<Purgeable>, StoreError>;
+    /// Up to `limit` counter items of endpoint `endpoint_id` (its delivered-per-day counters
+    /// and rate windows; `rate_limit_per_second` says how many rate-window partitions it
+    /// has), keys only.
+    async fn endpoint_counters(
+        &self,
+        endpoint_id: &str,
+        rate_limit_per_second: Option<u32>,
+        limit: usize,
+    ) -> Result<Vec<Purgeable>, StoreError>;
+    /// The tombstones of a tenant's deleted endpoints (strongly consistent; in DynamoDB one
+    /// Query of `TENANT#{tenant}`, `begins_with(sk, "DELETED#")`, paged past 1 MB).
+    async fn deleted_endpoints(&self, tenant_id: &str) -> Result<Vec<DeletedEndpoint>, StoreError>;
+    /// Scans the table for the items of a tenant, from `cursor` (`None`: the start), reading at
+    /// most `pages` pages of 1 MB: in DynamoDB an eventually consistent Scan filtered on
+    /// `tenant_id` (0.5 read units per 4 KB of table read, items or not). Leaves out the
+    /// tenant's settings item (and copies) and its jobs: the purge removes the first last and
+    /// keeps the second. What finds an event item whose ingest died before its deliveries,
+    /// which no index names by tenant.
+    async fn scan_tenant(&self, tenant_id: &str, cursor: Option<&str>, pages: usize) -> Result<ScanPage, StoreError>;
     /// Deletes `items`, each write guarded by the lease of job `job_id` (its due time still
     /// `lease_due_at`, milliseconds): in DynamoStore TransactWriteItems of up to 99 deletes
     /// with a ConditionCheck on the job item. False when the lease was lost (a later step took

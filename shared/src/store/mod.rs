@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 pub use api_keys::ApiKeyStore;
 pub use dynamo::DynamoStore;
 pub use event_types::EventTypeStore;
-pub use lifecycle::{LifecycleStore, Purgeable, TenantSnapshot};
+pub use lifecycle::{DeletedEndpoint, LifecycleStore, Purgeable, ScanPage, TenantSnapshot};
 
 /// A store call that failed.
 #[derive(Debug, thiserror::Error)]
@@ -340,8 +340,9 @@ pub trait EndpointStore: Send + Sync {
         limit: usize,
         cursor: Option<&str>,
     ) -> Result<Page<AttentionMark>, StoreError>;
-    /// Deletes an endpoint and its pointer.
-    async fn delete_endpoint(&self, tenant_id: &str, id: &str) -> Result<(), StoreError>;
+    /// Deletes an endpoint (its item, pointer and copies) and writes its tombstone
+    /// (`deleted`), in one transaction.
+    async fn delete_endpoint(&self, deleted: &DeletedEndpoint) -> Result<(), StoreError>;
     /// A page of a tenant's endpoints.
     async fn list_endpoints(
         &self,

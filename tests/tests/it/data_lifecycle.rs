@@ -276,7 +276,10 @@ async fn a_purge_leaves_nothing_of_the_tenant_and_no_other_tenant_touched_also_w
     let rx = Receiver::start(Reply::Status(200)).await;
     let mut acme_endpoints = Vec::new();
     for _ in 0..2 {
-        acme_endpoints.push(stack.endpoint("acme", &rx.url, Value::Null).await["id"].as_str().unwrap().to_string());
+        let body = json!({"tenant_id": "acme", "url": rx.url, "event_types": ["order.paid"]});
+        let (status, ep) = stack.call(Method::POST, "/v1/endpoints", Some(body)).await;
+        assert_eq!(status, 201, "{ep}");
+        acme_endpoints.push(ep["id"].as_str().unwrap().to_string());
     }
     let other = stack.endpoint("other", &rx.url, Value::Null).await["id"].as_str().unwrap().to_string();
     let body = json!({"delivered_retention_days": 5, "event_retention_days": 20});
@@ -306,8 +309,46 @@ async fn a_purge_leaves_nothing_of_the_tenant_and_no_other_tenant_touched_also_w
     for _ in 0..3 {
         webhooks_local::poll_once(&app, &stack.sqs, 0).await.unwrap();
     }
+    // What no live endpoint leads to: an endpoint deleted before the purge (its deliveries and
+    // delivered counter stay for their retention), and an event item whose ingest died before
+    // its deliveries (made here by deleting the deliveries of an event).
+    let body = json!({"tenant_id": "acme", "url": rx.url, "event_types": ["invoice.sent"]});
+    let (status, ep) = stack.call(Method::POST, "/v1/endpoints", Some(body)).await;
+    assert_eq!(status, 201, "{ep}");
+    let gone = ep["id"].as_str().unwrap().to_string();
+    let mut gone_deliveries = Vec::new();
+    for n in 0..2 {
+        // Delivered inline (sync): its delivered counter is written.
+        let body = json!({"tenant_id": "acme", "event_type": "invoice.sent", "payload": {"n": n}, "mode": "sync"});
+        let (status, accepted) = stack.call(Method::POST, "/v1/events", Some(body)).await;
+        assert_eq!(status, 200, "{accepted}");
+        gone_deliveries.push(accepted["delivery_id"].as_str().unwrap().to_string());
+    }
+    let accepted = stack.event("acme", "order.paid", json!({"orphan": true})).await;
+    let orphan = accepted["event_id"].as_str().unwrap().to_string();
+    let orphan_deliveries: Vec<String> =
+        accepted["deliveries"].as_array().unwrap().iter().map(|d| d["id"].as_str().unwrap().to_string()).collect();
+    let path = format!("/v1/endpoints/{gone}?force=true");
+    assert_eq!(stack.call(Method::DELETE, &path, None).await.0, 200, "delete {gone}");
+    assert_eq!(stack.call(Method::GET, &format!("/v1/endpoints/{gone}"), None).await.0, 404);
+    acme_endpoints.push(gone.clone());
+    let client = aws_sdk_dynamodb::Client::new(&webhooks::app::aws_sdk_config().await);
+    for id in &orphan_deliveries {
+        let key = |v: String| AttributeValue::S(v);
+        let delete = client.delete_item().table_name(&app.config.table).key("pk", key(format!("DELIVERY#{id}")));
+        delete.key("sk", key("DELIVERY".into())).send().await.unwrap();
+    }
+
     let before = scan(&app.config.table).await;
     let acme_before = items_of(&before, "acme", &acme_endpoints);
+    let orphan_item = format!("EVENT_ID#{orphan} / TENANT#acme");
+    assert!(acme_before.contains(&orphan_item), "no orphan event item {orphan_item}: {acme_before:?}");
+    let of_gone: Vec<_> = acme_before.iter().filter(|k| k.contains(gone.as_str())).collect();
+    assert!(of_gone.iter().any(|k| k.starts_with("STATS#")), "no counter of the deleted endpoint: {of_gone:?}");
+    assert!(of_gone.iter().any(|k| k.starts_with("TENANT#acme / DELETED#")), "no tombstone: {of_gone:?}");
+    let deliveries_of_gone =
+        gone_deliveries.iter().filter(|id| acme_before.contains(&format!("DELIVERY#{id} / DELIVERY")));
+    assert!(deliveries_of_gone.count() >= 2, "the deleted endpoint's deliveries: {gone_deliveries:?}");
     assert!(acme_before.len() > 2_000, "{} items of acme", acme_before.len());
     assert!(acme_before.iter().any(|k| k.starts_with("STATS#")), "no delivered counter: {acme_before:?}");
     let mut other_before = items_of(&before, "other", std::slice::from_ref(&other));
@@ -327,17 +368,21 @@ async fn a_purge_leaves_nothing_of_the_tenant_and_no_other_tenant_touched_also_w
     assert_eq!(stack.call(Method::DELETE, "/v1/tenants/acme", None).await.1["id"], job["id"]);
 
     // A step dies between two of its deletes (the second batch never made): it resumes.
-    let due_at = match app.store.due(JOB_SHARD, i64::MAX, 10, None).await.unwrap().as_slice() {
-        [Due::Job { due_at, .. }] => *due_at,
-        other => panic!("{other:?}"),
-    };
-    // claim_job, get_job, get_settings, list_endpoints, list_deliveries, purge, list_deliveries,
-    // purge: the 8th call.
-    let faults = Faults::failing(7, Strike::Before);
+    let due = app.store.due(JOB_SHARD, i64::MAX, 10, None).await.unwrap();
+    let due_at = due
+        .iter()
+        .find_map(|d| match d {
+            Due::Job { id, due_at } if *id == job_id => Some(*due_at),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("the purge job is not due: {due:?}"));
+    // claim_job, get_job, get_settings, list_endpoints, deleted_endpoints, list_deliveries, purge,
+    // list_deliveries, purge: the 9th call.
+    let faults = Faults::failing(8, Strike::Before);
     let faulty = faults.wrap(app.clone());
     faults.arm();
     assert!(endpoint_state::run_job_step(&faulty, &job_id, due_at).await.is_err());
-    assert_eq!(faults.struck(), Some((7, "purge", Strike::Before)), "{:?}", faults.calls());
+    assert_eq!(faults.struck(), Some((8, "purge", Strike::Before)), "{:?}", faults.calls());
     let mid = items_of(&scan(&app.config.table).await, "acme", &acme_endpoints);
     assert!(mid.len() < acme_before.len() && mid.len() > 1_000, "{} of {} left", mid.len(), acme_before.len());
     let progress = app.store.get_job(&job_id).await.unwrap().unwrap();
@@ -363,7 +408,10 @@ async fn a_purge_leaves_nothing_of_the_tenant_and_no_other_tenant_touched_also_w
     // Nothing of acme but the purge job's own record; the other tenant as it was.
     let after = scan(&app.config.table).await;
     let left = items_of(&after, "acme", &acme_endpoints);
-    assert_eq!(left, vec![format!("JOB#{job_id} / JOB")], "left of acme");
+    // The jobs are kept (14 days' TTL): the purge's, and the deleted endpoint's clean-up.
+    assert!(left.contains(&format!("JOB#{job_id} / JOB")), "{left:?}");
+    assert!(left.iter().all(|k| k.starts_with("JOB#") && k.ends_with(" / JOB")), "left of acme: {left:?}");
+    assert_eq!(left.len(), 2, "left of acme: {left:?}");
     let mut other_after = items_of(&after, "other", std::slice::from_ref(&other));
     other_after.sort();
     assert_eq!(other_after, other_before, "the other tenant's items changed");

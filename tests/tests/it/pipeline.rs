@@ -865,7 +865,14 @@ async fn a_delivery_whose_endpoint_is_gone_ends_with_reason_endpoint_deleted_and
     let ep = stack.endpoint("acme", &rx.url, Value::Null).await;
     let id = delivery_id(&stack.event("acme", "order.paid", json!({"n": 1})).await, 0);
     // Gone from the table (as after a delete whose clean-up has not reached this delivery).
-    stack.app.store.delete_endpoint("acme", ep["id"].as_str().unwrap()).await.unwrap();
+    let deleted = webhooks::store::DeletedEndpoint {
+        tenant_id: "acme".into(),
+        endpoint_id: ep["id"].as_str().unwrap().into(),
+        rate_limit_per_second: None,
+        deleted_at: chrono::Utc::now(),
+        expires_at: chrono::Utc::now().timestamp() + 86_400,
+    };
+    stack.app.store.delete_endpoint(&deleted).await.unwrap();
     let handled = deliver::deliver_message(&stack.app, &next_message(&stack).await).await.unwrap();
     assert_eq!(handled, deliver::Handled::Ended);
     let d = stack.delivery(&id).await;

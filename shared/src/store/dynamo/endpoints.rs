@@ -206,7 +206,8 @@ impl EndpointStore for DynamoStore {
         self.tenant_copies(tenant_id, key).await
     }
 
-    async fn delete_endpoint(&self, tenant_id: &str, id: &str) -> Result<(), StoreError> {
+    async fn delete_endpoint(&self, deleted: &crate::store::DeletedEndpoint) -> Result<(), StoreError> {
+        let (tenant_id, id) = (deleted.tenant_id.as_str(), deleted.endpoint_id.as_str());
         let delete = |pk: String, sk: String| {
             aws_sdk_dynamodb::types::Delete::builder()
                 .table_name(&self.table)
@@ -221,6 +222,11 @@ impl EndpointStore for DynamoStore {
             delete(endpoint_key(id), ENDPOINT_POINTER_SK.to_string())?,
         ];
         items.extend(self.copy_deletes(tenant_id, id)?);
+        let mut tombstone = to_item(deleted)?;
+        tombstone.insert(PK.into(), s(tenant_pk(tenant_id)));
+        tombstone.insert(SK.into(), s(deleted_endpoint_sk(id)));
+        let put = Put::builder().table_name(&self.table).set_item(Some(tombstone)).build().map_err(aws)?;
+        items.push(TransactWriteItem::builder().put(put).build());
         self.client.transact_write_items().set_transact_items(Some(items)).send().await.map_err(aws)?;
         Ok(())
     }

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::domain::tenant::TenantSettings;
-use crate::store::lifecycle::{EventRecord, LifecycleStore, Purgeable, TenantSnapshot};
+use crate::store::lifecycle::{DeletedEndpoint, EventRecord, LifecycleStore, Purgeable, ScanPage, TenantSnapshot};
 use aws_sdk_dynamodb::types::Delete;
 use chrono::{DateTime, Utc};
 
@@ -25,7 +25,8 @@ impl DynamoStore {
                 keys.extend((0..self.copies).map(|j| (endpoint_copy_pk(tenant, j), endpoint_key(id))));
                 keys
             }
-            Purgeable::Counter(pk, sk) => vec![(pk.clone(), sk.clone())],
+            Purgeable::Counter(pk, sk) | Purgeable::Item(pk, sk) => vec![(pk.clone(), sk.clone())],
+            Purgeable::Tombstone(tenant, id) => vec![(tenant_pk(tenant), deleted_endpoint_sk(id))],
             Purgeable::Settings(tenant) => {
                 (0..self.copies).map(|j| (endpoint_copy_pk(tenant, j), SETTINGS_SK.to_string())).collect()
             }
@@ -151,13 +152,18 @@ impl LifecycleStore for DynamoStore {
         conditional(result)
     }
 
-    async fn endpoint_counters(&self, endpoint: &Endpoint, limit: usize) -> Result<Vec<Purgeable>, StoreError> {
-        let mut partitions = stats_partitions(&endpoint.id, self.endpoint_shards);
-        partitions.push(rate_pk(&endpoint.id));
-        let slots = u64::from(endpoint.rate_limit_per_second.unwrap_or(0));
+    async fn endpoint_counters(
+        &self,
+        endpoint_id: &str,
+        rate_limit_per_second: Option<u32>,
+        limit: usize,
+    ) -> Result<Vec<Purgeable>, StoreError> {
+        let mut partitions = stats_partitions(endpoint_id, self.endpoint_shards);
+        partitions.push(rate_pk(endpoint_id));
+        let slots = u64::from(rate_limit_per_second.unwrap_or(0));
         let counters = slots.div_ceil(crate::domain::rate::SLOTS_PER_COUNTER);
         if counters > 1 {
-            partitions.extend((0..counters).map(|k| rate_pk(&format!("{}#{k}", endpoint.id))));
+            partitions.extend((0..counters).map(|k| rate_pk(&format!("{endpoint_id}#{k}"))));
         }
         let mut out = Vec::new();
         for pk in partitions {
@@ -181,6 +187,48 @@ impl LifecycleStore for DynamoStore {
                 out.push(Purgeable::Counter(text(PK), text(SK)));
             }
         }
+        Ok(out)
+    }
+
+    async fn deleted_endpoints(&self, tenant_id: &str) -> Result<Vec<DeletedEndpoint>, StoreError> {
+        let query = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :pk AND begins_with(sk, :deleted)")
+            .expression_attribute_values(":pk", s(tenant_pk(tenant_id)))
+            .expression_attribute_values(":deleted", s(DELETED_ENDPOINT_PREFIX))
+            .consistent_read(true);
+        self.query_all(query).await
+    }
+
+    async fn scan_tenant(&self, tenant_id: &str, cursor: Option<&str>, pages: usize) -> Result<ScanPage, StoreError> {
+        let mut start = cursor.map(scan_start).transpose()?;
+        let mut out = ScanPage::default();
+        for _ in 0..pages.max(1) {
+            let page = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .filter_expression("tenant_id = :t AND NOT begins_with(pk, :job) AND sk <> :settings")
+                .expression_attribute_values(":t", s(tenant_id))
+                .expression_attribute_values(":job", s("JOB#"))
+                .expression_attribute_values(":settings", s(SETTINGS_SK))
+                .projection_expression("pk, sk")
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(aws)?;
+            for item in page.items.unwrap_or_default() {
+                let text = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+                out.items.push(Purgeable::Item(text(PK), text(SK)));
+            }
+            match page.last_evaluated_key.filter(|k| !k.is_empty()) {
+                Some(key) => start = Some(key),
+                None => return Ok(out),
+            }
+        }
+        out.next = start.map(|k| scan_cursor(&k));
         Ok(out)
     }
 
@@ -211,4 +259,22 @@ impl LifecycleStore for DynamoStore {
         }
         Ok(true)
     }
+}
+
+/// A scan's position as a cursor: the table key of the last item read, as JSON
+/// (`{"pk": .., "sk": ..}`).
+fn scan_cursor(key: &Item) -> String {
+    let text = |k: &str| key.get(k).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+    serde_json::json!({ "pk": text(PK), "sk": text(SK) }).to_string()
+}
+
+/// The Scan's `ExclusiveStartKey` of a [`scan_cursor`].
+fn scan_start(cursor: &str) -> Result<Item, StoreError> {
+    #[derive(serde::Deserialize)]
+    struct Key {
+        pk: String,
+        sk: String,
+    }
+    let key: Key = serde_json::from_str(cursor).map_err(|e| StoreError::Corrupt(format!("purge scan cursor: {e}")))?;
+    Ok(Item::from([(PK.to_string(), s(key.pk)), (SK.to_string(), s(key.sk))]))
 }
