@@ -144,9 +144,48 @@ pub fn check(cfg: &Config, settings: &TenantSettings, policies: &[&RetryPolicy])
     Ok(())
 }
 
+/// Checks the retry policy an endpoint of the tenant is to have (at its creation, or a PATCH
+/// that changes it) against the event retention its tenant has now (`settings`' override,
+/// else `WEBHOOKS_EVENT_RETENTION_DAYS`): the bound [`check`] puts on the retention, seen from
+/// the policy's side, so a later policy cannot outlast the payload either.
+///
+/// # Errors
+/// [`ServiceError::Validation`] (422) naming `retry_policy`, its longest cycle and the
+/// retention, in days.
+pub fn check_policy(cfg: &Config, settings: Option<&TenantSettings>, policy: &RetryPolicy) -> Result<(), ServiceError> {
+    let days = settings.map_or(cfg.event_retention_days, |s| s.retention(cfg).event_days);
+    let needs = u32::try_from(policy.longest_span_seconds().div_ceil(86_400)).unwrap_or(u32::MAX);
+    if needs <= days {
+        return Ok(());
+    }
+    Err(ServiceError::Validation(format!(
+        "retry_policy: its longest cycle takes up to {needs} days (waits at their jitter's longest, Retry-After up \
+         to 24 h where honoured), longer than the {days} days the tenant's events are kept (its \
+         event_retention_days, else WEBHOOKS_EVENT_RETENTION_DAYS): a retry would find the payload gone; \
+         shorten the schedule or raise the tenant's event_retention_days"
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_policy_must_not_outlast_the_tenants_events() {
+        let cfg = Config::new("t", "q");
+        let policy = |wait: u64, attempts: u32| {
+            let body = serde_json::json!({"schedule_seconds": [wait], "max_attempts": attempts, "jitter": 0});
+            RetryPolicy::from_request(Some(&body)).unwrap()
+        };
+        // Fourteen waits of 7 days: 98 days, over the stack's 90; twelve: 84.
+        let e = check_policy(&cfg, None, &policy(7 * 86_400, 15)).unwrap_err().to_string();
+        assert!(e.starts_with("retry_policy: its longest cycle takes up to 98 days"), "{e}");
+        assert!(check_policy(&cfg, None, &policy(7 * 86_400, 13)).is_ok());
+        let mut s = TenantSettings::empty("acme", Utc::now());
+        s.event_retention_days = Some(10);
+        assert!(check_policy(&cfg, Some(&s), &policy(6 * 86_400, 3)).is_err());
+        assert!(check_policy(&cfg, Some(&s), &policy(5 * 86_400, 3)).is_ok());
+    }
 
     #[test]
     fn the_standard_schedule_bounds_an_events_retention() {

@@ -172,10 +172,11 @@ pub async fn create_endpoint(app: &App, body: &Map<String, Value>) -> Result<End
     // never unboundedly.
     let max = app.config.max_endpoints_per_tenant;
     let snapshot = app.store.tenant_snapshot(tenant_id, &endpoint.id).await?;
-    if let Some(purge) = snapshot.settings.and_then(|s| s.purge) {
+    if let Some(purge) = snapshot.settings.as_ref().and_then(|s| s.purge.as_ref()) {
         let m = format!("tenant {tenant_id} is being purged (job {}); create its endpoints after", purge.job_id);
         return Err(ServiceError::TenantPurging(m));
     }
+    crate::domain::tenant::check_policy(&app.config, snapshot.settings.as_ref(), &endpoint.retry_policy)?;
     let have = snapshot.endpoints.len();
     if have >= usize::try_from(max).unwrap_or(usize::MAX) {
         return Err(invalid(
@@ -272,6 +273,10 @@ pub async fn update_endpoint(app: &App, id: &str, body: &Map<String, Value>) -> 
     if changed.event_types != ep.event_types {
         crate::service::event_types::check_subscription(app, &changed.tenant_id, changed.event_types.as_deref())
             .await?;
+    }
+    if changed.retry_policy != ep.retry_policy {
+        let settings = app.store.get_settings(&ep.tenant_id).await?;
+        crate::domain::tenant::check_policy(&app.config, settings.as_ref(), &changed.retry_policy)?;
     }
     for (field, url) in destinations(&changed) {
         if body.contains_key(field.split('.').next().unwrap_or(field)) {

@@ -63,6 +63,24 @@ async fn a_tenants_retention_override_sets_the_ttl_of_its_new_items_within_the_s
     let (status, s) = stack.call(Method::PUT, path, Some(body)).await;
     assert_eq!(status, 200, "{s}");
     assert_eq!(s["effective"], json!({"delivered_days": 2, "exhausted_days": 3, "event_days": 10}), "{s}");
+    // The bound holds from the policy's side too: no endpoint of acme, new or changed, may get a
+    // schedule that outlasts its events' 10 days (two 6-day waits: 12 days and more).
+    let long = json!({"schedule_seconds": [518_400], "max_attempts": 3, "jitter": 0});
+    let body = json!({"tenant_id": "acme", "url": ok.url, "retry_policy": long});
+    let (status, e) = stack.call(Method::POST, "/v1/endpoints", Some(body)).await;
+    assert_eq!(status, 422, "{e}");
+    let m = e["error"]["message"].as_str().unwrap();
+    assert!(m.starts_with("retry_policy: its longest cycle takes up to 12 days") && m.contains("the 10 days"), "{m}");
+    let (_, list) = stack.call(Method::GET, "/v1/endpoints?tenant_id=acme", None).await;
+    let first = list["data"][0]["id"].as_str().unwrap().to_string();
+    let path_ep = format!("/v1/endpoints/{first}");
+    let (status, e) = stack.call(Method::PATCH, &path_ep, Some(json!({"retry_policy": long}))).await;
+    assert_eq!((status, e["error"]["code"].as_str()), (422, Some("validation_error")), "{e}");
+    let fits = json!({"schedule_seconds": [345_600], "max_attempts": 3, "jitter": 0});
+    let (status, e) = stack.call(Method::PATCH, &path_ep, Some(json!({"retry_policy": fits}))).await;
+    assert_eq!(status, 200, "8 days fit in 10: {e}");
+    let (status, e) = stack.call(Method::PATCH, &path_ep, Some(json!({"retry_policy": once}))).await;
+    assert_eq!(status, 200, "{e}");
 
     // acme's new items: the event 10 days from ingest, a delivered delivery 2 days from its
     // delivery, a dead letter 3 days from its end; until final, `expires_at` is null and the
