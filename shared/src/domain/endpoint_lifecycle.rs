@@ -298,12 +298,13 @@ pub fn exhausted_job(claimed: &Delivery, last: &Attempt, now: DateTime<Utc>) -> 
     notify_job(id, &claimed.tenant_id, &claimed.endpoint_id, now, event)
 }
 
-/// The notify job of `job` (a recover or hold job) finishing at `now` with its status:
+/// The notify job of `job` (a recover, hold or purge job) finishing at `now` with its status:
 /// `job.finished`. `None` for other kinds or a job still running.
 pub fn finished_job(job: &Job, now: DateTime<Utc>) -> Option<Job> {
     let kind = match job.kind {
         JobKind::Recover => "recover",
         JobKind::Hold => "hold",
+        JobKind::Purge => "purge",
         _ => return None,
     };
     if job.status == "running" {

@@ -8,7 +8,7 @@
 //! | `endpoint.enabled` | an operator enabled it, or a half-open probe's success did | `manual`, `probe_succeeded` | - |
 //! | `endpoint.failing` | its failures in a row reached [`FAILING_FRACTION`] of its breaker's threshold, once per run of failures | `failures_in_a_row` | `consecutive_failures`, `threshold`, `status_code`, `error`, `delivery_id` |
 //! | `delivery.exhausted` | a delivery became a dead letter by its retry policy (a final answer, its attempts used up, or its payload expired) | `retry_policy`, `payload_expired` | `delivery_id`, `event_id`, `delivery_event_type`, `attempt_count`, `status_code`, `error` |
-//! | `job.finished` | a recover or hold job ended | its status: `done`, `cancelled` | `job_id`, `job_kind`, `processed` |
+//! | `job.finished` | a recover, hold or purge job ended | its status: `done`, `cancelled` | `job_id`, `job_kind`, `processed` |
 //!
 //! Each carries `id`, `endpoint_id`, `tenant_id` and `at` (when the transition happened).
 //! Every event is fixed by the transition that causes it and written with it, on a notify job
@@ -25,7 +25,7 @@
 //!   then the job's step: a claim (UpdateItem), a GetItem of the job, a GetItem of the
 //!   endpoint and the job's save (PutItem), 4 requests, plus the EventBridge PutEvents. A
 //!   record of a delivered attempt, or of a retry, carries no job and costs what it did;
-//! - `job.finished`: the step that ends a recover or hold job writes the notify job in the
+//! - `job.finished`: the step that ends a recover, hold or purge job writes the notify job in the
 //!   same TransactWriteItems as the job's own final save
 //!   ([`crate::store::JobStore::finish_job`]);
 //! - `endpoint.failing`: the failures-in-a-row counter is an ADD, not a versioned transition,
@@ -125,10 +125,11 @@ pub struct OperationalEvent {
     /// `job.finished`: the job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_id: Option<String>,
-    /// `job.finished`: `recover` or `hold`.
+    /// `job.finished`: `recover`, `hold` or `purge`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_kind: Option<String>,
-    /// `job.finished`: deliveries the job released (recover) or held (hold).
+    /// `job.finished`: deliveries the job released (recover) or held (hold), items a purge
+    /// removed (at least).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub processed: Option<u32>,
     /// When the transition happened.

@@ -313,7 +313,7 @@ async fn job_step(app: &App, id: &str, now: DateTime<Utc>, lease: i64) -> Result
         job.run_at = None;
     }
     job.updated_at = now;
-    // A recover or hold job's end is an operational event (`job.finished`): its notify job is
+    // A recover or hold job's end (a purge's: [`crate::service::purge::step`]) is an operational event (`job.finished`): its notify job is
     // written with the job's last save, then run at once (the sweeper runs it if this fails).
     let finished = endpoint_lifecycle::finished_job(&job, now);
     let saved = match &finished {

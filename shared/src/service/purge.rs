@@ -139,10 +139,18 @@ pub async fn step(app: &App, mut job: Job, now: DateTime<Utc>, lease: i64) -> Re
     }
     job.run_at = (job.status == "running").then_some(now);
     job.updated_at = now;
-    if !app.store.save_job(&job, lease).await? {
+    // The end is an operational event (`job.finished`, `job_kind: purge`): its notify job is
+    // written with the last save, then run at once (the sweeper runs it if this fails).
+    let finished = crate::domain::endpoint_lifecycle::finished_job(&job, now);
+    let saved = match &finished {
+        Some(notify) => app.store.finish_job(&job, lease, notify).await?,
+        None => app.store.save_job(&job, lease).await?,
+    };
+    if !saved {
         tracing::warn!(job_id = %job.id, "purge step outlived its lease; the later step's progress stands");
-    } else if job.status == "done" {
-        tracing::warn!(tenant_id = %tenant, job_id = %job.id, removed = job.processed, "tenant purged");
+    } else if let Some(notify) = finished {
+        tracing::warn!(tenant_id = %tenant, job_id = %job.id, removed = job.processed, status = %job.status, "tenant purge ended");
+        Box::pin(crate::service::endpoint_state::run_inline(app, std::slice::from_ref(&notify))).await;
     }
     Ok(())
 }

@@ -426,10 +426,20 @@ async fn a_purge_leaves_nothing_of_the_tenant_and_no_other_tenant_touched_also_w
     // Nothing of acme but the purge job's own record; the other tenant as it was.
     let after = scan(&app.config.table).await;
     let left = items_of(&after, "acme", &acme_endpoints);
-    // The jobs are kept (14 days' TTL): the purge's, and the deleted endpoint's clean-up.
+    // The jobs are kept (14 days' TTL): the purge's, the deleted endpoint's clean-up, and the
+    // notify job of the purge's end (`job.finished`, kind purge).
     assert!(left.contains(&format!("JOB#{job_id} / JOB")), "{left:?}");
     assert!(left.iter().all(|k| k.starts_with("JOB#") && k.ends_with(" / JOB")), "left of acme: {left:?}");
-    assert_eq!(left.len(), 2, "left of acme: {left:?}");
+    assert_eq!(left.len(), 3, "left of acme: {left:?}");
+    let mut finished = Vec::new();
+    for key in &left {
+        let id = key.trim_start_matches("JOB#").trim_end_matches(" / JOB");
+        if let Some(event) = app.store.get_job(id).await.unwrap().and_then(|j| j.event) {
+            finished.push((event.event_type, event.job_id, event.job_kind, event.reason));
+        }
+    }
+    let want = ("job.finished".to_string(), Some(job_id.clone()), Some("purge".to_string()), "done".to_string());
+    assert_eq!(finished, vec![want], "the purge's end as an operational event");
     let mut other_after = items_of(&after, "other", std::slice::from_ref(&other));
     other_after.sort();
     assert_eq!(other_after, other_before, "the other tenant's items changed");
