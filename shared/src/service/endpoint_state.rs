@@ -29,6 +29,9 @@ use crate::error::ServiceError;
 use crate::store::{Applied, Committed, DeliveryQuery, EndpointWrite};
 use chrono::{DateTime, Duration, Utc};
 
+mod pages;
+use pages::{end_deleted_page, hold_page, probe_step, release_page};
+
 /// How many times a guarded endpoint change is decided again after losing its guard before
 /// the caller gets 409 `conflict`.
 pub const CHANGE_TRIES: usize = 5;
@@ -154,7 +157,7 @@ pub async fn enable(app: &App, endpoint: &Endpoint) -> Result<(Endpoint, Job), S
 pub async fn run_inline(app: &App, jobs: &[Job]) {
     for job in jobs.iter().filter(|j| matches!(j.kind, JobKind::Hold | JobKind::Notify)) {
         let Some(at) = job.run_at else { continue };
-        match run_job_step(app, &job.id, at.timestamp_millis()).await {
+        match run_endpoint_job_step(app, &job.id, at.timestamp_millis()).await {
             Ok(messages) if messages.is_empty() => {}
             Ok(messages) => {
                 if let Err(e) = app.queue.send(&messages).await {
@@ -185,38 +188,77 @@ pub async fn start_job(
     Ok(job)
 }
 
-/// Runs one step of a due job (the sweeper calls this). A step handles at most
+/// Runs one step of a due job (the sweeper calls this): an endpoint job's ([`job_step`]) or a
+/// tenant purge's ([`crate::service::purge::step`]). A step handles at most
 /// `config.release_per_tick` deliveries; a job with more to do runs again next tick.
 /// Returns the messages to send.
 ///
 /// # Errors
 /// [`ServiceError::Unavailable`] when DynamoDB failed; the job runs again after its lease.
 pub async fn run_job_step(app: &App, id: &str, due_at: i64) -> Result<Vec<Enqueue>, ServiceError> {
+    let Some((job, now, lease)) = take_step(app, id, due_at).await? else { return Ok(Vec::new()) };
+    let out = if job.kind == JobKind::Purge {
+        match crate::service::purge::step(app, job, now, lease).await {
+            Ok(Some(notify)) => {
+                Box::pin(run_inline(app, std::slice::from_ref(&notify))).await;
+                Ok(Vec::new())
+            }
+            Ok(None) => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    } else {
+        job_step(app, job, now, lease).await
+    };
+    step_ended(app, id, now, lease, out).await
+}
+
+/// [`run_job_step`] of a hold or notify job run inline ([`run_inline`]): never a purge's
+/// (whose steps scan the table: only the sweeper's role may).
+async fn run_endpoint_job_step(app: &App, id: &str, due_at: i64) -> Result<Vec<Enqueue>, ServiceError> {
+    let Some((job, now, lease)) = take_step(app, id, due_at).await? else { return Ok(Vec::new()) };
+    let out = job_step(app, job, now, lease).await;
+    step_ended(app, id, now, lease, out).await
+}
+
+/// Takes a step of job `id` due at `due_at`: its lease (a concurrent tick loses this
+/// condition; if this worker dies, the job is due again after the lease, the sweeper's budget:
+/// no step outlives it) and the job as it is then. `None`: another took it, or it is gone.
+async fn take_step(app: &App, id: &str, due_at: i64) -> Result<Option<(Job, DateTime<Utc>, i64)>, ServiceError> {
     let now = app.clock.now();
-    // Take the step: a concurrent tick loses this condition. If this worker dies, the job is
-    // due again after the lease (the sweeper's budget: no step outlives it).
     let lease =
         now.timestamp_millis() + i64::try_from(app.config.sweep_budget.as_millis()).unwrap_or(60_000).max(1_000);
     if !app.store.claim_job(id, due_at, lease).await? {
-        return Ok(Vec::new());
+        return Ok(None);
     }
-    match job_step(app, id, now, lease).await {
-        Ok(out) => Ok(out),
-        Err(e) => {
-            // Due again at once rather than after the lease (best effort: the lease is the
-            // fallback). Every step is idempotent, so repeating its first half is safe.
-            let _ = app.store.claim_job(id, lease, now.timestamp_millis()).await;
-            Err(e)
-        }
+    match app.store.get_job(id).await {
+        Ok(job) => Ok(job.map(|j| (j, now, lease))),
+        Err(e) => step_ended(app, id, now, lease, Err(e.into())).await.map(|_| None),
     }
 }
 
-/// One step of job `id`, taken with the lease `lease` (due time, milliseconds): its work, then
-/// its outcome written only while the lease still holds ([`crate::store::JobStore::save_job`]).
-async fn job_step(app: &App, id: &str, now: DateTime<Utc>, lease: i64) -> Result<Vec<Enqueue>, ServiceError> {
-    let Some(mut job) = app.store.get_job(id).await? else { return Ok(Vec::new()) };
+/// A step's outcome; a failed one makes the job due again at once rather than after the lease
+/// (best effort: the lease is the fallback). Every step is idempotent, so repeating its first
+/// half is safe.
+async fn step_ended(
+    app: &App,
+    id: &str,
+    now: DateTime<Utc>,
+    lease: i64,
+    out: Result<Vec<Enqueue>, ServiceError>,
+) -> Result<Vec<Enqueue>, ServiceError> {
+    if out.is_err() {
+        let _ = app.store.claim_job(id, lease, now.timestamp_millis()).await;
+    }
+    out
+}
+
+/// One step of endpoint job `job`, taken with the lease `lease` (due time, milliseconds): its
+/// work, then its outcome written only while the lease still holds
+/// ([`crate::store::JobStore::save_job`]). A purge job is the sweeper's ([`run_job_step`]):
+/// left as it is here.
+async fn job_step(app: &App, mut job: Job, now: DateTime<Utc>, lease: i64) -> Result<Vec<Enqueue>, ServiceError> {
     if job.kind == JobKind::Purge {
-        return crate::service::purge::step(app, job, now, lease).await.map(|()| Vec::new());
+        return Ok(Vec::new());
     }
     let endpoint = app.store.get_endpoint(&job.tenant_id, &job.endpoint_id).await?;
     let mut out = Vec::new();
@@ -387,174 +429,6 @@ async fn publish_operational(app: &App, event: &OperationalEvent) -> Result<(), 
         crate::service::ingest::ingest_operational(app, event).await?;
     }
     Ok(())
-}
-
-/// Ends up to `limit` unfinished deliveries of the deleted endpoint of `job` as exhausted
-/// (reason `endpoint_deleted`); returns how many it found, and whether a listing said there
-/// may be more (a page with a cursor: a page can come back short with one).
-async fn end_deleted_page(app: &App, job: &Job, limit: usize) -> Result<(usize, bool), ServiceError> {
-    let mut found = 0;
-    let mut more = false;
-    for status in UNFINISHED {
-        let page = app
-            .store
-            .list_deliveries(&DeliveryQuery {
-                endpoint_id: Some(job.endpoint_id.clone()),
-                status: Some(status),
-                oldest_first: true,
-                limit: limit - found,
-                ..DeliveryQuery::default()
-            })
-            .await?;
-        found += page.data.len();
-        more |= page.next_cursor.is_some();
-        for d in &page.data {
-            end_as_deleted(app, d).await?;
-        }
-        if found >= limit {
-            break;
-        }
-    }
-    Ok((found, more))
-}
-
-/// Releases the oldest held delivery of a paused endpoint as its half-open probe: the
-/// endpoint's move to probing and the delivery's release are one write.
-async fn probe_step(app: &App, ep: &Endpoint, job: &mut Job, out: &mut Vec<Enqueue>) -> Result<(), ServiceError> {
-    let now = app.clock.now();
-    let page = app
-        .store
-        .list_deliveries(&DeliveryQuery {
-            endpoint_id: Some(ep.id.clone()),
-            status: Some(DeliveryStatus::Held),
-            oldest_first: true,
-            limit: PROBE_PAGE,
-            ..DeliveryQuery::default()
-        })
-        .await?;
-    // Held deliveries whose event type the endpoint's filter no longer takes are never sent
-    // (deliver would end them `unsubscribed`): end them here rather than probe with them.
-    let mut ended = 0;
-    for d in page.data.iter().take_while(|d| !ep.subscribes_to(&d.event_type)) {
-        let t = delivery_lifecycle::abandon(
-            &app.config,
-            now,
-            d.status,
-            d.attempt_count,
-            EndpointEntry::new(&d.endpoint_id, d.created_at),
-            REASON_UNSUBSCRIBED,
-            d.exhausted_retention_days,
-        );
-        if let Applied::Done(_) = app.store.apply(&d.id, &t, false).await? {
-            ended += 1;
-        }
-    }
-    let Some(d) = page.data.iter().find(|d| ep.subscribes_to(&d.event_type)) else {
-        // Nothing to probe with yet: look again next tick when this step ended some (more
-        // may follow), else after the cool-down.
-        let wait = if ended > 0 { 0 } else { ep.auto_resume_after_seconds };
-        job.run_at = Some(now + Duration::seconds(i64::try_from(wait).unwrap_or(300)));
-        return Ok(());
-    };
-    let (Some(change), Some((t, e))) = (endpoint_lifecycle::probe_out(ep, &d.id, now), release_now(app, now, d)) else {
-        return Ok(());
-    };
-    match app.store.commit(EndpointWrite::Change(&change), Some((&d.id, &t))).await? {
-        Committed::Done => {
-            committed(app, ep, &change);
-            out.extend(e);
-            job.processed += 1;
-            job.status = "done".into();
-            tracing::info!(endpoint_id = %ep.id, delivery_id = %d.id, "half-open probe released");
-        }
-        // Someone moved first: decide again on the next tick.
-        Committed::EndpointChanged | Committed::DeliveryLost => {}
-    }
-    Ok(())
-}
-
-/// How many of a paused endpoint's oldest held deliveries a probe step reads to find one its
-/// filter still takes (ending the others as `unsubscribed`).
-const PROBE_PAGE: usize = 100;
-
-/// Holds one page (up to `limit`, oldest first) of a disabled endpoint's scheduled
-/// deliveries, each in a write conditional on the endpoint's version as read (an enable in
-/// between makes it lose, so nothing is held behind an enable). Returns how many it found,
-/// whether it stopped early because the endpoint changed (then the job goes on next tick), and
-/// whether the listing said there may be more (a page can come back short with a cursor).
-async fn hold_page(app: &App, ep: &Endpoint, limit: usize, job: &mut Job) -> Result<(usize, bool, bool), ServiceError> {
-    let page = app
-        .store
-        .list_deliveries(&DeliveryQuery {
-            endpoint_id: Some(ep.id.clone()),
-            status: Some(DeliveryStatus::Scheduled),
-            oldest_first: true,
-            limit,
-            ..DeliveryQuery::default()
-        })
-        .await?;
-    let now = app.clock.now();
-    // The half-open probe, released while this job runs, is the one delivery a paused
-    // endpoint accepts: it is not held.
-    for d in page.data.iter().filter(|d| !ep.accepts(&d.id)) {
-        let t =
-            delivery_lifecycle::hold_scheduled(now, d.attempt_count, EndpointEntry::new(&d.endpoint_id, d.created_at));
-        let check = EndpointWrite::Unchanged { tenant_id: &ep.tenant_id, id: &ep.id, version: ep.version };
-        match app.store.commit(check, Some((&d.id, &t))).await? {
-            Committed::Done => job.processed += 1,
-            Committed::DeliveryLost => {}
-            // Enabled (or changed) meanwhile: stop; the next step reads it again.
-            Committed::EndpointChanged => return Ok((page.data.len(), true, true)),
-        }
-    }
-    Ok((page.data.len(), false, page.next_cursor.is_some()))
-}
-
-/// Releases one page (up to `limit`, oldest first) of `ep`'s deliveries in `status`
-/// accepted in the job's window, continuing from `cursor`. Returns how many it found and the
-/// next page's cursor.
-async fn release_page(
-    app: &App,
-    ep: &Endpoint,
-    status: DeliveryStatus,
-    limit: usize,
-    cursor: Option<String>,
-    job: &mut Job,
-    out: &mut Vec<Enqueue>,
-) -> Result<(usize, Option<String>), ServiceError> {
-    let page = app
-        .store
-        .list_deliveries(&DeliveryQuery {
-            endpoint_id: Some(ep.id.clone()),
-            status: Some(status),
-            since: job.since,
-            until: job.until,
-            oldest_first: true,
-            limit,
-            cursor,
-        })
-        .await?;
-    let now = app.clock.now();
-    for d in &page.data {
-        if let Some((t, e)) = release_now(app, now, d)
-            && let Applied::Done(_) = app.store.apply(&d.id, &t, false).await?
-        {
-            out.extend(e);
-            job.processed += 1;
-        }
-    }
-    Ok((page.data.len(), page.next_cursor))
-}
-
-/// [`delivery_lifecycle::release`] of listed delivery `d` (held or exhausted, as listed) for a first
-/// attempt now.
-fn release_now(
-    app: &App,
-    now: DateTime<Utc>,
-    d: &crate::store::DeliverySummary,
-) -> Option<(delivery_lifecycle::Transition, Option<Enqueue>)> {
-    let entry = EndpointEntry::new(&d.endpoint_id, d.created_at);
-    delivery_lifecycle::release(&app.config, now, &d.id, d.status, d.attempt_count, entry, now)
 }
 
 #[cfg(test)]

@@ -116,11 +116,12 @@ pub async fn delete_tenant(app: &App, tenant_id: &str) -> Result<Job, ServiceErr
 
 /// One step of purge job `job`, taken with the lease `lease` (due time, milliseconds); the
 /// sweeper runs it through [`crate::service::endpoint_state::run_job_step`]. Saves the job's
-/// progress while the lease holds.
+/// progress while the lease holds. Returns the notify job of its end (`job.finished`),
+/// written with the last save, for the caller to run at once (the sweeper runs it otherwise).
 ///
 /// # Errors
 /// [`ServiceError::Unavailable`] when DynamoDB failed; the step runs again.
-pub async fn step(app: &App, mut job: Job, now: DateTime<Utc>, lease: i64) -> Result<(), ServiceError> {
+pub async fn step(app: &App, mut job: Job, now: DateTime<Utc>, lease: i64) -> Result<Option<Job>, ServiceError> {
     let tenant = job.tenant_id.clone();
     let settings = app.store.get_settings(&tenant).await?;
     match settings.as_ref().and_then(|s| s.purge.as_ref()) {
@@ -129,7 +130,7 @@ pub async fn step(app: &App, mut job: Job, now: DateTime<Utc>, lease: i64) -> Re
                 job.processed += u32::try_from(removed).unwrap_or(u32::MAX);
             } else {
                 tracing::warn!(job_id = %job.id, "purge step outlived its lease; the later step goes on");
-                return Ok(());
+                return Ok(None);
             }
         }
         // The settings item is removed last: the step that removed it died before its save.
@@ -148,11 +149,11 @@ pub async fn step(app: &App, mut job: Job, now: DateTime<Utc>, lease: i64) -> Re
     };
     if !saved {
         tracing::warn!(job_id = %job.id, "purge step outlived its lease; the later step's progress stands");
-    } else if let Some(notify) = finished {
+        return Ok(None);
+    } else if finished.is_some() {
         tracing::warn!(tenant_id = %tenant, job_id = %job.id, removed = job.processed, status = %job.status, "tenant purge ended");
-        Box::pin(crate::service::endpoint_state::run_inline(app, std::slice::from_ref(&notify))).await;
     }
-    Ok(())
+    Ok(finished)
 }
 
 /// The step's deletes; how many items it removed, `None` when the lease was lost.
