@@ -1247,9 +1247,9 @@ impl LifecycleStore for MemStore {
         self.call("store.endpoint_counters", |_, t| {
             let stats = t.delivered_days.keys().filter(|(ep, _)| ep == endpoint_id);
             let mut out: Vec<Purgeable> =
-                stats.map(|(ep, day)| Purgeable::Counter(format!("STATS#{ep}"), day.clone())).collect();
+                stats.map(|(ep, day)| Purgeable::Item(format!("STATS#{ep}"), day.clone())).collect();
             let rates = t.rate_windows.keys().filter(|(ep, _)| ep == endpoint_id);
-            out.extend(rates.map(|(ep, second)| Purgeable::Counter(format!("RATE#{ep}"), second.to_string())));
+            out.extend(rates.map(|(ep, second)| Purgeable::Item(format!("RATE#{ep}"), second.to_string())));
             out.truncate(limit);
             Ok(out)
         })
@@ -1315,7 +1315,9 @@ impl LifecycleStore for MemStore {
                         t.failure_marks.remove(&key);
                         t.pointers.remove(id);
                     }
-                    Purgeable::Counter(pk, sk) => {
+                    // Counters by key (the scan's other keys are DynamoStore's: this store's scan
+                    // names its items by kind).
+                    Purgeable::Item(pk, sk) => {
                         if let Some(ep) = pk.strip_prefix("STATS#") {
                             t.delivered_days.remove(&(ep.to_string(), sk.clone()));
                             t.delivered_marks.remove(&(ep.to_string(), sk.clone()));
@@ -1329,8 +1331,6 @@ impl LifecycleStore for MemStore {
                     Purgeable::Tombstone(tenant, id) => {
                         t.tombstones.remove(&(tenant.clone(), id.clone()));
                     }
-                    // DynamoStore's raw keys: this store's scan names its items by kind.
-                    Purgeable::Item(..) => {}
                 }
             }
             Ok(true)

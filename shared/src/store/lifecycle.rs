@@ -66,14 +66,13 @@ pub enum Purgeable {
     Event(String, String),
     /// An endpoint with its id pointer and its copies: (tenant, endpoint id).
     Endpoint(String, String),
-    /// One counter item of an endpoint (delivered per day, rate window), by its table key as
-    /// [`LifecycleStore::endpoint_counters`] lists it: (`pk`, `sk`).
-    Counter(String, String),
     /// A tenant's settings item with its copies.
     Settings(String),
     /// A deleted endpoint's tombstone: (tenant, endpoint id).
     Tombstone(String, String),
-    /// Any other item of the tenant a purge's scan found, by its table key: (`pk`, `sk`).
+    /// One item by its table key (`pk`, `sk`): a counter of an endpoint (delivered per day,
+    /// rate window) as [`LifecycleStore::endpoint_counters`] lists it, or an item of the
+    /// tenant's a purge's scan found ([`LifecycleStore::scan_tenant`]).
     Item(String, String),
 }
 

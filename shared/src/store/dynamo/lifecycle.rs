@@ -25,7 +25,7 @@ impl DynamoStore {
                 keys.extend((0..self.copies).map(|j| (endpoint_copy_pk(tenant, j), endpoint_key(id))));
                 keys
             }
-            Purgeable::Counter(pk, sk) | Purgeable::Item(pk, sk) => vec![(pk.clone(), sk.clone())],
+            Purgeable::Item(pk, sk) => vec![(pk.clone(), sk.clone())],
             Purgeable::Tombstone(tenant, id) => vec![(tenant_pk(tenant), deleted_endpoint_sk(id))],
             Purgeable::Settings(tenant) => {
                 (0..self.copies).map(|j| (endpoint_copy_pk(tenant, j), SETTINGS_SK.to_string())).collect()
@@ -182,10 +182,10 @@ impl LifecycleStore for DynamoStore {
                 .send()
                 .await
                 .map_err(aws)?;
-            for item in page.items.unwrap_or_default() {
-                let text = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
-                out.push(Purgeable::Counter(text(PK), text(SK)));
-            }
+            out.extend(page.items.unwrap_or_default().iter().map(|item| {
+                let (pk, sk) = table_key(item);
+                Purgeable::Item(pk, sk)
+            }));
         }
         Ok(out)
     }
@@ -203,7 +203,7 @@ impl LifecycleStore for DynamoStore {
     }
 
     async fn scan_tenant(&self, tenant_id: &str, cursor: Option<&str>, pages: usize) -> Result<ScanPage, StoreError> {
-        let mut start = cursor.map(scan_start).transpose()?;
+        let mut start = cursor.map(decode_cursor).transpose()?;
         let mut out = ScanPage::default();
         for _ in 0..pages.max(1) {
             let page = self
@@ -219,16 +219,16 @@ impl LifecycleStore for DynamoStore {
                 .send()
                 .await
                 .map_err(aws)?;
-            for item in page.items.unwrap_or_default() {
-                let text = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
-                out.items.push(Purgeable::Item(text(PK), text(SK)));
-            }
+            out.items.extend(page.items.unwrap_or_default().iter().map(|item| {
+                let (pk, sk) = table_key(item);
+                Purgeable::Item(pk, sk)
+            }));
             match page.last_evaluated_key.filter(|k| !k.is_empty()) {
                 Some(key) => start = Some(key),
                 None => return Ok(out),
             }
         }
-        out.next = start.map(|k| scan_cursor(&k));
+        out.next = start.map(encode_cursor).transpose()?;
         Ok(out)
     }
 
@@ -259,22 +259,4 @@ impl LifecycleStore for DynamoStore {
         }
         Ok(true)
     }
-}
-
-/// A scan's position as a cursor: the table key of the last item read, as JSON
-/// (`{"pk": .., "sk": ..}`).
-fn scan_cursor(key: &Item) -> String {
-    let text = |k: &str| key.get(k).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
-    serde_json::json!({ "pk": text(PK), "sk": text(SK) }).to_string()
-}
-
-/// The Scan's `ExclusiveStartKey` of a [`scan_cursor`].
-fn scan_start(cursor: &str) -> Result<Item, StoreError> {
-    #[derive(serde::Deserialize)]
-    struct Key {
-        pk: String,
-        sk: String,
-    }
-    let key: Key = serde_json::from_str(cursor).map_err(|e| StoreError::Corrupt(format!("purge scan cursor: {e}")))?;
-    Ok(Item::from([(PK.to_string(), s(key.pk)), (SK.to_string(), s(key.sk))]))
 }

@@ -334,10 +334,16 @@ impl DynamoStore {
     }
 }
 
+/// An item's table key (`pk`, `sk`) as strings (empty when missing).
+fn table_key(item: &Item) -> (String, String) {
+    let text = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+    (text(PK), text(SK))
+}
+
 /// An item's table key as one string (`{pk}\n{sk}`).
 fn key_text(item: &Item) -> String {
-    let text = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
-    format!("{}\n{}", text(PK), text(SK))
+    let (pk, sk) = table_key(item);
+    format!("{pk}\n{sk}")
 }
 
 /// An item's table key (`pk`, `sk`).
