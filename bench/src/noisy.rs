@@ -266,7 +266,7 @@ pub async fn ingest(app: &webhooks::App, tenant: &str, events: usize, payload: &
 }
 
 /// Where each delivery stands, for an error message: `id: status, attempts n, lease until`.
-async fn standing(app: &webhooks::App, ids: &[String]) -> String {
+async fn standing(app: &webhooks::App, ids: &[webhooks::domain::ids::DeliveryId]) -> String {
     let mut out = Vec::new();
     for id in ids {
         out.push(match app.store.get_delivery(id).await {
@@ -290,9 +290,9 @@ async fn standing(app: &webhooks::App, ids: &[String]) -> String {
 /// once its lease expires, as on AWS; 120 s covers the lease (15 s) and a sweep.
 async fn warm_up(app: &webhooks::App, tenant: &str, payload: &str, slow_id: Option<&str>, mark: bool) -> Res<()> {
     let posted = stack::event(app, tenant, &stack::unique("evt"), payload).await?;
-    let ids: Vec<String> = posted["deliveries"]
+    let ids: Vec<webhooks::domain::ids::DeliveryId> = posted["deliveries"]
         .as_array()
-        .map(|a| a.iter().filter_map(|d| d["id"].as_str().map(String::from)).collect())
+        .map(|a| a.iter().filter_map(|d| d["id"].as_str().and_then(|s| s.parse().ok())).collect())
         .unwrap_or_default();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
@@ -304,7 +304,10 @@ async fn warm_up(app: &webhooks::App, tenant: &str, payload: &str, slow_id: Opti
             }
         }
         let marked = match (mark, slow_id) {
-            (true, Some(id)) => matches!(app.store.find_endpoint(id).await, Ok(Some(ep)) if ep.slow_until.is_some()),
+            (true, Some(id)) => match id.parse::<webhooks::domain::ids::EndpointId>() {
+                Ok(id) => matches!(app.store.find_endpoint(&id).await, Ok(Some(ep)) if ep.slow_until.is_some()),
+                Err(_) => false,
+            },
             _ => true,
         };
         if done == ids.len() && marked {

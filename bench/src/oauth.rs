@@ -345,7 +345,11 @@ async fn time_posts(sdk: &aws_config::SdkConfig, n: usize, payload: &str) -> Res
         let mut eps = Vec::new();
         for (kind, server) in [(Kind::Plain, &cached), (Kind::Cached, &cached), (Kind::Expired, &expired)] {
             let id = create_endpoint(&app, &kind.endpoint_body("tp", server)).await?;
-            let ep = app.store.get_endpoint("tp", &id).await?.ok_or_else(|| err("oauth: endpoint not found"))?;
+            let ep = app
+                .store
+                .get_endpoint(&"tp".parse()?, &id.parse()?)
+                .await?
+                .ok_or_else(|| err("oauth: endpoint not found"))?;
             eps.push((kind, ep));
         }
         let now = app.clock.now();

@@ -99,7 +99,7 @@ pub async fn run(variant: Variant, events: usize, payload: &str) -> Res<RateRun>
     let mut rate_curve = Vec::new();
     let mut last_ok = (0, t0);
     while rx.ok() < events as u64 && Instant::now() < deadline {
-        if let Ok(Some(ep)) = app.store.find_endpoint(&id).await {
+        if let Ok(Some(ep)) = app.store.find_endpoint(&id.parse()?).await {
             let rate = webhooks::domain::rate::effective(&ep).unwrap_or(f64::NAN);
             rate_curve.push((t0.elapsed().as_secs_f64(), rate));
         }

@@ -252,7 +252,7 @@ pub async fn ceiling(sdk: &aws_config::SdkConfig, n: usize, payload: &str) -> Re
                 let work = msgs.iter().map(|m| {
                     // The one thing the consumer reads from the message: which delivery.
                     let id = webhooks::queue::decode(m.body.as_deref().unwrap_or_default())
-                        .map(|msg| msg.delivery_id)
+                        .map(|msg| msg.delivery_id.into_string())
                         .unwrap_or_default();
                     let (ddb, table, endpoint_key) = (&ddb, &table, &endpoint_key);
                     async move {
@@ -363,7 +363,7 @@ pub async fn ceiling(sdk: &aws_config::SdkConfig, n: usize, payload: &str) -> Re
                     .await?;
             }
             let mut msg = message.clone();
-            msg.delivery_id = id;
+            msg.delivery_id = id.parse()?;
             sqs.send_message_batch()
                 .queue_url(url)
                 .entries(

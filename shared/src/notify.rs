@@ -156,6 +156,7 @@ impl Notifier for SnsNotifier {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::ids::id;
 
     #[test]
     fn the_owner_notification_carries_no_credentials_or_secrets() {
@@ -164,8 +165,8 @@ mod tests {
             enabled: false,
             previous_secret: Some("whsec_cHJldmlvdXNwcmV2aW91c3ByZXZpb3Vz".into()),
             ..Endpoint::new(
-                "ep_1",
-                "acme",
+                id("ep_1"),
+                id("acme"),
                 "https://hookuser:hookpass@example.com/hook",
                 "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
                 now,

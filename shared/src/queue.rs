@@ -127,6 +127,7 @@ impl From<QueueError> for crate::error::ServiceError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::ids::id;
 
     #[test]
     fn batches_hold_at_most_ten_messages_and_256_kib() {
@@ -139,13 +140,13 @@ mod tests {
 
     #[test]
     fn a_message_too_big_for_sqs_leaves_the_payload_behind() {
-        let mut m = AttemptMessage::new("dlv_1", 2);
+        let mut m = AttemptMessage::new(id("dlv_1"), 2);
         m.payload = Some("y".repeat(1000));
         assert_eq!(decode(&encode(&m)).ok(), Some(m.clone()));
         m.payload = Some("y".repeat(MAX_MESSAGE_BYTES));
         let sent = decode(&encode(&m)).ok();
-        assert_eq!(sent, Some(AttemptMessage::new("dlv_1", 2)));
+        assert_eq!(sent, Some(AttemptMessage::new(id("dlv_1"), 2)));
         m.payload = Some("{\"s\": \"\u{FFFF}\"}".into());
-        assert_eq!(decode(&encode(&m)).ok(), Some(AttemptMessage::new("dlv_1", 2)), "SQS refuses U+FFFF");
+        assert_eq!(decode(&encode(&m)).ok(), Some(AttemptMessage::new(id("dlv_1"), 2)), "SQS refuses U+FFFF");
     }
 }

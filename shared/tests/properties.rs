@@ -6,6 +6,15 @@
 //! bounds, and every transition keeps the guarantees the sweeper and deliver rely on.
 //! `PROPTEST_CASES` sets the cases per property (default here: 2,000).
 
+/// An id for a test from a literal that meets the id rule (a test's own mistake otherwise).
+#[allow(clippy::expect_used)]
+fn id<T: std::str::FromStr>(value: &str) -> T
+where
+    T::Err: std::fmt::Debug,
+{
+    value.parse().expect("a test id meets the id rule")
+}
+
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -97,11 +106,11 @@ fn attempt(n: u32, now: DateTime<Utc>) -> Attempt {
 
 fn claimed(attempt_count: u32, kept: usize, dropped: u32, now: DateTime<Utc>) -> Delivery {
     Delivery {
-        id: "dlv_1".into(),
-        event_id: "evt_1".into(),
+        id: id("dlv_1"),
+        event_id: id("evt_1"),
         event_type: "order.paid".into(),
-        tenant_id: "acme".into(),
-        endpoint_id: "ep_1".into(),
+        tenant_id: id("acme"),
+        endpoint_id: id("ep_1"),
         status: DeliveryStatus::Sending,
         attempt_count,
         attempts_base: 0,
@@ -209,7 +218,7 @@ proptest! {
             prop_assert!(webhooks::queue::decode(&raw).is_err(), "{:?}", raw);
         }
         let refused = payload.as_deref().is_some_and(|p| p.contains(['\u{FFFE}', '\u{FFFF}']));
-        let mut msg = webhooks::domain::delivery_lifecycle::AttemptMessage::new(id, n);
+        let mut msg = webhooks::domain::delivery_lifecycle::AttemptMessage::new(id.parse().expect("the strategy makes valid ids"), n);
         msg.payload = payload;
         let mut expected = msg.clone();
         if refused {
@@ -367,7 +376,7 @@ proptest! {
         cfg.sqs_max_delay_seconds = sqs_max;
         cfg.redrive_after_seconds = redrive;
         let item = DueItem {
-            id: "dlv_1".into(),
+            id: id("dlv_1"),
             status: if sending { DeliveryStatus::Sending } else { DeliveryStatus::Scheduled },
             attempt_count,
             due_at: now_ms + due_offset,
@@ -375,7 +384,7 @@ proptest! {
             lease_until: sending.then(|| at(now_ms + due_offset)),
         };
         // An expired lease is written on the item as read (sending: the claim the index showed).
-        let (mut read, _, _) = delivery_lifecycle::new_delivery(&cfg, now, "dlv_1".into(), "evt_1", "t", "acme", "ep_1", false);
+        let (mut read, _, _) = delivery_lifecycle::new_delivery(&cfg, now, id("dlv_1"), &id("evt_1"), "t", &id("acme"), &id("ep_1"), false);
         read.status = item.status;
         read.attempt_count = attempt_count;
         read.lease_until = sending.then(|| at(now_ms + lease_offset));

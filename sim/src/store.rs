@@ -36,6 +36,7 @@ use webhooks::clock::Clock;
 use webhooks::domain::api_key::ApiKey;
 use webhooks::domain::delivery_lifecycle::{DueItem, Field, Transition};
 use webhooks::domain::event_type::{EventType, EventTypeVersion};
+use webhooks::domain::ids::{DeliveryId, EndpointId, EventId, JobId, TenantId};
 use webhooks::domain::model::{Delivery, DeliveryStatus, Endpoint, Job, StoredEvent};
 use webhooks::domain::tenant::TenantSettings;
 use webhooks::store::keys::{JOB_SHARD, due_shard, endpoint_bucket, endpoint_sk, stats_day_sk, time_sk};
@@ -79,26 +80,26 @@ pub struct JobRow {
 #[derive(Debug, Clone)]
 enum Indexed {
     Delivery(Box<DeliveryRow>),
-    Job { id: String, due_at: Option<i64> },
+    Job { id: JobId, due_at: Option<i64> },
 }
 
 /// The table.
 #[derive(Debug, Default)]
 pub struct Tables {
     /// Endpoints by (tenant, id).
-    pub endpoints: BTreeMap<(String, String), Endpoint>,
+    pub endpoints: BTreeMap<(TenantId, EndpointId), Endpoint>,
     /// Endpoint id to tenant.
-    pub pointers: BTreeMap<String, String>,
+    pub pointers: BTreeMap<EndpointId, TenantId>,
     /// Event payload items by (tenant, event id).
-    pub events: BTreeMap<(String, String), StoredEvent>,
+    pub events: BTreeMap<(TenantId, EventId), StoredEvent>,
     /// The `ingest_token` of each event item, and whether it is `promised`.
-    event_tokens: BTreeMap<(String, String), (u64, bool)>,
+    event_tokens: BTreeMap<(TenantId, EventId), (u64, bool)>,
     /// The last `ingest_token` handed out.
     last_token: u64,
     /// Deliveries by id.
-    pub deliveries: BTreeMap<String, DeliveryRow>,
+    pub deliveries: BTreeMap<DeliveryId, DeliveryRow>,
     /// Jobs by id.
-    pub jobs: BTreeMap<String, JobRow>,
+    pub jobs: BTreeMap<JobId, JobRow>,
     /// Rate counters by (endpoint id, unix second).
     rate_windows: BTreeMap<(String, i64), u64>,
     /// Delivered counters by (endpoint id, day key [`stats_day_sk`]).
@@ -112,19 +113,19 @@ pub struct Tables {
     /// Producers' API keys by id.
     pub api_keys: BTreeMap<String, ApiKey>,
     /// The last (delivery, attempt) counted on each endpoint's failures (`last_failure`).
-    failure_marks: BTreeMap<(String, String), String>,
+    failure_marks: BTreeMap<(TenantId, EndpointId), String>,
     /// When each endpoint's run of failures began (DynamoStore's failing mark), while it runs.
-    failing_since: BTreeMap<(String, String), chrono::DateTime<chrono::Utc>>,
+    failing_since: BTreeMap<(TenantId, EndpointId), chrono::DateTime<chrono::Utc>>,
     /// Endpoints whose run of failures was announced (DynamoStore's `failing_announced`).
-    failing_announced: std::collections::BTreeSet<(String, String)>,
+    failing_announced: std::collections::BTreeSet<(TenantId, EndpointId)>,
     /// Per item key, its versions as the GSIs will see them: (visible from, ms; item or gone).
     gsi: BTreeMap<String, Vec<(i64, Option<Indexed>)>>,
     /// Tenants' settings items by tenant.
-    pub settings: BTreeMap<String, TenantSettings>,
+    pub settings: BTreeMap<TenantId, TenantSettings>,
     /// When each expunged event's payload was expunged, by (tenant, event id).
-    expunged: BTreeMap<(String, String), DateTime<Utc>>,
+    expunged: BTreeMap<(TenantId, EventId), DateTime<Utc>>,
     /// Deleted endpoints' tombstones by (tenant, endpoint id).
-    pub tombstones: BTreeMap<(String, String), DeletedEndpoint>,
+    pub tombstones: BTreeMap<(TenantId, EndpointId), DeletedEndpoint>,
 }
 
 /// The in-memory store.
@@ -281,8 +282,8 @@ impl MemStore {
         self.index(t, &format!("D#{id}"), row);
     }
 
-    fn index_job(&self, t: &mut Tables, id: &str) {
-        let row = t.jobs.get(id).map(|r| Indexed::Job { id: id.to_string(), due_at: r.due_at });
+    fn index_job(&self, t: &mut Tables, id: &JobId) {
+        let row = t.jobs.get(id).map(|r| Indexed::Job { id: id.clone(), due_at: r.due_at });
         self.index(t, &format!("J#{id}"), row);
     }
 
@@ -398,7 +399,7 @@ impl MemStore {
         Ok(true)
     }
 
-    fn transition(&self, t: &mut Tables, id: &str, tr: &Transition) -> Result<bool, StoreError> {
+    fn transition(&self, t: &mut Tables, id: &DeliveryId, tr: &Transition) -> Result<bool, StoreError> {
         if !guard_holds(t.deliveries.get(id), tr) {
             return Ok(false);
         }
@@ -411,7 +412,7 @@ impl MemStore {
         apply_to(&mut row, id, tr);
         self.check_size("delivery", size_of(&row.d))?;
         self.shared.recorded(&row.d, tr);
-        t.deliveries.insert(id.to_string(), row);
+        t.deliveries.insert(id.clone(), row);
         self.index_delivery(t, id);
         Ok(true)
     }
@@ -479,25 +480,28 @@ impl EndpointStore for MemStore {
         .await
     }
 
-    async fn get_endpoint(&self, tenant_id: &str, id: &str) -> Result<Option<Endpoint>, StoreError> {
-        self.call("store.get_endpoint", |_, t| Ok(t.endpoints.get(&(tenant_id.to_string(), id.to_string())).cloned()))
-            .await
+    async fn get_endpoint(&self, tenant_id: &TenantId, id: &EndpointId) -> Result<Option<Endpoint>, StoreError> {
+        self.call("store.get_endpoint", |_, t| Ok(t.endpoints.get(&(tenant_id.clone(), id.clone())).cloned())).await
     }
 
-    async fn find_endpoint(&self, id: &str) -> Result<Option<Endpoint>, StoreError> {
+    async fn find_endpoint(&self, id: &EndpointId) -> Result<Option<Endpoint>, StoreError> {
         self.call("store.find_endpoint", |_, t| {
-            Ok(t.pointers.get(id).and_then(|tenant| t.endpoints.get(&(tenant.clone(), id.to_string()))).cloned())
+            Ok(t.pointers.get(id).and_then(|tenant| t.endpoints.get(&(tenant.clone(), id.clone()))).cloned())
         })
         .await
     }
 
     /// One endpoint item (no copies): the same as [`EndpointStore::get_endpoint`].
-    async fn read_endpoint(&self, tenant_id: &str, id: &str, _key: &str) -> Result<Option<Endpoint>, StoreError> {
-        self.call("store.read_endpoint", |_, t| Ok(t.endpoints.get(&(tenant_id.to_string(), id.to_string())).cloned()))
-            .await
+    async fn read_endpoint(
+        &self,
+        tenant_id: &TenantId,
+        id: &EndpointId,
+        _key: &str,
+    ) -> Result<Option<Endpoint>, StoreError> {
+        self.call("store.read_endpoint", |_, t| Ok(t.endpoints.get(&(tenant_id.clone(), id.clone())).cloned())).await
     }
 
-    async fn tenant_endpoints(&self, tenant_id: &str, _key: &str) -> Result<Vec<Endpoint>, StoreError> {
+    async fn tenant_endpoints(&self, tenant_id: &TenantId, _key: &str) -> Result<Vec<Endpoint>, StoreError> {
         self.call("store.tenant_endpoints", |_, t| {
             Ok(t.endpoints.iter().filter(|((tn, _), _)| tn == tenant_id).map(|(_, e)| e.clone()).collect())
         })
@@ -507,14 +511,14 @@ impl EndpointStore for MemStore {
     async fn commit(
         &self,
         endpoint: EndpointWrite<'_>,
-        delivery: Option<(&str, &Transition)>,
+        delivery: Option<(&DeliveryId, &Transition)>,
     ) -> Result<Committed, StoreError> {
         self.call("store.commit", |s, t| {
             let (tenant, id, version) = match endpoint {
-                EndpointWrite::Change(c) => (c.endpoint.tenant_id.as_str(), c.endpoint.id.as_str(), c.expected_version),
+                EndpointWrite::Change(c) => (&c.endpoint.tenant_id, &c.endpoint.id, c.expected_version),
                 EndpointWrite::Unchanged { tenant_id, id, version } => (tenant_id, id, version),
             };
-            let key = (tenant.to_string(), id.to_string());
+            let key = (tenant.clone(), id.clone());
             if t.endpoints.get(&key).is_none_or(|e| e.version != version) {
                 return Ok(Committed::EndpointChanged);
             }
@@ -578,7 +582,7 @@ impl EndpointStore for MemStore {
 
     async fn list_endpoints(
         &self,
-        tenant_id: &str,
+        tenant_id: &TenantId,
         limit: usize,
         cursor: Option<&str>,
     ) -> Result<Page<Endpoint>, StoreError> {
@@ -588,7 +592,7 @@ impl EndpointStore for MemStore {
             let mut all: Vec<Endpoint> = t
                 .endpoints
                 .iter()
-                .filter(|((tn, id), _)| tn == tenant_id && after.as_ref().is_none_or(|a| id > a))
+                .filter(|((tn, id), _)| tn == tenant_id && after.as_ref().is_none_or(|a| id.as_str() > a.as_str()))
                 .map(|(_, e)| e.clone())
                 .collect();
             // A page that ends early (1 MB read) still says where to go on.
@@ -616,8 +620,8 @@ impl CounterStore for MemStore {
 
     async fn count_failure(
         &self,
-        tenant_id: &str,
-        id: &str,
+        tenant_id: &TenantId,
+        id: &EndpointId,
         key: &str,
         attempt: u32,
         threshold: u32,
@@ -625,7 +629,7 @@ impl CounterStore for MemStore {
     ) -> Result<Option<FailureCount>, StoreError> {
         let mark = format!("{key}#{attempt}");
         self.call("store.count_failure", |_, t| {
-            let k = (tenant_id.to_string(), id.to_string());
+            let k = (tenant_id.clone(), id.clone());
             let Some(e) = t.endpoints.get_mut(&k) else { return Ok(None) };
             // DynamoStore's mark: the same (key, attempt) as the last counted adds nothing.
             if t.failure_marks.get(&k) != Some(&mark) {
@@ -641,8 +645,8 @@ impl CounterStore for MemStore {
 
     async fn count_delivered(
         &self,
-        endpoint_id: &str,
-        delivery_ids: &[String],
+        endpoint_id: &EndpointId,
+        delivery_ids: &[DeliveryId],
         at: chrono::DateTime<chrono::Utc>,
         _expires_at: i64,
     ) -> Result<(), StoreError> {
@@ -663,7 +667,7 @@ impl CounterStore for MemStore {
 
     async fn delivered_tally(
         &self,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         since: chrono::DateTime<chrono::Utc>,
     ) -> Result<DeliveredTally, StoreError> {
         let from = stats_day_sk(since);
@@ -682,21 +686,21 @@ impl CounterStore for MemStore {
         .await
     }
 
-    async fn reset_failures(&self, tenant_id: &str, id: &str, _key: &str) -> Result<(), StoreError> {
+    async fn reset_failures(&self, tenant_id: &TenantId, id: &EndpointId, _key: &str) -> Result<(), StoreError> {
         self.call("store.reset_failures", |_, t| {
-            if let Some(e) = t.endpoints.get_mut(&(tenant_id.to_string(), id.to_string())) {
+            if let Some(e) = t.endpoints.get_mut(&(tenant_id.clone(), id.clone())) {
                 e.consecutive_failures = 0;
             }
-            t.failing_since.remove(&(tenant_id.to_string(), id.to_string()));
-            t.failing_announced.remove(&(tenant_id.to_string(), id.to_string()));
+            t.failing_since.remove(&(tenant_id.clone(), id.clone()));
+            t.failing_announced.remove(&(tenant_id.clone(), id.clone()));
             Ok(())
         })
         .await
     }
 
-    async fn announce_failing(&self, tenant_id: &str, id: &str, notify: &Job) -> Result<bool, StoreError> {
+    async fn announce_failing(&self, tenant_id: &TenantId, id: &EndpointId, notify: &Job) -> Result<bool, StoreError> {
         self.call("store.announce_failing", |s, t| {
-            let k = (tenant_id.to_string(), id.to_string());
+            let k = (tenant_id.clone(), id.clone());
             if !t.endpoints.contains_key(&k) || t.failing_announced.contains(&k) {
                 return Ok(false);
             }
@@ -710,9 +714,14 @@ impl CounterStore for MemStore {
         .await
     }
 
-    async fn set_slow_until(&self, tenant_id: &str, id: &str, until: Option<DateTime<Utc>>) -> Result<(), StoreError> {
+    async fn set_slow_until(
+        &self,
+        tenant_id: &TenantId,
+        id: &EndpointId,
+        until: Option<DateTime<Utc>>,
+    ) -> Result<(), StoreError> {
         self.call("store.set_slow_until", |_, t| {
-            if let Some(e) = t.endpoints.get_mut(&(tenant_id.to_string(), id.to_string())) {
+            if let Some(e) = t.endpoints.get_mut(&(tenant_id.clone(), id.clone())) {
                 e.slow_until = until;
             }
             Ok(())
@@ -731,14 +740,14 @@ impl CounterStore for MemStore {
 
     async fn set_effective_rate(
         &self,
-        tenant_id: &str,
-        id: &str,
+        tenant_id: &TenantId,
+        id: &EndpointId,
         expected_ms: Option<i64>,
         rate: f64,
         now_ms: i64,
     ) -> Result<bool, StoreError> {
         self.call("store.set_effective_rate", |_, t| {
-            Ok(match t.endpoints.get_mut(&(tenant_id.to_string(), id.to_string())) {
+            Ok(match t.endpoints.get_mut(&(tenant_id.clone(), id.clone())) {
                 Some(e) if e.rate_changed_at_ms == expected_ms => {
                     e.effective_rate_per_second = Some(rate);
                     e.rate_changed_at_ms = Some(now_ms);
@@ -858,9 +867,9 @@ impl EventStore for MemStore {
         Err(aws("insert_event (taken back three times)"))
     }
 
-    async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError> {
+    async fn get_payload(&self, tenant_id: &TenantId, event_id: &EventId) -> Result<Option<String>, StoreError> {
         self.call("store.get_payload", |_, t| {
-            let key = (tenant_id.to_string(), event_id.to_string());
+            let key = (tenant_id.clone(), event_id.clone());
             Ok(t.events.get(&key).filter(|_| !t.expunged.contains_key(&key)).map(|e| e.payload.clone()))
         })
         .await
@@ -869,11 +878,11 @@ impl EventStore for MemStore {
 
 #[async_trait]
 impl DeliveryStore for MemStore {
-    async fn get_delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError> {
+    async fn get_delivery(&self, id: &DeliveryId) -> Result<Option<Delivery>, StoreError> {
         self.call("store.get_delivery", |_, t| Ok(t.deliveries.get(id).map(|r| r.d.clone()))).await
     }
 
-    async fn apply(&self, id: &str, tr: &Transition, return_new: bool) -> Result<Applied, StoreError> {
+    async fn apply(&self, id: &DeliveryId, tr: &Transition, return_new: bool) -> Result<Applied, StoreError> {
         self.call("store.apply", |s, t| {
             // As DynamoStore's: a transition with jobs is one transaction with their puts.
             if tr.jobs.iter().any(|j| t.jobs.contains_key(&j.id)) && guard_holds(t.deliveries.get(id), tr) {
@@ -983,11 +992,11 @@ impl DeliveryStore for MemStore {
         .await
     }
 
-    async fn count_deliveries(&self, endpoint_id: &str, status: DeliveryStatus) -> Result<u64, StoreError> {
+    async fn count_deliveries(&self, endpoint_id: &EndpointId, status: DeliveryStatus) -> Result<u64, StoreError> {
         self.call("store.count_deliveries", |s, t| {
             let bucket = format!("{}#", endpoint_bucket(status));
             Ok(s.gsi_deliveries(t)
-                .filter(|r| r.d.endpoint_id == endpoint_id && r.ep_sk.starts_with(&bucket))
+                .filter(|r| r.d.endpoint_id == *endpoint_id && r.ep_sk.starts_with(&bucket))
                 .filter(|r| {
                     !matches!(status, DeliveryStatus::Scheduled | DeliveryStatus::Sending) || r.d.status == status
                 })
@@ -996,9 +1005,9 @@ impl DeliveryStore for MemStore {
         .await
     }
 
-    async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError> {
+    async fn event_deliveries(&self, event_id: &EventId) -> Result<Vec<DeliverySummary>, StoreError> {
         self.call("store.event_deliveries", |s, t| {
-            Ok(s.gsi_deliveries(t).filter(|r| r.d.event_id == event_id).map(summary).collect())
+            Ok(s.gsi_deliveries(t).filter(|r| r.d.event_id == *event_id).map(summary).collect())
         })
         .await
     }
@@ -1038,11 +1047,11 @@ impl JobStore for MemStore {
         .await
     }
 
-    async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError> {
+    async fn get_job(&self, id: &JobId) -> Result<Option<Job>, StoreError> {
         self.call("store.get_job", |_, t| Ok(t.jobs.get(id).map(|r| r.job.clone()))).await
     }
 
-    async fn claim_job(&self, id: &str, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError> {
+    async fn claim_job(&self, id: &JobId, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError> {
         self.call("store.claim_job", |s, t| match t.jobs.get_mut(id) {
             Some(r) if r.due_at == Some(expected_due_at) => {
                 r.due_at = Some(lease_due_at);
@@ -1164,7 +1173,7 @@ impl ApiKeyStore for MemStore {
 /// listed as `Counter("STATS#{endpoint}", day)` and `Counter("RATE#{endpoint}", second)`.
 #[async_trait]
 impl LifecycleStore for MemStore {
-    async fn tenant_snapshot(&self, tenant_id: &str, _key: &str) -> Result<TenantSnapshot, StoreError> {
+    async fn tenant_snapshot(&self, tenant_id: &TenantId, _key: &str) -> Result<TenantSnapshot, StoreError> {
         self.call("store.tenant_snapshot", |_, t| {
             Ok(TenantSnapshot {
                 endpoints: t.endpoints.iter().filter(|((tn, _), _)| tn == tenant_id).map(|(_, e)| e.clone()).collect(),
@@ -1174,7 +1183,7 @@ impl LifecycleStore for MemStore {
         .await
     }
 
-    async fn get_settings(&self, tenant_id: &str) -> Result<Option<TenantSettings>, StoreError> {
+    async fn get_settings(&self, tenant_id: &TenantId) -> Result<Option<TenantSettings>, StoreError> {
         self.call("store.get_settings", |_, t| Ok(t.settings.get(tenant_id).cloned())).await
     }
 
@@ -1201,9 +1210,9 @@ impl LifecycleStore for MemStore {
         .await
     }
 
-    async fn event_record(&self, tenant_id: &str, event_id: &str) -> Result<Option<EventRecord>, StoreError> {
+    async fn event_record(&self, tenant_id: &TenantId, event_id: &EventId) -> Result<Option<EventRecord>, StoreError> {
         self.call("store.event_record", |_, t| {
-            let key = (tenant_id.to_string(), event_id.to_string());
+            let key = (tenant_id.clone(), event_id.clone());
             Ok(t.events.get(&key).map(|e| EventRecord {
                 tenant_id: e.tenant_id.clone(),
                 event_id: e.event_id.clone(),
@@ -1216,9 +1225,9 @@ impl LifecycleStore for MemStore {
 
     async fn expunge_payload(
         &self,
-        tenant_id: &str,
-        event_id: &str,
-        delivery_ids: &[String],
+        tenant_id: &TenantId,
+        event_id: &EventId,
+        delivery_ids: &[DeliveryId],
         at: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         self.call("store.expunge_payload", |s, t| {
@@ -1228,7 +1237,7 @@ impl LifecycleStore for MemStore {
                     s.index_delivery(t, id);
                 }
             }
-            let key = (tenant_id.to_string(), event_id.to_string());
+            let key = (tenant_id.clone(), event_id.clone());
             if !t.events.contains_key(&key) {
                 return Ok(false);
             }
@@ -1240,7 +1249,7 @@ impl LifecycleStore for MemStore {
 
     async fn endpoint_counters(
         &self,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         _rate_limit_per_second: Option<u32>,
         limit: usize,
     ) -> Result<Vec<Purgeable>, StoreError> {
@@ -1256,7 +1265,7 @@ impl LifecycleStore for MemStore {
         .await
     }
 
-    async fn deleted_endpoints(&self, tenant_id: &str) -> Result<Vec<DeletedEndpoint>, StoreError> {
+    async fn deleted_endpoints(&self, tenant_id: &TenantId) -> Result<Vec<DeletedEndpoint>, StoreError> {
         self.call("store.deleted_endpoints", |_, t| {
             Ok(t.tombstones.iter().filter(|((tn, _), _)| tn == tenant_id).map(|(_, d)| d.clone()).collect())
         })
@@ -1264,9 +1273,14 @@ impl LifecycleStore for MemStore {
     }
 
     /// The whole table in one page (the cursor and page count are DynamoStore's concern).
-    async fn scan_tenant(&self, tenant_id: &str, _cursor: Option<&str>, _pages: usize) -> Result<ScanPage, StoreError> {
+    async fn scan_tenant(
+        &self,
+        tenant_id: &TenantId,
+        _cursor: Option<&str>,
+        _pages: usize,
+    ) -> Result<ScanPage, StoreError> {
         self.call("store.scan_tenant", |_, t| {
-            let ours = |tn: &String| tn == tenant_id;
+            let ours = |tn: &TenantId| tn == tenant_id;
             let mut items: Vec<Purgeable> = t
                 .endpoints
                 .keys()
@@ -1290,7 +1304,7 @@ impl LifecycleStore for MemStore {
         .await
     }
 
-    async fn purge(&self, job_id: &str, lease_due_at: i64, items: &[Purgeable]) -> Result<bool, StoreError> {
+    async fn purge(&self, job_id: &JobId, lease_due_at: i64, items: &[Purgeable]) -> Result<bool, StoreError> {
         self.call("store.purge", |s, t| {
             if t.jobs.get(job_id).and_then(|r| r.due_at) != Some(lease_due_at) {
                 return Ok(false);

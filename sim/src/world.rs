@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use webhooks::clock::{Clock, Random};
 use webhooks::domain::delivery_lifecycle::Transition;
+use webhooks::domain::ids::{DeliveryId, EndpointId, TenantId};
 use webhooks::domain::model::{Delivery, DeliveryStatus, Endpoint, EndpointState, JobKind, REASON_MANUAL};
 use webhooks::domain::retry_policy::{Outcome, RetryPolicy};
 use webhooks::sender::{SendResult, Sender};
@@ -29,18 +30,18 @@ use webhooks::{App, Config};
 struct SharedInner {
     violations: Vec<String>,
     /// Per task, the (delivery, attempt) it POSTed and has not recorded yet.
-    task_sent: BTreeMap<usize, Vec<(String, u32)>>,
+    task_sent: BTreeMap<usize, Vec<(DeliveryId, u32)>>,
     /// POSTs received per (delivery, attempt).
-    sends: BTreeMap<(String, u32), u32>,
+    sends: BTreeMap<(DeliveryId, u32), u32>,
     /// Deliveries a receiver answered with a 2xx.
-    acknowledged: BTreeSet<String>,
+    acknowledged: BTreeSet<DeliveryId>,
     /// POSTs whose attempt was never recorded by the task that made it (it crashed, failed or
     /// lost its lease in between): each may be sent again.
     unrecorded: u32,
     /// Deliveries created.
     accepted: u32,
     /// Deliveries an ingest answered as accepted (202): each must exist at the end.
-    promised: Vec<String>,
+    promised: Vec<DeliveryId>,
 }
 
 /// State the store, queue and sender share with the driver.
@@ -79,7 +80,7 @@ impl Shared {
     }
 
     /// An ingest answered 202 with these deliveries.
-    pub fn promised(&self, ids: impl IntoIterator<Item = String>) {
+    pub fn promised(&self, ids: impl IntoIterator<Item = DeliveryId>) {
         self.lock().promised.extend(ids);
     }
 
@@ -130,7 +131,7 @@ struct Receivers {
     tables: Arc<Mutex<Tables>>,
     clock: SimClock,
     rng: Mutex<StdRng>,
-    moods: Mutex<BTreeMap<String, Mood>>,
+    moods: Mutex<BTreeMap<EndpointId, Mood>>,
     timeout_ms: i64,
 }
 
@@ -147,7 +148,19 @@ fn endpoint_of(url: &str) -> Option<&str> {
 impl Sender for Receivers {
     async fn post(&self, url: &str, headers: &[(String, String)], body: Bytes) -> SendResult {
         let header = |name: &str| headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str()).unwrap_or("");
-        let ep_id = endpoint_of(url).unwrap_or("").to_string();
+        // Every URL the sim gives an endpoint names it; a POST anywhere else is a violation.
+        let Some(ep_id) = endpoint_of(url).and_then(|s| s.parse::<EndpointId>().ok()) else {
+            self.shared.violation(format!("POST to {url}, which is no endpoint's URL"));
+            let detail = Some("not an endpoint's URL".to_string());
+            return SendResult {
+                outcome: Outcome::Connection,
+                body: None,
+                retry_after_seconds: None,
+                duration_ms: 0,
+                detail,
+                cause: None,
+            };
+        };
         let event_id = header(webhooks::domain::signing::HEADER_ID).to_string();
         let attempt: u32 = header(webhooks::domain::signing::HEADER_ATTEMPT).parse().unwrap_or(0);
         let timestamp: i64 = header(webhooks::domain::signing::HEADER_TIMESTAMP).parse().unwrap_or(0);
@@ -326,13 +339,13 @@ impl Promise {
 #[derive(Debug, Clone)]
 enum Action {
     Ingest { tenant: String, event_type: String, id: Option<String>, big: bool, sync: bool },
-    Disable(String),
-    Enable(String),
-    Patch(String),
-    Rotate(String),
+    Disable(EndpointId),
+    Enable(EndpointId),
+    Patch(EndpointId),
+    Rotate(EndpointId),
     Replay,
-    Recover(String),
-    Delete(String),
+    Recover(EndpointId),
+    Delete(EndpointId),
 }
 
 /// The fault rates of a run.
@@ -368,9 +381,9 @@ struct World {
     heal_rounds: u32,
     next_tick: i64,
     plan: Vec<(i64, Action)>,
-    endpoint_ids: Vec<String>,
-    promises: Rc<RefCell<BTreeMap<String, Promise>>>,
-    url_versions: BTreeMap<String, u32>,
+    endpoint_ids: Vec<EndpointId>,
+    promises: Rc<RefCell<BTreeMap<EndpointId, Promise>>>,
+    url_versions: BTreeMap<EndpointId, u32>,
     report: Report,
     trace: std::collections::VecDeque<String>,
     tracing: bool,
@@ -485,8 +498,12 @@ impl World {
             [RetryPolicy::standard(), RetryPolicy::svix(), RetryPolicy::frappe(3), RetryPolicy::rate_limit_only()];
         let mut tables = self.store.tables.lock().unwrap_or_else(|e| e.into_inner());
         for i in 0..n {
-            let id = format!("ep_{i}");
-            let tenant = if i == 3 { "globex" } else { "acme" }.to_string();
+            // Both meet the id rule: nothing is skipped.
+            let (Ok(id), Ok(tenant)) =
+                (format!("ep_{i}").parse::<EndpointId>(), if i == 3 { "globex" } else { "acme" }.parse::<TenantId>())
+            else {
+                continue;
+            };
             let ep = Endpoint {
                 // The first endpoint alone takes `sync.*` events (a sync ingest needs exactly one).
                 event_types: (i == 0)
@@ -558,9 +575,9 @@ impl World {
         let app = self.app.clone();
         let promises = self.promises.clone();
         // A call's promise holds only if no other call on the endpoint overlapped it.
-        let begin = |ep: &str| -> u64 {
+        let begin = |ep: &EndpointId| -> u64 {
             let mut p = promises.borrow_mut();
-            let e = p.entry(ep.to_string()).or_default();
+            let e = p.entry(ep.clone()).or_default();
             e.overlapped |= e.in_flight > 0;
             e.in_flight += 1;
             e.generation += 1;
@@ -642,7 +659,7 @@ impl World {
                 );
             }
             Action::Replay => {
-                let ids: Vec<String> = {
+                let ids: Vec<DeliveryId> = {
                     let t = self.store.tables.lock().unwrap_or_else(|e| e.into_inner());
                     t.deliveries.keys().cloned().collect()
                 };
@@ -923,7 +940,7 @@ impl World {
     }
 
     fn enable_all(&mut self) {
-        let stopped: Vec<String> = {
+        let stopped: Vec<EndpointId> = {
             let t = self.store.tables.lock().unwrap_or_else(|e| e.into_inner());
             t.endpoints.values().filter(|e| e.state() != EndpointState::Enabled).map(|e| e.id.clone()).collect()
         };

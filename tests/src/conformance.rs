@@ -15,15 +15,24 @@ use chrono::{DateTime, Duration, Utc};
 use webhooks::Config;
 use webhooks::domain::delivery_lifecycle::{self, AttemptMessage, EndpointEntry};
 use webhooks::domain::endpoint_lifecycle;
+use webhooks::domain::ids::{DeliveryId, EndpointId, EventId, TenantId};
 use webhooks::domain::model::{DeliveryStatus, Endpoint, Job, JobKind, StoredEvent};
 use webhooks::store::{Applied, Committed, DeliveryQuery, Due, EndpointWrite, Store, StoreError, collect_deliveries};
+
+/// An id of the suite's, parsed (every one it makes meets the id rule).
+fn typed<T: std::str::FromStr>(value: impl AsRef<str>) -> T
+where
+    T::Err: std::fmt::Debug,
+{
+    value.as_ref().parse().expect("the suite's ids meet the id rule")
+}
 
 /// Runs every check against `store` with `config` (its due shards must be the store's), ids
 /// prefixed with `prefix`; panics naming the first check that fails.
 pub async fn run(store: &dyn Store, config: &Config, prefix: &str) {
     let now = Utc::now() - Duration::minutes(10);
     endpoints(store, prefix, now).await;
-    let ep = format!("{prefix}ep");
+    let ep: EndpointId = typed(format!("{prefix}ep"));
     let ids = events_and_deliveries(store, config, prefix, &ep, now).await;
     transitions_and_due(store, config, &ids, now).await;
     listings_and_counts(store, &ep, &ids).await;
@@ -35,10 +44,10 @@ pub async fn run(store: &dyn Store, config: &Config, prefix: &str) {
 /// Creates are conditional; reads by tenant and id, by id alone, and a tenant's list; an
 /// endpoint write guarded by a version that is no longer the stored one changes nothing.
 async fn endpoints(store: &dyn Store, prefix: &str, now: DateTime<Utc>) {
-    let tenant = format!("{prefix}tenant");
+    let tenant: TenantId = typed(format!("{prefix}tenant"));
     let ep = Endpoint::new(
-        format!("{prefix}ep"),
-        &tenant,
+        typed(format!("{prefix}ep")),
+        tenant.clone(),
         "https://example.com/hook",
         "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
         now,
@@ -53,7 +62,10 @@ async fn endpoints(store: &dyn Store, prefix: &str, now: DateTime<Utc>) {
     let got = store.get_endpoint(&tenant, &ep.id).await.unwrap().expect("conformance: the endpoint by tenant and id");
     assert_eq!((got.url.as_str(), got.version), (ep.url.as_str(), ep.version));
     assert_eq!(store.find_endpoint(&ep.id).await.unwrap().map(|e| e.tenant_id), Some(tenant.clone()), "by id alone");
-    assert!(store.get_endpoint("another-tenant", &ep.id).await.unwrap().is_none(), "conformance: another tenant's");
+    assert!(
+        store.get_endpoint(&typed("another-tenant"), &ep.id).await.unwrap().is_none(),
+        "conformance: another tenant's"
+    );
     let listed = store.tenant_endpoints(&tenant, "key").await.unwrap();
     assert_eq!(listed.iter().map(|e| e.id.clone()).collect::<Vec<_>>(), vec![ep.id.clone()]);
     // A version guard: the stored version passes, an older one does not.
@@ -74,7 +86,7 @@ async fn endpoints(store: &dyn Store, prefix: &str, now: DateTime<Utc>) {
 }
 
 /// The ids [`events_and_deliveries`] wrote: (delivery id, created at), oldest first.
-type Written = Vec<(String, DateTime<Utc>)>;
+type Written = Vec<(DeliveryId, DateTime<Utc>)>;
 
 /// An event and its deliveries: created once, a repeat keeps the first payload and reports
 /// nothing new; the event's deliveries are found by its id alone.
@@ -82,16 +94,16 @@ async fn events_and_deliveries(
     store: &dyn Store,
     config: &Config,
     prefix: &str,
-    ep: &str,
+    ep: &EndpointId,
     now: DateTime<Utc>,
 ) -> Written {
-    let tenant = format!("{prefix}tenant");
+    let tenant: TenantId = typed(format!("{prefix}tenant"));
     let mut written = Vec::new();
     for i in 0..7i64 {
         let at = now + Duration::milliseconds(i * 10);
         let event = StoredEvent {
             tenant_id: tenant.clone(),
-            event_id: format!("{prefix}evt-{i}"),
+            event_id: typed(format!("{prefix}evt-{i}")),
             event_type: "order.paid".into(),
             payload: format!("{{\"n\":{i}}}"),
             created_at: at,
@@ -106,7 +118,7 @@ async fn events_and_deliveries(
         written.push((id, at));
     }
     // A repeat of an event id with another payload: nothing new, the first payload kept.
-    let first = format!("{prefix}evt-0");
+    let first: EventId = typed(format!("{prefix}evt-0"));
     let again = StoredEvent {
         tenant_id: tenant.clone(),
         event_id: first.clone(),
@@ -121,11 +133,11 @@ async fn events_and_deliveries(
     let inserted = store.insert_event(&again, &[(&d, due_at)]).await.expect("repeat an event");
     assert_eq!((inserted.event, inserted.deliveries), (false, vec![false]), "conformance: a repeat creates nothing");
     assert_eq!(store.get_payload(&tenant, &first).await.unwrap().as_deref(), Some("{\"n\":0}"), "the first payload");
-    assert_eq!(store.get_payload(&tenant, &format!("{prefix}no-such-event")).await.unwrap(), None);
+    assert_eq!(store.get_payload(&tenant, &typed(format!("{prefix}no-such-event"))).await.unwrap(), None);
     let found = store.event_deliveries(&first).await.unwrap();
     assert_eq!(
         found.iter().map(|d| (d.id.clone(), d.endpoint_id.clone())).collect::<Vec<_>>(),
-        vec![(written[0].0.clone(), ep.to_string())]
+        vec![(written[0].0.clone(), ep.clone())]
     );
     written
 }
@@ -180,8 +192,8 @@ async fn transitions_and_due(store: &dyn Store, config: &Config, written: &Writt
         early.extend(store.due(shard, before, 100, None).await.unwrap());
         due.extend(store.due(shard, after, 100, None).await.unwrap());
     }
-    let mine = |list: &[Due]| -> Vec<String> {
-        let mut ids: Vec<String> = list
+    let mine = |list: &[Due]| -> Vec<DeliveryId> {
+        let mut ids: Vec<DeliveryId> = list
             .iter()
             .filter_map(|d| match d {
                 Due::Delivery(d) if written.iter().any(|(w, _)| *w == d.id) => Some(d.id.clone()),
@@ -191,18 +203,18 @@ async fn transitions_and_due(store: &dyn Store, config: &Config, written: &Writt
         ids.sort();
         ids
     };
-    assert_eq!(mine(&early), Vec::<String>::new(), "conformance: nothing is due before its time");
-    let mut waiting: Vec<String> = written[1..].iter().map(|(w, _)| w.clone()).collect();
+    assert_eq!(mine(&early), Vec::<DeliveryId>::new(), "conformance: nothing is due before its time");
+    let mut waiting: Vec<DeliveryId> = written[1..].iter().map(|(w, _)| w.clone()).collect();
     waiting.sort();
     assert_eq!(mine(&due), waiting, "conformance: every waiting delivery is due once, the ended one not");
 }
 
 /// An endpoint's listing, paged with its cursor in both directions, filtered by status; a
 /// page with a cursor is full; the counts match.
-async fn listings_and_counts(store: &dyn Store, ep: &str, written: &Written) {
+async fn listings_and_counts(store: &dyn Store, ep: &EndpointId, written: &Written) {
     let ids = |list: Vec<webhooks::store::DeliverySummary>| list.into_iter().map(|d| d.id).collect::<Vec<_>>();
-    let all: Vec<String> = written.iter().map(|(w, _)| w.clone()).collect();
-    let query = DeliveryQuery { endpoint_id: Some(ep.into()), oldest_first: true, limit: 2, ..Default::default() };
+    let all: Vec<DeliveryId> = written.iter().map(|(w, _)| w.clone()).collect();
+    let query = DeliveryQuery { endpoint_id: Some(ep.clone()), oldest_first: true, limit: 2, ..Default::default() };
     // Page by page, each page with a cursor full.
     let mut seen = Vec::new();
     let mut q = query.clone();
@@ -239,7 +251,7 @@ async fn listings_and_counts(store: &dyn Store, ep: &str, written: &Written) {
     )
     .await
     .unwrap();
-    assert!(letters.iter().any(|d| d.id == all[0] && d.endpoint_id == ep), "conformance: in the dead-letter list");
+    assert!(letters.iter().any(|d| d.id == all[0] && d.endpoint_id == *ep), "conformance: in the dead-letter list");
     let statuses =
         [DeliveryStatus::Scheduled, DeliveryStatus::Sending, DeliveryStatus::Exhausted, DeliveryStatus::Held];
     let counts: Vec<(u64, bool)> =
@@ -251,9 +263,9 @@ async fn listings_and_counts(store: &dyn Store, ep: &str, written: &Written) {
 /// while its lease does.
 async fn jobs(store: &dyn Store, prefix: &str, now: DateTime<Utc>) {
     let job = Job {
-        id: format!("{prefix}job"),
+        id: typed(format!("{prefix}job")),
         kind: JobKind::Release,
-        tenant_id: format!("{prefix}tenant"),
+        tenant_id: typed(format!("{prefix}tenant")),
         endpoint_id: format!("{prefix}ep"),
         status: "running".into(),
         since: None,
@@ -279,7 +291,7 @@ async fn jobs(store: &dyn Store, prefix: &str, now: DateTime<Utc>) {
     assert_eq!((stored.status.as_str(), stored.processed), ("done", 2));
 
     // A job's last save with its `job.finished` notify job: both under the lease, or neither.
-    let recover = Job { id: format!("{prefix}recover"), kind: JobKind::Recover, ..job.clone() };
+    let recover = Job { id: typed(format!("{prefix}recover")), kind: JobKind::Recover, ..job.clone() };
     store.create_job(&recover).await.unwrap();
     assert!(store.claim_job(&recover.id, due, due + 40_000).await.unwrap());
     let finished = Job { status: "done".into(), processed: 3, run_at: None, ..recover.clone() };
@@ -292,7 +304,7 @@ async fn jobs(store: &dyn Store, prefix: &str, now: DateTime<Utc>) {
     assert_eq!(store.get_job(&recover.id).await.unwrap().map(|j| j.status), Some("done".into()));
 
     // An endpoint's run of failures is announced once, until a reset ends the run.
-    let (tenant, ep) = (format!("{prefix}tenant"), format!("{prefix}ep"));
+    let (tenant, ep): (TenantId, EndpointId) = (typed(format!("{prefix}tenant")), typed(format!("{prefix}ep")));
     let failing = |n: &str| {
         let last = webhooks::domain::model::Attempt { attempt: 1, at: now, ..Default::default() };
         endpoint_lifecycle::failing_job(&tenant, &ep, 5, 10, n, &last, now)
@@ -302,17 +314,21 @@ async fn jobs(store: &dyn Store, prefix: &str, now: DateTime<Utc>) {
     assert!(store.get_job(&failing("d2").id).await.unwrap().is_none(), "conformance: no job for a second one");
     store.reset_failures(&tenant, &ep, "key").await.unwrap();
     assert!(store.announce_failing(&tenant, &ep, &failing("d3")).await.unwrap(), "conformance: the next run's");
-    assert!(!store.announce_failing("another-tenant", &ep, &failing("d4")).await.unwrap(), "conformance: no endpoint");
+    assert!(
+        !store.announce_failing(&typed("another-tenant"), &ep, &failing("d4")).await.unwrap(),
+        "conformance: no endpoint"
+    );
 }
 
 /// An event written with a request fingerprint (an `Idempotency-Key` request): a repeat with
 /// the same fingerprint, or with none, is a plain repeat; one with another fingerprint is
 /// refused and writes nothing, not even a delivery to an endpoint the first did not have.
 async fn idempotency(store: &dyn Store, config: &Config, prefix: &str, now: DateTime<Utc>) {
-    let tenant = format!("{prefix}tenant");
+    let tenant: TenantId = typed(format!("{prefix}tenant"));
+    let keyed: EventId = typed(format!("{prefix}evt-keyed"));
     let event = |fingerprint: Option<&str>| StoredEvent {
         tenant_id: tenant.clone(),
-        event_id: format!("{prefix}evt-keyed"),
+        event_id: keyed.clone(),
         event_type: "order.paid".into(),
         payload: "{}".into(),
         created_at: now,
@@ -320,17 +336,10 @@ async fn idempotency(store: &dyn Store, config: &Config, prefix: &str, now: Date
         request_sha256: fingerprint.map(str::to_string),
     };
     let delivery = |ep: &str| {
-        let id = webhooks::domain::model::delivery_id(&format!("{prefix}evt-keyed"), ep);
-        let (d, due_at, _) = delivery_lifecycle::new_delivery(
-            config,
-            now,
-            id,
-            &format!("{prefix}evt-keyed"),
-            "order.paid",
-            &tenant,
-            ep,
-            false,
-        );
+        let ep: EndpointId = typed(ep);
+        let id = webhooks::domain::model::delivery_id(&keyed, &ep);
+        let (d, due_at, _) =
+            delivery_lifecycle::new_delivery(config, now, id, &keyed, "order.paid", &tenant, &ep, false);
         (d, due_at)
     };
     let (first, first_due) = delivery(&format!("{prefix}ep-k1"));

@@ -22,6 +22,7 @@ use webhooks::App;
 use webhooks::domain::api_key::ApiKey;
 use webhooks::domain::delivery_lifecycle::Transition;
 use webhooks::domain::event_type::{EventType, EventTypeVersion};
+use webhooks::domain::ids::{DeliveryId, EndpointId, EventId, JobId, TenantId};
 use webhooks::domain::model::{Delivery, Disabled, Endpoint, Job, StoredEvent};
 use webhooks::store::{ApiKeyStore, CounterStore, DeliveryStore, EndpointStore, EventStore, EventTypeStore, JobStore};
 use webhooks::store::{
@@ -259,26 +260,31 @@ impl EndpointStore for FaultyStore {
         self.faults.run("create_endpoint", self.inner.create_endpoint(endpoint), any, aws).await
     }
 
-    async fn get_endpoint(&self, tenant_id: &str, id: &str) -> Result<Option<Endpoint>, StoreError> {
+    async fn get_endpoint(&self, tenant_id: &TenantId, id: &EndpointId) -> Result<Option<Endpoint>, StoreError> {
         self.faults.run("get_endpoint", self.inner.get_endpoint(tenant_id, id), any, aws).await
     }
 
-    async fn find_endpoint(&self, id: &str) -> Result<Option<Endpoint>, StoreError> {
+    async fn find_endpoint(&self, id: &EndpointId) -> Result<Option<Endpoint>, StoreError> {
         self.faults.run("find_endpoint", self.inner.find_endpoint(id), any, aws).await
     }
 
-    async fn read_endpoint(&self, tenant_id: &str, id: &str, key: &str) -> Result<Option<Endpoint>, StoreError> {
+    async fn read_endpoint(
+        &self,
+        tenant_id: &TenantId,
+        id: &EndpointId,
+        key: &str,
+    ) -> Result<Option<Endpoint>, StoreError> {
         self.faults.run("read_endpoint", self.inner.read_endpoint(tenant_id, id, key), any, aws).await
     }
 
-    async fn tenant_endpoints(&self, tenant_id: &str, key: &str) -> Result<Vec<Endpoint>, StoreError> {
+    async fn tenant_endpoints(&self, tenant_id: &TenantId, key: &str) -> Result<Vec<Endpoint>, StoreError> {
         self.faults.run("tenant_endpoints", self.inner.tenant_endpoints(tenant_id, key), any, aws).await
     }
 
     async fn commit(
         &self,
         endpoint: EndpointWrite<'_>,
-        delivery: Option<(&str, &Transition)>,
+        delivery: Option<(&DeliveryId, &Transition)>,
     ) -> Result<Committed, StoreError> {
         self.faults.run("commit", self.inner.commit(endpoint, delivery), any, aws).await
     }
@@ -289,7 +295,7 @@ impl EndpointStore for FaultyStore {
 
     async fn list_endpoints(
         &self,
-        tenant_id: &str,
+        tenant_id: &TenantId,
         limit: usize,
         cursor: Option<&str>,
     ) -> Result<Page<Endpoint>, StoreError> {
@@ -307,14 +313,14 @@ impl CounterStore for FaultyStore {
         self.faults.run("listed_failures_in_a_row", self.inner.listed_failures_in_a_row(endpoints), any, aws).await
     }
 
-    async fn announce_failing(&self, tenant_id: &str, id: &str, notify: &Job) -> Result<bool, StoreError> {
+    async fn announce_failing(&self, tenant_id: &TenantId, id: &EndpointId, notify: &Job) -> Result<bool, StoreError> {
         self.faults.run("announce_failing", self.inner.announce_failing(tenant_id, id, notify), any, aws).await
     }
 
     async fn count_failure(
         &self,
-        tenant_id: &str,
-        id: &str,
+        tenant_id: &TenantId,
+        id: &EndpointId,
         key: &str,
         attempt: u32,
         threshold: u32,
@@ -327,8 +333,8 @@ impl CounterStore for FaultyStore {
 
     async fn count_delivered(
         &self,
-        endpoint_id: &str,
-        delivery_ids: &[String],
+        endpoint_id: &EndpointId,
+        delivery_ids: &[DeliveryId],
         at: chrono::DateTime<chrono::Utc>,
         expires_at: i64,
     ) -> Result<(), StoreError> {
@@ -338,20 +344,20 @@ impl CounterStore for FaultyStore {
 
     async fn delivered_tally(
         &self,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         since: chrono::DateTime<chrono::Utc>,
     ) -> Result<webhooks::store::DeliveredTally, StoreError> {
         self.faults.run("delivered_tally", self.inner.delivered_tally(endpoint_id, since), any, aws).await
     }
 
-    async fn reset_failures(&self, tenant_id: &str, id: &str, key: &str) -> Result<(), StoreError> {
+    async fn reset_failures(&self, tenant_id: &TenantId, id: &EndpointId, key: &str) -> Result<(), StoreError> {
         self.faults.run("reset_failures", self.inner.reset_failures(tenant_id, id, key), any, aws).await
     }
 
     async fn set_slow_until(
         &self,
-        tenant_id: &str,
-        id: &str,
+        tenant_id: &TenantId,
+        id: &EndpointId,
         until: Option<chrono::DateTime<chrono::Utc>>,
     ) -> Result<(), StoreError> {
         self.faults.run("set_slow_until", self.inner.set_slow_until(tenant_id, id, until), any, aws).await
@@ -363,8 +369,8 @@ impl CounterStore for FaultyStore {
 
     async fn set_effective_rate(
         &self,
-        tenant_id: &str,
-        id: &str,
+        tenant_id: &TenantId,
+        id: &EndpointId,
         expected_ms: Option<i64>,
         rate: f64,
         now_ms: i64,
@@ -384,18 +390,18 @@ impl EventStore for FaultyStore {
         self.faults.run("insert_event", self.inner.insert_event(event, deliveries), any, aws).await
     }
 
-    async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError> {
+    async fn get_payload(&self, tenant_id: &TenantId, event_id: &EventId) -> Result<Option<String>, StoreError> {
         self.faults.run("get_payload", self.inner.get_payload(tenant_id, event_id), any, aws).await
     }
 }
 
 #[async_trait::async_trait]
 impl DeliveryStore for FaultyStore {
-    async fn get_delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError> {
+    async fn get_delivery(&self, id: &DeliveryId) -> Result<Option<Delivery>, StoreError> {
         self.faults.run("get_delivery", self.inner.get_delivery(id), any, aws).await
     }
 
-    async fn apply(&self, id: &str, transition: &Transition, return_new: bool) -> Result<Applied, StoreError> {
+    async fn apply(&self, id: &DeliveryId, transition: &Transition, return_new: bool) -> Result<Applied, StoreError> {
         self.faults.run("apply", self.inner.apply(id, transition, return_new), any, aws).await
     }
 
@@ -403,7 +409,7 @@ impl DeliveryStore for FaultyStore {
         self.faults.run("due", self.inner.due(shard, until_ms, limit, after), |v: &Vec<Due>| !v.is_empty(), aws).await
     }
 
-    async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError> {
+    async fn event_deliveries(&self, event_id: &EventId) -> Result<Vec<DeliverySummary>, StoreError> {
         self.faults.run("event_deliveries", self.inner.event_deliveries(event_id), any, aws).await
     }
 
@@ -413,7 +419,7 @@ impl DeliveryStore for FaultyStore {
 
     async fn count_deliveries(
         &self,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         status: webhooks::domain::model::DeliveryStatus,
     ) -> Result<u64, StoreError> {
         self.faults.run("count_deliveries", self.inner.count_deliveries(endpoint_id, status), any, aws).await
@@ -421,7 +427,7 @@ impl DeliveryStore for FaultyStore {
 
     async fn count_deliveries_in(
         &self,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         statuses: &[webhooks::domain::model::DeliveryStatus],
     ) -> Result<Vec<webhooks::store::Counted>, StoreError> {
         self.faults.run("count_deliveries", self.inner.count_deliveries_in(endpoint_id, statuses), any, aws).await
@@ -482,13 +488,17 @@ impl ApiKeyStore for FaultyStore {
 
 #[async_trait::async_trait]
 impl webhooks::store::LifecycleStore for FaultyStore {
-    async fn tenant_snapshot(&self, tenant_id: &str, key: &str) -> Result<webhooks::store::TenantSnapshot, StoreError> {
+    async fn tenant_snapshot(
+        &self,
+        tenant_id: &TenantId,
+        key: &str,
+    ) -> Result<webhooks::store::TenantSnapshot, StoreError> {
         self.faults.run("tenant_snapshot", self.inner.tenant_snapshot(tenant_id, key), any, aws).await
     }
 
     async fn get_settings(
         &self,
-        tenant_id: &str,
+        tenant_id: &TenantId,
     ) -> Result<Option<webhooks::domain::tenant::TenantSettings>, StoreError> {
         self.faults.run("get_settings", self.inner.get_settings(tenant_id), any, aws).await
     }
@@ -505,17 +515,17 @@ impl webhooks::store::LifecycleStore for FaultyStore {
 
     async fn event_record(
         &self,
-        tenant_id: &str,
-        event_id: &str,
+        tenant_id: &TenantId,
+        event_id: &EventId,
     ) -> Result<Option<webhooks::store::lifecycle::EventRecord>, StoreError> {
         self.faults.run("event_record", self.inner.event_record(tenant_id, event_id), any, aws).await
     }
 
     async fn expunge_payload(
         &self,
-        tenant_id: &str,
-        event_id: &str,
-        delivery_ids: &[String],
+        tenant_id: &TenantId,
+        event_id: &EventId,
+        delivery_ids: &[DeliveryId],
         at: chrono::DateTime<chrono::Utc>,
     ) -> Result<bool, StoreError> {
         let expunge = self.inner.expunge_payload(tenant_id, event_id, delivery_ids, at);
@@ -524,7 +534,7 @@ impl webhooks::store::LifecycleStore for FaultyStore {
 
     async fn endpoint_counters(
         &self,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         rate_limit_per_second: Option<u32>,
         limit: usize,
     ) -> Result<Vec<webhooks::store::Purgeable>, StoreError> {
@@ -532,13 +542,16 @@ impl webhooks::store::LifecycleStore for FaultyStore {
         self.faults.run("endpoint_counters", counters, any, aws).await
     }
 
-    async fn deleted_endpoints(&self, tenant_id: &str) -> Result<Vec<webhooks::store::DeletedEndpoint>, StoreError> {
+    async fn deleted_endpoints(
+        &self,
+        tenant_id: &TenantId,
+    ) -> Result<Vec<webhooks::store::DeletedEndpoint>, StoreError> {
         self.faults.run("deleted_endpoints", self.inner.deleted_endpoints(tenant_id), any, aws).await
     }
 
     async fn scan_tenant(
         &self,
-        tenant_id: &str,
+        tenant_id: &TenantId,
         cursor: Option<&str>,
         pages: usize,
     ) -> Result<webhooks::store::ScanPage, StoreError> {
@@ -547,7 +560,7 @@ impl webhooks::store::LifecycleStore for FaultyStore {
 
     async fn purge(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         lease_due_at: i64,
         items: &[webhooks::store::Purgeable],
     ) -> Result<bool, StoreError> {
@@ -569,11 +582,11 @@ impl JobStore for FaultyStore {
         self.faults.run("finish_job", self.inner.finish_job(job, lease_due_at, notify), any, aws).await
     }
 
-    async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError> {
+    async fn get_job(&self, id: &JobId) -> Result<Option<Job>, StoreError> {
         self.faults.run("get_job", self.inner.get_job(id), any, aws).await
     }
 
-    async fn claim_job(&self, id: &str, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError> {
+    async fn claim_job(&self, id: &JobId, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError> {
         self.faults.run("claim_job", self.inner.claim_job(id, expected_due_at, lease_due_at), any, aws).await
     }
 }

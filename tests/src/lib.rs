@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use webhooks::domain::api_key::ApiKey;
 use webhooks::domain::delivery_lifecycle::Transition;
 use webhooks::domain::event_type::{EventType, EventTypeVersion};
+use webhooks::domain::ids::{DeliveryId, EndpointId, EventId, JobId, TenantId};
 use webhooks::domain::model::{Delivery, Endpoint, Job, StoredEvent};
 use webhooks::store::{ApiKeyStore, CounterStore, DeliveryStore, EndpointStore, EventStore, EventTypeStore, JobStore};
 use webhooks::store::{
@@ -30,6 +31,16 @@ use webhooks::store::{
 };
 use webhooks::{App, Config, bootstrap};
 use webhooks_local::{Options, Running};
+
+/// An id for a test, parsed from text that meets the id rule (`id::<EndpointId>("ep_1")`, or
+/// typed by where it goes); panics naming the text when it does not, the test's own mistake.
+pub fn id<T: std::str::FromStr>(value: impl AsRef<str>) -> T
+where
+    T::Err: std::fmt::Debug,
+{
+    let value = value.as_ref();
+    value.parse().unwrap_or_else(|e| panic!("test id {value:?}: {e:?}"))
+}
 
 /// The emulator's URL, or a panic that says how to run the tests.
 pub fn emulator_url() -> String {
@@ -390,7 +401,7 @@ impl webhooks::notify::Notifier for RecordingNotifier {
         endpoint: &Endpoint,
         disabled: &webhooks::domain::model::Disabled,
     ) -> Result<(), String> {
-        self.0.lock().expect("notifications").push((endpoint.id.clone(), disabled.reason.clone()));
+        self.0.lock().expect("notifications").push((endpoint.id.to_string(), disabled.reason.clone()));
         Ok(())
     }
 }
@@ -890,22 +901,27 @@ impl EndpointStore for Serialized {
         self.inner.create_endpoint(endpoint).await
     }
 
-    async fn get_endpoint(&self, tenant_id: &str, id: &str) -> Result<Option<Endpoint>, StoreError> {
+    async fn get_endpoint(&self, tenant_id: &TenantId, id: &EndpointId) -> Result<Option<Endpoint>, StoreError> {
         self.before("get_endpoint").await?;
         self.inner.get_endpoint(tenant_id, id).await
     }
 
-    async fn find_endpoint(&self, id: &str) -> Result<Option<Endpoint>, StoreError> {
+    async fn find_endpoint(&self, id: &EndpointId) -> Result<Option<Endpoint>, StoreError> {
         self.before("find_endpoint").await?;
         self.inner.find_endpoint(id).await
     }
 
-    async fn read_endpoint(&self, tenant_id: &str, id: &str, key: &str) -> Result<Option<Endpoint>, StoreError> {
+    async fn read_endpoint(
+        &self,
+        tenant_id: &TenantId,
+        id: &EndpointId,
+        key: &str,
+    ) -> Result<Option<Endpoint>, StoreError> {
         self.before("read_endpoint").await?;
         self.inner.read_endpoint(tenant_id, id, key).await
     }
 
-    async fn tenant_endpoints(&self, tenant_id: &str, key: &str) -> Result<Vec<Endpoint>, StoreError> {
+    async fn tenant_endpoints(&self, tenant_id: &TenantId, key: &str) -> Result<Vec<Endpoint>, StoreError> {
         self.before("tenant_endpoints").await?;
         self.inner.tenant_endpoints(tenant_id, key).await
     }
@@ -913,7 +929,7 @@ impl EndpointStore for Serialized {
     async fn commit(
         &self,
         endpoint: EndpointWrite<'_>,
-        delivery: Option<(&str, &Transition)>,
+        delivery: Option<(&DeliveryId, &Transition)>,
     ) -> Result<Committed, StoreError> {
         self.before("commit").await?;
         let _one = self.one().await;
@@ -928,7 +944,7 @@ impl EndpointStore for Serialized {
 
     async fn list_endpoints(
         &self,
-        tenant_id: &str,
+        tenant_id: &TenantId,
         limit: usize,
         cursor: Option<&str>,
     ) -> Result<Page<Endpoint>, StoreError> {
@@ -949,7 +965,7 @@ impl CounterStore for Serialized {
         self.inner.listed_failures_in_a_row(endpoints).await
     }
 
-    async fn announce_failing(&self, tenant_id: &str, id: &str, notify: &Job) -> Result<bool, StoreError> {
+    async fn announce_failing(&self, tenant_id: &TenantId, id: &EndpointId, notify: &Job) -> Result<bool, StoreError> {
         self.before("announce_failing").await?;
         let _one = self.one().await;
         self.inner.announce_failing(tenant_id, id, notify).await
@@ -957,8 +973,8 @@ impl CounterStore for Serialized {
 
     async fn count_failure(
         &self,
-        tenant_id: &str,
-        id: &str,
+        tenant_id: &TenantId,
+        id: &EndpointId,
         key: &str,
         attempt: u32,
         threshold: u32,
@@ -971,8 +987,8 @@ impl CounterStore for Serialized {
 
     async fn count_delivered(
         &self,
-        endpoint_id: &str,
-        delivery_ids: &[String],
+        endpoint_id: &EndpointId,
+        delivery_ids: &[DeliveryId],
         at: chrono::DateTime<chrono::Utc>,
         expires_at: i64,
     ) -> Result<(), StoreError> {
@@ -982,20 +998,25 @@ impl CounterStore for Serialized {
 
     async fn delivered_tally(
         &self,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         since: chrono::DateTime<chrono::Utc>,
     ) -> Result<webhooks::store::DeliveredTally, StoreError> {
         self.before("delivered_tally").await?;
         self.inner.delivered_tally(endpoint_id, since).await
     }
 
-    async fn reset_failures(&self, tenant_id: &str, id: &str, key: &str) -> Result<(), StoreError> {
+    async fn reset_failures(&self, tenant_id: &TenantId, id: &EndpointId, key: &str) -> Result<(), StoreError> {
         self.before("reset_failures").await?;
         let _one = self.one().await;
         self.inner.reset_failures(tenant_id, id, key).await
     }
 
-    async fn set_slow_until(&self, tenant_id: &str, id: &str, until: Option<DateTime<Utc>>) -> Result<(), StoreError> {
+    async fn set_slow_until(
+        &self,
+        tenant_id: &TenantId,
+        id: &EndpointId,
+        until: Option<DateTime<Utc>>,
+    ) -> Result<(), StoreError> {
         self.before("set_slow_until").await?;
         let _one = self.one().await;
         self.inner.set_slow_until(tenant_id, id, until).await
@@ -1009,8 +1030,8 @@ impl CounterStore for Serialized {
 
     async fn set_effective_rate(
         &self,
-        tenant_id: &str,
-        id: &str,
+        tenant_id: &TenantId,
+        id: &EndpointId,
         expected_ms: Option<i64>,
         rate: f64,
         now_ms: i64,
@@ -1033,7 +1054,7 @@ impl EventStore for Serialized {
         self.inner.insert_event(event, deliveries).await
     }
 
-    async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError> {
+    async fn get_payload(&self, tenant_id: &TenantId, event_id: &EventId) -> Result<Option<String>, StoreError> {
         self.before("get_payload").await?;
         self.inner.get_payload(tenant_id, event_id).await
     }
@@ -1041,12 +1062,12 @@ impl EventStore for Serialized {
 
 #[async_trait::async_trait]
 impl DeliveryStore for Serialized {
-    async fn get_delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError> {
+    async fn get_delivery(&self, id: &DeliveryId) -> Result<Option<Delivery>, StoreError> {
         self.before("get_delivery").await?;
         self.inner.get_delivery(id).await
     }
 
-    async fn apply(&self, id: &str, transition: &Transition, return_new: bool) -> Result<Applied, StoreError> {
+    async fn apply(&self, id: &DeliveryId, transition: &Transition, return_new: bool) -> Result<Applied, StoreError> {
         self.before("apply").await?;
         let _one = self.one().await;
         self.inner.apply(id, transition, return_new).await
@@ -1057,7 +1078,7 @@ impl DeliveryStore for Serialized {
         self.inner.due(shard, until_ms, limit, after).await
     }
 
-    async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError> {
+    async fn event_deliveries(&self, event_id: &EventId) -> Result<Vec<DeliverySummary>, StoreError> {
         self.before("event_deliveries").await?;
         self.inner.event_deliveries(event_id).await
     }
@@ -1069,7 +1090,7 @@ impl DeliveryStore for Serialized {
 
     async fn count_deliveries(
         &self,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         status: webhooks::domain::model::DeliveryStatus,
     ) -> Result<u64, StoreError> {
         self.before("count_deliveries").await?;
@@ -1078,7 +1099,7 @@ impl DeliveryStore for Serialized {
 
     async fn count_deliveries_in(
         &self,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         statuses: &[webhooks::domain::model::DeliveryStatus],
     ) -> Result<Vec<webhooks::store::Counted>, StoreError> {
         self.before("count_deliveries").await?;
@@ -1088,14 +1109,18 @@ impl DeliveryStore for Serialized {
 
 #[async_trait::async_trait]
 impl webhooks::store::LifecycleStore for Serialized {
-    async fn tenant_snapshot(&self, tenant_id: &str, key: &str) -> Result<webhooks::store::TenantSnapshot, StoreError> {
+    async fn tenant_snapshot(
+        &self,
+        tenant_id: &TenantId,
+        key: &str,
+    ) -> Result<webhooks::store::TenantSnapshot, StoreError> {
         self.before("tenant_snapshot").await?;
         self.inner.tenant_snapshot(tenant_id, key).await
     }
 
     async fn get_settings(
         &self,
-        tenant_id: &str,
+        tenant_id: &TenantId,
     ) -> Result<Option<webhooks::domain::tenant::TenantSettings>, StoreError> {
         self.before("get_settings").await?;
         self.inner.get_settings(tenant_id).await
@@ -1114,8 +1139,8 @@ impl webhooks::store::LifecycleStore for Serialized {
 
     async fn event_record(
         &self,
-        tenant_id: &str,
-        event_id: &str,
+        tenant_id: &TenantId,
+        event_id: &EventId,
     ) -> Result<Option<webhooks::store::lifecycle::EventRecord>, StoreError> {
         self.before("event_record").await?;
         self.inner.event_record(tenant_id, event_id).await
@@ -1123,9 +1148,9 @@ impl webhooks::store::LifecycleStore for Serialized {
 
     async fn expunge_payload(
         &self,
-        tenant_id: &str,
-        event_id: &str,
-        delivery_ids: &[String],
+        tenant_id: &TenantId,
+        event_id: &EventId,
+        delivery_ids: &[DeliveryId],
         at: chrono::DateTime<chrono::Utc>,
     ) -> Result<bool, StoreError> {
         self.before("expunge_payload").await?;
@@ -1135,7 +1160,7 @@ impl webhooks::store::LifecycleStore for Serialized {
 
     async fn endpoint_counters(
         &self,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         rate_limit_per_second: Option<u32>,
         limit: usize,
     ) -> Result<Vec<webhooks::store::Purgeable>, StoreError> {
@@ -1143,14 +1168,17 @@ impl webhooks::store::LifecycleStore for Serialized {
         self.inner.endpoint_counters(endpoint_id, rate_limit_per_second, limit).await
     }
 
-    async fn deleted_endpoints(&self, tenant_id: &str) -> Result<Vec<webhooks::store::DeletedEndpoint>, StoreError> {
+    async fn deleted_endpoints(
+        &self,
+        tenant_id: &TenantId,
+    ) -> Result<Vec<webhooks::store::DeletedEndpoint>, StoreError> {
         self.before("deleted_endpoints").await?;
         self.inner.deleted_endpoints(tenant_id).await
     }
 
     async fn scan_tenant(
         &self,
-        tenant_id: &str,
+        tenant_id: &TenantId,
         cursor: Option<&str>,
         pages: usize,
     ) -> Result<webhooks::store::ScanPage, StoreError> {
@@ -1160,7 +1188,7 @@ impl webhooks::store::LifecycleStore for Serialized {
 
     async fn purge(
         &self,
-        job_id: &str,
+        job_id: &JobId,
         lease_due_at: i64,
         items: &[webhooks::store::Purgeable],
     ) -> Result<bool, StoreError> {
@@ -1190,12 +1218,12 @@ impl JobStore for Serialized {
         self.inner.finish_job(job, lease_due_at, notify).await
     }
 
-    async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError> {
+    async fn get_job(&self, id: &JobId) -> Result<Option<Job>, StoreError> {
         self.before("get_job").await?;
         self.inner.get_job(id).await
     }
 
-    async fn claim_job(&self, id: &str, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError> {
+    async fn claim_job(&self, id: &JobId, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError> {
         self.before("claim_job").await?;
         let _one = self.one().await;
         self.inner.claim_job(id, expected_due_at, lease_due_at).await

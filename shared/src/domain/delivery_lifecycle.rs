@@ -32,6 +32,7 @@
 //! - final and held states are not in the index.
 
 use crate::config::Config;
+use crate::domain::ids::{DeliveryId, EndpointId, EventId, TenantId};
 use crate::domain::model::{Attempt, Delivery, DeliveryStatus};
 use chrono::{DateTime, Duration, Utc};
 
@@ -72,12 +73,20 @@ fn seconds_until(now: DateTime<Utc>, at: DateTime<Utc>) -> i64 {
 
 /// Where a delivery due at `next` waits: the due-index time and, when the wait fits in SQS's
 /// delay, the message to send now.
-fn wait_for(cfg: &Config, now: DateTime<Utc>, next: DateTime<Utc>, id: &str, attempt: u32) -> (i64, Option<Enqueue>) {
+fn wait_for(
+    cfg: &Config,
+    now: DateTime<Utc>,
+    next: DateTime<Utc>,
+    id: &DeliveryId,
+    attempt: u32,
+) -> (i64, Option<Enqueue>) {
     let wait = seconds_until(now, next);
     if wait <= i64::from(cfg.sqs_max_delay_seconds) {
         let due = ms(next) + i64::from(cfg.redrive_after_seconds) * 1000;
-        let enqueue =
-            Enqueue { message: AttemptMessage::new(id, attempt), delay_seconds: u32::try_from(wait).unwrap_or(0) };
+        let enqueue = Enqueue {
+            message: AttemptMessage::new(id.clone(), attempt),
+            delay_seconds: u32::try_from(wait).unwrap_or(0),
+        };
         (due, Some(enqueue))
     } else {
         (ms(next) - i64::from(cfg.sqs_max_delay_seconds) * 1000, None)
@@ -90,19 +99,19 @@ fn wait_for(cfg: &Config, now: DateTime<Utc>, next: DateTime<Utc>, id: &str, att
 pub fn new_delivery(
     cfg: &Config,
     now: DateTime<Utc>,
-    id: String,
-    event_id: &str,
+    id: DeliveryId,
+    event_id: &EventId,
     event_type: &str,
-    tenant_id: &str,
-    endpoint_id: &str,
+    tenant_id: &TenantId,
+    endpoint_id: &EndpointId,
     held: bool,
 ) -> (Delivery, Option<i64>, Option<Enqueue>) {
     let d = Delivery {
         id: id.clone(),
-        event_id: event_id.to_string(),
+        event_id: event_id.clone(),
         event_type: event_type.to_string(),
-        tenant_id: tenant_id.to_string(),
-        endpoint_id: endpoint_id.to_string(),
+        tenant_id: tenant_id.clone(),
+        endpoint_id: endpoint_id.clone(),
         status: if held { DeliveryStatus::Held } else { DeliveryStatus::Scheduled },
         attempt_count: 0,
         attempts_base: 0,
@@ -217,7 +226,7 @@ pub fn complete(
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 pub struct DueItem {
     /// Delivery id.
-    pub id: String,
+    pub id: DeliveryId,
     /// Its status when read.
     pub status: DeliveryStatus,
     /// Its `attempt_count` when read.
@@ -318,7 +327,7 @@ pub fn sweep(
 pub fn release(
     cfg: &Config,
     now: DateTime<Utc>,
-    id: &str,
+    id: &DeliveryId,
     status: DeliveryStatus,
     attempt_count: u32,
     entry: EndpointEntry,

@@ -37,6 +37,7 @@
 //! ones that reset it (enable, a successful probe).
 
 use crate::clock::Random;
+use crate::domain::ids::{DeliveryId, JobId, TenantId};
 use crate::domain::model::{
     Attempt, Delivery, Disabled, Endpoint, EndpointState, Job, JobKind, REASON_CIRCUIT_BREAKER, REASON_GONE,
     REASON_MANUAL,
@@ -62,10 +63,10 @@ pub struct Change {
 /// A new running job of `kind` on `ep`, first due at `run_at`.
 pub fn new_job(random: &Random, ep: &Endpoint, kind: JobKind, now: DateTime<Utc>, run_at: DateTime<Utc>) -> Job {
     Job {
-        id: format!("job_{}", random.ulid(now)),
+        id: JobId::made(format!("job_{}", random.ulid(now))),
         kind,
         tenant_id: ep.tenant_id.clone(),
-        endpoint_id: ep.id.clone(),
+        endpoint_id: ep.id.to_string(),
         status: "running".into(),
         since: None,
         until: None,
@@ -171,12 +172,12 @@ fn enable_because(ep: &Endpoint, now: DateTime<Utc>, random: &Random, reason: &s
 
 /// Paused to probing, with `delivery_id` (a held delivery, released in the same write) as the
 /// probe. `None` unless paused.
-pub fn probe_out(ep: &Endpoint, delivery_id: &str, now: DateTime<Utc>) -> Option<Change> {
+pub fn probe_out(ep: &Endpoint, delivery_id: &DeliveryId, now: DateTime<Utc>) -> Option<Change> {
     if ep.state() != EndpointState::Paused {
         return None;
     }
     let mut e = next(ep, now);
-    e.probe_delivery_id = Some(delivery_id.to_string());
+    e.probe_delivery_id = Some(delivery_id.clone());
     Some(Change { expected_version: ep.version, endpoint: e, reset_failures: false, jobs: Vec::new() })
 }
 
@@ -213,11 +214,11 @@ fn stopped_event(id: &str, ep: &Endpoint, disabled: &Disabled) -> OperationalEve
     OperationalEvent {
         id: id.into(),
         event_type: event_type.into(),
-        endpoint_id: ep.id.clone(),
-        tenant_id: ep.tenant_id.clone(),
+        endpoint_id: ep.id.to_string(),
+        tenant_id: ep.tenant_id.to_string(),
         reason: disabled.reason.clone(),
         status_code: disabled.status_code,
-        delivery_id: disabled.delivery_id.clone(),
+        delivery_id: disabled.delivery_id.as_ref().map(String::from),
         at: disabled.at,
         ..OperationalEvent::default()
     }
@@ -229,8 +230,8 @@ fn enabled_event(id: &str, ep: &Endpoint, reason: &str, at: DateTime<Utc>) -> Op
     OperationalEvent {
         id: id.into(),
         event_type: "endpoint.enabled".into(),
-        endpoint_id: ep.id.clone(),
-        tenant_id: ep.tenant_id.clone(),
+        endpoint_id: ep.id.to_string(),
+        tenant_id: ep.tenant_id.to_string(),
         reason: reason.into(),
         at,
         ..OperationalEvent::default()
@@ -243,7 +244,7 @@ fn enabled_event(id: &str, ep: &Endpoint, reason: &str, at: DateTime<Utc>) -> Op
 /// A notify job id made from `now` and a digest of `parts`: `job_` + a ULID whose time is
 /// `now` (so it sorts with the others) and whose random part is the digest, the same for the
 /// same transition (a transition built twice from the same item writes the same job).
-pub fn derived_job_id(now: DateTime<Utc>, parts: &[&str]) -> String {
+pub fn derived_job_id(now: DateTime<Utc>, parts: &[&str]) -> JobId {
     let mut h = Sha256::new();
     for p in parts {
         h.update(p.as_bytes());
@@ -253,15 +254,21 @@ pub fn derived_job_id(now: DateTime<Utc>, parts: &[&str]) -> String {
     let mut random = [0u8; 16];
     random.copy_from_slice(&digest[..16]);
     let ms = u64::try_from(now.timestamp_millis()).unwrap_or(0);
-    format!("job_{}", ulid::Ulid::from_parts(ms, u128::from_be_bytes(random)).to_string().to_lowercase())
+    JobId::made(format!("job_{}", ulid::Ulid::from_parts(ms, u128::from_be_bytes(random)).to_string().to_lowercase()))
 }
 
 /// A running notify job on (`tenant_id`, `endpoint_id`) due at `now`, publishing `event`
 /// (whose `id` is set to the job's).
-pub fn notify_job(id: String, tenant_id: &str, endpoint_id: &str, now: DateTime<Utc>, event: OperationalEvent) -> Job {
+pub fn notify_job(
+    id: JobId,
+    tenant_id: &TenantId,
+    endpoint_id: &str,
+    now: DateTime<Utc>,
+    event: OperationalEvent,
+) -> Job {
     Job {
         kind: JobKind::Notify,
-        tenant_id: tenant_id.to_string(),
+        tenant_id: tenant_id.clone(),
         endpoint_id: endpoint_id.to_string(),
         status: "running".into(),
         since: None,
@@ -269,7 +276,7 @@ pub fn notify_job(id: String, tenant_id: &str, endpoint_id: &str, now: DateTime<
         cursor: None,
         processed: 0,
         run_at: Some(now),
-        event: Some(OperationalEvent { id: id.clone(), ..event }),
+        event: Some(OperationalEvent { id: id.to_string(), ..event }),
         created_at: now,
         updated_at: now,
         id,
@@ -283,12 +290,12 @@ pub fn exhausted_job(claimed: &Delivery, last: &Attempt, now: DateTime<Utc>) -> 
     let reason = if last.error.as_deref() == Some("payload_expired") { "payload_expired" } else { "retry_policy" };
     let event = OperationalEvent {
         event_type: "delivery.exhausted".into(),
-        endpoint_id: claimed.endpoint_id.clone(),
-        tenant_id: claimed.tenant_id.clone(),
+        endpoint_id: claimed.endpoint_id.to_string(),
+        tenant_id: claimed.tenant_id.to_string(),
         reason: reason.into(),
         status_code: last.status_code,
-        delivery_id: Some(claimed.id.clone()),
-        event_id: Some(claimed.event_id.clone()),
+        delivery_id: Some(claimed.id.to_string()),
+        event_id: Some(claimed.event_id.to_string()),
         delivery_event_type: Some(claimed.event_type.clone()),
         attempt_count: Some(claimed.attempt_count),
         error: last.error.clone(),
@@ -314,9 +321,9 @@ pub fn finished_job(job: &Job, now: DateTime<Utc>) -> Option<Job> {
     let event = OperationalEvent {
         event_type: "job.finished".into(),
         endpoint_id: job.endpoint_id.clone(),
-        tenant_id: job.tenant_id.clone(),
+        tenant_id: job.tenant_id.to_string(),
         reason: job.status.clone(),
-        job_id: Some(job.id.clone()),
+        job_id: Some(job.id.to_string()),
         job_kind: Some(kind.into()),
         processed: Some(job.processed),
         at: now,
@@ -329,7 +336,7 @@ pub fn finished_job(job: &Job, now: DateTime<Utc>) -> Option<Job> {
 /// `threshold`, counted at `failures` by the failure of `delivery_id` (its last attempt
 /// `last`) at `now`: it publishes `endpoint.failing`.
 pub fn failing_job(
-    tenant_id: &str,
+    tenant_id: &TenantId,
     endpoint_id: &str,
     failures: u32,
     threshold: u32,
@@ -357,6 +364,7 @@ pub fn failing_job(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::ids::id;
 
     fn ep() -> Endpoint {
         let now = Utc::now();
@@ -366,7 +374,7 @@ mod tests {
             auto_resume: true,
             auto_resume_after_seconds: 60,
             version: 7,
-            ..Endpoint::new("ep_1", "t", "https://example.com", "whsec_AAAA", now)
+            ..Endpoint::new(id("ep_1"), id("t"), "https://example.com", "whsec_AAAA", now)
         }
     }
 
@@ -420,7 +428,7 @@ mod tests {
         assert_eq!(paused.endpoint.state(), EndpointState::Paused);
         assert!(disable(&paused.endpoint, now, why(REASON_CIRCUIT_BREAKER), &r).is_none());
 
-        let probing = probe_out(&paused.endpoint, "dlv_1", now).unwrap().endpoint;
+        let probing = probe_out(&paused.endpoint, &id("dlv_1"), now).unwrap().endpoint;
         assert_eq!(probing.state(), EndpointState::Probing("dlv_1"));
         assert!(probing.accepts("dlv_1") && !probing.accepts("dlv_2"));
 
@@ -438,7 +446,7 @@ mod tests {
         let r = Random::seeded(1);
         let now = Utc::now();
         let paused = disable(&ep(), now, why(REASON_CIRCUIT_BREAKER), &r).unwrap().endpoint;
-        let probing = probe_out(&paused, "dlv_1", now).unwrap().endpoint;
+        let probing = probe_out(&paused, &id("dlv_1"), now).unwrap().endpoint;
         assert!(probe_failed(&probing, "dlv_2", now, 60, &r).is_none(), "only the probe's own outcome counts");
         let failed = probe_failed(&probing, "dlv_1", now, 60, &r).unwrap();
         assert_eq!(failed.endpoint.state(), EndpointState::Paused);

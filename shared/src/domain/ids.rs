@@ -8,6 +8,13 @@
 //! [`MAX_ID_BYTES`] characters from [`ID_ALPHABET`]: ASCII letters and digits and
 //! `- _ . : ~ @ + = /`. No spaces, no control characters (no CR or LF), nothing outside ASCII,
 //! so the value is the same bytes in every header reader and in every key.
+//!
+//! Ids are newtypes ([`TenantId`], [`EndpointId`], [`EventId`], [`DeliveryId`], [`JobId`]),
+//! parsed once where they come in: the HTTP handlers and extractors (`parse` for a body or
+//! query field, 422; `lookup` for a URL path, 404), ingest's `check`
+//! of an event, a queue message's decode, an item read back from the table; and made by
+//! construction where this service mints them (`ep_`, `evt_`, `dlv_`, `job_`). Services and
+//! the store take them typed, so none of them checks an id again.
 
 use crate::error::ServiceError;
 
@@ -82,6 +89,185 @@ pub fn shard_of(id: &str, shards: u32) -> u32 {
     use sha2::{Digest, Sha256};
     let d = Sha256::digest(id.as_bytes());
     u32::from_be_bytes([d[0], d[1], d[2], d[3]]) % shards.max(1)
+}
+
+/// Defines an id newtype: a `String` that passed [`client_id`]'s rule once, where it came
+/// in (a request, a key read back, an id we made), so no later function checks it again.
+///
+/// Each type derefs to `str` (pass `&id` where a `&str` is taken), compares with `str` and
+/// `String` both ways, prints as itself, and is a plain JSON string in answers and items
+/// (serde `try_from`/`into` `String`: an item read back is parsed too).
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident, $kind:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(String);
+
+        impl $name {
+            /// What this id names, as errors say it (`"endpoint"`, `"delivery"`, ...).
+            pub const KIND: &'static str = $kind;
+
+            /// Parses a value a client sent in `field` (a body or query field).
+            ///
+            /// # Errors
+            /// [`ServiceError::Validation`] naming `field`, as [`client_id`].
+            pub fn parse(field: &str, value: impl Into<String>) -> Result<Self, ServiceError> {
+                let value = value.into();
+                client_id(field, &value)?;
+                Ok(Self(value))
+            }
+
+            /// Parses an id taken from a URL path to look something up: one that could never
+            /// have been stored is simply not found, without an AWS call.
+            ///
+            /// # Errors
+            /// [`ServiceError::NotFound`] naming [`Self::KIND`] and the id, as [`lookup_id`].
+            pub fn lookup(value: &str) -> Result<Self, ServiceError> {
+                lookup_id(Self::KIND, value)?;
+                Ok(Self(value.to_string()))
+            }
+
+            /// An id this service made (a prefix and a ULID or digest), which meets the rule
+            /// by construction.
+            #[allow(dead_code)]
+            pub(crate) fn made(value: String) -> Self {
+                debug_assert!(is_client_id(&value), "{value}");
+                Self(value)
+            }
+
+            /// The id as text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+
+            /// The id's text, owned.
+            pub fn into_string(self) -> String {
+                self.0
+            }
+        }
+
+        impl std::ops::Deref for $name {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::borrow::Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = ServiceError;
+            /// As [`Self::parse`] of a field named after [`Self::KIND`].
+            fn from_str(value: &str) -> Result<Self, ServiceError> {
+                Self::parse(concat!($kind, " id"), value)
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = String;
+            fn try_from(value: String) -> Result<Self, String> {
+                if is_client_id(&value) { Ok(Self(value)) } else { Err(format!("not a valid {} id", $kind)) }
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(id: $name) -> String {
+                id.0
+            }
+        }
+
+        impl From<&$name> for String {
+            fn from(id: &$name) -> String {
+                id.0.clone()
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+
+        impl PartialEq<String> for $name {
+            fn eq(&self, other: &String) -> bool {
+                &self.0 == other
+            }
+        }
+
+        impl PartialEq<$name> for str {
+            fn eq(&self, other: &$name) -> bool {
+                self == other.0
+            }
+        }
+
+        impl PartialEq<$name> for &str {
+            fn eq(&self, other: &$name) -> bool {
+                *self == other.0
+            }
+        }
+
+        impl PartialEq<$name> for String {
+            fn eq(&self, other: &$name) -> bool {
+                *self == other.0
+            }
+        }
+    };
+}
+
+id_type!(
+    /// A tenant's id, chosen by the client (`acme`): the owner of endpoints and events.
+    TenantId,
+    "tenant"
+);
+id_type!(
+    /// An endpoint's id: `ep_` + ULID, made at its creation.
+    EndpointId,
+    "endpoint"
+);
+id_type!(
+    /// An event's id: the client's, or `evt_` + ULID; sent as `webhook-id`.
+    EventId,
+    "event"
+);
+id_type!(
+    /// A delivery's id: `dlv_` + a digest of (event id, endpoint id), [`crate::domain::model::delivery_id`].
+    DeliveryId,
+    "delivery"
+);
+id_type!(
+    /// A job's id: `job_` + ULID.
+    JobId,
+    "job"
+);
+
+/// An id for a test, from a literal known to meet the rule (`id::<EndpointId>("ep_1")`, or
+/// typed by where it goes): panics on one that does not, which is the test's mistake.
+#[cfg(test)]
+pub(crate) fn id<T: std::str::FromStr<Err = ServiceError>>(value: &str) -> T {
+    value.parse().unwrap_or_else(|e| panic!("test id {value:?}: {e}"))
 }
 
 #[cfg(test)]

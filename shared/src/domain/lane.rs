@@ -91,11 +91,12 @@ pub fn marker_after(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::ids::id;
     use chrono::TimeZone;
 
     fn ep(slow_until: Option<DateTime<Utc>>) -> Endpoint {
         let now = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).single().unwrap_or_default();
-        Endpoint { slow_until, ..Endpoint::new("ep_1", "t", "http://x", "whsec_x", now) }
+        Endpoint { slow_until, ..Endpoint::new(id("ep_1"), id("t"), "http://x", "whsec_x", now) }
     }
 
     #[test]

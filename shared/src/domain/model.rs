@@ -3,6 +3,7 @@
 //! Ids carry a prefix as Svix's do (`ep_`, `evt_`, `dlv_`) so a stray id in a log says what
 //! it names.
 
+use crate::domain::ids::{DeliveryId, EndpointId, EventId, JobId, TenantId};
 use crate::domain::retry_policy::RetryPolicy;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -13,9 +14,9 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Endpoint {
     /// `ep_` + ULID.
-    pub id: String,
+    pub id: EndpointId,
     /// The tenant that owns it; events are fanned out within a tenant.
-    pub tenant_id: String,
+    pub tenant_id: TenantId,
     /// Where attempts are POSTed (http or https).
     pub url: String,
     /// Event types it subscribes to; `None` means every type.
@@ -71,7 +72,7 @@ pub struct Endpoint {
     pub previous_secret_expires_at: Option<DateTime<Utc>>,
     /// The held delivery released as the half-open probe, while one is out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub probe_delivery_id: Option<String>,
+    pub probe_delivery_id: Option<DeliveryId>,
     /// Most attempts started per second, across every deliver invocation (`None`: no
     /// limit). Attempts over it wait (not counted as attempts); see [`crate::domain::rate`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -153,7 +154,7 @@ pub struct Disabled {
     pub status_code: Option<u16>,
     /// The delivery whose attempt caused it, if one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delivery_id: Option<String>,
+    pub delivery_id: Option<DeliveryId>,
 }
 
 /// Where an endpoint is in its life; derived from `enabled`, `disabled` and
@@ -178,15 +179,15 @@ impl Endpoint {
     /// [`DEFAULT_BREAKER_THRESHOLD`] failures in a row without auto-resume (cool-down
     /// [`DEFAULT_COOLDOWN_SECONDS`]), version 1, created and updated `now`.
     pub fn new(
-        id: impl Into<String>,
-        tenant_id: impl Into<String>,
+        id: EndpointId,
+        tenant_id: TenantId,
         url: impl Into<String>,
         secret: impl Into<String>,
         now: DateTime<Utc>,
     ) -> Self {
         Self {
-            id: id.into(),
-            tenant_id: tenant_id.into(),
+            id,
+            tenant_id,
             url: url.into(),
             event_types: None,
             retry_policy: crate::domain::retry_policy::RetryPolicy::standard(),
@@ -359,15 +360,15 @@ pub struct Attempt {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Delivery {
     /// `dlv_` + a hash of (event id, endpoint id); see [`delivery_id`].
-    pub id: String,
+    pub id: DeliveryId,
     /// The event id, sent as `webhook-id` on every attempt.
-    pub event_id: String,
+    pub event_id: EventId,
     /// The event type, e.g. `order.paid`.
     pub event_type: String,
     /// The tenant of the event and endpoint.
-    pub tenant_id: String,
+    pub tenant_id: TenantId,
     /// The endpoint it goes to.
-    pub endpoint_id: String,
+    pub endpoint_id: EndpointId,
     /// Where it is in its life.
     pub status: DeliveryStatus,
     /// Attempts started so far, over all cycles.
@@ -416,6 +417,14 @@ pub struct Delivery {
     pub exhausted_retention_days: Option<u32>,
 }
 
+impl Job {
+    /// The endpoint it works on, parsed; `None` for a tenant's purge (whose `endpoint_id` is
+    /// empty) or an item whose id breaks the id rule.
+    pub fn endpoint(&self) -> Option<EndpointId> {
+        EndpointId::try_from(self.endpoint_id.clone()).ok()
+    }
+}
+
 impl Delivery {
     /// Days it is kept once `delivered` (true) or `exhausted`: its own stamp, else `cfg`'s.
     pub fn retention_days(&self, cfg: &crate::config::Config, delivered: bool) -> u32 {
@@ -437,9 +446,9 @@ fn is_zero(n: &u32) -> bool {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoredEvent {
     /// The tenant that sent it.
-    pub tenant_id: String,
+    pub tenant_id: TenantId,
     /// The event id (`webhook-id`).
-    pub event_id: String,
+    pub event_id: EventId,
     /// The event type.
     pub event_type: String,
     /// The JSON body, frozen at ingest and sent byte for byte on every attempt.
@@ -486,11 +495,11 @@ pub enum JobKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Job {
     /// `job_` + ULID.
-    pub id: String,
+    pub id: JobId,
     /// What it does.
     pub kind: JobKind,
     /// The endpoint's tenant.
-    pub tenant_id: String,
+    pub tenant_id: TenantId,
     /// The endpoint it works on.
     pub endpoint_id: String,
     /// `running`, `done` or `cancelled`.
@@ -524,7 +533,7 @@ pub struct Job {
 /// event twice writes the same items and the second write loses its condition.
 ///
 /// Shape: `dlv_` + the first 16 bytes of SHA-256(`event_id` NUL `endpoint_id`) in hex.
-pub fn delivery_id(event_id: &str, endpoint_id: &str) -> String {
+pub fn delivery_id(event_id: &str, endpoint_id: &str) -> DeliveryId {
     let mut h = Sha256::new();
     h.update(event_id.as_bytes());
     h.update([0u8]);
@@ -535,7 +544,7 @@ pub fn delivery_id(event_id: &str, endpoint_id: &str) -> String {
     for b in &digest[..16] {
         out.push_str(&format!("{b:02x}"));
     }
-    out
+    DeliveryId::made(out)
 }
 
 #[cfg(test)]

@@ -145,6 +145,7 @@ pub fn next_rate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::ids::id;
 
     #[test]
     fn the_limiters_counters_each_take_at_most_half_a_partitions_writes_and_add_up_to_the_limit() {
@@ -169,7 +170,7 @@ mod tests {
             rate_limit_per_second: limit,
             effective_rate_per_second: rate,
             rate_changed_at_ms: at,
-            ..Endpoint::new("ep_1", "t", "http://x", "whsec_x", created)
+            ..Endpoint::new(id("ep_1"), id("t"), "http://x", "whsec_x", created)
         }
     }
 

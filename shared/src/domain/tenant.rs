@@ -18,6 +18,7 @@
 //! long as it is kept; every value is 1 to [`MAX_RETENTION_DAYS`].
 
 use crate::config::Config;
+use crate::domain::ids::{JobId, TenantId};
 use crate::domain::retry_policy::RetryPolicy;
 use crate::error::ServiceError;
 use chrono::{DateTime, Utc};
@@ -30,7 +31,7 @@ pub const MAX_RETENTION_DAYS: u32 = 3650;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TenantSettings {
     /// The tenant.
-    pub tenant_id: String,
+    pub tenant_id: TenantId,
     /// Days a delivered delivery is kept (absent: `WEBHOOKS_DELIVERED_RETENTION_DAYS`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivered_retention_days: Option<u32>,
@@ -55,16 +56,16 @@ pub struct TenantSettings {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PurgeMark {
     /// The purge job (`GET /v1/jobs/{id}`).
-    pub job_id: String,
+    pub job_id: JobId,
     /// When it started.
     pub started_at: DateTime<Utc>,
 }
 
 impl TenantSettings {
     /// No overrides, no purge, version 0 (not stored yet).
-    pub fn empty(tenant_id: &str, now: DateTime<Utc>) -> Self {
+    pub fn empty(tenant_id: &TenantId, now: DateTime<Utc>) -> Self {
         Self {
-            tenant_id: tenant_id.to_string(),
+            tenant_id: tenant_id.clone(),
             delivered_retention_days: None,
             exhausted_retention_days: None,
             event_retention_days: None,
@@ -169,6 +170,7 @@ pub fn check_policy(cfg: &Config, settings: Option<&TenantSettings>, policy: &Re
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::ids::id;
 
     #[test]
     fn a_policy_must_not_outlast_the_tenants_events() {
@@ -181,7 +183,7 @@ mod tests {
         let e = check_policy(&cfg, None, &policy(7 * 86_400, 15)).unwrap_err().to_string();
         assert!(e.starts_with("retry_policy: its longest cycle takes up to 98 days"), "{e}");
         assert!(check_policy(&cfg, None, &policy(7 * 86_400, 13)).is_ok());
-        let mut s = TenantSettings::empty("acme", Utc::now());
+        let mut s = TenantSettings::empty(&id("acme"), Utc::now());
         s.event_retention_days = Some(10);
         assert!(check_policy(&cfg, Some(&s), &policy(6 * 86_400, 3)).is_err());
         assert!(check_policy(&cfg, Some(&s), &policy(5 * 86_400, 3)).is_ok());
@@ -192,7 +194,7 @@ mod tests {
         let cfg = Config::new("t", "q");
         // 7 waits at most 24 h each (Retry-After) but the last, 24 h + 20 % jitter: 7.2 days.
         assert_eq!(least_event_days(&[]), 8);
-        let mut s = TenantSettings::empty("acme", Utc::now());
+        let mut s = TenantSettings::empty(&id("acme"), Utc::now());
         s.event_retention_days = Some(7);
         let e = check(&cfg, &s, &[]).unwrap_err().to_string();
         assert!(e.starts_with("event_retention_days: 7 is under 8 days"), "{e}");

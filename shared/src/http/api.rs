@@ -34,6 +34,7 @@
 use super::extract::{NoBody, NoParams, Params, PathParam, is_blank, parse_body};
 use crate::App;
 use crate::config::MAX_PAYLOAD_BYTES;
+use crate::domain::ids::{DeliveryId, EndpointId, EventId, JobId, TenantId};
 use crate::domain::model::DeliveryStatus;
 use crate::error::ServiceError;
 use crate::service::api_keys::Caller;
@@ -76,7 +77,7 @@ async fn patch_endpoint(
     _: NoParams,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServiceError> {
-    Ok(Json(endpoints::update_endpoint(&app, &id, &parse_object(body)?).await?).into_response())
+    Ok(Json(endpoints::update_endpoint(&app, &EndpointId::lookup(&id)?, &parse_object(body)?).await?).into_response())
 }
 
 async fn enable_endpoint(
@@ -85,7 +86,7 @@ async fn enable_endpoint(
     _: NoParams,
     _: NoBody,
 ) -> Result<Response, ServiceError> {
-    let (endpoint, job) = endpoints::enable_endpoint(&app, &id).await?;
+    let (endpoint, job) = endpoints::enable_endpoint(&app, &EndpointId::lookup(&id)?).await?;
     let mut body = serde_json::to_value(endpoint).map_err(|e| ServiceError::Internal(e.to_string()))?;
     body["release_job"] = serde_json::to_value(job).map_err(|e| ServiceError::Internal(e.to_string()))?;
     Ok(Json(body).into_response())
@@ -97,7 +98,7 @@ async fn disable_endpoint(
     _: NoParams,
     _: NoBody,
 ) -> Result<Response, ServiceError> {
-    Ok(Json(endpoints::disable_endpoint(&app, &id).await?).into_response())
+    Ok(Json(endpoints::disable_endpoint(&app, &EndpointId::lookup(&id)?).await?).into_response())
 }
 
 /// `GET /v1/endpoints`'s parameters.
@@ -131,8 +132,7 @@ async fn list_endpoints(
         let cursor = p.cursor.as_deref().filter(|c| !c.is_empty());
         return Ok(Json(crate::service::attention::list(&app, why, limit, cursor).await?).into_response());
     }
-    let tenant = p.tenant_id.unwrap_or_default();
-    crate::domain::ids::client_id("tenant_id", &tenant)?;
+    let tenant = TenantId::parse("tenant_id", p.tenant_id.unwrap_or_default())?;
     let limit = check_limit(p.limit)?;
     Ok(Json(endpoints::list_endpoints(&app, &tenant, limit, p.cursor.as_deref().filter(|c| !c.is_empty())).await?)
         .into_response())
@@ -151,7 +151,7 @@ async fn delete_endpoint(
     Params(p): Params<DeleteParams>,
     _: NoBody,
 ) -> Result<Response, ServiceError> {
-    let done = endpoints::delete_endpoint(&app, &id, p.force.unwrap_or(false)).await?;
+    let done = endpoints::delete_endpoint(&app, &EndpointId::lookup(&id)?, p.force.unwrap_or(false)).await?;
     Ok(Json(serde_json::json!({
         "id": id,
         "deleted": true,
@@ -166,7 +166,7 @@ async fn endpoint_stats(
     PathParam(id): PathParam,
     _: NoParams,
 ) -> Result<Response, ServiceError> {
-    Ok(Json(endpoints::endpoint_stats(&app, &id).await?).into_response())
+    Ok(Json(endpoints::endpoint_stats(&app, &EndpointId::lookup(&id)?).await?).into_response())
 }
 
 #[derive(Deserialize)]
@@ -185,7 +185,7 @@ async fn rotate_secret(
         Ok(bytes) if is_blank(bytes) => RotateBody { secret: None },
         _ => parse_body(body)?,
     };
-    Ok(Json(endpoints::rotate_secret(&app, &id, b.secret.as_deref()).await?).into_response())
+    Ok(Json(endpoints::rotate_secret(&app, &EndpointId::lookup(&id)?, b.secret.as_deref()).await?).into_response())
 }
 
 #[derive(Deserialize)]
@@ -203,7 +203,7 @@ async fn recover(
 ) -> Result<Response, ServiceError> {
     let b: RecoverBody = parse_body(body)?;
     let since = time_param("since", b.since)?.ok_or_else(|| ServiceError::Validation("since: is required".into()))?;
-    let job = endpoints::recover(&app, &id, since, time_param("until", b.until)?).await?;
+    let job = endpoints::recover(&app, &EndpointId::lookup(&id)?, since, time_param("until", b.until)?).await?;
     Ok((StatusCode::ACCEPTED, Json(job)).into_response())
 }
 
@@ -219,11 +219,8 @@ async fn get_event(
     PathParam(id): PathParam,
     Params(p): Params<EventParams>,
 ) -> Result<Response, ServiceError> {
-    let tenant = p.tenant_id.filter(|t| !t.is_empty());
-    if let Some(t) = &tenant {
-        crate::domain::ids::client_id("tenant_id", t)?;
-    }
-    Ok(Json(deliveries::get_event(&app, &id, tenant.as_deref()).await?).into_response())
+    let tenant = p.tenant_id.filter(|t| !t.is_empty()).map(|t| TenantId::parse("tenant_id", t)).transpose()?;
+    Ok(Json(deliveries::get_event(&app, &EventId::lookup(&id)?, tenant.as_ref()).await?).into_response())
 }
 
 /// A listing's `limit`: 50 when absent or empty (`?limit=`, as every other empty parameter),
@@ -240,15 +237,15 @@ pub(super) fn check_limit(limit: Option<String>) -> Result<usize, ServiceError> 
 }
 
 async fn get_job(State(app): State<App>, PathParam(id): PathParam, _: NoParams) -> Result<Response, ServiceError> {
-    Ok(Json(deliveries::get_job(&app, &id).await?).into_response())
+    Ok(Json(deliveries::get_job(&app, &JobId::lookup(&id)?).await?).into_response())
 }
 
 async fn get_endpoint(State(app): State<App>, PathParam(id): PathParam, _: NoParams) -> Result<Response, ServiceError> {
-    Ok(Json(endpoints::get_endpoint(&app, &id).await?).into_response())
+    Ok(Json(endpoints::get_endpoint(&app, &EndpointId::lookup(&id)?).await?).into_response())
 }
 
 async fn get_delivery(State(app): State<App>, PathParam(id): PathParam, _: NoParams) -> Result<Response, ServiceError> {
-    Ok(Json(deliveries::get_delivery(&app, &id).await?).into_response())
+    Ok(Json(deliveries::get_delivery(&app, &DeliveryId::lookup(&id)?).await?).into_response())
 }
 
 /// `GET /v1/deliveries`'s parameters.
@@ -288,10 +285,8 @@ async fn list_deliveries(State(app): State<App>, Params(p): Params<ListParams>) 
             ))
         })?),
     };
-    let endpoint_id = p.endpoint_id.filter(|s| !s.is_empty());
-    if let Some(e) = &endpoint_id {
-        crate::domain::ids::client_id("endpoint_id", e)?;
-    }
+    let endpoint_id =
+        p.endpoint_id.filter(|s| !s.is_empty()).map(|e| EndpointId::parse("endpoint_id", e)).transpose()?;
     let limit = check_limit(p.limit)?;
     let since = time_param("since", p.since)?;
     let until = time_param("until", p.until)?;
@@ -322,7 +317,7 @@ async fn replay(
     _: NoParams,
     _: NoBody,
 ) -> Result<Response, ServiceError> {
-    let d = deliveries::replay(&app, &id).await?;
+    let d = deliveries::replay(&app, &DeliveryId::lookup(&id)?).await?;
     Ok((StatusCode::ACCEPTED, Json(d)).into_response())
 }
 
@@ -349,7 +344,9 @@ async fn portal_session(
     let host = header("x-forwarded-host").or_else(|| header("host")).unwrap_or("127.0.0.1");
     let scheme = header("x-forwarded-proto").unwrap_or("http");
     let base = format!("{scheme}://{host}");
-    let session = crate::http::ui::token::create_session(&app, &tenant_id, b.ttl_seconds, &base).await?;
+    let session =
+        crate::http::ui::token::create_session(&app, &TenantId::parse("tenant_id", tenant_id)?, b.ttl_seconds, &base)
+            .await?;
     Ok((StatusCode::CREATED, Json(session)).into_response())
 }
 

@@ -154,7 +154,11 @@ async fn send_example(
 ) -> Result<Response, ServiceError> {
     let b: SendExampleBody = parse_body(body)?;
     let event_type = required(b.event_type, "event_type")?;
-    Ok(Json(crate::service::test_sends::send_example(&app, &id, &event_type).await?).into_response())
+    Ok(Json(
+        crate::service::test_sends::send_example(&app, &crate::domain::ids::EndpointId::lookup(&id)?, &event_type)
+            .await?,
+    )
+    .into_response())
 }
 
 /// The catalog's routes (admin).

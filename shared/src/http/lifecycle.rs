@@ -10,6 +10,7 @@
 
 use super::extract::{NoBody, NoParams, Params, PathParam, is_blank, parse_body};
 use crate::App;
+use crate::domain::ids::{EventId, TenantId};
 use crate::error::ServiceError;
 use crate::service::tenant_settings::{self, Expunged, NewSettings, SettingsView};
 use axum::extract::State;
@@ -35,7 +36,7 @@ async fn get_settings(
     PathParam(tenant_id): PathParam,
     _: NoParams,
 ) -> Result<Response, ServiceError> {
-    let view: SettingsView = tenant_settings::get_settings(&app, &tenant_id).await?;
+    let view: SettingsView = tenant_settings::get_settings(&app, &TenantId::parse("tenant_id", tenant_id)?).await?;
     Ok(Json(view).into_response())
 }
 
@@ -54,7 +55,7 @@ async fn put_settings(
         exhausted_retention_days: b.exhausted_retention_days,
         event_retention_days: b.event_retention_days,
     };
-    Ok(Json(tenant_settings::put_settings(&app, &tenant_id, new).await?).into_response())
+    Ok(Json(tenant_settings::put_settings(&app, &TenantId::parse("tenant_id", tenant_id)?, new).await?).into_response())
 }
 
 async fn delete_tenant(
@@ -63,7 +64,7 @@ async fn delete_tenant(
     _: NoParams,
     _: NoBody,
 ) -> Result<Response, ServiceError> {
-    let job = crate::service::purge::delete_tenant(&app, &tenant_id).await?;
+    let job = crate::service::purge::delete_tenant(&app, &TenantId::parse("tenant_id", tenant_id)?).await?;
     Ok((StatusCode::ACCEPTED, Json(job)).into_response())
 }
 
@@ -80,11 +81,8 @@ async fn expunge(
     Params(p): Params<ExpungeParams>,
     _: NoBody,
 ) -> Result<Response, ServiceError> {
-    let tenant = p.tenant_id.filter(|t| !t.is_empty());
-    if let Some(t) = &tenant {
-        crate::domain::ids::client_id("tenant_id", t)?;
-    }
-    let done: Expunged = tenant_settings::expunge_event(&app, &id, tenant.as_deref()).await?;
+    let tenant = p.tenant_id.filter(|t| !t.is_empty()).map(|t| TenantId::parse("tenant_id", t)).transpose()?;
+    let done: Expunged = tenant_settings::expunge_event(&app, &EventId::lookup(&id)?, tenant.as_ref()).await?;
     Ok(Json(done).into_response())
 }
 

@@ -211,6 +211,7 @@ pub fn redact_url(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::ids::id;
 
     #[test]
     fn credentials_in_urls_are_redacted() {
@@ -229,7 +230,7 @@ mod tests {
         assert_eq!(redact_url("https://example.com/in?s3cret"), "https://example.com/in?***=***");
         assert_eq!(redact_url("https://example.com/in?"), "https://example.com/in");
         let now = chrono::Utc::now();
-        let ep = crate::domain::model::Endpoint::new("ep_1", "acme", url, "whsec_x", now);
+        let ep = crate::domain::model::Endpoint::new(id("ep_1"), id("acme"), url, "whsec_x", now);
         let disabled = crate::domain::model::Disabled {
             reason: "gone".into(),
             status_code: Some(410),

@@ -3,7 +3,7 @@
 
 use crate::App;
 use crate::domain::delivery_lifecycle::{self};
-use crate::domain::ids;
+use crate::domain::ids::{DeliveryId, EndpointId, EventId, JobId, TenantId};
 use crate::domain::model::{Attempt, Delivery, DeliveryStatus, Job};
 use crate::error::ServiceError;
 use crate::store::{Applied, DeliveryQuery, DeliverySummary, Page};
@@ -13,11 +13,11 @@ use serde::Serialize;
 #[derive(Debug, Clone, Serialize)]
 pub struct EventView {
     /// Event id.
-    pub id: String,
+    pub id: EventId,
     /// Event type.
     pub event_type: String,
     /// Tenant.
-    pub tenant_id: String,
+    pub tenant_id: TenantId,
     /// When it was accepted.
     pub created_at: DateTime<Utc>,
     /// When retention (DynamoDB TTL) removes its payload item: ingest's time plus the
@@ -43,11 +43,10 @@ pub struct EventView {
 /// # Errors
 /// [`ServiceError::NotFound`] when no delivery of the tenant has this event id;
 /// [`ServiceError::Conflict`] listing the tenants when the id is ambiguous without `tenant_id`.
-pub async fn get_event(app: &App, id: &str, tenant_id: Option<&str>) -> Result<EventView, ServiceError> {
-    ids::lookup_id("event", id)?;
+pub async fn get_event(app: &App, id: &EventId, tenant_id: Option<&TenantId>) -> Result<EventView, ServiceError> {
     let mut deliveries = app.store.event_deliveries(id).await?;
     if let Some(t) = tenant_id {
-        deliveries.retain(|d| d.tenant_id == t);
+        deliveries.retain(|d| d.tenant_id == *t);
     }
     let tenants: std::collections::BTreeSet<&str> = deliveries.iter().map(|d| d.tenant_id.as_str()).collect();
     if tenants.len() > 1 {
@@ -67,7 +66,7 @@ pub async fn get_event(app: &App, id: &str, tenant_id: Option<&str>) -> Result<E
     })?;
     let record = app.store.event_record(&first.tenant_id, id).await?;
     Ok(EventView {
-        id: id.to_string(),
+        id: id.clone(),
         event_type: first.event_type.clone(),
         tenant_id: first.tenant_id.clone(),
         created_at: first.created_at,
@@ -81,8 +80,7 @@ pub async fn get_event(app: &App, id: &str, tenant_id: Option<&str>) -> Result<E
 ///
 /// # Errors
 /// [`ServiceError::NotFound`].
-pub async fn get_job(app: &App, id: &str) -> Result<Job, ServiceError> {
-    ids::lookup_id("job", id)?;
+pub async fn get_job(app: &App, id: &JobId) -> Result<Job, ServiceError> {
     app.store.get_job(id).await?.ok_or_else(|| ServiceError::NotFound(format!("job {id}")))
 }
 
@@ -90,15 +88,15 @@ pub async fn get_job(app: &App, id: &str) -> Result<Job, ServiceError> {
 #[derive(Debug, Clone, Serialize)]
 pub struct DeliveryView {
     /// Delivery id.
-    pub id: String,
+    pub id: DeliveryId,
     /// Event id (`webhook-id`).
-    pub event_id: String,
+    pub event_id: EventId,
     /// Event type.
     pub event_type: String,
     /// Tenant.
-    pub tenant_id: String,
+    pub tenant_id: TenantId,
     /// Endpoint.
-    pub endpoint_id: String,
+    pub endpoint_id: EndpointId,
     /// `scheduled`, `sending`, `delivered`, `exhausted` or `held`.
     pub status: DeliveryStatus,
     /// Attempts started.
@@ -178,8 +176,7 @@ fn is_zero(n: &u32) -> bool {
 ///
 /// # Errors
 /// [`ServiceError::NotFound`].
-pub async fn get_delivery(app: &App, id: &str) -> Result<DeliveryView, ServiceError> {
-    ids::lookup_id("delivery", id)?;
+pub async fn get_delivery(app: &App, id: &DeliveryId) -> Result<DeliveryView, ServiceError> {
     let d = app.store.get_delivery(id).await?.ok_or_else(|| ServiceError::NotFound(format!("delivery {id}")))?;
     Ok(DeliveryView::of(d, &app.config))
 }
@@ -213,8 +210,7 @@ pub async fn list_deliveries(app: &App, query: DeliveryQuery) -> Result<Page<Del
 /// [`ServiceError::NotFound`]; [`ServiceError::Conflict`] when it is not exhausted or held
 /// (or changed while replaying); [`ServiceError::PayloadExpunged`] when its event's payload
 /// was expunged.
-pub async fn replay(app: &App, id: &str) -> Result<DeliveryView, ServiceError> {
-    ids::lookup_id("delivery", id)?;
+pub async fn replay(app: &App, id: &DeliveryId) -> Result<DeliveryView, ServiceError> {
     let d = app.store.get_delivery(id).await?.ok_or_else(|| ServiceError::NotFound(format!("delivery {id}")))?;
     // An expunged payload is never sent again (one read of the event's item).
     if let Some(at) = app.store.event_record(&d.tenant_id, &d.event_id).await?.and_then(|r| r.expunged_at) {
@@ -239,8 +235,8 @@ pub async fn replay(app: &App, id: &str) -> Result<DeliveryView, ServiceError> {
         }
     };
     if let Err(e) = app.queue.send(&[enqueue]).await {
-        tracing::warn!(delivery_id = id, error = %e, "replay enqueue failed; the sweeper will re-drive");
+        tracing::warn!(delivery_id = %id, error = %e, "replay enqueue failed; the sweeper will re-drive");
     }
-    tracing::info!(delivery_id = id, "replayed");
+    tracing::info!(delivery_id = %id, "replayed");
     Ok(DeliveryView::of(updated, &app.config))
 }

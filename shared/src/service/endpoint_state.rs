@@ -20,6 +20,7 @@
 use crate::App;
 use crate::domain::delivery_lifecycle::{self, EndpointEntry, Enqueue};
 use crate::domain::endpoint_lifecycle::{self, Change};
+use crate::domain::ids::{EndpointId, JobId, TenantId};
 use crate::domain::model::{
     Delivery, DeliveryStatus, Disabled, Endpoint, EndpointState, Job, JobKind, REASON_ENDPOINT_DELETED, REASON_MANUAL,
     REASON_UNSUBSCRIBED,
@@ -59,8 +60,8 @@ pub const END_DELETED_GIVE_UP_SECONDS: i64 = 600;
 /// [`ServiceError::Unavailable`] when DynamoDB failed.
 pub async fn change_endpoint(
     app: &App,
-    tenant_id: &str,
-    id: &str,
+    tenant_id: &TenantId,
+    id: &EndpointId,
     mut decide: impl FnMut(&Endpoint) -> Result<Option<Change>, ServiceError>,
 ) -> Result<(Endpoint, Option<Change>), ServiceError> {
     for _ in 0..CHANGE_TRIES {
@@ -195,7 +196,7 @@ pub async fn start_job(
 ///
 /// # Errors
 /// [`ServiceError::Unavailable`] when DynamoDB failed; the job runs again after its lease.
-pub async fn run_job_step(app: &App, id: &str, due_at: i64) -> Result<Vec<Enqueue>, ServiceError> {
+pub async fn run_job_step(app: &App, id: &JobId, due_at: i64) -> Result<Vec<Enqueue>, ServiceError> {
     let Some((job, now, lease)) = take_step(app, id, due_at).await? else { return Ok(Vec::new()) };
     let out = if job.kind == JobKind::Purge {
         match crate::service::purge::step(app, job, now, lease).await {
@@ -214,7 +215,7 @@ pub async fn run_job_step(app: &App, id: &str, due_at: i64) -> Result<Vec<Enqueu
 
 /// [`run_job_step`] of a hold or notify job run inline ([`run_inline`]): never a purge's
 /// (whose steps scan the table: only the sweeper's role may).
-async fn run_endpoint_job_step(app: &App, id: &str, due_at: i64) -> Result<Vec<Enqueue>, ServiceError> {
+async fn run_endpoint_job_step(app: &App, id: &JobId, due_at: i64) -> Result<Vec<Enqueue>, ServiceError> {
     let Some((job, now, lease)) = take_step(app, id, due_at).await? else { return Ok(Vec::new()) };
     let out = job_step(app, job, now, lease).await;
     step_ended(app, id, now, lease, out).await
@@ -223,7 +224,7 @@ async fn run_endpoint_job_step(app: &App, id: &str, due_at: i64) -> Result<Vec<E
 /// Takes a step of job `id` due at `due_at`: its lease (a concurrent tick loses this
 /// condition; if this worker dies, the job is due again after the lease, the sweeper's budget:
 /// no step outlives it) and the job as it is then. `None`: another took it, or it is gone.
-async fn take_step(app: &App, id: &str, due_at: i64) -> Result<Option<(Job, DateTime<Utc>, i64)>, ServiceError> {
+async fn take_step(app: &App, id: &JobId, due_at: i64) -> Result<Option<(Job, DateTime<Utc>, i64)>, ServiceError> {
     let now = app.clock.now();
     let lease =
         now.timestamp_millis() + i64::try_from(app.config.sweep_budget.as_millis()).unwrap_or(60_000).max(1_000);
@@ -241,7 +242,7 @@ async fn take_step(app: &App, id: &str, due_at: i64) -> Result<Option<(Job, Date
 /// half is safe.
 async fn step_ended(
     app: &App,
-    id: &str,
+    id: &JobId,
     now: DateTime<Utc>,
     lease: i64,
     out: Result<Vec<Enqueue>, ServiceError>,
@@ -260,7 +261,10 @@ async fn job_step(app: &App, mut job: Job, now: DateTime<Utc>, lease: i64) -> Re
     if job.kind == JobKind::Purge {
         return Ok(Vec::new());
     }
-    let endpoint = app.store.get_endpoint(&job.tenant_id, &job.endpoint_id).await?;
+    let endpoint = match job.endpoint() {
+        Some(id) => app.store.get_endpoint(&job.tenant_id, &id).await?,
+        None => None,
+    };
     let mut out = Vec::new();
     // A list page holds at most 100 deliveries: a step that asked for more and found fewer
     // would take that as "nothing left".
@@ -389,7 +393,7 @@ pub const UNFINISHED: [DeliveryStatus; 3] = [DeliveryStatus::Scheduled, Delivery
 /// # Errors
 /// [`ServiceError::Unavailable`] when DynamoDB failed.
 pub async fn end_as_deleted(app: &App, d: &crate::store::DeliverySummary) -> Result<(), ServiceError> {
-    let (id, status, attempt_count, days) = (d.id.as_str(), d.status, d.attempt_count, d.exhausted_retention_days);
+    let (id, status, attempt_count, days) = (&d.id, d.status, d.attempt_count, d.exhausted_retention_days);
     let entry = EndpointEntry::new(&d.endpoint_id, d.created_at);
     let now = app.clock.now();
     let in_flight = |d: &Delivery| d.status == DeliveryStatus::Sending && d.lease_until.is_some_and(|l| l > now);
@@ -435,6 +439,7 @@ async fn publish_operational(app: &App, event: &OperationalEvent) -> Result<(), 
 mod tests {
     use super::*;
     use crate::clock::Random;
+    use crate::domain::ids::id;
     use crate::domain::model::{REASON_CIRCUIT_BREAKER, REASON_GONE};
 
     fn ep() -> Endpoint {
@@ -443,7 +448,7 @@ mod tests {
             circuit_breaker_threshold: 5,
             auto_resume: true,
             auto_resume_after_seconds: 60,
-            ..Endpoint::new("ep_1", "t", "https://example.com", "whsec_AAAA", now)
+            ..Endpoint::new(id("ep_1"), id("t"), "https://example.com", "whsec_AAAA", now)
         }
     }
 
@@ -465,7 +470,7 @@ mod tests {
         assert_eq!(name(stop_metric(&enabled, &stop(&enabled, REASON_MANUAL))), None, "an operator's own act");
         // A probe out and failed again: still the same pause.
         let now = Utc::now();
-        let probing = endpoint_lifecycle::probe_out(&paused, "dlv_1", now).unwrap().endpoint;
+        let probing = endpoint_lifecycle::probe_out(&paused, &id("dlv_1"), now).unwrap().endpoint;
         let back = endpoint_lifecycle::probe_failed(&probing, "dlv_1", now, 60, &Random::seeded(1)).unwrap().endpoint;
         assert_eq!(name(stop_metric(&probing, &back)), None);
         // The probe answered 410: the receiver disabled it.

@@ -3,7 +3,7 @@
 
 use crate::App;
 use crate::domain::endpoint_lifecycle;
-use crate::domain::ids;
+use crate::domain::ids::{EndpointId, JobId, TenantId};
 use crate::domain::model::{DeliveryStatus, Disabled, Endpoint, EndpointState, Job, JobKind, REASON_MANUAL};
 use crate::domain::retry_policy::RetryPolicy;
 use crate::domain::signing;
@@ -22,9 +22,9 @@ use serde_json::{Map, Value};
 #[derive(Debug, Clone, Serialize)]
 pub struct EndpointView {
     /// `ep_` id.
-    pub id: String,
+    pub id: EndpointId,
     /// Owner.
-    pub tenant_id: String,
+    pub tenant_id: TenantId,
     /// URL.
     pub url: String,
     /// Subscribed event types (exact names or `prefix.*`); absent = all.
@@ -146,9 +146,8 @@ impl EndpointView {
 pub async fn create_endpoint(app: &App, body: &Map<String, Value>) -> Result<EndpointView, ServiceError> {
     let tenant_id = match body.get("tenant_id") {
         None | Some(Value::Null) => return Err(invalid("tenant_id", "is required")),
-        Some(v) => v.as_str().ok_or_else(|| invalid("tenant_id", "must be a string"))?,
+        Some(v) => TenantId::parse("tenant_id", v.as_str().ok_or_else(|| invalid("tenant_id", "must be a string"))?)?,
     };
-    ids::client_id("tenant_id", tenant_id)?;
     if !body.contains_key("url") {
         return Err(invalid("url", "is required"));
     }
@@ -161,7 +160,8 @@ pub async fn create_endpoint(app: &App, body: &Map<String, Value>) -> Result<End
         }
     };
     let now = app.clock.now();
-    let mut endpoint = Endpoint::new(format!("ep_{}", app.random.ulid(now)), tenant_id, "", secret, now);
+    let mut endpoint =
+        Endpoint::new(EndpointId::made(format!("ep_{}", app.random.ulid(now))), tenant_id.clone(), "", secret, now);
     apply_settings(&mut endpoint, body, &["tenant_id", "secret"])?;
     crate::service::event_types::check_subscription(app, &endpoint.tenant_id, endpoint.event_types.as_deref()).await?;
     for (field, url) in destinations(&endpoint) {
@@ -171,7 +171,7 @@ pub async fn create_endpoint(app: &App, body: &Map<String, Value>) -> Result<End
     // concurrent creations can each pass this count, so a tenant can end a few over it,
     // never unboundedly.
     let max = app.config.max_endpoints_per_tenant;
-    let snapshot = app.store.tenant_snapshot(tenant_id, &endpoint.id).await?;
+    let snapshot = app.store.tenant_snapshot(&tenant_id, &endpoint.id).await?;
     if let Some(purge) = snapshot.settings.as_ref().and_then(|s| s.purge.as_ref()) {
         let m = format!("tenant {tenant_id} is being purged (job {}); create its endpoints after", purge.job_id);
         return Err(ServiceError::TenantPurging(m));
@@ -192,7 +192,7 @@ pub async fn create_endpoint(app: &App, body: &Map<String, Value>) -> Result<End
     match app.store.create_endpoint(&endpoint).await {
         Err(StoreError::AlreadyExists) => {
             tracing::warn!(endpoint_id = %endpoint.id, "a new endpoint's id was taken; creating it under a fresh id");
-            endpoint.id = format!("ep_{}", app.random.ulid(app.clock.now()));
+            endpoint.id = EndpointId::made(format!("ep_{}", app.random.ulid(app.clock.now())));
             app.store.create_endpoint(&endpoint).await.map_err(|e| match e {
                 StoreError::AlreadyExists => ServiceError::Unavailable("no free endpoint id found; retry".into()),
                 other => other.into(),
@@ -237,8 +237,7 @@ async fn show_failures_in_a_row(app: &App, endpoints: &mut [Endpoint]) {
 ///
 /// # Errors
 /// [`ServiceError::NotFound`].
-pub async fn find_endpoint(app: &App, id: &str) -> Result<Endpoint, ServiceError> {
-    ids::lookup_id("endpoint", id)?;
+pub async fn find_endpoint(app: &App, id: &EndpointId) -> Result<Endpoint, ServiceError> {
     app.store.find_endpoint(id).await?.ok_or_else(|| ServiceError::NotFound(format!("endpoint {id}")))
 }
 
@@ -246,7 +245,7 @@ pub async fn find_endpoint(app: &App, id: &str) -> Result<Endpoint, ServiceError
 ///
 /// # Errors
 /// [`ServiceError::NotFound`].
-pub async fn get_endpoint(app: &App, id: &str) -> Result<EndpointView, ServiceError> {
+pub async fn get_endpoint(app: &App, id: &EndpointId) -> Result<EndpointView, ServiceError> {
     Ok(EndpointView::shown(app, find_endpoint(app, id).await?, false).await)
 }
 
@@ -260,7 +259,11 @@ pub async fn get_endpoint(app: &App, id: &str) -> Result<EndpointView, ServiceEr
 /// matches no catalog type, in `registered` mode;
 /// [`ServiceError::DestinationNotAllowed`] for a new `url` that is, or resolves to, a
 /// non-public address; [`ServiceError::Conflict`] when the endpoint kept changing under it.
-pub async fn update_endpoint(app: &App, id: &str, body: &Map<String, Value>) -> Result<EndpointView, ServiceError> {
+pub async fn update_endpoint(
+    app: &App,
+    id: &EndpointId,
+    body: &Map<String, Value>,
+) -> Result<EndpointView, ServiceError> {
     let ep = find_endpoint(app, id).await?;
     refuse_credentials_moving(&ep, body)?;
     // The settings as they would be, to check new destinations before the write (the write
@@ -323,7 +326,7 @@ fn refuse_credentials_moving(ep: &Endpoint, body: &Map<String, Value>) -> Result
 ///
 /// # Errors
 /// [`ServiceError::NotFound`]; [`ServiceError::Conflict`] when it kept changing under it.
-pub async fn disable_endpoint(app: &App, id: &str) -> Result<EndpointView, ServiceError> {
+pub async fn disable_endpoint(app: &App, id: &EndpointId) -> Result<EndpointView, ServiceError> {
     let ep = find_endpoint(app, id).await?;
     let disabled = Disabled { reason: REASON_MANUAL.into(), at: app.clock.now(), status_code: None, delivery_id: None };
     let (ep, _) = endpoint_state::disable(app, &ep, disabled).await?;
@@ -335,7 +338,7 @@ pub async fn disable_endpoint(app: &App, id: &str) -> Result<EndpointView, Servi
 ///
 /// # Errors
 /// [`ServiceError::NotFound`]; [`ServiceError::Conflict`] when it kept changing under it.
-pub async fn enable_endpoint(app: &App, id: &str) -> Result<(EndpointView, Job), ServiceError> {
+pub async fn enable_endpoint(app: &App, id: &EndpointId) -> Result<(EndpointView, Job), ServiceError> {
     let ep = find_endpoint(app, id).await?;
     let (ep, job) = endpoint_state::enable(app, &ep).await?;
     Ok((EndpointView::shown(app, ep, false).await, job))
@@ -347,7 +350,7 @@ pub async fn enable_endpoint(app: &App, id: &str) -> Result<(EndpointView, Job),
 /// [`ServiceError::Validation`] for a bad cursor.
 pub async fn list_endpoints(
     app: &App,
-    tenant_id: &str,
+    tenant_id: &TenantId,
     limit: usize,
     cursor: Option<&str>,
 ) -> Result<Page<EndpointView>, ServiceError> {
@@ -367,7 +370,7 @@ pub struct Deleted {
     pub deliveries_ended: usize,
     /// The delete's `end_deleted` job (`GET /v1/jobs/{id}`), which ends what the delete's
     /// listing missed.
-    pub job_id: String,
+    pub job_id: JobId,
 }
 
 /// How many unfinished deliveries a forced delete ends itself, at most, before it answers;
@@ -393,7 +396,7 @@ pub const DELETE_COUNTS_UP_TO: usize = 1000;
 /// # Errors
 /// [`ServiceError::NotFound`]; [`ServiceError::Conflict`] with the count of unfinished
 /// deliveries.
-pub async fn delete_endpoint(app: &App, id: &str, force: bool) -> Result<Deleted, ServiceError> {
+pub async fn delete_endpoint(app: &App, id: &EndpointId, force: bool) -> Result<Deleted, ServiceError> {
     let ep = find_endpoint(app, id).await?;
     if !force {
         // Counted up to a cap, so a large backlog cannot hold the answer past API Gateway's 30 s.
@@ -438,24 +441,25 @@ pub async fn delete_endpoint(app: &App, id: &str, force: bool) -> Result<Deleted
         expires_at: now.timestamp() + kept_days * 86_400,
     };
     app.store.delete_endpoint(&tombstone).await?;
-    tracing::info!(endpoint_id = id, ended = unfinished.len(), job_id = %job_id, "endpoint deleted");
+    tracing::info!(endpoint_id = %id, ended = unfinished.len(), job_id = %job_id, "endpoint deleted");
     Ok(Deleted { deliveries_ended: unfinished.len(), job_id })
 }
 
 /// Up to `max` of an endpoint's unfinished deliveries ([`endpoint_state::UNFINISHED`], status by status, in
 /// the listing's order): pages of their `by_endpoint` ranges only, never its history.
-async fn unfinished_deliveries(app: &App, endpoint_id: &str, max: usize) -> Result<Vec<DeliverySummary>, StoreError> {
+async fn unfinished_deliveries(
+    app: &App,
+    endpoint_id: &EndpointId,
+    max: usize,
+) -> Result<Vec<DeliverySummary>, StoreError> {
     let mut out = Vec::new();
     for status in endpoint_state::UNFINISHED {
         let left = max.saturating_sub(out.len());
         if left == 0 {
             break;
         }
-        let query = DeliveryQuery {
-            endpoint_id: Some(endpoint_id.to_string()),
-            status: Some(status),
-            ..DeliveryQuery::default()
-        };
+        let query =
+            DeliveryQuery { endpoint_id: Some(endpoint_id.clone()), status: Some(status), ..DeliveryQuery::default() };
         out.extend(collect_deliveries(app.store.as_ref(), query, left).await?);
     }
     Ok(out)
@@ -465,7 +469,7 @@ async fn unfinished_deliveries(app: &App, endpoint_id: &str, max: usize) -> Resu
 #[derive(Debug, Clone, Serialize)]
 pub struct EndpointStats {
     /// Endpoint id.
-    pub endpoint_id: String,
+    pub endpoint_id: EndpointId,
     /// Deliveries by status (statuses with none are 0).
     pub counts: std::collections::BTreeMap<String, u64>,
     /// The latest success: when the latest delivered delivery was recorded (as its per-day
@@ -499,7 +503,7 @@ pub struct EndpointStats {
 ///
 /// # Errors
 /// [`ServiceError::NotFound`].
-pub async fn endpoint_stats(app: &App, id: &str) -> Result<EndpointStats, ServiceError> {
+pub async fn endpoint_stats(app: &App, id: &EndpointId) -> Result<EndpointStats, ServiceError> {
     let ep = find_endpoint(app, id).await?;
     let statuses =
         [DeliveryStatus::Scheduled, DeliveryStatus::Sending, DeliveryStatus::Exhausted, DeliveryStatus::Held];
@@ -548,7 +552,7 @@ pub async fn endpoint_stats(app: &App, id: &str) -> Result<EndpointStats, Servic
 ///
 /// # Errors
 /// [`ServiceError::NotFound`]; [`ServiceError::Validation`] for a malformed `secret`.
-pub async fn rotate_secret(app: &App, id: &str, secret: Option<&str>) -> Result<EndpointView, ServiceError> {
+pub async fn rotate_secret(app: &App, id: &EndpointId, secret: Option<&str>) -> Result<EndpointView, ServiceError> {
     let ep = find_endpoint(app, id).await?;
     let new = match secret {
         Some(s) => {
@@ -568,7 +572,7 @@ pub async fn rotate_secret(app: &App, id: &str, secret: Option<&str>) -> Result<
         Ok(Some(rotated))
     })
     .await?;
-    tracing::info!(endpoint_id = id, until = ?ep.previous_secret_expires_at, "secret rotated");
+    tracing::info!(endpoint_id = %id, until = ?ep.previous_secret_expires_at, "secret rotated");
     let mut view = EndpointView::shown(app, ep, true).await;
     view.previous_secret_expires_at = Some(until);
     Ok(view)
@@ -584,7 +588,7 @@ pub async fn rotate_secret(app: &App, id: &str, secret: Option<&str>) -> Result<
 /// (without `until`: when `since` is not before now).
 pub async fn recover(
     app: &App,
-    id: &str,
+    id: &EndpointId,
     since: DateTime<Utc>,
     until: Option<DateTime<Utc>>,
 ) -> Result<Job, ServiceError> {

@@ -30,7 +30,7 @@
 use crate::App;
 use crate::config::MAX_PAYLOAD_BYTES;
 use crate::domain::delivery_lifecycle::{self, Enqueue};
-use crate::domain::ids;
+use crate::domain::ids::{self, DeliveryId, EndpointId, EventId, TenantId};
 use crate::domain::lane;
 use crate::domain::model::{Attempt, DeliveryStatus, StoredEvent, delivery_id};
 use crate::domain::operational;
@@ -64,7 +64,7 @@ pub struct NewEvent {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SyncOutcome {
     /// The delivery.
-    pub delivery_id: String,
+    pub delivery_id: DeliveryId,
     /// `delivered`, `exhausted`, or `held` (the endpoint is disabled; no attempt was made);
     /// `scheduled` or `sending` (with `deferred` set) while the delivery is still under way.
     pub status: DeliveryStatus,
@@ -83,9 +83,9 @@ pub struct SyncOutcome {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DeliveryRef {
     /// Delivery id.
-    pub id: String,
+    pub id: DeliveryId,
     /// The endpoint it goes to.
-    pub endpoint_id: String,
+    pub endpoint_id: EndpointId,
 }
 
 /// Something the caller should know about an accepted event: `code` is stable,
@@ -106,7 +106,7 @@ pub const NO_SUBSCRIBED_ENDPOINT: &str = "no_subscribed_endpoint";
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Accepted {
     /// The event id (the caller's or a generated one).
-    pub event_id: String,
+    pub event_id: EventId,
     /// One delivery per subscribed endpoint; empty when none subscribes (with a
     /// [`NO_SUBSCRIBED_ENDPOINT`] warning).
     pub deliveries: Vec<DeliveryRef>,
@@ -127,25 +127,23 @@ pub struct Accepted {
     pub inline_attempt: Option<Enqueue>,
 }
 
-/// Checks an event before any AWS call: `tenant_id`, `event_type` and `id` by the one rule
+/// Checks an event before any AWS call and returns its ids, parsed: `tenant_id`, `event_type` and `id` by the one rule
 /// for client-chosen ids ([`ids::client_id`]), the payload's size.
 ///
 /// # Errors
 /// [`ServiceError::Validation`] naming the field; [`ServiceError::TooLarge`] for a payload
 /// over 256 KiB.
-pub fn check(event: &NewEvent) -> Result<(), ServiceError> {
-    ids::client_id("tenant_id", &event.tenant_id)?;
+pub fn check(event: &NewEvent) -> Result<(TenantId, Option<EventId>), ServiceError> {
+    let tenant_id = TenantId::parse("tenant_id", event.tenant_id.as_str())?;
     ids::client_id("event_type", &event.event_type)?;
-    if let Some(id) = &event.id {
-        ids::client_id("id", id)?;
-    }
+    let id = event.id.as_deref().map(|id| EventId::parse("id", id)).transpose()?;
     if event.payload.len() > MAX_PAYLOAD_BYTES {
         return Err(ServiceError::TooLarge(format!(
             "payload: {} bytes is over the limit of {MAX_PAYLOAD_BYTES} bytes",
             event.payload.len()
         )));
     }
-    Ok(())
+    Ok((tenant_id, id))
 }
 
 /// Accepts an event.
@@ -169,7 +167,7 @@ pub fn check(event: &NewEvent) -> Result<(), ServiceError> {
 /// - [`ServiceError::ReservedTenant`] for the operational events' tenant
 ///   ([`operational::TENANT`]): only the stack itself posts there ([`ingest_operational`]).
 pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError> {
-    check(&event)?;
+    let ids = check(&event)?;
     if event.tenant_id == operational::TENANT {
         return Err(ServiceError::ReservedTenant(format!(
             "tenant_id: {} is the stack's own tenant for operational events; only the stack posts there",
@@ -178,7 +176,7 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
     }
     // The catalog's word before anything is written (one cached read per type and process).
     crate::service::event_types::enforce(app, &event.event_type, &event.payload).await?;
-    accept(app, event).await
+    accept(app, event, ids).await
 }
 
 /// Hands an operational event to the endpoints registered under [`operational::TENANT`] (the
@@ -201,17 +199,22 @@ pub async fn ingest_operational(app: &App, event: &operational::OperationalEvent
         sync: false,
         request_sha256: None,
     };
-    check(&event)?;
-    accept(app, event).await
+    let ids = check(&event)?;
+    accept(app, event, ids).await
 }
 
-/// Accepts a checked event: fan-out to the tenant's subscribed endpoints.
-async fn accept(app: &App, event: NewEvent) -> Result<Accepted, ServiceError> {
+/// Accepts a checked event (`tenant_id` and `id` its ids as [`check`] parsed them): fan-out
+/// to the tenant's subscribed endpoints.
+async fn accept(
+    app: &App,
+    event: NewEvent,
+    (tenant_id, id): (TenantId, Option<EventId>),
+) -> Result<Accepted, ServiceError> {
     let now = app.clock.now();
-    let event_id = event.id.clone().unwrap_or_else(|| format!("evt_{}", app.random.ulid(now)));
+    let event_id = id.unwrap_or_else(|| EventId::made(format!("evt_{}", app.random.ulid(now))));
     // The tenant's endpoints and settings (retention, purge mark): one Query.
-    let snapshot = app.store.tenant_snapshot(&event.tenant_id, &event_id).await?;
-    let settings = snapshot.settings.unwrap_or_else(|| TenantSettings::empty(&event.tenant_id, now));
+    let snapshot = app.store.tenant_snapshot(&tenant_id, &event_id).await?;
+    let settings = snapshot.settings.unwrap_or_else(|| TenantSettings::empty(&tenant_id, now));
     if let Some(purge) = &settings.purge {
         return Err(ServiceError::TenantPurging(format!(
             "tenant {:?} is being purged (job {}, since {}); its events are refused until the purge ends",
@@ -246,7 +249,7 @@ async fn accept(app: &App, event: NewEvent) -> Result<Accepted, ServiceError> {
     }
 
     let stored = StoredEvent {
-        tenant_id: event.tenant_id.clone(),
+        tenant_id: tenant_id.clone(),
         event_id: event_id.clone(),
         event_type: event.event_type.clone(),
         payload: event.payload,
@@ -264,7 +267,7 @@ async fn accept(app: &App, event: NewEvent) -> Result<Accepted, ServiceError> {
                 delivery_id(&event_id, &ep.id),
                 &event_id,
                 &event.event_type,
-                &event.tenant_id,
+                &tenant_id,
                 &ep.id,
                 // Queued like any other: deliver holds it, in a write conditional on the
                 // endpoint's version, if the endpoint does not accept it when it comes up. (A
@@ -319,7 +322,7 @@ async fn accept(app: &App, event: NewEvent) -> Result<Accepted, ServiceError> {
         }
     };
     futures::future::join(send(false, to_main), send(true, to_slow)).await;
-    tracing::info!(event_id, event_type = %event.event_type, deliveries = deliveries.len(), "event accepted");
+    tracing::info!(%event_id, event_type = %event.event_type, deliveries = deliveries.len(), "event accepted");
     Ok(Accepted { event_id, deliveries, warnings: Vec::new(), outcome: None, replayed, inline_attempt: None })
 }
 
@@ -331,7 +334,7 @@ async fn accept(app: &App, event: NewEvent) -> Result<Accepted, ServiceError> {
 async fn nothing_subscribes(
     app: &App,
     event: &NewEvent,
-    event_id: String,
+    event_id: EventId,
     endpoints: usize,
 ) -> Result<Accepted, ServiceError> {
     let tenant = &event.tenant_id;
@@ -352,7 +355,7 @@ async fn nothing_subscribes(
         tracing::warn!(tenant_id = %tenant, event_type = %event.event_type, "event refused: the tenant has no endpoints");
         return Err(ServiceError::UnknownTenant(message));
     }
-    tracing::warn!(event_id, tenant_id = %tenant, event_type = %event.event_type, endpoints, "event accepted but no endpoint subscribes: nothing stored");
+    tracing::warn!(%event_id, tenant_id = %tenant, event_type = %event.event_type, endpoints, "event accepted but no endpoint subscribes: nothing stored");
     Ok(Accepted {
         event_id,
         deliveries: Vec::new(),

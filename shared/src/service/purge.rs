@@ -36,7 +36,7 @@
 //!   record that the purge happened.
 
 use crate::App;
-use crate::domain::ids;
+use crate::domain::ids::{JobId, TenantId};
 use crate::domain::model::{Job, JobKind};
 use crate::domain::tenant::{PurgeMark, TenantSettings};
 use crate::error::ServiceError;
@@ -74,8 +74,7 @@ pub const SCAN_CURSOR: &str = "scan after ";
 /// # Errors
 /// [`ServiceError::Validation`] for a tenant id outside the id rule; [`ServiceError::Conflict`]
 /// when the settings kept changing; [`ServiceError::Unavailable`] when DynamoDB failed.
-pub async fn delete_tenant(app: &App, tenant_id: &str) -> Result<Job, ServiceError> {
-    ids::client_id("tenant_id", tenant_id)?;
+pub async fn delete_tenant(app: &App, tenant_id: &TenantId) -> Result<Job, ServiceError> {
     for _ in 0..CHANGE_TRIES {
         let now = app.clock.now();
         let current = app.store.get_settings(tenant_id).await?;
@@ -86,9 +85,9 @@ pub async fn delete_tenant(app: &App, tenant_id: &str) -> Result<Job, ServiceErr
         }
         let current = current.unwrap_or_else(|| TenantSettings::empty(tenant_id, now));
         let job = Job {
-            id: format!("job_{}", app.random.ulid(now)),
+            id: JobId::made(format!("job_{}", app.random.ulid(now))),
             kind: JobKind::Purge,
-            tenant_id: tenant_id.to_string(),
+            tenant_id: tenant_id.clone(),
             endpoint_id: String::new(),
             status: "running".into(),
             since: None,
@@ -107,7 +106,7 @@ pub async fn delete_tenant(app: &App, tenant_id: &str) -> Result<Job, ServiceErr
             ..current.clone()
         };
         if app.store.save_settings(&marked, current.version, Some(&job)).await? {
-            tracing::warn!(tenant_id, job_id = %job.id, "tenant purge started");
+            tracing::warn!(%tenant_id, job_id = %job.id, "tenant purge started");
             return Ok(job);
         }
     }

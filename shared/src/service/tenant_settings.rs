@@ -3,7 +3,7 @@
 //! [`crate::domain::tenant`]'s.
 
 use crate::App;
-use crate::domain::ids;
+use crate::domain::ids::{DeliveryId, EventId, TenantId};
 use crate::domain::tenant::{self, PurgeMark, Retention, TenantSettings};
 use crate::error::ServiceError;
 use crate::service::endpoint_state::CHANGE_TRIES;
@@ -14,7 +14,7 @@ use serde::Serialize;
 #[derive(Debug, Clone, Serialize)]
 pub struct SettingsView {
     /// Tenant.
-    pub tenant_id: String,
+    pub tenant_id: TenantId,
     /// The override, days (`null`: the stack's `WEBHOOKS_DELIVERED_RETENTION_DAYS`).
     pub delivered_retention_days: Option<u32>,
     /// The override, days (`null`: the stack's `WEBHOOKS_EXHAUSTED_RETENTION_DAYS`).
@@ -62,8 +62,7 @@ fn view(app: &App, s: &TenantSettings, policies: &[&crate::domain::retry_policy:
 /// # Errors
 /// [`ServiceError::Validation`] for a tenant id outside the id rule;
 /// [`ServiceError::Unavailable`] when DynamoDB failed.
-pub async fn get_settings(app: &App, tenant_id: &str) -> Result<SettingsView, ServiceError> {
-    ids::client_id("tenant_id", tenant_id)?;
+pub async fn get_settings(app: &App, tenant_id: &TenantId) -> Result<SettingsView, ServiceError> {
     let snap = app.store.tenant_snapshot(tenant_id, tenant_id).await?;
     let settings = snap.settings.unwrap_or_else(|| TenantSettings::empty(tenant_id, app.clock.now()));
     let policies: Vec<_> = snap.endpoints.iter().map(|e| &e.retry_policy).collect();
@@ -79,8 +78,7 @@ pub async fn get_settings(app: &App, tenant_id: &str) -> Result<SettingsView, Se
 /// [`ServiceError::TenantPurging`] while the tenant is being purged;
 /// [`ServiceError::Conflict`] when the settings changed under every one of [`CHANGE_TRIES`]
 /// tries; [`ServiceError::Unavailable`] when DynamoDB failed.
-pub async fn put_settings(app: &App, tenant_id: &str, new: NewSettings) -> Result<SettingsView, ServiceError> {
-    ids::client_id("tenant_id", tenant_id)?;
+pub async fn put_settings(app: &App, tenant_id: &TenantId, new: NewSettings) -> Result<SettingsView, ServiceError> {
     for _ in 0..CHANGE_TRIES {
         let now = app.clock.now();
         let snap = app.store.tenant_snapshot(tenant_id, tenant_id).await?;
@@ -99,7 +97,7 @@ pub async fn put_settings(app: &App, tenant_id: &str, new: NewSettings) -> Resul
         let policies: Vec<_> = snap.endpoints.iter().map(|e| &e.retry_policy).collect();
         tenant::check(&app.config, &next, &policies)?;
         if app.store.save_settings(&next, current.version, None).await? {
-            tracing::info!(tenant_id, retention = ?next.retention(&app.config), "tenant retention set");
+            tracing::info!(%tenant_id, retention = ?next.retention(&app.config), "tenant retention set");
             return Ok(view(app, &next, &policies));
         }
     }
@@ -110,9 +108,9 @@ pub async fn put_settings(app: &App, tenant_id: &str, new: NewSettings) -> Resul
 #[derive(Debug, Clone, Serialize)]
 pub struct Expunged {
     /// Event id.
-    pub id: String,
+    pub id: EventId,
     /// Tenant.
-    pub tenant_id: String,
+    pub tenant_id: TenantId,
     /// When the payload was expunged (the first expunge's time).
     pub expunged_at: Option<DateTime<Utc>>,
     /// When the event's item (now without payload) is removed by retention.
@@ -130,17 +128,17 @@ pub struct Expunged {
 /// # Errors
 /// As [`crate::service::deliveries::get_event`] (404, 409 naming the tenants);
 /// [`ServiceError::Unavailable`] when DynamoDB failed (retry: it is idempotent).
-pub async fn expunge_event(app: &App, id: &str, tenant_id: Option<&str>) -> Result<Expunged, ServiceError> {
+pub async fn expunge_event(app: &App, id: &EventId, tenant_id: Option<&TenantId>) -> Result<Expunged, ServiceError> {
     let event = crate::service::deliveries::get_event(app, id, tenant_id).await?;
-    let delivery_ids: Vec<String> = event.deliveries.iter().map(|d| d.id.clone()).collect();
+    let delivery_ids: Vec<DeliveryId> = event.deliveries.iter().map(|d| d.id.clone()).collect();
     let now = app.clock.now();
     if !app.store.expunge_payload(&event.tenant_id, id, &delivery_ids, now).await? {
         return Err(ServiceError::NotFound(format!("event {id}: its item is gone (past its retention)")));
     }
     let record = app.store.event_record(&event.tenant_id, id).await?;
-    tracing::info!(event_id = id, tenant_id = %event.tenant_id, "event payload expunged");
+    tracing::info!(event_id = %id, tenant_id = %event.tenant_id, "event payload expunged");
     Ok(Expunged {
-        id: id.to_string(),
+        id: id.clone(),
         tenant_id: event.tenant_id,
         expunged_at: record.as_ref().and_then(|r| r.expunged_at),
         expires_at: record.and_then(|r| DateTime::from_timestamp(r.expires_at, 0)),

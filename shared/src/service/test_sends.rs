@@ -6,6 +6,7 @@
 //! [`send_now`], which signs and authenticates exactly as deliver does.
 
 use crate::App;
+use crate::domain::ids::EndpointId;
 use crate::domain::model::{Attempt, Endpoint};
 use crate::domain::retry_policy::Outcome;
 use crate::error::ServiceError;
@@ -88,7 +89,7 @@ pub async fn send_test_event(app: &App, ep: &Endpoint) -> Result<TestSend, Servi
 /// [`ServiceError::NotFound`] for a missing endpoint or event type; [`ServiceError::Validation`]
 /// (422) naming `event_type` for an archived type, a type without examples or one the
 /// endpoint does not subscribe to; as [`send_now`].
-pub async fn send_example(app: &App, endpoint_id: &str, event_type: &str) -> Result<TestSend, ServiceError> {
+pub async fn send_example(app: &App, endpoint_id: &EndpointId, event_type: &str) -> Result<TestSend, ServiceError> {
     let ep = endpoints::find_endpoint(app, endpoint_id).await?;
     send_example_to(app, &ep, event_type).await
 }

@@ -1,6 +1,7 @@
 //! The data's lifecycle in the store: a tenant's settings (retention overrides, purge mark),
 //! an event's payload expunged, and the purge's guarded deletes ([`LifecycleStore`]).
 
+use crate::domain::ids::{DeliveryId, EndpointId, EventId, JobId, TenantId};
 use crate::domain::model::{Endpoint, Job};
 use crate::domain::tenant::TenantSettings;
 use crate::store::StoreError;
@@ -24,9 +25,9 @@ pub struct TenantSnapshot {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventRecord {
     /// Tenant.
-    pub tenant_id: String,
+    pub tenant_id: TenantId,
     /// Event id.
-    pub event_id: String,
+    pub event_id: EventId,
     /// When DynamoDB TTL removes it, unix seconds.
     pub expires_at: i64,
     /// When its payload was expunged (`POST /v1/events/{id}/expunge`); absent: not expunged.
@@ -42,9 +43,9 @@ pub struct EventRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeletedEndpoint {
     /// Its tenant.
-    pub tenant_id: String,
+    pub tenant_id: TenantId,
     /// The endpoint's id.
-    pub endpoint_id: String,
+    pub endpoint_id: EndpointId,
     /// Its rate limit when deleted (attempts a second): how many rate-window partitions it had
     /// ([`crate::domain::rate::SLOTS_PER_COUNTER`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -61,15 +62,15 @@ pub struct DeletedEndpoint {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Purgeable {
     /// A delivery item.
-    Delivery(String),
+    Delivery(DeliveryId),
     /// An event's item (payload, fingerprint): (tenant, event id).
-    Event(String, String),
+    Event(TenantId, EventId),
     /// An endpoint with its id pointer and its copies: (tenant, endpoint id).
-    Endpoint(String, String),
+    Endpoint(TenantId, EndpointId),
     /// A tenant's settings item with its copies.
-    Settings(String),
+    Settings(TenantId),
     /// A deleted endpoint's tombstone: (tenant, endpoint id).
-    Tombstone(String, String),
+    Tombstone(TenantId, EndpointId),
     /// One item by its table key (`pk`, `sk`): a counter of an endpoint (delivered per day,
     /// rate window) as [`LifecycleStore::endpoint_counters`] lists it, or an item of the
     /// tenant's a purge's scan found ([`LifecycleStore::scan_tenant`]).
@@ -93,9 +94,9 @@ pub trait LifecycleStore: Send + Sync {
     /// (or the endpoint copy `key` picks), `sk BETWEEN "ENDPOINT#" AND "SETTINGS"`: the
     /// endpoints' Query widened to the settings item, so ingest reads both for the price of
     /// one request.
-    async fn tenant_snapshot(&self, tenant_id: &str, key: &str) -> Result<TenantSnapshot, StoreError>;
+    async fn tenant_snapshot(&self, tenant_id: &TenantId, key: &str) -> Result<TenantSnapshot, StoreError>;
     /// A tenant's settings (strongly consistent); `None`: it has none.
-    async fn get_settings(&self, tenant_id: &str) -> Result<Option<TenantSettings>, StoreError>;
+    async fn get_settings(&self, tenant_id: &TenantId) -> Result<Option<TenantSettings>, StoreError>;
     /// Writes `settings` (and its copies), conditional on the stored version being
     /// `expected_version` (0: no item), with `job` created in the same TransactWriteItems when
     /// given (a purge's). False when the guard failed (another writer came first).
@@ -106,7 +107,7 @@ pub trait LifecycleStore: Send + Sync {
         job: Option<&Job>,
     ) -> Result<bool, StoreError>;
     /// An event's lifecycle (strongly consistent); `None`: no such event item.
-    async fn event_record(&self, tenant_id: &str, event_id: &str) -> Result<Option<EventRecord>, StoreError>;
+    async fn event_record(&self, tenant_id: &TenantId, event_id: &EventId) -> Result<Option<EventRecord>, StoreError>;
     /// Expunges an event's payload: first sets the `payload_sha256` of each of `delivery_ids`
     /// (the event's deliveries) to [`EXPUNGED_DIGEST`] (an UpdateItem each, conditional on the
     /// item existing), so that no payload riding in a queue message matches it any more and
@@ -115,9 +116,9 @@ pub trait LifecycleStore: Send + Sync {
     /// no such event item. Idempotent: a second expunge keeps the first time.
     async fn expunge_payload(
         &self,
-        tenant_id: &str,
-        event_id: &str,
-        delivery_ids: &[String],
+        tenant_id: &TenantId,
+        event_id: &EventId,
+        delivery_ids: &[DeliveryId],
         at: DateTime<Utc>,
     ) -> Result<bool, StoreError>;
     /// Up to `limit` counter items of endpoint `endpoint_id` (its delivered-per-day counters
@@ -125,23 +126,28 @@ pub trait LifecycleStore: Send + Sync {
     /// has), keys only.
     async fn endpoint_counters(
         &self,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         rate_limit_per_second: Option<u32>,
         limit: usize,
     ) -> Result<Vec<Purgeable>, StoreError>;
     /// The tombstones of a tenant's deleted endpoints (strongly consistent; in DynamoDB one
     /// Query of `TENANT#{tenant}`, `begins_with(sk, "DELETED#")`, paged past 1 MB).
-    async fn deleted_endpoints(&self, tenant_id: &str) -> Result<Vec<DeletedEndpoint>, StoreError>;
+    async fn deleted_endpoints(&self, tenant_id: &TenantId) -> Result<Vec<DeletedEndpoint>, StoreError>;
     /// Scans the table for the items of a tenant, from `cursor` (`None`: the start), reading at
     /// most `pages` pages of 1 MB: in DynamoDB an eventually consistent Scan filtered on
     /// `tenant_id` (0.5 read units per 4 KB of table read, items or not). Leaves out the
     /// tenant's settings item (and copies) and its jobs: the purge removes the first last and
     /// keeps the second. What finds an event item whose ingest died before its deliveries,
     /// which no index names by tenant.
-    async fn scan_tenant(&self, tenant_id: &str, cursor: Option<&str>, pages: usize) -> Result<ScanPage, StoreError>;
+    async fn scan_tenant(
+        &self,
+        tenant_id: &TenantId,
+        cursor: Option<&str>,
+        pages: usize,
+    ) -> Result<ScanPage, StoreError>;
     /// Deletes `items`, each write guarded by the lease of job `job_id` (its due time still
     /// `lease_due_at`, milliseconds): in DynamoStore TransactWriteItems of up to 99 deletes
     /// with a ConditionCheck on the job item. False when the lease was lost (a later step took
     /// the job): the batch that found it so deleted nothing.
-    async fn purge(&self, job_id: &str, lease_due_at: i64, items: &[Purgeable]) -> Result<bool, StoreError>;
+    async fn purge(&self, job_id: &JobId, lease_due_at: i64, items: &[Purgeable]) -> Result<bool, StoreError>;
 }

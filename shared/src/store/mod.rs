@@ -15,6 +15,7 @@ pub mod version;
 
 use crate::domain::delivery_lifecycle::{DueItem, Transition};
 use crate::domain::endpoint_lifecycle::Change;
+use crate::domain::ids::{DeliveryId, EndpointId, EventId, JobId, TenantId};
 use crate::domain::model::{Delivery, DeliveryStatus, Endpoint, Job, StoredEvent};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -58,15 +59,15 @@ pub enum StoreError {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeliverySummary {
     /// Delivery id.
-    pub id: String,
+    pub id: DeliveryId,
     /// Event id.
-    pub event_id: String,
+    pub event_id: EventId,
     /// Event type.
     pub event_type: String,
     /// Tenant.
-    pub tenant_id: String,
+    pub tenant_id: TenantId,
     /// Endpoint.
-    pub endpoint_id: String,
+    pub endpoint_id: EndpointId,
     /// Status.
     pub status: DeliveryStatus,
     /// Attempts started.
@@ -95,7 +96,7 @@ fn ttl_as_time<S: serde::Serializer>(ttl: &Option<i64>, s: S) -> Result<S::Ok, S
 #[derive(Debug, Clone, Default)]
 pub struct DeliveryQuery {
     /// Deliveries of this endpoint.
-    pub endpoint_id: Option<String>,
+    pub endpoint_id: Option<EndpointId>,
     /// In this status. Without `endpoint_id`, only `exhausted` or `held`.
     pub status: Option<DeliveryStatus>,
     /// Accepted at or after this time (with `endpoint_id`).
@@ -118,7 +119,7 @@ pub enum Due {
     /// A job whose next step is due, with the `due_at` (milliseconds) it was read with.
     Job {
         /// Job id.
-        id: String,
+        id: JobId,
         /// Its due-index time when read.
         due_at: i64,
     },
@@ -190,9 +191,9 @@ impl Attention {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttentionMark {
     /// Tenant.
-    pub tenant_id: String,
+    pub tenant_id: TenantId,
     /// Endpoint id.
-    pub endpoint_id: String,
+    pub endpoint_id: EndpointId,
     /// Since when: when it stopped, or its run of failures began.
     pub since: DateTime<Utc>,
 }
@@ -214,9 +215,9 @@ pub enum EndpointWrite<'a> {
     /// Write nothing to the endpoint; only require that it is still at `version`.
     Unchanged {
         /// Tenant.
-        tenant_id: &'a str,
+        tenant_id: &'a TenantId,
         /// Endpoint id.
-        id: &'a str,
+        id: &'a EndpointId,
         /// The version read.
         version: u64,
     },
@@ -308,17 +309,22 @@ pub trait EndpointStore: Send + Sync {
     /// [`StoreError::AlreadyExists`] when the id is taken by another endpoint.
     async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError>;
     /// An endpoint by tenant and id (strongly consistent).
-    async fn get_endpoint(&self, tenant_id: &str, id: &str) -> Result<Option<Endpoint>, StoreError>;
+    async fn get_endpoint(&self, tenant_id: &TenantId, id: &EndpointId) -> Result<Option<Endpoint>, StoreError>;
     /// An endpoint by id alone (reads its pointer first).
-    async fn find_endpoint(&self, id: &str) -> Result<Option<Endpoint>, StoreError>;
+    async fn find_endpoint(&self, id: &EndpointId) -> Result<Option<Endpoint>, StoreError>;
     /// The endpoint as an attempt reads it right before its POST (strongly consistent): the
     /// same as [`EndpointStore::get_endpoint`], from the copy of the endpoint item that `key` (the
     /// delivery id) picks when the store keeps copies ([`dynamo`]'s endpoint copies), so one
     /// hot endpoint's reads spread over several partitions.
-    async fn read_endpoint(&self, tenant_id: &str, id: &str, key: &str) -> Result<Option<Endpoint>, StoreError>;
+    async fn read_endpoint(
+        &self,
+        tenant_id: &TenantId,
+        id: &EndpointId,
+        key: &str,
+    ) -> Result<Option<Endpoint>, StoreError>;
     /// Every endpoint of a tenant: one strongly consistent Query (paged past 1 MB), of the
     /// copy that `key` (the event id) picks when the store keeps copies.
-    async fn tenant_endpoints(&self, tenant_id: &str, key: &str) -> Result<Vec<Endpoint>, StoreError>;
+    async fn tenant_endpoints(&self, tenant_id: &TenantId, key: &str) -> Result<Vec<Endpoint>, StoreError>;
     /// Writes, in one TransactWriteItems, an endpoint transition (or only a check that the
     /// endpoint is still at a version) with its jobs and, when given, a guarded delivery
     /// transition: all of it or nothing. The one way an endpoint's configuration or state is
@@ -326,7 +332,7 @@ pub trait EndpointStore: Send + Sync {
     async fn commit(
         &self,
         endpoint: EndpointWrite<'_>,
-        delivery: Option<(&str, &Transition)>,
+        delivery: Option<(&DeliveryId, &Transition)>,
     ) -> Result<Committed, StoreError>;
     /// A page of the endpoints, across tenants, that are `why` (stopped or failing), newest
     /// first by when they became so, up to `limit` (1 to 100), after `cursor`. Marks kept on
@@ -346,7 +352,7 @@ pub trait EndpointStore: Send + Sync {
     /// A page of a tenant's endpoints.
     async fn list_endpoints(
         &self,
-        tenant_id: &str,
+        tenant_id: &TenantId,
         limit: usize,
         cursor: Option<&str>,
     ) -> Result<Page<Endpoint>, StoreError>;
@@ -362,7 +368,7 @@ pub trait CounterStore: Send + Sync {
     /// job's id) in one TransactWriteItems, conditional on the item having no such mark. False
     /// when it had one (the run was announced) or the endpoint is gone. The mark is removed
     /// with the counter by the reset that ends the endpoint item's run, or an enable.
-    async fn announce_failing(&self, tenant_id: &str, id: &str, notify: &Job) -> Result<bool, StoreError>;
+    async fn announce_failing(&self, tenant_id: &TenantId, id: &EndpointId, notify: &Job) -> Result<bool, StoreError>;
     /// Adds one to the endpoint's failures in a row (on the copy an attempt keyed by `key`
     /// read, when the table keeps copies) and says whether the circuit breaker at `threshold`
     /// (0: never) opens (None: gone). With one copy: the new count, opening at exactly
@@ -384,8 +390,8 @@ pub trait CounterStore: Send + Sync {
     /// the mark.
     async fn count_failure(
         &self,
-        tenant_id: &str,
-        id: &str,
+        tenant_id: &TenantId,
+        id: &EndpointId,
         key: &str,
         attempt: u32,
         threshold: u32,
@@ -393,7 +399,7 @@ pub trait CounterStore: Send + Sync {
     ) -> Result<Option<FailureCount>, StoreError>;
     /// Zeroes the endpoint's failures in a row, on the copy an attempt keyed by `key` read (a
     /// counter; see [`CounterStore::count_failure`]).
-    async fn reset_failures(&self, tenant_id: &str, id: &str, key: &str) -> Result<(), StoreError>;
+    async fn reset_failures(&self, tenant_id: &TenantId, id: &EndpointId, key: &str) -> Result<(), StoreError>;
     /// The failures in a row an endpoint's view shows: `endpoint`'s own count (the endpoint
     /// item's) when the counter is one item; summed over the copies when it is split
     /// (one strongly consistent BatchGetItem, a read unit per copy; see [`dynamo`]'s endpoint
@@ -420,8 +426,8 @@ pub trait CounterStore: Send + Sync {
     /// being another, so a retry of the same write after a lost answer counts nothing.
     async fn count_delivered(
         &self,
-        endpoint_id: &str,
-        delivery_ids: &[String],
+        endpoint_id: &EndpointId,
+        delivery_ids: &[DeliveryId],
         at: DateTime<Utc>,
         expires_at: i64,
     ) -> Result<(), StoreError>;
@@ -429,11 +435,20 @@ pub trait CounterStore: Send + Sync {
     /// the latest time one was counted: one Query per counter partition (1, or 1 +
     /// `WEBHOOKS_ENDPOINT_INDEX_SHARDS`), each reading at most one small item per day;
     /// nothing grows with the endpoint's history.
-    async fn delivered_tally(&self, endpoint_id: &str, since: DateTime<Utc>) -> Result<DeliveredTally, StoreError>;
+    async fn delivered_tally(
+        &self,
+        endpoint_id: &EndpointId,
+        since: DateTime<Utc>,
+    ) -> Result<DeliveredTally, StoreError>;
     /// Sets the endpoint's slow-lane marker `slow_until` (`None` removes it): state, not
     /// configuration, so no version check and no version bump (see [`crate::domain::lane`]). An
     /// endpoint that is gone is left alone.
-    async fn set_slow_until(&self, tenant_id: &str, id: &str, until: Option<DateTime<Utc>>) -> Result<(), StoreError>;
+    async fn set_slow_until(
+        &self,
+        tenant_id: &TenantId,
+        id: &EndpointId,
+        until: Option<DateTime<Utc>>,
+    ) -> Result<(), StoreError>;
     /// Counts one attempt start of `endpoint_id` in the one-second window `second` (unix
     /// seconds) and returns the window's count after it (1 for the first). One atomic `ADD`
     /// on a counter item that TTL removes a few minutes later (see [`crate::domain::rate`]).
@@ -444,8 +459,8 @@ pub trait CounterStore: Send + Sync {
     /// version check and no version bump.
     async fn set_effective_rate(
         &self,
-        tenant_id: &str,
-        id: &str,
+        tenant_id: &TenantId,
+        id: &EndpointId,
         expected_ms: Option<i64>,
         rate: f64,
         now_ms: i64,
@@ -477,7 +492,7 @@ pub trait EventStore: Send + Sync {
         deliveries: &[(&Delivery, Option<i64>)],
     ) -> Result<Inserted, StoreError>;
     /// An event's payload (strongly consistent); `None` once retention removed it.
-    async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError>;
+    async fn get_payload(&self, tenant_id: &TenantId, event_id: &EventId) -> Result<Option<String>, StoreError>;
 }
 
 /// Deliveries: read one, apply a guarded transition ([`crate::domain::delivery_lifecycle`]
@@ -485,9 +500,9 @@ pub trait EventStore: Send + Sync {
 #[async_trait]
 pub trait DeliveryStore: Send + Sync {
     /// A delivery by id, with its attempts.
-    async fn get_delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError>;
+    async fn get_delivery(&self, id: &DeliveryId) -> Result<Option<Delivery>, StoreError>;
     /// Applies a guarded transition; with `return_new`, the item after it.
-    async fn apply(&self, id: &str, transition: &Transition, return_new: bool) -> Result<Applied, StoreError>;
+    async fn apply(&self, id: &DeliveryId, transition: &Transition, return_new: bool) -> Result<Applied, StoreError>;
     /// Up to `limit` items of one due-index shard with `due_at <= until_ms`, earliest first;
     /// with `after` (the last item of a previous call on this shard), those after it. An
     /// item that does not read as a due delivery is logged with its key and left out, not
@@ -496,7 +511,7 @@ pub trait DeliveryStore: Send + Sync {
     /// Every delivery of an event id (one per endpoint it went to, of every tenant that used
     /// the id), read by their ids from the endpoints its event items list (a strongly
     /// consistent Query of the id's `EVENT_ID#` partition).
-    async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError>;
+    async fn event_deliveries(&self, event_id: &EventId) -> Result<Vec<DeliverySummary>, StoreError>;
     /// A page of deliveries: up to `query.limit` of them (clamped to 1-100). A page can be
     /// shorter than the limit, even empty, and still have a `next_cursor`: every request reads
     /// a bounded number of index entries and items, whatever the backlog (a status filter on
@@ -505,7 +520,7 @@ pub trait DeliveryStore: Send + Sync {
     async fn list_deliveries(&self, query: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError>;
     /// How many of an endpoint's deliveries are in `status` ([`Self::count_deliveries_in`]'s
     /// count, exact or not).
-    async fn count_deliveries(&self, endpoint_id: &str, status: DeliveryStatus) -> Result<u64, StoreError>;
+    async fn count_deliveries(&self, endpoint_id: &EndpointId, status: DeliveryStatus) -> Result<u64, StoreError>;
     /// How many of an endpoint's deliveries are in each of `statuses`, in their order, with a
     /// bounded read whatever the backlog: in DynamoStore, per index partition one
     /// `Select=COUNT` Query of each status's key range, stopping at 5,000 entries, and for
@@ -515,7 +530,7 @@ pub trait DeliveryStore: Send + Sync {
     /// `count_deliveries` each.
     async fn count_deliveries_in(
         &self,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         statuses: &[DeliveryStatus],
     ) -> Result<Vec<Counted>, StoreError> {
         let counts =
@@ -545,10 +560,10 @@ pub trait JobStore: Send + Sync {
     /// event is published at least once whatever happens after. False as `save_job`'s.
     async fn finish_job(&self, job: &Job, lease_due_at: i64, notify: &Job) -> Result<bool, StoreError>;
     /// A job by id.
-    async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError>;
+    async fn get_job(&self, id: &JobId) -> Result<Option<Job>, StoreError>;
     /// Takes a job's due step: moves its due time from `expected_due_at` to `lease_due_at`
     /// (both milliseconds); false when another tick took it first.
-    async fn claim_job(&self, id: &str, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError>;
+    async fn claim_job(&self, id: &JobId, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError>;
 }
 
 /// Persistence of endpoints, events, deliveries, jobs, the event-type catalog and API keys: every aggregate's trait, which

@@ -377,13 +377,14 @@ async fn a_5xx_body_names_no_aws_internals_and_the_log_line_with_its_id_has_the_
 #[tokio::test(flavor = "multi_thread")]
 async fn an_aws_validation_error_is_internal_not_unavailable() {
     let stack = Stack::start(|_| {}).await;
-    // Past the API's own checks, DynamoDB refuses a key over 2048 bytes: our bug, not the
-    // caller's to retry.
+    // Past the API's own checks, DynamoDB refuses an item over 400 KB (here a URL the API
+    // would have refused): our bug, not the caller's to retry. (A key over DynamoDB's limit
+    // can no longer be made: ids are parsed, at most 256 bytes.)
     let now = chrono::Utc::now();
     let endpoint = webhooks::domain::model::Endpoint::new(
-        "ep_validation",
-        "t".repeat(5000),
-        "http://127.0.0.1:9/hook",
+        webhooks_tests::id("ep_validation"),
+        webhooks_tests::id("t"),
+        format!("http://127.0.0.1:9/{}", "a".repeat(500_000)),
         "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
         now,
     );

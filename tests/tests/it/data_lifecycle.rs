@@ -375,7 +375,7 @@ async fn a_purge_leaves_nothing_of_the_tenant_and_no_other_tenant_touched_also_w
     let (status, job) = stack.call(Method::DELETE, "/v1/tenants/acme", None).await;
     assert_eq!(status, 202, "{job}");
     assert_eq!(job["kind"], "purge", "{job}");
-    let job_id = job["id"].as_str().unwrap().to_string();
+    let job_id: webhooks::domain::ids::JobId = webhooks_tests::id(job["id"].as_str().unwrap());
     // From now on: no event, no endpoint, no settings change for acme; a repeat answers the job.
     let ev = json!({"tenant_id": "acme", "event_type": "order.paid", "payload": {}});
     let (status, e) = stack.call(Method::POST, "/v1/events", Some(ev)).await;
@@ -434,11 +434,11 @@ async fn a_purge_leaves_nothing_of_the_tenant_and_no_other_tenant_touched_also_w
     let mut finished = Vec::new();
     for key in &left {
         let id = key.trim_start_matches("JOB#").trim_end_matches(" / JOB");
-        if let Some(event) = app.store.get_job(id).await.unwrap().and_then(|j| j.event) {
+        if let Some(event) = app.store.get_job(&webhooks_tests::id(id)).await.unwrap().and_then(|j| j.event) {
             finished.push((event.event_type, event.job_id, event.job_kind, event.reason));
         }
     }
-    let want = ("job.finished".to_string(), Some(job_id.clone()), Some("purge".to_string()), "done".to_string());
+    let want = ("job.finished".to_string(), Some(job_id.to_string()), Some("purge".to_string()), "done".to_string());
     assert_eq!(finished, vec![want], "the purge's end as an operational event");
     let mut other_after = items_of(&after, "other", std::slice::from_ref(&other));
     other_after.sort();

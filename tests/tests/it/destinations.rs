@@ -140,8 +140,8 @@ async fn a_destination_that_turned_private_after_registration_is_refused_at_the_
     let now = chrono::Utc::now();
     for (i, host) in ["localhost", "127.0.0.1", "[::ffff:127.0.0.1]", "2130706433"].iter().enumerate() {
         let ep = webhooks::domain::model::Endpoint::new(
-            format!("ep_turned{i}"),
-            "acme",
+            webhooks_tests::id(format!("ep_turned{i}")),
+            webhooks_tests::id("acme"),
             format!("http://{host}:{}/hook", canary.port),
             "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
             now,

@@ -587,9 +587,9 @@ async fn the_attempt_history_on_an_item_stays_bounded_however_many_attempts() {
     let id = first_delivery(&stack.event("acme", "order.paid", json!({"n": 1})).await);
     for n in 1..=150u32 {
         if n > 1 && (n - 1) % 50 == 0 {
-            deliveries::replay(&stack.app, &id).await.unwrap();
+            deliveries::replay(&stack.app, &webhooks_tests::id(&id)).await.unwrap();
         }
-        let msg = AttemptMessage::new(id.clone(), n);
+        let msg = AttemptMessage::new(webhooks_tests::id(&id), n);
         let mut handled = deliver::deliver_message(&stack.app, &msg).await;
         // A loaded emulator can eat the lease margin: the claim is given back, try it again.
         while matches!(handled, Ok(deliver::Handled::Requeued)) {
@@ -656,8 +656,12 @@ async fn a_delivery_whose_worker_keeps_dying_keeps_a_bounded_history() {
     for n in 1..=30 {
         // A worker claims attempt n and dies before it records anything; past the lease and
         // the redrive time, one sweeper tick records the attempt lost and re-drives it.
-        let claim = delivery_lifecycle::claim(&app.config, app.clock.now(), &AttemptMessage::new(id.clone(), n));
-        assert!(matches!(app.store.apply(&id, &claim, false).await.unwrap(), Applied::Done(_)), "claim {n}");
+        let claim =
+            delivery_lifecycle::claim(&app.config, app.clock.now(), &AttemptMessage::new(webhooks_tests::id(&id), n));
+        assert!(
+            matches!(app.store.apply(&webhooks_tests::id(&id), &claim, false).await.unwrap(), Applied::Done(_)),
+            "claim {n}"
+        );
         d.advance(lease.max(redrive) + 1);
         assert_eq!(sweep::sweep(app).await.unwrap().recovered_leases, 1, "sweep after claim {n}");
     }
@@ -699,7 +703,7 @@ async fn finding_an_endpoints_held_deliveries_reads_none_of_its_history() {
             .with_endpoint_copies(cfg.endpoint_copies);
     let page = store
         .list_deliveries(&webhooks::store::DeliveryQuery {
-            endpoint_id: Some(ep_id.clone()),
+            endpoint_id: Some(webhooks_tests::id(&ep_id)),
             status: Some(webhooks::domain::model::DeliveryStatus::Held),
             oldest_first: true,
             limit: 1,
@@ -819,9 +823,9 @@ async fn a_backlog_of_due_job_steps_does_not_take_the_due_deliveries_turn() {
     let long_ago = chrono::Utc::now() - chrono::Duration::hours(1);
     for n in 0..40 {
         let job = webhooks::domain::model::Job {
-            id: format!("job_backlog{n:02}"),
+            id: webhooks_tests::id(format!("job_backlog{n:02}")),
             kind: webhooks::domain::model::JobKind::Notify,
-            tenant_id: "acme".into(),
+            tenant_id: webhooks_tests::id("acme"),
             endpoint_id: "ep_gone".into(),
             status: "running".into(),
             since: None,
@@ -881,7 +885,7 @@ async fn the_last_success_is_the_latest_one_also_after_replaying_an_older_dead_l
     let rx = Receiver::start(Reply::Status(200)).await;
     rx.script([Reply::Status(500)]);
     let ep = endpoint(&stack, &rx.url, json!({"retry_policy": {"schedule_seconds": [1], "max_attempts": 1}})).await;
-    let ep_id = ep["id"].as_str().unwrap().to_string();
+    let ep_id: webhooks::domain::ids::EndpointId = webhooks_tests::id(ep["id"].as_str().unwrap());
     // The first event fails into a dead letter; the second is delivered.
     let older = first_delivery(&stack.event("acme", "order.paid", json!({"n": 1})).await);
     stack.wait_status(&older, "exhausted", WITHIN).await;
@@ -933,7 +937,7 @@ async fn an_endpoints_stats_read_none_of_its_delivered_history() {
             .with_index_shards(cfg.endpoint_index_shards, cfg.status_index_shards)
             .with_endpoint_copies(cfg.endpoint_copies),
     );
-    let stats = endpoints::endpoint_stats(&app, &ep_id).await.unwrap();
+    let stats = endpoints::endpoint_stats(&app, &webhooks_tests::id(&ep_id)).await.unwrap();
     assert_eq!(stats.counts["delivered"], 40, "{stats:?}");
     assert_eq!(stats.counted, 40, "{stats:?}");
     assert!(stats.last_success_at.is_some());

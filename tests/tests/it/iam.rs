@@ -1248,11 +1248,15 @@ fn the_library_has_no_import_cycle() {
     let imports = library_imports();
     assert!(imports.len() > 20 && imports.values().map(BTreeSet::len).sum::<usize>() > 40, "too few imports read");
     assert_eq!(import_cycles(&imports), Vec::<Vec<String>>::new(), "modules that import one another in a ring");
-    // The check sees a ring: one edge back from the store to the service errors would close one.
+    // The check sees a ring: one edge back from the store to the service errors would close
+    // one (with every module on a path between them: the store names the domain's ids, which
+    // name the errors).
     let mut broken = imports.clone();
     broken.get_mut("error").expect("error module").insert("store".into());
     broken.get_mut("store").expect("store module").insert("error".into());
-    assert_eq!(import_cycles(&broken), vec![vec!["error".to_string(), "store".to_string()]]);
+    let rings = import_cycles(&broken);
+    assert_eq!(rings.len(), 1, "{rings:?}");
+    assert!(rings[0].contains(&"error".to_string()) && rings[0].contains(&"store".to_string()), "{rings:?}");
 }
 
 /// The library's layers, lowest first, by a module's first path segment (shared/src/lib.rs

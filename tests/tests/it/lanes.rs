@@ -115,14 +115,14 @@ async fn a_slow_endpoint_moves_to_the_slow_lane_and_fast_deliveries_are_not_held
     let mut old_ingest = stack.app.clone();
     old_ingest.slow_queue = None;
     let event = NewEvent {
-        tenant_id: "acme".into(),
+        tenant_id: webhooks_tests::id("acme"),
         event_type: "slow.c".into(),
         payload: json!({"n": 3}).to_string(),
         id: None,
         sync: false,
         request_sha256: None,
     };
-    let third = ingest::ingest(&old_ingest, event).await.expect("ingest").deliveries[0].id.clone();
+    let third = ingest::ingest(&old_ingest, event).await.expect("ingest").deliveries[0].id.to_string();
     eventually("the forwarded message in the slow queue", Duration::from_secs(20), || async {
         visible(&stack, &slow_queue).await >= 2
     })
@@ -204,7 +204,7 @@ async fn an_attempt_whose_send_to_the_slow_lane_failed_at_ingest_is_re_driven_an
     let mut refusing = stack.app.clone();
     refusing.slow_queue = Some(Arc::new(Refusing));
     let event = NewEvent {
-        tenant_id: "acme".into(),
+        tenant_id: webhooks_tests::id("acme"),
         event_type: "slow.b".into(),
         payload: json!({"n": 2}).to_string(),
         id: None,

@@ -169,7 +169,7 @@ async fn duplicate_messages_and_concurrent_sweeps_reach_the_receiver_once_per_at
     let rx = Receiver::start(Reply::Status(200)).await;
     stack.endpoint("acme", &rx.url, Value::Null).await;
     let id = delivery_id(&stack.event("acme", "order.paid", json!({"dup": true})).await, 0);
-    let msg = AttemptMessage::new(id.clone(), 1);
+    let msg = AttemptMessage::new(webhooks_tests::id(&id), 1);
     let app = Serialized::wrap(&stack.app);
 
     // The same message three times, concurrently and again after.
@@ -225,8 +225,12 @@ async fn a_worker_that_dies_after_its_claim_is_recovered_when_the_lease_expires(
     let id = delivery_id(&stack.event("acme", "order.paid", json!({"crash": true})).await, 0);
 
     // The worker claims attempt 1 and dies: no request, no record, message consumed.
-    let claim = delivery_lifecycle::claim(&stack.app.config, chrono::Utc::now(), &AttemptMessage::new(id.clone(), 1));
-    assert!(matches!(stack.app.store.apply(&id, &claim, false).await.unwrap(), Applied::Done(_)));
+    let claim = delivery_lifecycle::claim(
+        &stack.app.config,
+        chrono::Utc::now(),
+        &AttemptMessage::new(webhooks_tests::id(&id), 1),
+    );
+    assert!(matches!(stack.app.store.apply(&webhooks_tests::id(&id), &claim, false).await.unwrap(), Applied::Done(_)));
     let d = stack.delivery(&id).await;
     assert_eq!(d["status"], "sending");
     let webhooks::domain::delivery_lifecycle::Field::Set(lease_until) = claim.lease_until else {
@@ -866,8 +870,8 @@ async fn a_delivery_whose_endpoint_is_gone_ends_with_reason_endpoint_deleted_and
     let id = delivery_id(&stack.event("acme", "order.paid", json!({"n": 1})).await, 0);
     // Gone from the table (as after a delete whose clean-up has not reached this delivery).
     let deleted = webhooks::store::DeletedEndpoint {
-        tenant_id: "acme".into(),
-        endpoint_id: ep["id"].as_str().unwrap().into(),
+        tenant_id: webhooks_tests::id("acme"),
+        endpoint_id: webhooks_tests::id(ep["id"].as_str().unwrap()),
         rate_limit_per_second: None,
         deleted_at: chrono::Utc::now(),
         expires_at: chrono::Utc::now().timestamp() + 86_400,
@@ -983,7 +987,11 @@ async fn under_aws_faults_nothing_is_lost_stuck_doubled_or_misreported() {
     let ids: Vec<(String, String, usize)> = (0..events)
         .flat_map(|n| {
             endpoints.iter().enumerate().map(move |(k, (ep, _))| {
-                (webhooks::domain::model::delivery_id(&format!("evt_fault_{n}"), ep), format!("evt_fault_{n}"), k)
+                (
+                    webhooks::domain::model::delivery_id(&format!("evt_fault_{n}"), ep).into_string(),
+                    format!("evt_fault_{n}"),
+                    k,
+                )
             })
         })
         .collect();

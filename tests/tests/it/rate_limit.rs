@@ -79,6 +79,11 @@ async fn a_429_without_retry_after_halves_the_effective_rate_and_successes_bring
     let first = ids(&stack.event("acme", "order.paid", json!({"i": 0})).await);
     let d = stack.wait_status(&first, "exhausted", Duration::from_secs(30)).await;
     assert_eq!(d["attempts"][0]["status_code"], 429);
+    // Deliver moves the rate right after it records the attempt (the record answers first).
+    webhooks_tests::eventually("the effective rate halved", Duration::from_secs(30), || async {
+        get_endpoint(&stack, &id).await["effective_rate_per_second"].as_f64() == Some(4.0)
+    })
+    .await;
     let ep = get_endpoint(&stack, &id).await;
     assert_eq!(ep["effective_rate_per_second"].as_f64(), Some(4.0), "{ep:#}");
     assert_eq!(ep["rate_limit_per_second"], 8, "the configured limit stays");

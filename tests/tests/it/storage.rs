@@ -12,6 +12,7 @@ use reqwest::Method;
 use serde_json::json;
 use std::collections::HashMap;
 use std::time::Duration;
+use webhooks::domain::ids::{DeliveryId, EndpointId, TenantId};
 use webhooks::store::keys::{PK, SK, event_key};
 use webhooks::store::payload::PAYLOAD_Z;
 use webhooks::store::{CounterStore, DeliveryStore, EndpointStore, EventStore, JobStore};
@@ -127,7 +128,7 @@ async fn an_event_item_that_cannot_be_decompressed_fails_the_attempt_not_the_pro
 }
 
 /// Every id of a listing, page by page (`limit` a page) from `q`'s cursor, in the order given.
-async fn list_all(store: &webhooks::store::DynamoStore, q: webhooks::store::DeliveryQuery) -> Vec<String> {
+async fn list_all(store: &webhooks::store::DynamoStore, q: webhooks::store::DeliveryQuery) -> Vec<DeliveryId> {
     let mut ids = Vec::new();
     let mut cursor = q.cursor.clone();
     for _ in 0..100 {
@@ -157,26 +158,26 @@ async fn write_delivery(
     endpoint: &str,
     at: chrono::DateTime<chrono::Utc>,
     exhausted: bool,
-) -> String {
+) -> DeliveryId {
     use webhooks::domain::model::{DeliveryStatus, StoredEvent};
     let event = StoredEvent {
-        tenant_id: "acme".into(),
-        event_id: format!("evt-{name}"),
+        tenant_id: webhooks_tests::id("acme"),
+        event_id: webhooks_tests::id(format!("evt-{name}")),
         event_type: "order.paid".into(),
         payload: "{}".into(),
         created_at: at,
         expires_at: at.timestamp() + 86_400,
         request_sha256: None,
     };
-    let id = format!("dlv-{name}");
+    let id: DeliveryId = webhooks_tests::id(format!("dlv-{name}"));
     let (mut d, due_at, _) = webhooks::domain::delivery_lifecycle::new_delivery(
         &stack.app.config,
         at,
         id.clone(),
         &event.event_id,
         "order.paid",
-        "acme",
-        endpoint,
+        &acme(),
+        &webhooks_tests::id(endpoint),
         false,
     );
     if exhausted {
@@ -214,8 +215,12 @@ async fn listings_read_unsplit_and_sharded_index_partitions_alike() {
         }
         all.push(id);
     }
-    let by_endpoint =
-        DeliveryQuery { endpoint_id: Some("ep-sharded".into()), limit: 2, oldest_first: true, ..Default::default() };
+    let by_endpoint = DeliveryQuery {
+        endpoint_id: Some(webhooks_tests::id("ep-sharded")),
+        limit: 2,
+        oldest_first: true,
+        ..Default::default()
+    };
     assert_eq!(list_all(&sharded, by_endpoint.clone()).await, all, "by endpoint, every status, 2 a page");
     let newest_first = DeliveryQuery { oldest_first: false, limit: 3, ..by_endpoint.clone() };
     let mut reversed = all.clone();
@@ -249,14 +254,14 @@ async fn a_listing_goes_on_across_a_raised_index_split_and_refuses_tampered_curs
     }
     // A page read before the split (as a running job keeps its cursor)...
     let dead = DeliveryQuery {
-        endpoint_id: Some("ep-raise".into()),
+        endpoint_id: Some(webhooks_tests::id("ep-raise")),
         status: Some(DeliveryStatus::Exhausted),
         limit: 4,
         oldest_first: true,
         ..Default::default()
     };
     let first = unsplit.list_deliveries(&dead).await.unwrap();
-    let mut seen: Vec<String> = first.data.into_iter().map(|d| d.id).collect();
+    let mut seen: Vec<DeliveryId> = first.data.into_iter().map(|d| d.id).collect();
     assert_eq!(seen, all[..4]);
     // ...goes on after it, each delivery once, the split partitions included.
     seen.extend(list_all(&sharded, DeliveryQuery { cursor: first.next_cursor, ..dead.clone() }).await);
@@ -265,9 +270,9 @@ async fn a_listing_goes_on_across_a_raised_index_split_and_refuses_tampered_curs
     let letters =
         DeliveryQuery { status: Some(DeliveryStatus::Exhausted), limit: 3, oldest_first: true, ..Default::default() };
     let first = unsplit.list_deliveries(&letters).await.unwrap();
-    let mut seen: Vec<String> = first.data.into_iter().map(|d| d.id).collect();
+    let mut seen: Vec<DeliveryId> = first.data.into_iter().map(|d| d.id).collect();
     seen.extend(list_all(&sharded, DeliveryQuery { cursor: first.next_cursor, ..letters.clone() }).await);
-    let mine: Vec<String> = seen.into_iter().filter(|id| id.starts_with("dlv-raise-")).collect();
+    let mine: Vec<DeliveryId> = seen.into_iter().filter(|id| id.starts_with("dlv-raise-")).collect();
     assert_eq!(mine, all);
     // Tampered cursors: refused as cursors, never sent to DynamoDB.
     use base64::Engine as _;
@@ -313,8 +318,13 @@ async fn delivery_item(stack: &Stack, id: &str) -> HashMap<String, AttributeValu
 }
 
 /// Creates an endpoint of tenant `acme` at `url` with the default policy; its id.
-async fn new_endpoint(stack: &Stack, url: &str) -> String {
-    stack.endpoint("acme", url, serde_json::Value::Null).await["id"].as_str().unwrap().to_string()
+async fn new_endpoint(stack: &Stack, url: &str) -> EndpointId {
+    webhooks_tests::id(stack.endpoint("acme", url, serde_json::Value::Null).await["id"].as_str().unwrap())
+}
+
+/// The tenant most tests here use.
+fn acme() -> TenantId {
+    webhooks_tests::id("acme")
 }
 
 /// (delivery id, endpoint id) of each delivery in a JSON list, sorted.
@@ -355,7 +365,7 @@ async fn an_event_and_its_deliveries_have_no_index_entry_and_are_found_by_the_ev
     let event = event_item(&stack, "acme", "evt-ix").await;
     let mut listed = event.get(EVENT_ENDPOINTS).and_then(|v| v.as_ss().ok()).cloned().unwrap_or_default();
     listed.sort();
-    let mut both = vec![ep_ok.clone(), ep_dead.clone()];
+    let mut both = vec![ep_ok.to_string(), ep_dead.to_string()];
     both.sort();
     assert_eq!(listed, both);
     assert!(!event.contains_key("endpoint_id"), "{:?}", event.keys());
@@ -402,7 +412,7 @@ async fn an_event_and_its_deliveries_have_no_index_entry_and_are_found_by_the_ev
     let row = dead_letters["data"].as_array().unwrap().iter().find(|d| d["id"] == dead.as_str()).cloned();
     assert_eq!(row.map(|d| d["endpoint_id"].clone()), Some(json!(ep_dead)), "{dead_letters:#}");
     let (_, of_endpoint) = stack.call(Method::GET, &format!("/v1/deliveries?endpoint_id={ep_ok}"), None).await;
-    assert_eq!(pairs(&of_endpoint["data"]), vec![(delivered.clone(), ep_ok.clone())]);
+    assert_eq!(pairs(&of_endpoint["data"]), vec![(delivered.clone(), ep_ok.to_string())]);
 
     // A repeat of the id after an endpoint was added writes its delivery; the event lists it.
     let third = Receiver::start(Reply::Status(200)).await;
@@ -430,8 +440,8 @@ async fn the_due_read_gives_due_deliveries_and_jobs_in_due_order_page_by_page() 
     for i in 0..11i64 {
         let at = t0 + chrono::Duration::milliseconds(i * 10);
         let event = StoredEvent {
-            tenant_id: "acme".into(),
-            event_id: format!("evt-due-{i:02}"),
+            tenant_id: webhooks_tests::id("acme"),
+            event_id: webhooks_tests::id(format!("evt-due-{i:02}")),
             event_type: "order.paid".into(),
             payload: "{}".into(),
             created_at: at,
@@ -441,11 +451,11 @@ async fn the_due_read_gives_due_deliveries_and_jobs_in_due_order_page_by_page() 
         let (d, _, _) = webhooks::domain::delivery_lifecycle::new_delivery(
             &stack.app.config,
             at,
-            format!("dlv-due-{i:02}"),
+            webhooks_tests::id(format!("dlv-due-{i:02}")),
             &event.event_id,
             "order.paid",
-            "acme",
-            "ep-due",
+            &acme(),
+            &webhooks_tests::id("ep-due"),
             false,
         );
         // The last two are not due yet.
@@ -456,7 +466,7 @@ async fn the_due_read_gives_due_deliveries_and_jobs_in_due_order_page_by_page() 
         };
         store.insert_event(&event, &[(&d, Some(due_at))]).await.unwrap();
         if i < 9 {
-            due.push(d.id);
+            due.push(d.id.into_string());
         }
     }
     // Two at a time, each page after the last item of the one before.
@@ -467,8 +477,8 @@ async fn the_due_read_gives_due_deliveries_and_jobs_in_due_order_page_by_page() 
         assert!(page.len() <= 2, "{page:?}");
         let Some(last) = page.last().cloned() else { break };
         read.extend(page.into_iter().map(|d| match d {
-            Due::Delivery(d) => d.id,
-            Due::Job { id, .. } => id,
+            Due::Delivery(d) => d.id.into_string(),
+            Due::Job { id, .. } => id.into_string(),
         }));
         after = Some(last);
     }
@@ -476,9 +486,9 @@ async fn the_due_read_gives_due_deliveries_and_jobs_in_due_order_page_by_page() 
     // Jobs are in the same index, their own partition: an entry gives the job's id and due
     // time (keys only), and a job that is not due yet is not read.
     let job = |id: &str, run_at: chrono::DateTime<chrono::Utc>| webhooks::domain::model::Job {
-        id: id.into(),
+        id: webhooks_tests::id(id),
         kind: webhooks::domain::model::JobKind::Release,
-        tenant_id: "acme".into(),
+        tenant_id: webhooks_tests::id("acme"),
         endpoint_id: "ep-due".into(),
         status: "running".into(),
         since: None,
@@ -493,7 +503,7 @@ async fn the_due_read_gives_due_deliveries_and_jobs_in_due_order_page_by_page() 
     store.create_job(&job("job_due", t0)).await.unwrap();
     store.create_job(&job("job_later", chrono::Utc::now() + chrono::Duration::hours(1))).await.unwrap();
     let jobs = store.due(webhooks::store::keys::JOB_SHARD, until, 10, None).await.unwrap();
-    assert_eq!(jobs, vec![Due::Job { id: "job_due".into(), due_at: t0.timestamp_millis() }]);
+    assert_eq!(jobs, vec![Due::Job { id: webhooks_tests::id("job_due"), due_at: t0.timestamp_millis() }]);
     stack.stop().await;
 }
 
@@ -509,9 +519,9 @@ async fn a_job_step_that_outlived_its_lease_does_not_overwrite_the_later_steps_p
     let store = &stack.app.store;
     let t0 = chrono::Utc::now() - chrono::Duration::minutes(5);
     let job = Job {
-        id: "job_slow_step".into(),
+        id: webhooks_tests::id("job_slow_step"),
         kind: JobKind::Recover,
-        tenant_id: "acme".into(),
+        tenant_id: webhooks_tests::id("acme"),
         endpoint_id: "ep-jobs".into(),
         status: "running".into(),
         since: None,
@@ -568,7 +578,11 @@ async fn a_repeat_that_fails_leaves_no_delivery_its_event_does_not_list() {
     let (found, _) = stack.call(Method::GET, &format!("/v1/deliveries/{new_id}"), None).await;
     let (_, view) = stack.call(Method::GET, "/v1/events/evt-rep?tenant_id=acme", None).await;
     let listed: Vec<_> = pairs(&view["deliveries"]).into_iter().map(|(id, _)| id).collect();
-    assert_eq!(found == 200, listed.contains(&new_id), "delivery {new_id}: {found}; the event lists {listed:?}");
+    assert_eq!(
+        found == 200,
+        listed.contains(&new_id.to_string()),
+        "delivery {new_id}: {found}; the event lists {listed:?}"
+    );
     // The repeat again, without faults: both endpoints, both listed.
     let (status, answer) = stack.call(Method::POST, "/v1/events", Some(body)).await;
     assert_eq!(status, 202, "{answer}");
@@ -642,15 +656,15 @@ async fn every_endpoint_write_keeps_its_copies_in_step_and_every_copy_reads_it_a
         .await;
     assert_eq!(status, 200);
     for copy in 0..3 {
-        let ep = store.read_endpoint("acme", &id, &key_reading(copy)).await.unwrap().unwrap();
+        let ep = store.read_endpoint(&acme(), &id, &key_reading(copy)).await.unwrap().unwrap();
         assert_eq!((ep.url.as_str(), ep.version), ("https://two.example/hook", 2), "copy {copy} after the PATCH");
     }
     let (status, _) = stack.call(Method::POST, &format!("/v1/endpoints/{id}/disable"), None).await;
     assert_eq!(status, 200);
     for copy in 0..3 {
-        let ep = store.read_endpoint("acme", &id, &key_reading(copy)).await.unwrap().unwrap();
+        let ep = store.read_endpoint(&acme(), &id, &key_reading(copy)).await.unwrap().unwrap();
         assert!(!ep.enabled, "copy {copy} after the disable");
-        let tenant = store.tenant_endpoints("acme", &key_reading(copy)).await.unwrap();
+        let tenant = store.tenant_endpoints(&acme(), &key_reading(copy)).await.unwrap();
         assert!(tenant.len() == 1 && !tenant[0].enabled, "the tenant's copy {copy} after the disable");
     }
     for copy in [1, 2] {
@@ -659,9 +673,9 @@ async fn every_endpoint_write_keeps_its_copies_in_step_and_every_copy_reads_it_a
     }
     let (status, rotated) = stack.call(Method::POST, &format!("/v1/endpoints/{id}/rotate-secret"), None).await;
     assert_eq!(status, 200, "{rotated}");
-    let secret = store.get_endpoint("acme", &id).await.unwrap().unwrap().secret;
+    let secret = store.get_endpoint(&acme(), &id).await.unwrap().unwrap().secret;
     for copy in 0..3 {
-        let ep = store.read_endpoint("acme", &id, &key_reading(copy)).await.unwrap().unwrap();
+        let ep = store.read_endpoint(&acme(), &id, &key_reading(copy)).await.unwrap().unwrap();
         assert_eq!(ep.secret, secret, "copy {copy} after the rotation");
         assert!(ep.previous_secret.is_some(), "copy {copy} keeps the old secret for the window");
     }
@@ -669,9 +683,9 @@ async fn every_endpoint_write_keeps_its_copies_in_step_and_every_copy_reads_it_a
     // behind the store's back shows to the readers of copy 1 alone.
     set_on_copy(&stack, "acme", &id, 1, "url", AttributeValue::S("https://read-from-copy-1.example/hook".into())).await;
     for copy in 0..3 {
-        let read = store.read_endpoint("acme", &id, &key_reading(copy)).await.unwrap().unwrap().url;
+        let read = store.read_endpoint(&acme(), &id, &key_reading(copy)).await.unwrap().unwrap().url;
         let tenant: Vec<String> =
-            store.tenant_endpoints("acme", &key_reading(copy)).await.unwrap().into_iter().map(|e| e.url).collect();
+            store.tenant_endpoints(&acme(), &key_reading(copy)).await.unwrap().into_iter().map(|e| e.url).collect();
         let expected = if copy == 1 { "https://read-from-copy-1.example/hook" } else { "https://two.example/hook" };
         assert_eq!((read.as_str(), tenant.as_slice()), (expected, [expected.to_string()].as_slice()), "copy {copy}");
     }
@@ -679,8 +693,8 @@ async fn every_endpoint_write_keeps_its_copies_in_step_and_every_copy_reads_it_a
     assert_eq!(status, 200, "{deleted}");
     for copy in 0..3 {
         assert!(copy_item(&stack, "acme", &id, copy).await.is_none(), "copy {copy} deleted with the endpoint");
-        assert!(store.read_endpoint("acme", &id, &key_reading(copy)).await.unwrap().is_none());
-        assert!(store.tenant_endpoints("acme", &key_reading(copy)).await.unwrap().is_empty());
+        assert!(store.read_endpoint(&acme(), &id, &key_reading(copy)).await.unwrap().is_none());
+        assert!(store.tenant_endpoints(&acme(), &key_reading(copy)).await.unwrap().is_empty());
     }
     stack.stop().await;
 }
@@ -770,7 +784,7 @@ async fn the_failures_counter_is_split_over_the_copies_and_summed_at_a_copys_sha
     let count = |k: String, attempt: u32| {
         let store = store.clone();
         let id = id.clone();
-        async move { store.count_failure("acme", &id, &k, attempt, 4, chrono::Utc::now()).await.unwrap().unwrap() }
+        async move { store.count_failure(&acme(), &id, &k, attempt, 4, chrono::Utc::now()).await.unwrap().unwrap() }
     };
     for k in [&k0, &k1, &k2] {
         let n = count(k.clone(), 1).await;
@@ -787,7 +801,7 @@ async fn the_failures_counter_is_split_over_the_copies_and_summed_at_a_copys_sha
     // Finding the endpoint (to change it) reads no copy: the endpoint item's own count.
     assert_eq!(store.find_endpoint(&id).await.unwrap().unwrap().consecutive_failures, 2);
     // A success zeroes the copy it read only: 2 + 0 + 1 is under the threshold again.
-    store.reset_failures("acme", &id, &k1).await.unwrap();
+    store.reset_failures(&acme(), &id, &k1).await.unwrap();
     assert_eq!(shown().await, 3);
     assert_eq!(text(&copy_item(&stack, "acme", &id, 1).await.unwrap(), "consecutive_failures"), "0");
     assert_eq!(text(&copy_item(&stack, "acme", &id, 2).await.unwrap(), "consecutive_failures"), "1");
@@ -803,7 +817,7 @@ async fn the_failures_counter_is_split_over_the_copies_and_summed_at_a_copys_sha
         for attempt in 1..=4 {
             v.push(
                 store
-                    .count_failure("acme", &lone, &k2, attempt, 4, chrono::Utc::now())
+                    .count_failure(&acme(), &lone, &k2, attempt, 4, chrono::Utc::now())
                     .await
                     .unwrap()
                     .unwrap()
@@ -815,12 +829,15 @@ async fn the_failures_counter_is_split_over_the_copies_and_summed_at_a_copys_sha
     assert_eq!(opened, [false, false, false, true]);
     // A listing (the API's, the dashboard's and the portal's) shows each endpoint's copies
     // summed too, each its own: `fails` 2 + 1 + 1, `lone` 1 + 0 + 4 (their items count 2 and 1).
-    store.count_failure("acme", &lone, &k0, 1, 4, chrono::Utc::now()).await.unwrap();
-    let listed = webhooks::service::endpoints::list_endpoints(&stack.app, "acme", 100, None).await.unwrap();
+    store.count_failure(&acme(), &lone, &k0, 1, 4, chrono::Utc::now()).await.unwrap();
+    let listed = webhooks::service::endpoints::list_endpoints(&stack.app, &acme(), 100, None).await.unwrap();
     let listed_of = |id: &str| listed.data.iter().find(|e| e.id == id).map(|e| e.consecutive_failures);
     assert_eq!((listed_of(&id), listed_of(&lone)), (Some(4), Some(5)), "{:?}", listed.data);
     // Gone: nothing counted, nothing created.
-    assert_eq!(store.count_failure("acme", "ep_missing", &k1, 1, 4, chrono::Utc::now()).await.unwrap(), None);
+    assert_eq!(
+        store.count_failure(&acme(), &webhooks_tests::id("ep_missing"), &k1, 1, 4, chrono::Utc::now()).await.unwrap(),
+        None
+    );
     assert!(copy_item(&stack, "acme", "ep_missing", 1).await.is_none());
     stack.stop().await;
 }
@@ -833,7 +850,7 @@ async fn a_slow_marker_mirror_older_than_the_copys_marker_is_refused() {
     let id = new_endpoint(&stack, "https://slow.example/hook").await;
     let store = three_copies(&table).await;
     let until = chrono::Utc::now() + chrono::Duration::minutes(10);
-    store.set_slow_until("acme", &id, Some(until)).await.unwrap();
+    store.set_slow_until(&acme(), &id, Some(until)).await.unwrap();
     for copy in 1..3 {
         let c = copy_item(&stack, "acme", &id, copy).await.unwrap();
         assert!(c.contains_key("slow_until"), "copy {copy} marked slow: {c:?}");
@@ -842,28 +859,28 @@ async fn a_slow_marker_mirror_older_than_the_copys_marker_is_refused() {
     // Copy 1 holds a later write's marker than the one about to be mirrored (as when two
     // writers race and the later one's mirror lands first): the earlier mirror is refused.
     set_on_copy(&stack, "acme", &id, 1, SLOW_SEQ, AttributeValue::N("99".into())).await;
-    store.set_slow_until("acme", &id, None).await.unwrap();
-    let item = store.get_endpoint("acme", &id).await.unwrap().unwrap();
+    store.set_slow_until(&acme(), &id, None).await.unwrap();
+    let item = store.get_endpoint(&acme(), &id).await.unwrap().unwrap();
     assert!(item.slow_until.is_none(), "the endpoint item took the clear");
     let one = copy_item(&stack, "acme", &id, 1).await.unwrap();
     assert!(one.contains_key("slow_until"), "an older mirror does not replace a newer one: {one:?}");
     let two = copy_item(&stack, "acme", &id, 2).await.unwrap();
     assert!(!two.contains_key("slow_until"), "copy 2 took the clear: {two:?}");
     assert_eq!(text(&two, SLOW_SEQ), "2");
-    let read = store.read_endpoint("acme", &id, &key_reading(2)).await.unwrap().unwrap();
+    let read = store.read_endpoint(&acme(), &id, &key_reading(2)).await.unwrap().unwrap();
     assert!(read.slow_until.is_none(), "copy 2's reader sees the endpoint fast");
     // The adaptive rate likewise, ordered by the endpoint item's `rate_seq`, not by the
     // writers' clocks: a write stamped earlier than the one before it still reaches the copies.
     use webhooks::store::dynamo::RATE_SEQ;
-    assert!(store.set_effective_rate("acme", &id, None, 8.0, 5_000).await.unwrap());
+    assert!(store.set_effective_rate(&acme(), &id, None, 8.0, 5_000).await.unwrap());
     assert!(
-        store.set_effective_rate("acme", &id, Some(5_000), 4.0, 4_000).await.unwrap(),
+        store.set_effective_rate(&acme(), &id, Some(5_000), 4.0, 4_000).await.unwrap(),
         "a writer whose clock is behind"
     );
     let one = copy_item(&stack, "acme", &id, 1).await.unwrap();
     assert_eq!((text(&one, "effective_rate_per_second"), text(&one, RATE_SEQ)), ("4".into(), "2".into()));
     set_on_copy(&stack, "acme", &id, 2, RATE_SEQ, AttributeValue::N("99".into())).await;
-    assert!(store.set_effective_rate("acme", &id, Some(4_000), 2.0, 6_000).await.unwrap());
+    assert!(store.set_effective_rate(&acme(), &id, Some(4_000), 2.0, 6_000).await.unwrap());
     assert_eq!(text(&copy_item(&stack, "acme", &id, 1).await.unwrap(), "effective_rate_per_second"), "2");
     assert_eq!(
         text(&copy_item(&stack, "acme", &id, 2).await.unwrap(), "effective_rate_per_second"),
@@ -927,20 +944,28 @@ async fn a_sharded_listing_reads_only_the_items_it_lists_and_each_once() {
         &delivery_lifecycle::AttemptMessage::new(claimed.clone(), 1),
     );
     assert!(matches!(store.apply(&claimed, &claim, false).await.unwrap(), Applied::Done(_)));
-    let scheduled: Vec<String> = all.iter().filter(|id| **id != moved && **id != claimed).cloned().collect();
+    let scheduled: Vec<DeliveryId> = all.iter().filter(|id| **id != moved && **id != claimed).cloned().collect();
     // Scheduled and sending counted in one read of the `open` range's items (40 of them); the
     // moved one is in neither, nor held (its entry is not there).
     reads.items.store(0, Ordering::SeqCst);
     let counts = store
-        .count_deliveries_in("ep-many", &[DeliveryStatus::Scheduled, DeliveryStatus::Sending, DeliveryStatus::Held])
+        .count_deliveries_in(
+            &webhooks_tests::id("ep-many"),
+            &[DeliveryStatus::Scheduled, DeliveryStatus::Sending, DeliveryStatus::Held],
+        )
         .await
         .unwrap();
     let counts: Vec<(u64, bool)> = counts.iter().map(|c| (c.n, c.exact)).collect();
     assert_eq!(counts, vec![(u64::try_from(scheduled.len()).unwrap(), true), (1, true), (0, true)]);
     assert_eq!(reads.items.load(Ordering::SeqCst), 40, "each entry of the open range read once");
 
-    let listed: Vec<String> = all.iter().filter(|id| **id != moved).cloned().collect();
-    let q = DeliveryQuery { endpoint_id: Some("ep-many".into()), limit: 5, oldest_first: true, ..Default::default() };
+    let listed: Vec<DeliveryId> = all.iter().filter(|id| **id != moved).cloned().collect();
+    let q = DeliveryQuery {
+        endpoint_id: Some(webhooks_tests::id("ep-many")),
+        limit: 5,
+        oldest_first: true,
+        ..Default::default()
+    };
     assert_eq!(list_all(&store, q.clone()).await, listed, "every status, oldest first, 5 a page, each once");
     let mut newest = listed.clone();
     newest.reverse();
@@ -973,7 +998,7 @@ async fn an_endpoints_counts_read_a_bounded_number_of_entries_and_say_when_they_
     let t0 = chrono::Utc::now() - chrono::Duration::minutes(5);
     // A backlog: 30 unfinished deliveries and 12 dead letters of one endpoint.
     let ep = stack.endpoint("acme", "http://127.0.0.1:9/", serde_json::Value::Null).await;
-    let ep = ep["id"].as_str().unwrap().to_string();
+    let ep: EndpointId = webhooks_tests::id(ep["id"].as_str().unwrap());
     let writer = DynamoStore::new(ddb().await, &table, 8);
     for i in 0..42i64 {
         let at = t0 + chrono::Duration::milliseconds(i * 10);
@@ -1035,7 +1060,7 @@ async fn a_status_listing_reads_past_the_entries_it_leaves_out() {
     // A job step (hold, the end of a deleted endpoint) that finds fewer than it asked for
     // takes that as "nothing left": the first page reads on past the two being sent.
     let q = DeliveryQuery {
-        endpoint_id: Some("ep-short".into()),
+        endpoint_id: Some(webhooks_tests::id("ep-short")),
         status: Some(DeliveryStatus::Scheduled),
         limit: 2,
         oldest_first: true,
@@ -1116,7 +1141,7 @@ async fn a_status_listing_reads_a_bounded_number_of_items_whatever_the_backlog()
     );
     assert!(matches!(store.apply(&sending, &claim, false).await.unwrap(), Applied::Done(_)));
     let q = DeliveryQuery {
-        endpoint_id: Some("ep-backlog".into()),
+        endpoint_id: Some(webhooks_tests::id("ep-backlog")),
         status: Some(DeliveryStatus::Sending),
         oldest_first: true,
         limit: 1,
@@ -1127,7 +1152,8 @@ async fn a_status_listing_reads_a_bounded_number_of_items_whatever_the_backlog()
     let items = reads.items.load(Ordering::SeqCst);
     assert!(items <= 10, "{items} items read for one page of limit 1 (it read the open range until a sending one)");
     assert!(page.data.is_empty() && page.next_cursor.is_some(), "a short page, with a cursor: {page:?}");
-    let found: Vec<String> = collect_deliveries(&store, q, 10).await.unwrap().into_iter().map(|d| d.id).collect();
+    let found: Vec<String> =
+        collect_deliveries(&store, q, 10).await.unwrap().into_iter().map(|d| d.id.into_string()).collect();
     assert_eq!(found, vec![sending], "following the cursor finds it");
     stack.stop().await;
 }
@@ -1171,7 +1197,7 @@ async fn a_transition_whose_answer_was_lost_is_known_as_its_own_not_someone_else
         chrono::Utc::now(),
         DeliveryStatus::Sending,
         1,
-        EndpointEntry::new("ep-lost", t0),
+        EndpointEntry::new(&webhooks_tests::id("ep-lost"), t0),
         "recorded",
         None,
     );
@@ -1201,14 +1227,14 @@ async fn a_count_whose_answer_was_lost_is_counted_once() {
     let ep = new_endpoint(&stack, "https://counted.example/hook").await;
     let now = chrono::Utc::now();
     let ttl = now.timestamp() + 86_400;
-    lossy().count_delivered(&ep, &["dlv_b".into(), "dlv_a".into()], now, ttl).await.unwrap();
-    stack.app.store.count_delivered(&ep, &["dlv_c".into()], now, ttl).await.unwrap();
+    lossy().count_delivered(&ep, &[webhooks_tests::id("dlv_b"), webhooks_tests::id("dlv_a")], now, ttl).await.unwrap();
+    stack.app.store.count_delivered(&ep, &[webhooks_tests::id("dlv_c")], now, ttl).await.unwrap();
     let stats = webhooks::service::endpoints::endpoint_stats(&stack.app, &ep).await.unwrap();
     assert_eq!(stats.counts.get("delivered"), Some(&3), "a batch of two and one more, each counted once: {stats:?}");
 
-    let first = lossy().count_failure("acme", &ep, "dlv_a", 1, 100, chrono::Utc::now()).await.unwrap().unwrap();
+    let first = lossy().count_failure(&acme(), &ep, "dlv_a", 1, 100, chrono::Utc::now()).await.unwrap().unwrap();
     assert_eq!(first.in_a_row, 1, "the retry of the same attempt's count finds its own mark");
-    let second = lossy().count_failure("acme", &ep, "dlv_a", 2, 100, chrono::Utc::now()).await.unwrap().unwrap();
+    let second = lossy().count_failure(&acme(), &ep, "dlv_a", 2, 100, chrono::Utc::now()).await.unwrap().unwrap();
     assert_eq!(second.in_a_row, 2, "the next attempt counts");
     assert_eq!(webhooks::service::endpoints::get_endpoint(&stack.app, &ep).await.unwrap().consecutive_failures, 2);
     stack.stop().await;
@@ -1246,8 +1272,8 @@ async fn attention_marks_follow_the_failures_and_the_endpoint_state_on_every_cop
 
     // A run on copy 2: marked since its first failure, the second keeps that time.
     let first = chrono::Utc::now();
-    store.count_failure("acme", &id, &k2, 1, 0, first).await.unwrap();
-    store.count_failure("acme", &id, &k2, 2, 0, first + chrono::Duration::seconds(5)).await.unwrap();
+    store.count_failure(&acme(), &id, &k2, 1, 0, first).await.unwrap();
+    store.count_failure(&acme(), &id, &k2, 2, 0, first + chrono::Duration::seconds(5)).await.unwrap();
     let since = webhooks::store::keys::time_sk(first, &id);
     assert_eq!(marks(2).await, (Some(ATTENTION_FAILING.to_string()), Some(since.clone())));
     assert_eq!(marks(0).await, (None, None), "only the copy counting the run");
@@ -1255,26 +1281,26 @@ async fn attention_marks_follow_the_failures_and_the_endpoint_state_on_every_cop
     assert_eq!(failing.iter().map(|(e, _)| e.as_str()).collect::<Vec<_>>(), [id.as_str()], "{failing:?}");
     assert_eq!(failing[0].1.timestamp_millis(), first.timestamp_millis());
     // The reset ends the run and the mark.
-    store.reset_failures("acme", &id, &k2).await.unwrap();
+    store.reset_failures(&acme(), &id, &k2).await.unwrap();
     assert_eq!(marks(2).await, (None, None));
     assert!(listed(Attention::Failing).await.is_empty());
 
     // Failing again on copy 2, then disabled: the endpoint item is marked stopped since the
     // disable, the copies' marks go.
-    store.count_failure("acme", &id, &k2, 3, 0, chrono::Utc::now()).await.unwrap();
-    store.count_failure("acme", &id, &k0, 1, 0, chrono::Utc::now()).await.unwrap();
+    store.count_failure(&acme(), &id, &k2, 3, 0, chrono::Utc::now()).await.unwrap();
+    store.count_failure(&acme(), &id, &k0, 1, 0, chrono::Utc::now()).await.unwrap();
     let off = webhooks::service::endpoints::disable_endpoint(&stack.app, &id).await.unwrap();
     let at = off.disabled.as_ref().unwrap().at;
     let stopped_sk = webhooks::store::keys::time_sk(at, &id);
     assert_eq!(marks(0).await, (Some(ATTENTION_STOPPED.to_string()), Some(stopped_sk.clone())));
     assert_eq!(marks(2).await, (None, None), "a stopped endpoint is listed as stopped only");
     // An attempt in flight at the disable answers 2xx: the counter is zeroed, the mark stays.
-    store.reset_failures("acme", &id, &k0).await.unwrap();
+    store.reset_failures(&acme(), &id, &k0).await.unwrap();
     let item = copy_item(&stack, "acme", &id, 0).await.unwrap();
     assert_eq!(text(&item, "consecutive_failures"), "0");
     assert_eq!(marks(0).await, (Some(ATTENTION_STOPPED.to_string()), Some(stopped_sk)));
     // A failure while stopped (a probe's) keeps the stopped mark.
-    store.count_failure("acme", &id, &k0, 2, 0, chrono::Utc::now()).await.unwrap();
+    store.count_failure(&acme(), &id, &k0, 2, 0, chrono::Utc::now()).await.unwrap();
     assert_eq!(marks(0).await.0.as_deref(), Some(ATTENTION_STOPPED));
     let stopped = listed(Attention::Stopped).await;
     assert_eq!(stopped.iter().map(|(e, _)| e.as_str()).collect::<Vec<_>>(), [id.as_str()], "{stopped:?}");

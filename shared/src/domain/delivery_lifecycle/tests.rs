@@ -1,4 +1,5 @@
 use super::*;
+use crate::domain::ids::id;
 
 fn cfg() -> Config {
     let mut c = Config::new("t", "q");
@@ -8,7 +9,8 @@ fn cfg() -> Config {
 }
 
 fn claimed(now: DateTime<Utc>) -> Delivery {
-    let (mut d, _, _) = new_delivery(&cfg(), now, "dlv_1".into(), "evt_1", "order.paid", "t1", "ep_1", false);
+    let (mut d, _, _) =
+        new_delivery(&cfg(), now, id("dlv_1"), &id("evt_1"), "order.paid", &id("t1"), &id("ep_1"), false);
     d.status = DeliveryStatus::Sending;
     d.attempt_count = 1;
     d
@@ -51,7 +53,7 @@ fn sweeper_sends_long_waits_with_the_exact_remaining_delay() {
     let now = Utc::now();
     let next = now + Duration::seconds(700);
     let item = DueItem {
-        id: "dlv_1".into(),
+        id: id("dlv_1"),
         status: DeliveryStatus::Scheduled,
         attempt_count: 1,
         due_at: ms(next) - 900_000,
@@ -70,7 +72,7 @@ fn sweeper_sends_long_waits_with_the_exact_remaining_delay() {
 /// A `sending` delivery as the due index shows it, due a millisecond before `now`.
 fn sending_due(now: DateTime<Utc>, attempt_count: u32, lease_until: DateTime<Utc>) -> DueItem {
     DueItem {
-        id: "dlv_1".into(),
+        id: id("dlv_1"),
         status: DeliveryStatus::Sending,
         attempt_count,
         due_at: ms(now) - 1,
@@ -102,7 +104,7 @@ fn expired_lease_is_recorded_lost_and_redriven_now() {
 #[test]
 fn a_claim_keeps_its_due_time_and_a_lease_not_over_is_looked_at_again_at_its_end() {
     let now = Utc::now();
-    let t = claim(&cfg(), now, &AttemptMessage::new("dlv_1", 1));
+    let t = claim(&cfg(), now, &AttemptMessage::new(id("dlv_1"), 1));
     assert_eq!(t.due_at, Field::Keep, "the claim re-keys no index entry");
     let lease = t.lease_until.clone();
     let Field::Set(lease) = lease else { panic!("no lease: {t:?}") };
@@ -157,10 +159,10 @@ fn stored(d: &mut Delivery, t: &Transition) {
 fn a_delivery_whose_worker_keeps_dying_keeps_a_bounded_history() {
     let cfg = cfg();
     let mut now = Utc::now();
-    let (mut d, _, _) = new_delivery(&cfg, now, "dlv_1".into(), "evt_1", "order.paid", "t1", "ep_1", false);
+    let (mut d, _, _) = new_delivery(&cfg, now, id("dlv_1"), &id("evt_1"), "order.paid", &id("t1"), &id("ep_1"), false);
     for n in 1..=50u32 {
         // Attempt n is claimed; its worker dies; the sweeper finds the lease expired.
-        stored(&mut d, &claim(&cfg, now, &AttemptMessage::new("dlv_1", n)));
+        stored(&mut d, &claim(&cfg, now, &AttemptMessage::new(id("dlv_1"), n)));
         now += Duration::seconds(60);
         let item = DueItem {
             id: d.id.clone(),
@@ -193,7 +195,8 @@ fn replay_starts_a_fresh_cycle_only_from_exhausted_or_held() {
     assert_eq!(t.attempts_base, Field::Set(4));
     assert_eq!(e.message.attempt, 5);
     let later = now + Duration::seconds(120);
-    let (t, e) = release(&cfg(), now, &d.id, DeliveryStatus::Held, 4, EndpointEntry::new("ep", now), later).unwrap();
+    let (t, e) =
+        release(&cfg(), now, &d.id, DeliveryStatus::Held, 4, EndpointEntry::new(&id("ep"), now), later).unwrap();
     assert_eq!(t.next_attempt_at, Field::Set(later));
     assert_eq!(e.unwrap().delay_seconds, 120);
 }

@@ -3,6 +3,7 @@
 //! ([`AttemptMessage`]) and a send with its `DelaySeconds` ([`Enqueue`]). Building them is
 //! [`super`]'s job alone; this file holds only the types.
 
+use crate::domain::ids::{DeliveryId, EndpointId};
 use crate::domain::model::{Attempt, Delivery, DeliveryStatus, Job};
 use chrono::{DateTime, Utc};
 
@@ -46,15 +47,15 @@ pub const CLAIM_CLOCK_ALLOWANCE_SECONDS: i64 = 1;
 #[derive(Debug, Clone, PartialEq)]
 pub struct EndpointEntry {
     /// The delivery's endpoint.
-    pub endpoint_id: String,
+    pub endpoint_id: EndpointId,
     /// When the delivery was accepted.
     pub created_at: DateTime<Utc>,
 }
 
 impl EndpointEntry {
     /// The entry of a delivery of `endpoint_id` accepted at `created_at`.
-    pub fn new(endpoint_id: &str, created_at: DateTime<Utc>) -> Self {
-        Self { endpoint_id: endpoint_id.to_string(), created_at }
+    pub fn new(endpoint_id: &EndpointId, created_at: DateTime<Utc>) -> Self {
+        Self { endpoint_id: endpoint_id.clone(), created_at }
     }
 
     /// The entry of delivery `d`.
@@ -111,10 +112,10 @@ pub struct Transition {
 /// it; the sweeper does not, and deliver then reads the event item), saving deliver a read.
 /// The endpoint never rides along: deliver reads it, strongly consistent, before every
 /// attempt, so no attempt starts on a configuration older than the last change that answered.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AttemptMessage {
-    /// The delivery to attempt.
-    pub delivery_id: String,
+    /// The delivery to attempt (a message whose id breaks the id rule does not decode).
+    pub delivery_id: DeliveryId,
     /// The attempt number to make (the item's `attempt_count` + 1 when it is claimed).
     pub attempt: u32,
     /// The event's payload, byte for byte, when it rides along.
@@ -124,8 +125,8 @@ pub struct AttemptMessage {
 
 impl AttemptMessage {
     /// A message for attempt `attempt` of delivery `delivery_id`, with nothing riding along.
-    pub fn new(delivery_id: impl Into<String>, attempt: u32) -> Self {
-        Self { delivery_id: delivery_id.into(), attempt, payload: None }
+    pub fn new(delivery_id: DeliveryId, attempt: u32) -> Self {
+        Self { delivery_id, attempt, payload: None }
     }
 }
 

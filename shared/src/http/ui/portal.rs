@@ -28,6 +28,7 @@
 use super::token::{self, Claims, TokenError};
 use super::{endpoint_badge, error_page, page, see_other, status_badge, text, time, timeline};
 use crate::App;
+use crate::domain::ids::EndpointId;
 use crate::domain::model::{Delivery, Endpoint};
 use crate::error::ServiceError;
 use crate::service::{deliveries, endpoints};
@@ -208,20 +209,16 @@ fn action(s: &Session, to: &str, label: &str, class: &str) -> Markup {
 /// tenant's) [`ServiceError::NotFound`].
 async fn owned_endpoint(app: &App, s: &Session, id: &str) -> Result<Endpoint, ServiceError> {
     let not_found = || ServiceError::NotFound(format!("endpoint {id}"));
-    let ep = endpoints::find_endpoint(app, id).await.map_err(|e| match e {
-        ServiceError::Validation(_) => not_found(),
-        other => other,
-    })?;
+    let id = EndpointId::lookup(id).map_err(|_| not_found())?;
+    let ep = endpoints::find_endpoint(app, &id).await?;
     if ep.tenant_id == s.claims.tenant_id { Ok(ep) } else { Err(not_found()) }
 }
 
 /// The delivery `id` when it is the session tenant's; otherwise [`ServiceError::NotFound`].
 async fn owned_delivery(app: &App, s: &Session, id: &str) -> Result<Delivery, ServiceError> {
     let not_found = || ServiceError::NotFound(format!("delivery {id}"));
-    if crate::domain::ids::lookup_id("delivery", id).is_err() {
-        return Err(not_found());
-    }
-    match app.store.get_delivery(id).await? {
+    let id = crate::domain::ids::DeliveryId::lookup(id).map_err(|_| not_found())?;
+    match app.store.get_delivery(&id).await? {
         Some(d) if d.tenant_id == s.claims.tenant_id => Ok(d),
         _ => Err(not_found()),
     }

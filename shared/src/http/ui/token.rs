@@ -16,6 +16,7 @@
 //! the new version's creation).
 
 use crate::App;
+use crate::domain::ids::TenantId;
 use crate::error::ServiceError;
 use crate::token_keys::KeySet;
 use base64::Engine as _;
@@ -39,7 +40,7 @@ const FORM_LABEL: &[u8] = b"portal.form.v1.";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claims {
     /// The one tenant the token may see and change.
-    pub tenant_id: String,
+    pub tenant_id: TenantId,
     /// When it stops working.
     pub expires_at: DateTime<Utc>,
 }
@@ -94,13 +95,11 @@ pub fn verify(key: &[u8], token: &str, now: DateTime<Utc>) -> Result<Claims, Tok
         return Err(TokenError::Invalid);
     };
     let expires_at = exp.parse::<i64>().ok().and_then(|s| DateTime::from_timestamp(s, 0)).ok_or(TokenError::Invalid)?;
-    if !crate::domain::ids::is_client_id(tenant) {
-        return Err(TokenError::Invalid);
-    }
+    let tenant_id = TenantId::try_from(tenant.to_string()).map_err(|_| TokenError::Invalid)?;
     if now >= expires_at {
         return Err(TokenError::Expired);
     }
-    Ok(Claims { tenant_id: tenant.to_string(), expires_at })
+    Ok(Claims { tenant_id, expires_at })
 }
 
 /// As [`verify`], under each key of `keys` that verifies (the signing one first): the first
@@ -142,7 +141,7 @@ pub fn form_token_ok_with(keys: &KeySet, token: &str, given: &str) -> bool {
 #[derive(Debug, Clone, Serialize)]
 pub struct PortalSession {
     /// The tenant the session is scoped to.
-    pub tenant_id: String,
+    pub tenant_id: TenantId,
     /// Where the tenant opens the portal: `{base}/portal?token=...`.
     pub url: String,
     /// The token alone (to build another URL, e.g. behind your own domain).
@@ -161,11 +160,10 @@ pub struct PortalSession {
 /// key's secret must be read and cannot be.
 pub async fn create_session(
     app: &App,
-    tenant_id: &str,
+    tenant_id: &TenantId,
     ttl_seconds: Option<i64>,
     base: &str,
 ) -> Result<PortalSession, ServiceError> {
-    crate::domain::ids::client_id("tenant_id", tenant_id)?;
     let ttl = ttl_seconds.unwrap_or(DEFAULT_TTL_SECONDS);
     if !(MIN_TTL_SECONDS..=MAX_TTL_SECONDS).contains(&ttl) {
         return Err(ServiceError::Validation(format!(
@@ -178,12 +176,7 @@ pub async fn create_session(
     let mut nonce = [0u8; 12];
     app.random.fill(&mut nonce);
     let token = sign(keys.signing(), tenant_id, expires_at, &nonce);
-    Ok(PortalSession {
-        tenant_id: tenant_id.to_string(),
-        url: format!("{base}/portal?token={token}"),
-        token,
-        expires_at,
-    })
+    Ok(PortalSession { tenant_id: tenant_id.clone(), url: format!("{base}/portal?token={token}"), token, expires_at })
 }
 
 #[cfg(test)]
@@ -198,7 +191,10 @@ mod tests {
     fn a_token_verifies_until_it_expires() {
         let key = b"k".repeat(32);
         let t = sign(&key, "acme", at(1_000), b"n");
-        assert_eq!(verify(&key, &t, at(999)).unwrap(), Claims { tenant_id: "acme".into(), expires_at: at(1_000) });
+        assert_eq!(
+            verify(&key, &t, at(999)).unwrap(),
+            Claims { tenant_id: "acme".parse().unwrap(), expires_at: at(1_000) }
+        );
         assert_eq!(verify(&key, &t, at(1_000)), Err(TokenError::Expired));
     }
 

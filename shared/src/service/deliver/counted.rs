@@ -1,17 +1,18 @@
 //! The endpoints' per-day delivered counters, written once per call.
 
 use super::*;
+use crate::domain::ids::{DeliveryId, EndpointId};
 
 /// The deliveries a call delivered, by endpoint, for the endpoints' per-day delivered
 /// counters: counted once at the end of the call (a whole SQS batch: one ADD per endpoint
 /// instead of one per delivery, so a batch of 10 deliveries to one endpoint writes 1 counter
 /// unit instead of 10; `make bench` section 1, "at load").
 #[derive(Debug, Default)]
-pub(super) struct DeliveredInCall(std::sync::Mutex<std::collections::BTreeMap<String, Noted>>);
+pub(super) struct DeliveredInCall(std::sync::Mutex<std::collections::BTreeMap<EndpointId, Noted>>);
 
 /// One endpoint's deliveries noted delivered in a call, when the latest was recorded, and the
 /// longest delivered retention among them (days; a tenant's override, [`Delivery::retention_days`]).
-type Noted = (Vec<String>, chrono::DateTime<chrono::Utc>, u32);
+type Noted = (Vec<DeliveryId>, chrono::DateTime<chrono::Utc>, u32);
 
 impl DeliveredInCall {
     /// Notes `delivery`, recorded delivered at `at`, for its endpoint's counter.

@@ -3,6 +3,7 @@
 //! follow (notify, hold, the next attempt's message).
 
 use super::*;
+use crate::domain::ids::DeliveryId;
 
 /// What an attempt's outcome asks of its endpoint.
 pub(super) struct Effect {
@@ -20,13 +21,13 @@ impl Effect {
     }
 
     /// The endpoint transition this outcome asks for, decided on `ep` as it is now.
-    fn change(&self, app: &App, ep: &Endpoint, delivery_id: &str) -> Option<endpoint_lifecycle::Change> {
+    fn change(&self, app: &App, ep: &Endpoint, delivery_id: &DeliveryId) -> Option<endpoint_lifecycle::Change> {
         let now = app.clock.now();
         let why = |reason: &str| Disabled {
             reason: reason.into(),
             at: now,
             status_code: self.status_code,
-            delivery_id: Some(delivery_id.to_string()),
+            delivery_id: Some(delivery_id.clone()),
         };
         // A probe refused for its own sake (a final 4xx: the payload, not the receiver) shows
         // the receiver is up: resume, and this delivery is a dead letter, rather than picking

@@ -9,13 +9,14 @@ use super::*;
 /// (reason `endpoint_deleted`); returns how many it found, and whether a listing said there
 /// may be more (a page with a cursor: a page can come back short with one).
 pub(super) async fn end_deleted_page(app: &App, job: &Job, limit: usize) -> Result<(usize, bool), ServiceError> {
+    let endpoint_id = EndpointId::try_from(job.endpoint_id.clone()).map_err(ServiceError::Internal)?;
     let mut found = 0;
     let mut more = false;
     for status in UNFINISHED {
         let page = app
             .store
             .list_deliveries(&DeliveryQuery {
-                endpoint_id: Some(job.endpoint_id.clone()),
+                endpoint_id: Some(endpoint_id.clone()),
                 status: Some(status),
                 oldest_first: true,
                 limit: limit - found,

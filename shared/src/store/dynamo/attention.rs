@@ -190,8 +190,8 @@ fn mark_of(item: &Item) -> Result<AttentionMark, StoreError> {
         .ok_or_else(corrupt)?
         .with_timezone(&chrono::Utc);
     Ok(AttentionMark {
-        tenant_id: text("tenant_id").ok_or_else(corrupt)?,
-        endpoint_id: text("id").ok_or_else(corrupt)?,
+        tenant_id: text("tenant_id").and_then(|t| t.try_into().ok()).ok_or_else(corrupt)?,
+        endpoint_id: text("id").and_then(|t| t.try_into().ok()).ok_or_else(corrupt)?,
         since,
     })
 }

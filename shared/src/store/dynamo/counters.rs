@@ -9,6 +9,7 @@
 //! | rate window | `RATE#{endpoint_id}` | `S#{unix second}` | `n` (attempt starts counted), `expires_at` (TTL: the second + [`RATE_WINDOW_TTL_SECONDS`]) |
 
 use super::*;
+use crate::domain::ids::{DeliveryId, EndpointId, TenantId};
 use crate::store::keys::{PK, SK, TTL};
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use chrono::{DateTime, Utc};
@@ -159,7 +160,7 @@ impl CounterStore for DynamoStore {
         Ok(endpoints.iter().map(|e| e.consecutive_failures).collect())
     }
 
-    async fn announce_failing(&self, tenant_id: &str, id: &str, notify: &Job) -> Result<bool, StoreError> {
+    async fn announce_failing(&self, tenant_id: &TenantId, id: &EndpointId, notify: &Job) -> Result<bool, StoreError> {
         use super::attention::FAILING_ANNOUNCED;
         let mark = aws_sdk_dynamodb::types::Update::builder()
             .table_name(&self.table)
@@ -178,8 +179,8 @@ impl CounterStore for DynamoStore {
 
     async fn count_failure(
         &self,
-        tenant_id: &str,
-        id: &str,
+        tenant_id: &TenantId,
+        id: &EndpointId,
         key: &str,
         attempt: u32,
         threshold: u32,
@@ -190,8 +191,8 @@ impl CounterStore for DynamoStore {
 
     async fn count_delivered(
         &self,
-        endpoint_id: &str,
-        delivery_ids: &[String],
+        endpoint_id: &EndpointId,
+        delivery_ids: &[DeliveryId],
         at: chrono::DateTime<chrono::Utc>,
         expires_at: i64,
     ) -> Result<(), StoreError> {
@@ -218,7 +219,7 @@ impl CounterStore for DynamoStore {
 
     async fn delivered_tally(
         &self,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         since: chrono::DateTime<chrono::Utc>,
     ) -> Result<crate::store::DeliveredTally, StoreError> {
         /// A day's counter item as read.
@@ -251,14 +252,14 @@ impl CounterStore for DynamoStore {
         })
     }
 
-    async fn reset_failures(&self, tenant_id: &str, id: &str, key: &str) -> Result<(), StoreError> {
+    async fn reset_failures(&self, tenant_id: &TenantId, id: &EndpointId, key: &str) -> Result<(), StoreError> {
         self.reset_copy_failures(tenant_id, id, key).await
     }
 
     async fn set_slow_until(
         &self,
-        tenant_id: &str,
-        id: &str,
+        tenant_id: &TenantId,
+        id: &EndpointId,
         until: Option<chrono::DateTime<chrono::Utc>>,
     ) -> Result<(), StoreError> {
         self.write_slow_until(tenant_id, id, until).await
@@ -270,8 +271,8 @@ impl CounterStore for DynamoStore {
 
     async fn set_effective_rate(
         &self,
-        tenant_id: &str,
-        id: &str,
+        tenant_id: &TenantId,
+        id: &EndpointId,
         expected_ms: Option<i64>,
         rate: f64,
         now_ms: i64,

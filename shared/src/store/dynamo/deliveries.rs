@@ -2,11 +2,12 @@
 //! [`crate::domain::delivery_lifecycle`], the due index.
 
 use super::*;
+use crate::domain::ids::{DeliveryId, EndpointId, EventId, JobId};
 
 impl DynamoStore {
     /// Deliveries by id (see [`Self::batch_get`]), as summaries; ids without an item are left
     /// out.
-    pub(super) async fn delivery_summaries(&self, ids: &[String]) -> Result<Vec<DeliverySummary>, StoreError> {
+    pub(super) async fn delivery_summaries(&self, ids: &[DeliveryId]) -> Result<Vec<DeliverySummary>, StoreError> {
         let keys: Vec<Item> = ids
             .iter()
             .map(|id| Item::from([(PK.to_string(), s(delivery_pk(id))), (SK.to_string(), s(DELIVERY_SK))]))
@@ -160,9 +161,11 @@ impl DynamoStore {
             let mut deliveries = Vec::new();
             for item in page.items.unwrap_or_default() {
                 let pk = item.get(PK).and_then(|v| v.as_s().ok());
-                if let Some(id) = pk.and_then(|pk| pk.strip_prefix(JOB_PREFIX)) {
+                if let Some(id) =
+                    pk.and_then(|pk| pk.strip_prefix(JOB_PREFIX)).and_then(|id| JobId::try_from(id.to_string()).ok())
+                {
                     let due_at = item.get(DUE_AT).and_then(|v| v.as_n().ok()).and_then(|v| v.parse().ok()).unwrap_or(0);
-                    out.push(Due::Job { id: id.to_string(), due_at });
+                    out.push(Due::Job { id, due_at });
                 } else if seen.insert(key_text(&item)) {
                     // Each delivery once: its entry can show twice while the index catches up
                     // with a new due time, and a BatchGetItem refuses a key given twice.
@@ -304,7 +307,7 @@ impl DynamoStore {
     /// [`DeliveryStore::apply`] of a transition that carries jobs: the delivery's update and
     /// the jobs' puts in one TransactWriteItems (a collision with another transaction is tried
     /// again after a short pause, as [`EndpointStore::commit`] does).
-    async fn apply_with_jobs(&self, id: &str, t: &Transition, return_new: bool) -> Result<Applied, StoreError> {
+    async fn apply_with_jobs(&self, id: &DeliveryId, t: &Transition, return_new: bool) -> Result<Applied, StoreError> {
         use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
         let mut items = vec![self.transition_in_transaction(id, t)?];
         for job in &t.jobs {
@@ -373,7 +376,7 @@ pub(super) fn retry_for_record(record: bool) -> aws_sdk_dynamodb::config::Builde
 
 #[async_trait]
 impl DeliveryStore for DynamoStore {
-    async fn event_deliveries(&self, event_id: &str) -> Result<Vec<DeliverySummary>, StoreError> {
+    async fn event_deliveries(&self, event_id: &EventId) -> Result<Vec<DeliverySummary>, StoreError> {
         // The event items under its id (one per tenant that used it), each listing the
         // endpoints it has deliveries for.
         let events = self
@@ -386,7 +389,7 @@ impl DeliveryStore for DynamoStore {
             .expression_attribute_names("#e", EVENT_ENDPOINTS)
             .consistent_read(true);
         let listed = self.query_items(events).await?;
-        let mut ids: Vec<String> = listed
+        let mut ids: Vec<DeliveryId> = listed
             .iter()
             .filter_map(|item| item.get(EVENT_ENDPOINTS).and_then(|v| v.as_ss().ok()))
             .flatten()
@@ -399,11 +402,11 @@ impl DeliveryStore for DynamoStore {
         Ok(out)
     }
 
-    async fn get_delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError> {
+    async fn get_delivery(&self, id: &DeliveryId) -> Result<Option<Delivery>, StoreError> {
         self.get(delivery_pk(id), DELIVERY_SK).await
     }
 
-    async fn apply(&self, id: &str, t: &Transition, return_new: bool) -> Result<Applied, StoreError> {
+    async fn apply(&self, id: &DeliveryId, t: &Transition, return_new: bool) -> Result<Applied, StoreError> {
         use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
         if !t.jobs.is_empty() {
             return self.apply_with_jobs(id, t, return_new).await;
@@ -465,13 +468,13 @@ impl DeliveryStore for DynamoStore {
         self.index_page(q).await
     }
 
-    async fn count_deliveries(&self, endpoint_id: &str, status: DeliveryStatus) -> Result<u64, StoreError> {
+    async fn count_deliveries(&self, endpoint_id: &EndpointId, status: DeliveryStatus) -> Result<u64, StoreError> {
         Ok(self.counts_in_buckets(endpoint_id, &[status]).await?.into_iter().map(|c| c.n).sum())
     }
 
     async fn count_deliveries_in(
         &self,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         statuses: &[DeliveryStatus],
     ) -> Result<Vec<Counted>, StoreError> {
         self.counts_in_buckets(endpoint_id, statuses).await

@@ -3,6 +3,7 @@
 //! ([`EndpointStore::commit`]).
 
 use super::*;
+use crate::domain::ids::{DeliveryId, EndpointId, TenantId};
 
 impl DynamoStore {
     /// An endpoint [`Change`] as transaction items: an UpdateItem of the endpoint item that
@@ -178,15 +179,20 @@ impl EndpointStore for DynamoStore {
         Err(aws(e))
     }
 
-    async fn get_endpoint(&self, tenant_id: &str, id: &str) -> Result<Option<Endpoint>, StoreError> {
+    async fn get_endpoint(&self, tenant_id: &TenantId, id: &EndpointId) -> Result<Option<Endpoint>, StoreError> {
         self.get(tenant_pk(tenant_id), &endpoint_key(id)).await
     }
 
-    async fn read_endpoint(&self, tenant_id: &str, id: &str, key: &str) -> Result<Option<Endpoint>, StoreError> {
+    async fn read_endpoint(
+        &self,
+        tenant_id: &TenantId,
+        id: &EndpointId,
+        key: &str,
+    ) -> Result<Option<Endpoint>, StoreError> {
         self.read_copy(tenant_id, id, key).await
     }
 
-    async fn find_endpoint(&self, id: &str) -> Result<Option<Endpoint>, StoreError> {
+    async fn find_endpoint(&self, id: &EndpointId) -> Result<Option<Endpoint>, StoreError> {
         let out = self
             .client
             .get_item()
@@ -199,10 +205,12 @@ impl EndpointStore for DynamoStore {
         let Some(tenant) = out.item.as_ref().and_then(|i| i.get("tenant_id")).and_then(|v| v.as_s().ok()) else {
             return Ok(None);
         };
-        self.get_endpoint(tenant, id).await
+        let tenant = TenantId::try_from(tenant.clone())
+            .map_err(|e| StoreError::Corrupt(format!("endpoint {id}'s pointer: {e}")))?;
+        self.get_endpoint(&tenant, id).await
     }
 
-    async fn tenant_endpoints(&self, tenant_id: &str, key: &str) -> Result<Vec<Endpoint>, StoreError> {
+    async fn tenant_endpoints(&self, tenant_id: &TenantId, key: &str) -> Result<Vec<Endpoint>, StoreError> {
         self.tenant_copies(tenant_id, key).await
     }
 
@@ -233,7 +241,7 @@ impl EndpointStore for DynamoStore {
 
     async fn list_endpoints(
         &self,
-        tenant_id: &str,
+        tenant_id: &TenantId,
         limit: usize,
         cursor: Option<&str>,
     ) -> Result<Page<Endpoint>, StoreError> {
@@ -256,7 +264,7 @@ impl EndpointStore for DynamoStore {
     async fn commit(
         &self,
         endpoint: EndpointWrite<'_>,
-        delivery: Option<(&str, &Transition)>,
+        delivery: Option<(&DeliveryId, &Transition)>,
     ) -> Result<Committed, StoreError> {
         // The endpoint item first and the delivery second (the cancellation reasons are read
         // by position), then the jobs and the endpoint's copies.
@@ -348,13 +356,14 @@ pub(super) fn endpoint_start(tenant_id: &str, cursor: &str) -> Result<Item, Stor
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::ids::id;
 
     /// A field added to `Endpoint` with `skip_serializing_if` must be listed above, or a change
     /// that unsets it (a PATCH with `null`) would leave the stored value in place.
     #[test]
     fn every_optional_attribute_of_an_endpoint_is_removed_when_unset() {
         let now = chrono::Utc::now();
-        let bare = crate::domain::model::Endpoint::new("ep_1", "t", "https://example.com", "whsec_AAAA", now);
+        let bare = crate::domain::model::Endpoint::new(id("ep_1"), id("t"), "https://example.com", "whsec_AAAA", now);
         let mut full = bare.clone();
         full.event_types = Some(vec!["a".into()]);
         full.disabled = Some(crate::domain::model::Disabled {
@@ -365,7 +374,7 @@ mod tests {
         });
         full.previous_secret = Some("whsec_AAAA".into());
         full.previous_secret_expires_at = Some(now);
-        full.probe_delivery_id = Some("dlv_1".into());
+        full.probe_delivery_id = Some(id("dlv_1"));
         full.rate_limit_per_second = Some(1);
         full.headers.insert("X-A".into(), "a".into());
         full.secret_headers.insert("X-B".into(), "b".into());

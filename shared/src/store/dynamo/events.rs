@@ -3,6 +3,7 @@
 //! over one transaction is in `service/ingest.rs`).
 
 use super::*;
+use crate::domain::ids::{EventId, TenantId};
 
 impl DynamoStore {
     /// An event as its item, under [`event_key`] (in no index): the payload zstd-compressed
@@ -382,7 +383,7 @@ impl EventStore for DynamoStore {
             .await)
     }
 
-    async fn get_payload(&self, tenant_id: &str, event_id: &str) -> Result<Option<String>, StoreError> {
+    async fn get_payload(&self, tenant_id: &TenantId, event_id: &EventId) -> Result<Option<String>, StoreError> {
         let (pk, sk) = event_key(tenant_id, event_id);
         let out = self
             .client

@@ -2,6 +2,7 @@
 //! the claim's lease holds.
 
 use super::*;
+use crate::domain::ids::JobId;
 
 impl DynamoStore {
     /// A job as an item, in the due index at `run_at` while it is running.
@@ -65,11 +66,11 @@ impl JobStore for DynamoStore {
         self.transact_guarded(items, 1).await
     }
 
-    async fn get_job(&self, id: &str) -> Result<Option<Job>, StoreError> {
+    async fn get_job(&self, id: &JobId) -> Result<Option<Job>, StoreError> {
         self.get(job_pk(id), JOB_SK).await
     }
 
-    async fn claim_job(&self, id: &str, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError> {
+    async fn claim_job(&self, id: &JobId, expected_due_at: i64, lease_due_at: i64) -> Result<bool, StoreError> {
         let result = self
             .client
             .update_item()

@@ -2,6 +2,7 @@
 //! the purge's deletes guarded by the job's lease ([`LifecycleStore`]).
 
 use super::*;
+use crate::domain::ids::{DeliveryId, EndpointId, EventId, JobId, TenantId};
 use crate::domain::tenant::TenantSettings;
 use crate::store::lifecycle::{DeletedEndpoint, EventRecord, LifecycleStore, Purgeable, ScanPage, TenantSnapshot};
 use aws_sdk_dynamodb::types::Delete;
@@ -36,7 +37,7 @@ impl DynamoStore {
 
 #[async_trait]
 impl LifecycleStore for DynamoStore {
-    async fn tenant_snapshot(&self, tenant_id: &str, key: &str) -> Result<TenantSnapshot, StoreError> {
+    async fn tenant_snapshot(&self, tenant_id: &TenantId, key: &str) -> Result<TenantSnapshot, StoreError> {
         let pk = endpoint_copy_pk(tenant_id, endpoint_copy(key, self.copies));
         let query = self
             .client
@@ -58,7 +59,7 @@ impl LifecycleStore for DynamoStore {
         Ok(out)
     }
 
-    async fn get_settings(&self, tenant_id: &str) -> Result<Option<TenantSettings>, StoreError> {
+    async fn get_settings(&self, tenant_id: &TenantId) -> Result<Option<TenantSettings>, StoreError> {
         self.get(tenant_pk(tenant_id), SETTINGS_SK).await
     }
 
@@ -93,7 +94,7 @@ impl LifecycleStore for DynamoStore {
         self.transact_guarded(items, 1).await
     }
 
-    async fn event_record(&self, tenant_id: &str, event_id: &str) -> Result<Option<EventRecord>, StoreError> {
+    async fn event_record(&self, tenant_id: &TenantId, event_id: &EventId) -> Result<Option<EventRecord>, StoreError> {
         let (pk, sk) = event_key(tenant_id, event_id);
         let out = self
             .client
@@ -115,9 +116,9 @@ impl LifecycleStore for DynamoStore {
 
     async fn expunge_payload(
         &self,
-        tenant_id: &str,
-        event_id: &str,
-        delivery_ids: &[String],
+        tenant_id: &TenantId,
+        event_id: &EventId,
+        delivery_ids: &[DeliveryId],
         at: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         for id in delivery_ids {
@@ -154,7 +155,7 @@ impl LifecycleStore for DynamoStore {
 
     async fn endpoint_counters(
         &self,
-        endpoint_id: &str,
+        endpoint_id: &EndpointId,
         rate_limit_per_second: Option<u32>,
         limit: usize,
     ) -> Result<Vec<Purgeable>, StoreError> {
@@ -190,7 +191,7 @@ impl LifecycleStore for DynamoStore {
         Ok(out)
     }
 
-    async fn deleted_endpoints(&self, tenant_id: &str) -> Result<Vec<DeletedEndpoint>, StoreError> {
+    async fn deleted_endpoints(&self, tenant_id: &TenantId) -> Result<Vec<DeletedEndpoint>, StoreError> {
         let query = self
             .client
             .query()
@@ -202,7 +203,12 @@ impl LifecycleStore for DynamoStore {
         self.query_all(query).await
     }
 
-    async fn scan_tenant(&self, tenant_id: &str, cursor: Option<&str>, pages: usize) -> Result<ScanPage, StoreError> {
+    async fn scan_tenant(
+        &self,
+        tenant_id: &TenantId,
+        cursor: Option<&str>,
+        pages: usize,
+    ) -> Result<ScanPage, StoreError> {
         let mut start = cursor.map(decode_cursor).transpose()?;
         let mut out = ScanPage::default();
         for _ in 0..pages.max(1) {
@@ -232,7 +238,7 @@ impl LifecycleStore for DynamoStore {
         Ok(out)
     }
 
-    async fn purge(&self, job_id: &str, lease_due_at: i64, items: &[Purgeable]) -> Result<bool, StoreError> {
+    async fn purge(&self, job_id: &JobId, lease_due_at: i64, items: &[Purgeable]) -> Result<bool, StoreError> {
         let mut keys: Vec<(String, String)> = items.iter().flat_map(|i| self.purge_keys(i)).collect();
         // One transaction may not name an item twice.
         keys.sort();

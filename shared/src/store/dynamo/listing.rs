@@ -3,6 +3,7 @@
 //! an endpoint's view shows.
 
 use super::*;
+use crate::domain::ids::DeliveryId;
 
 impl DynamoStore {
     /// One page of deliveries from the index the query names: `by_endpoint` (keys only: the
@@ -370,21 +371,21 @@ impl DynamoStore {
         // Take entries in order, reading the items of keys-only ones a chunk at a time (as
         // many as are still wanted), until `limit` are listed or the placed entries run out.
         let mut data: Vec<DeliverySummary> = Vec::new();
-        let mut listed: std::collections::HashSet<String> = std::collections::HashSet::new();
+        let mut listed: std::collections::HashSet<DeliveryId> = std::collections::HashSet::new();
         let mut passed = 0;
         while data.len() < limit && passed < placed {
             let chunk = passed..(passed + limit - data.len()).min(placed);
             // Each id once: one delivery can have two keys-only entries a moment (its old and
             // new bucket or shard while the index catches up), and a BatchGetItem refuses a
             // key given twice.
-            let mut ids: Vec<String> = fetched[chunk.clone()]
+            let mut ids: Vec<DeliveryId> = fetched[chunk.clone()]
                 .iter()
                 .filter(|(_, e)| e.summary.is_none() && !listed.contains(&e.id))
                 .map(|(_, e)| e.id.clone())
                 .collect();
             ids.sort_unstable();
             ids.dedup();
-            let items: HashMap<String, DeliverySummary> = if ids.is_empty() {
+            let items: HashMap<DeliveryId, DeliverySummary> = if ids.is_empty() {
                 HashMap::new()
             } else {
                 self.delivery_summaries(&ids).await?.into_iter().map(|d| (d.id.clone(), d)).collect()
@@ -475,7 +476,7 @@ pub(super) struct Entry {
     /// (`{created_at}#{id}`, or `by_status`'s `{updated_at}#{id}`).
     order: String,
     /// The delivery's id.
-    id: String,
+    id: DeliveryId,
     /// The delivery as `by_status` projects it; `None` from `by_endpoint`, which projects
     /// keys only (the item is read when the entry is taken).
     summary: Option<DeliverySummary>,
@@ -490,9 +491,12 @@ impl Entry {
     fn of(src: Kind, item: Item) -> Result<Option<Self>, StoreError> {
         let (pk_attr, sk_attr) = src.key_attributes();
         let text = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
-        let (Some(id), Some(sk)) =
-            (text(PK).and_then(|pk| pk.strip_prefix(&delivery_pk("")).map(str::to_string)), text(sk_attr))
-        else {
+        let (Some(id), Some(sk)) = (
+            text(PK).and_then(|pk| {
+                pk.strip_prefix(&delivery_pk("")).and_then(|id| DeliveryId::try_from(id.to_string()).ok())
+            }),
+            text(sk_attr),
+        ) else {
             return Ok(None);
         };
         let order = match sk.strip_prefix(src.bucket).and_then(|rest| rest.strip_prefix('#')) {

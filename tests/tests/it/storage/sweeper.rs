@@ -126,7 +126,12 @@ async fn messages(stack: &Stack, queue_url: &str, want: usize, within: Duration)
             .await
             .expect("receive");
         for m in out.messages() {
-            ids.push(webhooks::queue::decode(m.body().unwrap_or_default()).expect("attempt message").delivery_id);
+            ids.push(
+                webhooks::queue::decode(m.body().unwrap_or_default())
+                    .expect("attempt message")
+                    .delivery_id
+                    .into_string(),
+            );
             if let Some(handle) = m.receipt_handle() {
                 stack.sqs.delete_message().queue_url(queue_url).receipt_handle(handle).send().await.expect("delete");
             }
@@ -144,7 +149,7 @@ async fn still_due(stack: &Stack, shards: u32) -> BTreeSet<String> {
     for shard in 0..shards {
         for due in stack.app.store.due(shard, now, 1000, None).await.expect("due read") {
             if let webhooks::store::Due::Delivery(d) = due {
-                ids.insert(d.id);
+                ids.insert(d.id.into_string());
             }
         }
     }
