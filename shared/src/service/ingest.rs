@@ -127,8 +127,9 @@ pub struct Accepted {
     pub inline_attempt: Option<Enqueue>,
 }
 
-/// Checks an event before any AWS call and returns its ids, parsed: `tenant_id`, `event_type` and `id` by the one rule
-/// for client-chosen ids ([`ids::client_id`]), the payload's size.
+/// Checks an event before any AWS call: `tenant_id`, `event_type` and `id` by the one rule
+/// for client-chosen ids ([`ids::client_id`]), the payload's size. Returns the tenant and
+/// event ids parsed (the event id `None` when the caller gave none).
 ///
 /// # Errors
 /// [`ServiceError::Validation`] naming the field; [`ServiceError::TooLarge`] for a payload
