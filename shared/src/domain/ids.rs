@@ -290,6 +290,25 @@ mod tests {
     }
 
     #[test]
+    fn an_id_is_parsed_once_where_it_comes_in_and_reads_back_as_the_same_text() {
+        // A field: 422 naming it; a path: 404 naming the kind; both by the one id rule.
+        let e = EndpointId::parse("endpoint_id", "ep 1").unwrap_err();
+        assert_eq!((e.code(), e.to_string().starts_with("endpoint_id: ")), ("validation_error", true), "{e}");
+        let e = DeliveryId::lookup("dlv\r\n1").unwrap_err();
+        assert_eq!(e.code(), "not_found", "{e}");
+        assert!(e.to_string().starts_with("delivery "), "{e}");
+        // JSON and items: the same string as before; text that breaks the rule does not decode.
+        let read: DeliveryId = serde_json::from_str("\"dlv_1\"").unwrap();
+        assert_eq!((read.as_str(), serde_json::to_string(&read).unwrap().as_str()), ("dlv_1", "\"dlv_1\""));
+        assert!(serde_json::from_str::<TenantId>("\"a b\"").is_err());
+        assert!(serde_json::from_str::<JobId>(&format!("\"{}\"", "j".repeat(MAX_ID_BYTES + 1))).is_err());
+        // Looked up by its text in a map keyed by ids, compared with text either way.
+        let map: std::collections::BTreeMap<EndpointId, u8> = [(id::<EndpointId>("ep_1"), 1)].into();
+        assert_eq!(map.get("ep_1"), Some(&1));
+        assert!(id::<EventId>("evt_1") == "evt_1" && "evt_1" == id::<EventId>("evt_1"));
+    }
+
+    #[test]
     fn a_long_value_is_shown_cut_and_marked() {
         assert_eq!(shown("acme"), "acme");
         assert_eq!(shown(&"x".repeat(5000)), format!("{}...", "x".repeat(SHOWN_CHARS)));
