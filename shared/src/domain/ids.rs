@@ -10,11 +10,13 @@
 //! so the value is the same bytes in every header reader and in every key.
 //!
 //! Ids are newtypes ([`TenantId`], [`EndpointId`], [`EventId`], [`DeliveryId`], [`JobId`]),
-//! parsed once where they come in: the HTTP handlers and extractors (`parse` for a body or
-//! query field, 422; `lookup` for a URL path, 404), ingest's `check`
-//! of an event, a queue message's decode, an item read back from the table; and made by
-//! construction where this service mints them (`ep_`, `evt_`, `dlv_`, `job_`). Services and
-//! the store take them typed, so none of them checks an id again.
+//! parsed once where they come in: the HTTP handlers (`parse` for a body or query field and
+//! for a `{tenant_id}` path, 422 naming it; `lookup` for the id of a thing looked up by path,
+//! 404), ingest's `check` of an event, a queue message's decode, an item read back from the
+//! table; and made by construction where this service mints them (`ep_`, `evt_`, `dlv_`,
+//! `job_`). Services and the store take them typed, so none of them checks an id again (a
+//! job's `endpoint_id`, empty for a tenant's purge, is the one id kept as text:
+//! `Job::endpoint` parses it).
 
 use crate::error::ServiceError;
 
@@ -95,14 +97,21 @@ pub fn shard_of(id: &str, shards: u32) -> u32 {
 /// in (a request, a key read back, an id we made), so no later function checks it again.
 ///
 /// Each type derefs to `str` (pass `&id` where a `&str` is taken), compares with `str` and
-/// `String` both ways, prints as itself, and is a plain JSON string in answers and items
-/// (serde `try_from`/`into` `String`: an item read back is parsed too).
+/// `String` both ways, displays as itself (`Debug` shows the type: `EndpointId("ep_1")`), and
+/// is a plain JSON string in answers and items (serialized as its text; deserialized through
+/// `TryFrom<String>`, so an item or message read back is parsed too).
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident, $kind:literal) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
-        #[serde(try_from = "String", into = "String")]
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Deserialize)]
+        #[serde(try_from = "String")]
         pub struct $name(String);
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(&self.0)
+            }
+        }
 
         impl $name {
             /// What this id names, as errors say it (`"endpoint"`, `"delivery"`, ...).
@@ -183,7 +192,7 @@ macro_rules! id_type {
         impl TryFrom<String> for $name {
             type Error = String;
             fn try_from(value: String) -> Result<Self, String> {
-                if is_client_id(&value) { Ok(Self(value)) } else { Err(format!("not a valid {} id", $kind)) }
+                client_id(concat!($kind, " id"), &value).map(|()| Self(value)).map_err(|e| e.to_string())
             }
         }
 

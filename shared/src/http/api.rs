@@ -77,7 +77,9 @@ async fn patch_endpoint(
     _: NoParams,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServiceError> {
-    Ok(Json(endpoints::update_endpoint(&app, &EndpointId::lookup(&id)?, &parse_object(body)?).await?).into_response())
+    // The body is checked first, then the id (as before ids were typed).
+    let body = parse_object(body)?;
+    Ok(Json(endpoints::update_endpoint(&app, &EndpointId::lookup(&id)?, &body).await?).into_response())
 }
 
 async fn enable_endpoint(
@@ -203,7 +205,8 @@ async fn recover(
 ) -> Result<Response, ServiceError> {
     let b: RecoverBody = parse_body(body)?;
     let since = time_param("since", b.since)?.ok_or_else(|| ServiceError::Validation("since: is required".into()))?;
-    let job = endpoints::recover(&app, &EndpointId::lookup(&id)?, since, time_param("until", b.until)?).await?;
+    let until = time_param("until", b.until)?;
+    let job = endpoints::recover(&app, &EndpointId::lookup(&id)?, since, until).await?;
     Ok((StatusCode::ACCEPTED, Json(job)).into_response())
 }
 

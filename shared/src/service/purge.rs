@@ -72,8 +72,7 @@ pub const SCAN_CURSOR: &str = "scan after ";
 /// the purge under way. Returns the job (`GET /v1/jobs/{id}` follows it).
 ///
 /// # Errors
-/// [`ServiceError::Validation`] for a tenant id outside the id rule; [`ServiceError::Conflict`]
-/// when the settings kept changing; [`ServiceError::Unavailable`] when DynamoDB failed.
+/// [`ServiceError::Conflict`] when the settings kept changing; [`ServiceError::Unavailable`] when DynamoDB failed.
 pub async fn delete_tenant(app: &App, tenant_id: &TenantId) -> Result<Job, ServiceError> {
     for _ in 0..CHANGE_TRIES {
         let now = app.clock.now();

@@ -60,7 +60,6 @@ fn view(app: &App, s: &TenantSettings, policies: &[&crate::domain::retry_policy:
 /// A tenant's settings (one Query of its partition: endpoints and settings).
 ///
 /// # Errors
-/// [`ServiceError::Validation`] for a tenant id outside the id rule;
 /// [`ServiceError::Unavailable`] when DynamoDB failed.
 pub async fn get_settings(app: &App, tenant_id: &TenantId) -> Result<SettingsView, ServiceError> {
     let snap = app.store.tenant_snapshot(tenant_id, tenant_id).await?;

@@ -100,6 +100,16 @@ async fn endpoint_routes_happy_paths_and_errors() {
     assert!(e["error"]["message"].as_str().unwrap().contains("tenant_id"));
     let (status, _) = stack.call(Method::POST, &format!("{path}/recover"), Some(json!({}))).await;
     assert_eq!(status, 422, "recover needs since");
+    // A request with two faults is answered for its body first, whether or not its id could
+    // name an endpoint at all.
+    for p in ["/v1/endpoints/ep_nope", "/v1/endpoints/ep%20nope"] {
+        let (status, e) = stack.call(Method::PATCH, p, Some(json!(["not", "an", "object"]))).await;
+        assert_eq!((status, e["error"]["code"].as_str()), (422, Some("validation_error")), "PATCH {p}: {e}");
+        let late = json!({"since": "2026-01-01T00:00:00Z", "until": "soon"});
+        let (status, e) = stack.call(Method::POST, &format!("{p}/recover"), Some(late)).await;
+        let said = e["error"]["message"].as_str().unwrap_or_default();
+        assert!(status == 422 && said.starts_with("until"), "recover {p}: {e}");
+    }
 
     // Delete: nothing unfinished, so no force needed; then it is gone.
     let (status, d) = stack.call(Method::DELETE, &path, None).await;

@@ -155,7 +155,7 @@ pub struct PortalSession {
 /// signed with the signing key in force ([`crate::token_keys`]). Writes nothing.
 ///
 /// # Errors
-/// [`ServiceError::Validation`] for a tenant id outside the id rule or a `ttl_seconds`
+/// [`ServiceError::Validation`] for a `ttl_seconds`
 /// outside [`MIN_TTL_SECONDS`]..=[`MAX_TTL_SECONDS`]; [`ServiceError::Unavailable`] when the
 /// key's secret must be read and cannot be.
 pub async fn create_session(
