@@ -155,3 +155,30 @@ pub(crate) fn validate_url(url: &str) -> Result<(), ServiceError> {
     }
     Ok(())
 }
+
+/// Receiver credentials are for the receiver they were given for: a PATCH that points the
+/// endpoint at another origin (scheme, host, port) must give each credential setting the
+/// endpoint has (`auth`, `secret_headers`) again, or `null`, in the same request. Otherwise
+/// whoever may change the URL could have them sent to an address of theirs.
+pub(crate) fn refuse_credentials_moving(ep: &Endpoint, body: &Map<String, Value>) -> Result<(), ServiceError> {
+    let Some(url) = body.get("url").and_then(Value::as_str) else { return Ok(()) };
+    let origin = |u: &str| url::Url::parse(u).map(|u| u.origin().ascii_serialization()).ok();
+    if origin(url) == origin(&ep.url) {
+        return Ok(());
+    }
+    let held: Vec<&str> = [("auth", ep.auth.is_some()), ("secret_headers", !ep.secret_headers.is_empty())]
+        .into_iter()
+        .filter(|(field, has)| *has && !body.contains_key(*field))
+        .map(|(field, _)| field)
+        .collect();
+    if held.is_empty() {
+        return Ok(());
+    }
+    Err(invalid(
+        "url",
+        format!(
+            "moves the endpoint to another host while it holds receiver credentials ({}): give them again, or null, in the same request",
+            held.join(", ")
+        ),
+    ))
+}

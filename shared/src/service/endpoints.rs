@@ -10,7 +10,7 @@ use crate::domain::signing;
 use crate::domain::tenant::TenantSettings;
 use crate::error::ServiceError;
 use crate::sender::destination;
-use crate::service::endpoint_settings::{apply_settings, destinations, invalid};
+use crate::service::endpoint_settings::{apply_settings, destinations, invalid, refuse_credentials_moving};
 use crate::service::endpoint_state;
 use crate::store::{DeletedEndpoint, DeliveryQuery, DeliverySummary, Page, StoreError, collect_deliveries};
 use chrono::{DateTime, Utc};
@@ -291,33 +291,6 @@ pub async fn update_endpoint(
     })
     .await?;
     Ok(EndpointView::shown(app, ep, false).await)
-}
-
-/// Receiver credentials are for the receiver they were given for: a PATCH that points the
-/// endpoint at another origin (scheme, host, port) must give each credential setting the
-/// endpoint has (`auth`, `secret_headers`) again, or `null`, in the same request. Otherwise
-/// whoever may change the URL could have them sent to an address of theirs.
-fn refuse_credentials_moving(ep: &Endpoint, body: &Map<String, Value>) -> Result<(), ServiceError> {
-    let Some(url) = body.get("url").and_then(Value::as_str) else { return Ok(()) };
-    let origin = |u: &str| url::Url::parse(u).map(|u| u.origin().ascii_serialization()).ok();
-    if origin(url) == origin(&ep.url) {
-        return Ok(());
-    }
-    let held: Vec<&str> = [("auth", ep.auth.is_some()), ("secret_headers", !ep.secret_headers.is_empty())]
-        .into_iter()
-        .filter(|(field, has)| *has && !body.contains_key(*field))
-        .map(|(field, _)| field)
-        .collect();
-    if held.is_empty() {
-        return Ok(());
-    }
-    Err(invalid(
-        "url",
-        format!(
-            "moves the endpoint to another host while it holds receiver credentials ({}): give them again, or null, in the same request",
-            held.join(", ")
-        ),
-    ))
 }
 
 /// Disables an endpoint by hand (reason `manual`): from enabled, paused or probing (an

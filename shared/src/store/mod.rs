@@ -6,6 +6,7 @@
 #![doc = include_str!("../../../docs/storage.md")]
 
 mod api_keys;
+mod attention;
 pub mod dynamo;
 mod event_types;
 pub mod keys;
@@ -22,6 +23,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 pub use api_keys::ApiKeyStore;
+pub use attention::{Attention, AttentionMark};
 pub use dynamo::DynamoStore;
 pub use event_types::EventTypeStore;
 pub use lifecycle::{DeletedEndpoint, LifecycleStore, Purgeable, ScanPage, TenantSnapshot};
@@ -156,46 +158,6 @@ pub async fn collect_deliveries(
         }
     }
     Ok(out)
-}
-
-/// Why an endpoint needs attention ([`EndpointStore::attention_endpoints`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Attention {
-    /// Not enabled: paused, probing or disabled; since it stopped.
-    Stopped,
-    /// Failed attempts in a row (retries under way); since the run's first failure.
-    Failing,
-}
-
-impl Attention {
-    /// As the API spells it: `stopped`, `failing`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Stopped => "stopped",
-            Self::Failing => "failing",
-        }
-    }
-
-    /// From the API's spelling.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "stopped" => Some(Self::Stopped),
-            "failing" => Some(Self::Failing),
-            _ => None,
-        }
-    }
-}
-
-/// An endpoint that needs attention, as [`EndpointStore::attention_endpoints`] lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AttentionMark {
-    /// Tenant.
-    pub tenant_id: TenantId,
-    /// Endpoint id.
-    pub endpoint_id: EndpointId,
-    /// Since when: when it stopped, or its run of failures began.
-    pub since: DateTime<Utc>,
 }
 
 /// What [`EventStore::insert_event`] created.
