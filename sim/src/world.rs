@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use webhooks::clock::{Clock, Random};
 use webhooks::domain::delivery_lifecycle::Transition;
-use webhooks::domain::ids::{DeliveryId, EndpointId, TenantId};
+use webhooks::domain::ids::{DeliveryId, EndpointId, EventId, TenantId};
 use webhooks::domain::model::{Delivery, DeliveryStatus, Endpoint, EndpointState, JobKind, REASON_MANUAL};
 use webhooks::domain::retry_policy::{Outcome, RetryPolicy};
 use webhooks::sender::{SendResult, Sender};
@@ -149,9 +149,12 @@ impl Sender for Receivers {
     async fn post(&self, url: &str, headers: &[(String, String)], body: Bytes) -> SendResult {
         let header = |name: &str| headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str()).unwrap_or("");
         // Every URL the sim gives an endpoint names it; a POST anywhere else is a violation.
-        let Some(ep_id) = endpoint_of(url).and_then(|s| s.parse::<EndpointId>().ok()) else {
-            self.shared.violation(format!("POST to {url}, which is no endpoint's URL"));
-            let detail = Some("not an endpoint's URL".to_string());
+        let event_id = header(webhooks::domain::signing::HEADER_ID);
+        let ids = endpoint_of(url).and_then(|s| s.parse::<EndpointId>().ok()).zip(event_id.parse::<EventId>().ok());
+        let Some((ep_id, event_id)) = ids else {
+            self.shared
+                .violation(format!("POST to {url} with webhook-id {event_id:?}: no endpoint's URL or no event id"));
+            let detail = Some("not an endpoint's URL or not an event id".to_string());
             return SendResult {
                 outcome: Outcome::Connection,
                 body: None,
@@ -161,7 +164,6 @@ impl Sender for Receivers {
                 cause: None,
             };
         };
-        let event_id = header(webhooks::domain::signing::HEADER_ID).to_string();
         let attempt: u32 = header(webhooks::domain::signing::HEADER_ATTEMPT).parse().unwrap_or(0);
         let timestamp: i64 = header(webhooks::domain::signing::HEADER_TIMESTAMP).parse().unwrap_or(0);
         let did = webhooks::domain::model::delivery_id(&event_id, &ep_id);

@@ -533,7 +533,7 @@ pub struct Job {
 /// event twice writes the same items and the second write loses its condition.
 ///
 /// Shape: `dlv_` + the first 16 bytes of SHA-256(`event_id` NUL `endpoint_id`) in hex.
-pub fn delivery_id(event_id: &str, endpoint_id: &str) -> DeliveryId {
+pub fn delivery_id(event_id: &EventId, endpoint_id: &EndpointId) -> DeliveryId {
     let mut h = Sha256::new();
     h.update(event_id.as_bytes());
     h.update([0u8]);
@@ -553,10 +553,13 @@ mod tests {
 
     #[test]
     fn delivery_ids_are_stable_and_distinct() {
-        let a = delivery_id("evt_1", "ep_1");
-        assert_eq!(a, delivery_id("evt_1", "ep_1"));
-        assert_ne!(a, delivery_id("evt_1", "ep_2"));
-        assert_ne!(delivery_id("a", "bc"), delivery_id("ab", "c"));
+        let dlv = |event: &str, endpoint: &str| {
+            delivery_id(&crate::domain::ids::id(event), &crate::domain::ids::id(endpoint))
+        };
+        let a = dlv("evt_1", "ep_1");
+        assert_eq!(a, dlv("evt_1", "ep_1"));
+        assert_ne!(a, dlv("evt_1", "ep_2"));
+        assert_ne!(dlv("a", "bc"), dlv("ab", "c"));
         assert_eq!(a.len(), 36);
     }
 

@@ -988,7 +988,11 @@ async fn under_aws_faults_nothing_is_lost_stuck_doubled_or_misreported() {
         .flat_map(|n| {
             endpoints.iter().enumerate().map(move |(k, (ep, _))| {
                 (
-                    webhooks::domain::model::delivery_id(&format!("evt_fault_{n}"), ep).into_string(),
+                    webhooks::domain::model::delivery_id(
+                        &webhooks_tests::id(format!("evt_fault_{n}")),
+                        &webhooks_tests::id(ep),
+                    )
+                    .into_string(),
                     format!("evt_fault_{n}"),
                     k,
                 )

@@ -574,7 +574,7 @@ async fn a_repeat_that_fails_leaves_no_delivery_its_event_does_not_list() {
     let http = reqwest::Client::new();
     let (status, answer) = call_at(&http, &faulty, Method::POST, "/v1/events", Some(body.clone())).await;
     assert!(status >= 500, "{status} {answer}");
-    let new_id = webhooks::domain::model::delivery_id("evt-rep", &ep2);
+    let new_id = webhooks::domain::model::delivery_id(&webhooks_tests::id("evt-rep"), &ep2);
     let (found, _) = stack.call(Method::GET, &format!("/v1/deliveries/{new_id}"), None).await;
     let (_, view) = stack.call(Method::GET, "/v1/events/evt-rep?tenant_id=acme", None).await;
     let listed: Vec<_> = pairs(&view["deliveries"]).into_iter().map(|(id, _)| id).collect();

@@ -393,8 +393,11 @@ impl DeliveryStore for DynamoStore {
             .iter()
             .filter_map(|item| item.get(EVENT_ENDPOINTS).and_then(|v| v.as_ss().ok()))
             .flatten()
-            .map(|endpoint| crate::domain::model::delivery_id(event_id, endpoint))
-            .collect();
+            .map(|endpoint| {
+                let endpoint = EndpointId::try_from(endpoint.clone()).map_err(StoreError::Corrupt)?;
+                Ok(crate::domain::model::delivery_id(event_id, &endpoint))
+            })
+            .collect::<Result<_, StoreError>>()?;
         ids.sort();
         ids.dedup();
         let mut out = self.delivery_summaries(&ids).await?;
