@@ -1314,3 +1314,54 @@ async fn attention_marks_follow_the_failures_and_the_endpoint_state_on_every_cop
     assert!(listed(Attention::Stopped).await.is_empty() && listed(Attention::Failing).await.is_empty());
     stack.stop().await;
 }
+
+/// A purge's scan of the table (`LifecycleStore::scan_tenant`) pages past DynamoDB's 1 MB a
+/// Scan call and goes on from its cursor (left untested until now: it takes a table over
+/// 1 MB). Five 300 KB items of the tenant's and one of another tenant's, one page a call:
+/// the calls follow the cursor, find each of the tenant's items exactly once and never the
+/// other tenant's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_purge_scan_goes_on_from_its_cursor_past_a_megabyte() {
+    use webhooks::store::Purgeable;
+    let stack = still_stack(|_| {}).await;
+    let table = stack.app.config.table.clone();
+    let client = ddb().await;
+    let big = vec![7u8; 300_000];
+    let mut ours = Vec::new();
+    for (i, tenant) in ["scan-a", "scan-a", "scan-b", "scan-a", "scan-a", "scan-a"].iter().enumerate() {
+        let (pk, sk) = (format!("EVENT_ID#evt-scan-{i}"), format!("TENANT#{tenant}"));
+        client
+            .put_item()
+            .table_name(&table)
+            .item(PK, AttributeValue::S(pk.clone()))
+            .item(SK, AttributeValue::S(sk.clone()))
+            .item("tenant_id", AttributeValue::S((*tenant).to_string()))
+            .item(PAYLOAD_Z, AttributeValue::B(big.clone().into()))
+            .send()
+            .await
+            .unwrap();
+        if *tenant == "scan-a" {
+            ours.push((pk, sk));
+        }
+    }
+    let tenant: TenantId = webhooks_tests::id("scan-a");
+    let (mut found, mut calls, mut cursor) = (Vec::new(), 0, None::<String>);
+    loop {
+        let page = stack.app.store.scan_tenant(&tenant, cursor.as_deref(), 1).await.unwrap();
+        calls += 1;
+        found.extend(page.items.into_iter().map(|item| match item {
+            Purgeable::Item(pk, sk) => (pk, sk),
+            other => panic!("a scan answers table keys, not {other:?}"),
+        }));
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+        assert!(calls < 10, "the scan does not end");
+    }
+    assert!(calls >= 2, "1.5 MB of items fit one 1 MB page? {calls} call(s)");
+    found.sort();
+    ours.sort();
+    assert_eq!(found, ours, "each of the tenant's items once, none of another tenant's");
+    stack.stop().await;
+}
