@@ -137,14 +137,6 @@ macro_rules! id_type {
                 Ok(Self(value.to_string()))
             }
 
-            /// An id this service made (a prefix and a ULID or digest), which meets the rule
-            /// by construction.
-            #[allow(dead_code)]
-            pub(crate) fn made(value: String) -> Self {
-                debug_assert!(is_client_id(&value), "{value}");
-                Self(value)
-            }
-
             /// The id as text.
             pub fn as_str(&self) -> &str {
                 &self.0
@@ -271,6 +263,22 @@ id_type!(
     JobId,
     "job"
 );
+
+/// `made(..)` for the ids this service mints (every kind but the tenant's, which the client
+/// chooses).
+macro_rules! minted {
+    ($($name:ident),*) => {$(
+        impl $name {
+            /// An id this service made (a prefix and a ULID or digest), which meets the rule
+            /// by construction.
+            pub(crate) fn made(value: String) -> Self {
+                debug_assert!(is_client_id(&value), "{value}");
+                Self(value)
+            }
+        }
+    )*};
+}
+minted!(EndpointId, EventId, DeliveryId, JobId);
 
 /// An id for a test, from a literal known to meet the rule (`id::<EndpointId>("ep_1")`, or
 /// typed by where it goes): panics on one that does not, which is the test's mistake.
