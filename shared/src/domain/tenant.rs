@@ -8,7 +8,7 @@
 //! the tenant's `event_retention_days` at ingest (its `expires_at`); each delivery carries the
 //! tenant's `delivered_retention_days` and `exhausted_retention_days` of its ingest (absent:
 //! the stack's) and its `expires_at` is set from them when it becomes final. A change of the
-//! overrides applies to the items written after it answered; items written before keep theirs.
+//! overrides applies to the items written after it answered; items already written keep theirs.
 //!
 //! The bounds ([`check`]) come from what the retry schedules and replay need, each named in
 //! the refusal: an event's payload must outlive the longest retry schedule of the tenant's

@@ -4,8 +4,7 @@
 //! The item: `pk` = [`VERSION_PK`] (`STORAGE`), `sk` = [`VERSION_SK`] (`VERSION`),
 //! [`VERSION_ATTRIBUTE`] (`version`, a number) and [`COPIES_ATTRIBUTE`] (`endpoint_copies`, a
 //! number: how many copies of each endpoint item the table keeps, see the store's endpoint
-//! copies; an item without it, written before it was, means 1). It has none of the indexes'
-//! attributes, so no index lists it.
+//! copies). It has none of the indexes' attributes, so no index lists it.
 //!
 //! Every function checks it as it starts ([`ensure`], called by [`crate::App::from_aws`]),
 //! and [`crate::bootstrap::create_table`] writes it into a table it creates. The first
@@ -71,7 +70,7 @@ pub enum VersionError {
     #[error("storage version: dynamodb: {0}")]
     Aws(String),
     /// The version item is there but unreadable: its `version` is missing, not a number, or
-    /// out of range for a `u32`, or its `endpoint_copies` is not a number from 1 up.
+    /// out of range for a `u32`, or its `endpoint_copies` is missing or not a number from 1 up.
     #[error("storage version: corrupt item: {0}")]
     Corrupt(String),
 }
@@ -89,7 +88,7 @@ pub enum VersionError {
 /// - [`VersionError::CopiesMismatch`] when the table keeps another number of endpoint copies.
 /// - [`VersionError::Aws`] when a call fails (the table missing, no permission, throttled).
 /// - [`VersionError::Corrupt`] when the item's `version` is not a number that fits a `u32`,
-///   its `endpoint_copies` not a number from 1 up, or the item vanished between a lost
+///   its `endpoint_copies` missing or not a number from 1 up, or the item vanished between a lost
 ///   conditional write and the read after it.
 pub async fn ensure(client: &aws_sdk_dynamodb::Client, table: &str, endpoint_copies: u32) -> Result<u32, VersionError> {
     let (found, copies) = match read_storage_version(client, table).await? {
@@ -126,8 +125,8 @@ fn aws_error<E: std::error::Error + 'static>(table: &str, err: E) -> VersionErro
     VersionError::Aws(format!("table {table}: {}", DisplayErrorContext(err)))
 }
 
-/// The storage version the table holds and its count of endpoint copies (1 when the item
-/// has none), read strongly consistent; `None` without the item.
+/// The storage version the table holds and its count of endpoint copies, read strongly
+/// consistent; `None` without the item.
 async fn read_storage_version(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
@@ -163,7 +162,9 @@ async fn read_storage_version(
         Some(other) => {
             return Err(VersionError::Corrupt(format!("table {table}: {COPIES_ATTRIBUTE} is {other:?}, not a number")));
         }
-        None => 1,
+        None => {
+            return Err(VersionError::Corrupt(format!("table {table}: the version item has no {COPIES_ATTRIBUTE}")));
+        }
     };
     Ok(Some((version, copies)))
 }
