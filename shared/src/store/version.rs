@@ -126,7 +126,8 @@ fn aws_error<E: std::error::Error + 'static>(table: &str, err: E) -> VersionErro
 }
 
 /// The storage version the table holds and its count of endpoint copies, read strongly
-/// consistent; `None` without the item.
+/// consistent; `None` without the item. A table of another storage version is
+/// [`VersionError::Mismatch`] whatever else its version item holds.
 async fn read_storage_version(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
@@ -155,6 +156,10 @@ async fn read_storage_version(
             return Err(VersionError::Corrupt(format!("table {table}: the version item has no {VERSION_ATTRIBUTE}")));
         }
     };
+    if version != STORAGE_VERSION {
+        // Another release's table: its version item may have another shape too.
+        return Err(VersionError::Mismatch { name: table.to_string(), table: version, code: STORAGE_VERSION });
+    }
     let copies = match item.get(COPIES_ATTRIBUTE) {
         Some(AttributeValue::N(n)) => n.parse::<u32>().ok().filter(|c| *c >= 1).ok_or_else(|| {
             VersionError::Corrupt(format!("table {table}: {COPIES_ATTRIBUTE} is {n:?}, not a count of copies"))
