@@ -148,7 +148,8 @@ fn endpoint_of(url: &str) -> Option<&str> {
 impl Sender for Receivers {
     async fn post(&self, url: &str, headers: &[(String, String)], body: Bytes) -> SendResult {
         let header = |name: &str| headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str()).unwrap_or("");
-        // Every URL the sim gives an endpoint names it; a POST anywhere else is a violation.
+        // Every URL the sim gives an endpoint names it, and every POST carries its event's id
+        // as webhook-id; a POST anywhere else, or without an event id, is a violation.
         let event_id = header(webhooks::domain::signing::HEADER_ID);
         let ids = endpoint_of(url).and_then(|s| s.parse::<EndpointId>().ok()).zip(event_id.parse::<EventId>().ok());
         let Some((ep_id, event_id)) = ids else {

@@ -168,7 +168,9 @@ async fn read_storage_version(
             return Err(VersionError::Corrupt(format!("table {table}: {COPIES_ATTRIBUTE} is {other:?}, not a number")));
         }
         None => {
-            return Err(VersionError::Corrupt(format!("table {table}: the version item has no {COPIES_ATTRIBUTE}")));
+            return Err(VersionError::Corrupt(format!(
+                "table {table}: the version item has no {COPIES_ATTRIBUTE}; put the table's count of endpoint copies there (docs/storage.md)"
+            )));
         }
     };
     Ok(Some((version, copies)))

@@ -394,7 +394,9 @@ impl DeliveryStore for DynamoStore {
             .filter_map(|item| item.get(EVENT_ENDPOINTS).and_then(|v| v.as_ss().ok()))
             .flatten()
             .map(|endpoint| {
-                let endpoint = EndpointId::try_from(endpoint.clone()).map_err(StoreError::Corrupt)?;
+                let endpoint = EndpointId::try_from(endpoint.clone()).map_err(|e| {
+                    StoreError::Corrupt(format!("event {event_id}: {EVENT_ENDPOINTS} holds {endpoint:?}: {e}"))
+                })?;
                 Ok(crate::domain::model::delivery_id(event_id, &endpoint))
             })
             .collect::<Result<_, StoreError>>()?;
