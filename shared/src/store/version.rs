@@ -91,18 +91,15 @@ pub enum VersionError {
 ///   its `endpoint_copies` missing or not a number from 1 up, or the item vanished between a lost
 ///   conditional write and the read after it.
 pub async fn ensure(client: &aws_sdk_dynamodb::Client, table: &str, endpoint_copies: u32) -> Result<u32, VersionError> {
-    let (found, copies) = match read_storage_version(client, table).await? {
-        Some(stored) => stored,
-        None if write_storage_version(client, table, endpoint_copies).await? => (STORAGE_VERSION, endpoint_copies),
+    let copies = match read_storage_version(client, table).await? {
+        Some(copies) => copies,
+        None if write_storage_version(client, table, endpoint_copies).await? => endpoint_copies,
         None => read_storage_version(client, table).await?.ok_or_else(|| {
             VersionError::Corrupt(format!(
                 "table {table}: the version item was there for a conditional write and gone for the read after it"
             ))
         })?,
     };
-    if found != STORAGE_VERSION {
-        return Err(VersionError::Mismatch { name: table.to_string(), table: found, code: STORAGE_VERSION });
-    }
     if copies != endpoint_copies {
         return Err(VersionError::CopiesMismatch {
             name: table.to_string(),
@@ -110,7 +107,7 @@ pub async fn ensure(client: &aws_sdk_dynamodb::Client, table: &str, endpoint_cop
             configured: endpoint_copies,
         });
     }
-    Ok(found)
+    Ok(STORAGE_VERSION)
 }
 
 /// The version item's key.
@@ -125,13 +122,10 @@ fn aws_error<E: std::error::Error + 'static>(table: &str, err: E) -> VersionErro
     VersionError::Aws(format!("table {table}: {}", DisplayErrorContext(err)))
 }
 
-/// The storage version the table holds and its count of endpoint copies, read strongly
-/// consistent; `None` without the item. A table of another storage version is
+/// The table's count of endpoint copies, read strongly consistent from a version item of
+/// [`STORAGE_VERSION`]; `None` without the item. A table of another storage version is
 /// [`VersionError::Mismatch`] whatever else its version item holds.
-async fn read_storage_version(
-    client: &aws_sdk_dynamodb::Client,
-    table: &str,
-) -> Result<Option<(u32, u32)>, VersionError> {
+async fn read_storage_version(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<Option<u32>, VersionError> {
     let out = client
         .get_item()
         .table_name(table)
@@ -173,7 +167,7 @@ async fn read_storage_version(
             )));
         }
     };
-    Ok(Some((version, copies)))
+    Ok(Some(copies))
 }
 
 /// Writes [`STORAGE_VERSION`] and `endpoint_copies` unless the item exists; false when it
