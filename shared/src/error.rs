@@ -13,6 +13,10 @@ pub enum ServiceError {
     /// The payload is over the size limit (413 `payload_too_large`).
     #[error("{0}")]
     TooLarge(String),
+    /// The payload nests deeper than [`crate::domain::payload::MAX_PAYLOAD_DEPTH`] levels
+    /// (422 `payload_too_deep`). Nothing was stored.
+    #[error("{0}")]
+    PayloadTooDeep(String),
     /// No such item (404 `not_found`).
     #[error("{0}")]
     NotFound(String),
@@ -83,7 +87,7 @@ impl ServiceError {
     pub fn status(&self) -> u16 {
         match self {
             Self::InvalidJson(_) => 400,
-            Self::Validation(_) => 422,
+            Self::Validation(_) | Self::PayloadTooDeep(_) => 422,
             Self::TooLarge(_) => 413,
             Self::NotFound(_) => 404,
             Self::Conflict(_) => 409,
@@ -105,6 +109,7 @@ impl ServiceError {
             Self::InvalidJson(_) => "invalid_json",
             Self::Validation(_) => "validation_error",
             Self::TooLarge(_) => "payload_too_large",
+            Self::PayloadTooDeep(_) => "payload_too_deep",
             Self::NotFound(_) => "not_found",
             Self::Conflict(_) => "conflict",
             Self::Unavailable(_) => "unavailable",

@@ -12,7 +12,9 @@ use webhooks::{App, Config, http::api, service::ingest};
 
 /// The two triggers; an HTTP request with who vouches for it.
 enum Trigger {
-    EventBridge(Box<EventBridgeEvent<Value>>),
+    /// Its `detail` as text: ingest parses it ([`ingest::handle_eventbridge_text`]), so a
+    /// detail nested too deep is refused with `payload_too_deep`, not a parser error.
+    EventBridge(Box<EventBridgeEvent<Box<RawValue>>>),
     Http(Box<LambdaRequest>, Caller),
 }
 
@@ -51,7 +53,7 @@ async fn handle(app: &App, event: LambdaEvent<Box<RawValue>>) -> Result<Value, E
     match parse_trigger(payload.get())? {
         // A refused event fails the invocation: after Lambda's retries it lands in the events
         // dead-letter queue, the refusal's `{code}: {message}` its errorMessage.
-        Trigger::EventBridge(e) => Ok(serde_json::to_value(ingest::handle_eventbridge(app, *e).await?)?),
+        Trigger::EventBridge(e) => Ok(serde_json::to_value(ingest::handle_eventbridge_text(app, *e).await?)?),
         Trigger::Http(request, caller) => {
             let adapter = lambda_http::Adapter::from(api::ingest_router(app.clone(), caller));
             let response = adapter.oneshot(LambdaEvent::new(*request, context)).await?;
@@ -92,5 +94,17 @@ mod tests {
             _ => panic!("not read as EventBridge"),
         }
         assert!(parse_trigger("{}").is_err());
+    }
+
+    #[test]
+    fn an_eventbridge_detail_deeper_than_the_parsers_limit_is_refused_as_too_deep() {
+        let deep = format!("{}1{}", r#"{"a":"#.repeat(200), "}".repeat(200));
+        let eb = format!(
+            r#"{{"version":"0","id":"e1","detail-type":"order.paid","source":"shop","account":"123456789012",
+            "time":"2026-11-29T19:00:00Z","region":"us-east-1","resources":[],"detail":{{"tenant_id":"acme","x":{deep}}}}}"#
+        );
+        let Ok(Trigger::EventBridge(e)) = parse_trigger(&eb) else { panic!("not read as EventBridge") };
+        let refusal = ingest::eventbridge_detail(*e).unwrap_err();
+        assert_eq!(refusal.code, "payload_too_deep", "{refusal}");
     }
 }

@@ -210,7 +210,10 @@ pub fn parse_headers(field: &str, value: &Value) -> Result<BTreeMap<String, Stri
             return Err(bad(at, "is given twice (header names are case-insensitive)"));
         }
         let text = v.as_str().ok_or_else(|| bad(&at, "must be a string"))?;
-        if text.len() > MAX_HEADER_VALUE_BYTES || http::HeaderValue::from_str(text).is_err() {
+        // Visible ASCII, spaces and tabs only: `http` takes bytes 0x80-0xFF too (obs-text),
+        // which would go out as raw UTF-8 that receivers read as Latin-1 or refuse.
+        let ascii = text.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b));
+        if text.len() > MAX_HEADER_VALUE_BYTES || !ascii || http::HeaderValue::from_str(text).is_err() {
             return Err(bad(
                 at,
                 format!("must be visible ASCII, spaces and tabs, at most {MAX_HEADER_VALUE_BYTES} bytes"),
@@ -245,6 +248,30 @@ pub fn check_header_sets(
         return Err(bad(format!("secret_headers.{both}"), "is also in headers"));
     }
     Ok(())
+}
+
+/// Checks an endpoint's `url` and `auth` together: a URL carrying a user name or password
+/// (`https://user:pass@host/...`, which the HTTP client sends as `Authorization: Basic`) and
+/// an `auth` (which sets `Authorization` too) would send two `Authorization` headers, so the
+/// pair is refused; `field` is the one the request set (`url` or `auth`), named in the error.
+///
+/// # Errors
+/// [`OptionError`] naming `field`.
+pub fn check_url_and_auth(field: &str, url: &str, auth: Option<&ReceiverAuth>) -> Result<(), OptionError> {
+    let Some(auth) = auth else { return Ok(()) };
+    let Ok(parsed) = url::Url::parse(url) else { return Ok(()) };
+    if parsed.username().is_empty() && parsed.password().is_none() {
+        return Ok(());
+    }
+    Err(bad(
+        field,
+        format!(
+            "the url carries a user name or password (sent as Authorization: Basic) and auth ({}) sets \
+             Authorization too, so every attempt would send two; keep one: take the credentials out of the url \
+             (they can go in auth as {{\"type\": \"basic\", \"username\", \"password\"}}), or remove auth",
+            auth.kind()
+        ),
+    ))
 }
 
 /// Parses `auth`: null for none, or an object with `type` and that type's fields. Token
@@ -355,6 +382,30 @@ mod tests {
         assert!(parse_headers("headers", &json!({"X-A": 1})).is_err());
         assert!(parse_headers("headers", &json!({"X-A": "a", "x-a": "b"})).is_err());
         assert!(parse_headers("headers", &json!(["X-A"])).is_err());
+    }
+
+    #[test]
+    fn header_values_outside_visible_ascii_are_refused_by_name() {
+        for field in ["headers", "secret_headers"] {
+            for value in ["café", "naïve value", "\u{80}", "x\u{7f}"] {
+                let e = parse_headers(field, &json!({"X-V": value})).unwrap_err();
+                assert_eq!(e.field, format!("{field}.X-V"), "{value}");
+                assert!(e.message.contains("visible ASCII"), "{e}");
+            }
+            assert!(parse_headers(field, &json!({"X-V": "plain ~ ascii\twith tab"})).is_ok());
+        }
+    }
+
+    #[test]
+    fn a_url_with_credentials_and_auth_is_refused() {
+        let bearer = ReceiverAuth::Bearer { token: "t".into() };
+        for url in ["https://user:pass@example.com/hook", "https://user@example.com/hook", "https://:pw@example.com/"] {
+            let e = check_url_and_auth("auth", url, Some(&bearer)).unwrap_err();
+            assert_eq!(e.field, "auth");
+            assert!(e.message.contains("two") && !e.message.contains("pass@"), "{e}");
+            assert!(check_url_and_auth("url", url, None).is_ok(), "the URL's credentials alone are fine");
+        }
+        assert!(check_url_and_auth("url", "https://example.com/hook", Some(&bearer)).is_ok());
     }
 
     #[test]

@@ -144,6 +144,8 @@ pub type Validator = jsonschema::Validator;
 
 /// Compiles a schema as draft 2020-12 (a `$schema` naming another draft is refused, as is a
 /// schema the draft's meta-schema refuses, and a `$ref` outside the document: no retrieval).
+/// Patterns run on the linear-time `regex` crate, so one with a lookaround or a
+/// backreference is refused.
 ///
 /// # Errors
 /// [`ServiceError::Validation`] naming `schema` and what is wrong.
@@ -168,6 +170,12 @@ pub fn compile(schema: &Value) -> Result<Validator, ServiceError> {
     }
     jsonschema::options()
         .with_draft(jsonschema::Draft::Draft202012)
+        // The linear-time `regex` engine for `pattern` and `patternProperties`, not the
+        // default backtracking one (fancy-regex, up to a million backtracking steps per
+        // match): a schema and payload made to backtrack could burn ingest's CPU on every
+        // string of every event. A pattern needing backtracking (a lookaround, a
+        // backreference) does not compile: the schema is refused, naming it.
+        .with_pattern_options(jsonschema::PatternOptions::regex())
         .build(schema)
         .map_err(|e| ServiceError::Validation(format!("schema: does not compile as JSON Schema draft 2020-12: {e}")))
 }
@@ -286,35 +294,82 @@ pub enum Known {
 }
 
 /// The catalog entries a process has read, each kept for a while (`WEBHOOKS_EVENT_TYPE_CACHE_SECONDS`)
-/// so ingest does not read the catalog per event. At most [`Catalog::MAX_ENTRIES`] types:
-/// past that it starts again empty (open mode takes any type name).
+/// so ingest does not read the catalog per event. Types the catalog has (their compiled
+/// schemas) and names it does not have are kept apart, each bounded: at most
+/// [`Catalog::MAX_ENTRIES`] of the first and [`Catalog::MAX_ABSENT`] of the second, a full
+/// set dropping the entry read longest ago. Open mode takes any type name, so a stream of
+/// distinct unknown names (each a GetItem when first seen in a cache period: the catalog must
+/// be asked) only ever turns over the absent names, never the compiled schemas.
 #[derive(Default)]
 pub struct Catalog {
-    entries: Mutex<HashMap<String, (DateTime<Utc>, Known)>>,
+    entries: Mutex<Entries>,
+}
+
+#[derive(Default)]
+struct Entries {
+    present: HashMap<String, (DateTime<Utc>, Known)>,
+    absent: HashMap<String, DateTime<Utc>>,
+}
+
+/// Drops the entry of `map` read longest ago (one pass: only when a full set takes a new
+/// name, which follows a catalog read).
+fn drop_oldest<V>(map: &mut HashMap<String, V>, at: impl Fn(&V) -> DateTime<Utc>) {
+    if let Some(oldest) = map.iter().min_by_key(|(_, v)| at(v)).map(|(k, _)| k.clone()) {
+        map.remove(&oldest);
+    }
 }
 
 impl Catalog {
-    /// Most event types kept at once.
+    /// Most event types of the catalog kept at once (their compiled schemas): 10,000.
     pub const MAX_ENTRIES: usize = 10_000;
+    /// Most names the catalog does not have kept at once: 1,000 (a name and a time each).
+    pub const MAX_ABSENT: usize = 1_000;
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
+        self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 
     /// What is known of `name`, if it was read at or after `fresh_after`.
     pub fn get(&self, name: &str, fresh_after: DateTime<Utc>) -> Option<Known> {
-        let entries = self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        entries.get(name).filter(|(at, _)| *at >= fresh_after).map(|(_, k)| k.clone())
+        let entries = self.lock();
+        if let Some((at, known)) = entries.present.get(name) {
+            return (*at >= fresh_after).then(|| known.clone());
+        }
+        entries.absent.get(name).filter(|at| **at >= fresh_after).map(|_| Known::Absent)
     }
 
     /// Keeps what was read of `name` at `at`.
     pub fn put(&self, name: &str, at: DateTime<Utc>, known: Known) {
-        let mut entries = self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if entries.len() >= Self::MAX_ENTRIES && !entries.contains_key(name) {
-            entries.clear();
+        let mut entries = self.lock();
+        entries.present.remove(name);
+        entries.absent.remove(name);
+        match known {
+            Known::Absent => {
+                if entries.absent.len() >= Self::MAX_ABSENT {
+                    drop_oldest(&mut entries.absent, |at| *at);
+                }
+                entries.absent.insert(name.to_string(), at);
+            }
+            known => {
+                if entries.present.len() >= Self::MAX_ENTRIES {
+                    drop_oldest(&mut entries.present, |(at, _)| *at);
+                }
+                entries.present.insert(name.to_string(), (at, known));
+            }
         }
-        entries.insert(name.to_string(), (at, known));
     }
 
     /// Forgets `name` (this process changed it: its next event reads it again).
     pub fn forget(&self, name: &str) {
-        self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(name);
+        let mut entries = self.lock();
+        entries.present.remove(name);
+        entries.absent.remove(name);
+    }
+
+    /// How many entries are kept: (types of the catalog, absent names).
+    pub fn counts(&self) -> (usize, usize) {
+        let entries = self.lock();
+        (entries.present.len(), entries.absent.len())
     }
 }
 
@@ -346,6 +401,24 @@ mod tests {
     }
 
     #[test]
+    fn patterns_run_in_linear_time_and_backtracking_ones_are_refused() {
+        // A lookahead, a lookbehind and a backreference need a backtracking engine: refused.
+        for pattern in [r"^(?=a)a+$", r"(?<=ab)c", r"^(a+)\1$", r"^(?!x)(a|aa)+$"] {
+            let e = compile(&json!({"type": "string", "pattern": pattern})).err().unwrap();
+            assert!(e.to_string().starts_with("schema: does not compile"), "{pattern}: {e}");
+            let e = compile(&json!({"patternProperties": {pattern: true}})).err().unwrap();
+            assert!(e.to_string().starts_with("schema: does not compile"), "{pattern}: {e}");
+        }
+        // A pattern that backtracks exponentially elsewhere is decided in linear time here.
+        let v = compile(&json!({"type": "array", "items": {"type": "string", "pattern": "^(a|aa)+$"}})).unwrap();
+        let long = format!("{}!", "a".repeat(10_000));
+        let started = std::time::Instant::now();
+        assert_eq!(violation(&v, &json!(vec![long; 20])).unwrap().keyword, "pattern");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
+        assert!(violation(&v, &json!(["aaa"])).is_none());
+    }
+
+    #[test]
     fn an_example_that_fails_is_named_with_pointer_and_keyword() {
         let schema = json!({"type": "object", "required": ["amount"],
             "properties": {"amount": {"type": "integer"}}});
@@ -373,6 +446,30 @@ mod tests {
         assert!(catalog.get("a.b", t + chrono::Duration::seconds(1)).is_none(), "read before the freshness bound");
         catalog.forget("a.b");
         assert!(catalog.get("a.b", t - chrono::Duration::seconds(60)).is_none());
+    }
+
+    #[test]
+    fn unknown_names_never_flush_the_compiled_schemas_and_are_bounded() {
+        let catalog = Catalog::default();
+        let t = now();
+        let validator = Arc::new(compile(&json!({"type": "object"})).unwrap());
+        catalog.put("order.paid", t, Known::Present { archived: false, validator: Some(validator) });
+        for i in 0..Catalog::MAX_ENTRIES + 10 {
+            catalog.put(&format!("junk.{i}"), t + chrono::Duration::milliseconds(i as i64), Known::Absent);
+        }
+        let fresh = t - chrono::Duration::seconds(60);
+        assert!(
+            matches!(catalog.get("order.paid", fresh), Some(Known::Present { validator: Some(_), .. })),
+            "the compiled schema survived 10,010 unknown names"
+        );
+        assert_eq!(catalog.counts(), (1, Catalog::MAX_ABSENT));
+        // The newest absent names are kept, the oldest dropped.
+        let last = format!("junk.{}", Catalog::MAX_ENTRIES + 9);
+        assert!(matches!(catalog.get(&last, fresh), Some(Known::Absent)));
+        assert!(catalog.get("junk.0", fresh).is_none());
+        // A name created later is known as present, not absent.
+        catalog.put("junk.0", t, Known::Present { archived: true, validator: None });
+        assert!(matches!(catalog.get("junk.0", fresh), Some(Known::Present { archived: true, .. })));
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod ids;
 pub mod lane;
 pub mod model;
 pub mod operational;
+pub mod payload;
 pub mod payload_filter;
 pub mod rate;
 pub mod retry_policy;

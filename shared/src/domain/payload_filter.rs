@@ -5,7 +5,7 @@
 //! The language (Hookdeck Outpost's operator set):
 //! - an object's keys are field names, combined with AND: `{"currency": "EUR", "amount": {"$gte": 100}}`;
 //! - a value is a literal (equality, JSON equality: `1` equals `1.0`, arrays and objects
-//!   compare whole), an operator object (every key starting with `$`), or a nested filter
+//!   compare whole; numbers compare by value, integers exactly, see [`compare_numbers`]), an operator object (every key starting with `$`), or a nested filter
 //!   for a nested field (`{"customer": {"country": "DE"}}`);
 //! - operators: `$eq`, `$neq`, `$in` and `$nin` (a list), `$gt`, `$gte`, `$lt`, `$lte`
 //!   (numbers with numbers, strings with strings by code point; anything else does not
@@ -203,10 +203,10 @@ fn operator(op: &str, operand: &Value, field: Option<&Value>) -> bool {
     }
 }
 
-/// JSON equality with numbers compared by value (`1` equals `1.0`).
+/// JSON equality with numbers compared by value (`1` equals `1.0`; see [`compare_numbers`]).
 fn equal(a: &Value, b: &Value) -> bool {
     match (a, b) {
-        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::Number(x), Value::Number(y)) => compare_numbers(x, y) == Some(std::cmp::Ordering::Equal),
         (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| equal(p, q)),
         (Value::Object(x), Value::Object(y)) => {
             x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| equal(v, w)))
@@ -217,10 +217,48 @@ fn equal(a: &Value, b: &Value) -> bool {
 
 fn order(field: Option<&Value>, operand: &Value) -> Option<std::cmp::Ordering> {
     match (field?, operand) {
-        (Value::Number(x), Value::Number(y)) => x.as_f64()?.partial_cmp(&y.as_f64()?),
+        (Value::Number(x), Value::Number(y)) => compare_numbers(x, y),
         (Value::String(x), Value::String(y)) => Some(x.as_str().cmp(y.as_str())),
         _ => None,
     }
+}
+
+/// An integer of JSON (`i64` or `u64` as serde_json holds it), widened so both fit.
+fn integer(n: &serde_json::Number) -> Option<i128> {
+    n.as_i64().map(i128::from).or_else(|| n.as_u64().map(i128::from))
+}
+
+/// Numbers by their mathematical value: two integers exactly (so `9007199254740993` is not
+/// `9007199254740992`, as it would be as `f64`s: 2^53 + 1 has no `f64`), an integer and a
+/// float without rounding the integer, two floats as `f64`s. `None` only for a NaN, which
+/// JSON cannot carry.
+pub fn compare_numbers(x: &serde_json::Number, y: &serde_json::Number) -> Option<std::cmp::Ordering> {
+    match (integer(x), integer(y)) {
+        (Some(a), Some(b)) => Some(a.cmp(&b)),
+        (Some(a), None) => integer_to_float(a, y.as_f64()?),
+        (None, Some(b)) => integer_to_float(b, x.as_f64()?).map(std::cmp::Ordering::reverse),
+        (None, None) => x.as_f64()?.partial_cmp(&y.as_f64()?),
+    }
+}
+
+/// `a` against `f` exactly: every integer JSON holds is within ±2^127, and an `f64` there
+/// truncates to an `i128` without loss, its fraction then deciding a tie.
+fn integer_to_float(a: i128, f: f64) -> Option<std::cmp::Ordering> {
+    use std::cmp::Ordering;
+    const TWO_127: f64 = 170_141_183_460_469_231_731_687_303_715_884_105_728.0;
+    if f.is_nan() {
+        return None;
+    }
+    if f >= TWO_127 {
+        return Some(Ordering::Less);
+    }
+    if f < -TWO_127 {
+        return Some(Ordering::Greater);
+    }
+    // In range: the truncation is exact (an f64 of this size is an integer or has a fraction
+    // the cast drops; no rounding).
+    let whole = f.trunc() as i128;
+    Some(a.cmp(&whole).then_with(|| 0.0f64.partial_cmp(&f.fract()).unwrap_or(Ordering::Equal)))
 }
 
 #[cfg(test)]
@@ -283,6 +321,42 @@ mod tests {
         assert!(check(&deep).is_err());
         let big = json!({"a": {"$in": vec!["x".repeat(100); 50]}});
         assert!(check(&big).is_err());
+    }
+
+    #[test]
+    fn integers_compare_exactly_past_two_to_the_53() {
+        let big = |n: u64| json!({ "id": n });
+        // 2^53 + 1 and 2^53 are one f64; as integers they differ.
+        assert!(!matches(&json!({"id": 9_007_199_254_740_993u64}), &big(9_007_199_254_740_992)));
+        assert!(matches(&json!({"id": 9_007_199_254_740_993u64}), &big(9_007_199_254_740_993)));
+        assert!(matches(&json!({"id": {"$gt": 9_007_199_254_740_992u64}}), &big(9_007_199_254_740_993)));
+        assert!(!matches(&json!({"id": {"$gte": 9_007_199_254_740_993u64}}), &big(9_007_199_254_740_992)));
+        assert!(matches(&json!({"id": {"$in": [1, 9_007_199_254_740_993u64]}}), &big(9_007_199_254_740_993)));
+        assert!(!matches(&json!({"id": {"$in": [9_007_199_254_740_992u64]}}), &big(9_007_199_254_740_993)));
+        assert!(matches(&json!({"id": {"$lt": u64::MAX}}), &json!({"id": i64::MIN})));
+        assert!(!matches(&json!({"id": u64::MAX - 1}), &json!({"id": u64::MAX})));
+    }
+
+    #[test]
+    fn integers_and_floats_compare_by_value() {
+        use std::cmp::Ordering::*;
+        let n = |v: Value| match v {
+            Value::Number(n) => n,
+            _ => unreachable!(),
+        };
+        let cmp = |a: Value, b: Value| compare_numbers(&n(a), &n(b));
+        assert_eq!(cmp(json!(1), json!(1.0)), Some(Equal));
+        assert_eq!(cmp(json!(1.0), json!(1)), Some(Equal));
+        assert_eq!(cmp(json!(2), json!(1.5)), Some(Greater));
+        assert_eq!(cmp(json!(1), json!(1.5)), Some(Less));
+        assert_eq!(cmp(json!(-1), json!(-1.5)), Some(Greater));
+        assert_eq!(cmp(json!(-2), json!(-1.5)), Some(Less));
+        // 2^53 + 1 against the f64 2^53: greater, not equal.
+        assert_eq!(cmp(json!(9_007_199_254_740_993u64), json!(9_007_199_254_740_992.0)), Some(Greater));
+        assert_eq!(cmp(json!(9_007_199_254_740_992u64), json!(9_007_199_254_740_992.0)), Some(Equal));
+        assert_eq!(cmp(json!(u64::MAX), json!(1e300)), Some(Less));
+        assert_eq!(cmp(json!(i64::MIN), json!(-1e300)), Some(Greater));
+        assert_eq!(cmp(json!(0.5), json!(0.25)), Some(Greater));
     }
 
     fn scalar() -> impl Strategy<Value = Value> {

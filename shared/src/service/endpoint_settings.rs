@@ -99,7 +99,12 @@ pub(crate) fn apply_settings(ep: &mut Endpoint, body: &Map<String, Value>, extra
             other => return Err(invalid(other, "is not a field of an endpoint")),
         }
     }
-    endpoint_options::check_header_sets(&ep.headers, &ep.secret_headers).map_err(option_error)
+    endpoint_options::check_header_sets(&ep.headers, &ep.secret_headers).map_err(option_error)?;
+    // Checked when the request sets either: a PATCH of another field is not refused for them.
+    match ["auth", "url"].into_iter().find(|f| body.contains_key(*f)) {
+        Some(field) => endpoint_options::check_url_and_auth(field, &ep.url, ep.auth.as_ref()).map_err(option_error),
+        None => Ok(()),
+    }
 }
 
 fn option_error(e: endpoint_options::OptionError) -> ServiceError {

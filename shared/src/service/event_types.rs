@@ -182,7 +182,9 @@ async fn known(app: &App, name: &str) -> Result<Known, ServiceError> {
 
 /// The catalog's check of an event before ingest writes anything: a type in the catalog must
 /// not be archived and its payload must satisfy its schema; with `WEBHOOKS_EVENT_TYPES=registered`
-/// the type must be in the catalog. `payload` is the event's JSON text.
+/// the type must be in the catalog. `payload` is the event's payload as ingest parsed it
+/// ([`crate::service::ingest::parse_payload`]: at most
+/// [`crate::domain::payload::MAX_PAYLOAD_DEPTH`] levels deep).
 ///
 /// # Errors
 /// - [`ServiceError::SchemaMismatch`] (422 `schema_mismatch`) naming the failing JSON pointer
@@ -190,7 +192,7 @@ async fn known(app: &App, name: &str) -> Result<Known, ServiceError> {
 /// - [`ServiceError::EventTypeArchived`] (422 `event_type_archived`);
 /// - [`ServiceError::UnknownEventType`] (422 `unknown_event_type`), registered mode only;
 /// - [`ServiceError::Unavailable`] when the catalog could not be read.
-pub async fn enforce(app: &App, name: &str, payload: &str) -> Result<(), ServiceError> {
+pub async fn enforce(app: &App, name: &str, payload: &serde_json::Value) -> Result<(), ServiceError> {
     match known(app, name).await? {
         Known::Absent => match app.config.event_types {
             EventTypesMode::Open => Ok(()),
@@ -204,15 +206,11 @@ pub async fn enforce(app: &App, name: &str, payload: &str) -> Result<(), Service
             "event_type: {name} is archived in the event-type catalog; nothing was stored"
         ))),
         Known::Present { validator: None, .. } => Ok(()),
-        Known::Present { validator: Some(v), .. } => {
-            let value: serde_json::Value = serde_json::from_str(payload)
-                .map_err(|e| ServiceError::Validation(format!("payload: not JSON: {e}")))?;
-            match event_type::violation(&v, &value) {
-                None => Ok(()),
-                Some(violation) => Err(ServiceError::SchemaMismatch(format!(
-                    "payload: does not match the schema of event type {name}: {violation}; nothing was stored"
-                ))),
-            }
-        }
+        Known::Present { validator: Some(v), .. } => match event_type::violation(&v, payload) {
+            None => Ok(()),
+            Some(violation) => Err(ServiceError::SchemaMismatch(format!(
+                "payload: does not match the schema of event type {name}: {violation}; nothing was stored"
+            ))),
+        },
     }
 }

@@ -34,6 +34,7 @@ use crate::domain::ids::{self, DeliveryId, EndpointId, EventId, TenantId};
 use crate::domain::lane;
 use crate::domain::model::{Attempt, DeliveryStatus, StoredEvent, delivery_id};
 use crate::domain::operational;
+use crate::domain::payload::{self, PayloadError};
 use crate::domain::payload_filter;
 use crate::domain::tenant::TenantSettings;
 use crate::error::ServiceError;
@@ -147,6 +148,20 @@ pub fn check(event: &NewEvent) -> Result<(TenantId, Option<EventId>), ServiceErr
     Ok((tenant_id, id))
 }
 
+/// Parses an event's payload, once, for everything ingest checks it against (the catalog's
+/// schema, every endpoint's payload filter): [`payload::parse`], at most
+/// [`payload::MAX_PAYLOAD_DEPTH`] levels deep. Pure.
+///
+/// # Errors
+/// [`ServiceError::PayloadTooDeep`] (422 `payload_too_deep`); [`ServiceError::Validation`]
+/// (422) for a payload serde_json cannot read as a value (a number such as `1e400`).
+pub fn parse_payload(text: &str) -> Result<serde_json::Value, ServiceError> {
+    payload::parse(text).map_err(|e| match e {
+        PayloadError::TooDeep { .. } => ServiceError::PayloadTooDeep(e.to_string()),
+        PayloadError::Unreadable(_) => ServiceError::Validation(e.to_string()),
+    })
+}
+
 /// Accepts an event.
 ///
 /// Every subscribed endpoint gets a delivery; one of a disabled or paused endpoint is stored
@@ -158,6 +173,9 @@ pub fn check(event: &NewEvent) -> Result<(TenantId, Option<EventId>), ServiceErr
 /// - [`ServiceError::Validation`] for a `tenant_id`, `event_type` or `id` outside the id rule
 ///   ([`check`]), or `sync` where the event would go to other than exactly one endpoint;
 /// - [`ServiceError::TooLarge`] for a payload over 256 KiB;
+/// - [`ServiceError::PayloadTooDeep`] for a payload nested deeper than
+///   [`payload::MAX_PAYLOAD_DEPTH`], [`ServiceError::Validation`] for one that does not parse
+///   ([`parse_payload`]);
 /// - [`ServiceError::SchemaMismatch`], [`ServiceError::EventTypeArchived`] or
 ///   [`ServiceError::UnknownEventType`] when the event-type catalog refuses the event
 ///   ([`crate::service::event_types::enforce`]); nothing is written then;
@@ -175,9 +193,11 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
             operational::TENANT
         )));
     }
+    // The one parse of the payload, refused here rather than taken as anything else later.
+    let parsed = parse_payload(&event.payload)?;
     // The catalog's word before anything is written (one cached read per type and process).
-    crate::service::event_types::enforce(app, &event.event_type, &event.payload).await?;
-    accept(app, event, ids).await
+    crate::service::event_types::enforce(app, &event.event_type, &parsed).await?;
+    accept(app, event, ids, &parsed).await
 }
 
 /// Hands an operational event to the endpoints registered under [`operational::TENANT`] (the
@@ -191,7 +211,8 @@ pub async fn ingest(app: &App, event: NewEvent) -> Result<Accepted, ServiceError
 /// # Errors
 /// [`ServiceError::Unavailable`] when DynamoDB or SQS failed (the notify step runs again).
 pub async fn ingest_operational(app: &App, event: &operational::OperationalEvent) -> Result<Accepted, ServiceError> {
-    let payload = serde_json::to_string(event).map_err(|e| ServiceError::Internal(e.to_string()))?;
+    let parsed = serde_json::to_value(event).map_err(|e| ServiceError::Internal(e.to_string()))?;
+    let payload = parsed.to_string();
     let event = NewEvent {
         tenant_id: operational::TENANT.to_string(),
         event_type: event.event_type.clone(),
@@ -201,15 +222,16 @@ pub async fn ingest_operational(app: &App, event: &operational::OperationalEvent
         request_sha256: None,
     };
     let ids = check(&event)?;
-    accept(app, event, ids).await
+    accept(app, event, ids, &parsed).await
 }
 
-/// Accepts a checked event (`tenant_id` and `id` its ids as [`check`] parsed them): fan-out
-/// to the tenant's subscribed endpoints.
+/// Accepts a checked event (`tenant_id` and `id` its ids as [`check`] parsed them, `parsed`
+/// its payload as [`parse_payload`] read it): fan-out to the tenant's subscribed endpoints.
 async fn accept(
     app: &App,
     event: NewEvent,
     (tenant_id, id): (TenantId, Option<EventId>),
+    parsed: &serde_json::Value,
 ) -> Result<Accepted, ServiceError> {
     let now = app.clock.now();
     let event_id = id.unwrap_or_else(|| EventId::made(format!("evt_{}", app.random.ulid(now))));
@@ -226,15 +248,14 @@ async fn accept(
     }
     let endpoints = snapshot.endpoints;
     let endpoints_count = endpoints.len();
-    // The payload parsed once, only when a subscribed endpoint has a payload filter.
-    let mut parsed: Option<serde_json::Value> = None;
+    // Every filter sees the payload as parsed once at the door (never a stand-in for one
+    // that did not parse: such a payload was refused before this).
     let mut targets = Vec::new();
     for ep in endpoints.into_iter().filter(|ep| ep.subscribes_to(&event.event_type)) {
-        if let Some(filter) = &ep.filter {
-            let payload = parsed.get_or_insert_with(|| serde_json::from_str(&event.payload).unwrap_or_default());
-            if !payload_filter::matches(filter, payload) {
-                continue;
-            }
+        if let Some(filter) = &ep.filter
+            && !payload_filter::matches(filter, parsed)
+        {
+            continue;
         }
         targets.push(ep);
     }
@@ -403,6 +424,43 @@ pub async fn handle_eventbridge(
     event: aws_lambda_events::eventbridge::EventBridgeEvent<serde_json::Value>,
 ) -> Result<Accepted, EventBridgeRefusal> {
     ingest_eventbridge(app, event).await.map_err(|e| EventBridgeRefusal { code: e.code(), message: e.to_string() })
+}
+
+/// [`handle_eventbridge`] for an EventBridge event as the ingest function reads it, its
+/// `detail` still JSON text: the detail is parsed by [`parse_payload`], so one nested deeper
+/// than [`payload::MAX_PAYLOAD_DEPTH`] is refused with `payload_too_deep` (to the events
+/// dead-letter queue), even one deeper than serde_json's own limit (128), which would
+/// otherwise fail the invocation with the parser's words.
+///
+/// # Errors
+/// As [`handle_eventbridge`].
+pub async fn handle_eventbridge_text(
+    app: &App,
+    event: aws_lambda_events::eventbridge::EventBridgeEvent<Box<serde_json::value::RawValue>>,
+) -> Result<Accepted, EventBridgeRefusal> {
+    handle_eventbridge(app, eventbridge_detail(event)?).await
+}
+
+/// The EventBridge event with its `detail` parsed by [`parse_payload`]. Pure.
+///
+/// # Errors
+/// [`EventBridgeRefusal`] with `payload_too_deep` or `validation_error`.
+pub fn eventbridge_detail(
+    event: aws_lambda_events::eventbridge::EventBridgeEvent<Box<serde_json::value::RawValue>>,
+) -> Result<aws_lambda_events::eventbridge::EventBridgeEvent<serde_json::Value>, EventBridgeRefusal> {
+    let detail =
+        parse_payload(event.detail.get()).map_err(|e| EventBridgeRefusal { code: e.code(), message: e.to_string() })?;
+    let mut parsed = aws_lambda_events::eventbridge::EventBridgeEvent::<serde_json::Value>::default();
+    parsed.version = event.version;
+    parsed.id = event.id;
+    parsed.detail_type = event.detail_type;
+    parsed.source = event.source;
+    parsed.account = event.account;
+    parsed.time = event.time;
+    parsed.region = event.region;
+    parsed.resources = event.resources;
+    parsed.detail = detail;
+    Ok(parsed)
 }
 
 /// The event an EventBridge event stands for (see [`ingest_eventbridge`]), checked by

@@ -83,12 +83,13 @@ pub async fn send_test_event(app: &App, ep: &Endpoint) -> Result<TestSend, Servi
 
 /// Send-example: the first example of catalog type `event_type` to endpoint `endpoint_id`,
 /// now. The type must be in the catalog, not archived, have an example, and be one the
-/// endpoint subscribes to.
+/// endpoint subscribes to, and the example must pass the endpoint's payload filter (as
+/// ingest would hold a real event to it).
 ///
 /// # Errors
 /// [`ServiceError::NotFound`] for a missing endpoint or event type; [`ServiceError::Validation`]
-/// (422) naming `event_type` for an archived type, a type without examples or one the
-/// endpoint does not subscribe to; as [`send_now`].
+/// (422) naming `event_type` for an archived type, a type without examples, one the
+/// endpoint does not subscribe to, or an example its filter rejects; as [`send_now`].
 pub async fn send_example(app: &App, endpoint_id: &EndpointId, event_type: &str) -> Result<TestSend, ServiceError> {
     let ep = endpoints::find_endpoint(app, endpoint_id).await?;
     send_example_to(app, &ep, event_type).await
@@ -110,6 +111,17 @@ pub async fn send_example_to(app: &App, ep: &Endpoint, event_type: &str) -> Resu
     };
     if !ep.subscribes_to(event_type) {
         return Err(invalid(format!("endpoint {} does not subscribe to {event_type}", ep.id)));
+    }
+    // The endpoint's payload filter too: an event like the example would make no delivery
+    // for it, so neither does the example.
+    if let Some(filter) = &ep.filter
+        && !crate::domain::payload_filter::matches(filter, example)
+    {
+        return Err(invalid(format!(
+            "the example of {event_type} does not pass endpoint {}'s payload filter, so an event like it would \
+             not be delivered there; send an example that passes (add one to the catalog entry), or change the filter",
+            ep.id
+        )));
     }
     let now = app.clock.now();
     let message_id = format!("msg_example_{}", app.random.ulid(now));

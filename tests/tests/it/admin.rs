@@ -808,3 +808,41 @@ async fn endpoints_needing_attention_are_listed_across_tenants_until_they_recove
     }
     stack.stop().await;
 }
+
+/// Issue #54, item 15: an event item whose `endpoint_ids` holds something that is not an
+/// endpoint id (a corrupt item: no code path writes one) makes `GET /v1/events/{id}` a 500
+/// in the stable error shape (`internal`), its message naming the event and the attribute,
+/// as docs/api.md says: the answer cannot list the deliveries without knowing them all, and a
+/// list silently missing one would be worse. Other events still answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_event_whose_endpoint_ids_are_corrupt_answers_a_named_internal_error() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use webhooks::store::keys;
+    let stack = Stack::start_with(|_| {}, quiet()).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    stack.endpoint("acme", &rx.url, Value::Null).await;
+    for id in ["evt_corrupt", "evt_sound"] {
+        let body = json!({"tenant_id": "acme", "event_type": "order.paid", "id": id, "payload": {}});
+        let (status, accepted) = stack.call(Method::POST, "/v1/events", Some(body)).await;
+        assert_eq!(status, 202, "{accepted}");
+    }
+    let ddb = aws_sdk_dynamodb::Client::new(&webhooks::app::aws_sdk_config().await);
+    let (pk, sk) = keys::event_key("acme", "evt_corrupt");
+    ddb.update_item()
+        .table_name(&stack.app.config.table)
+        .key(keys::PK, AttributeValue::S(pk))
+        .key(keys::SK, AttributeValue::S(sk))
+        .update_expression("ADD #e :bad")
+        .expression_attribute_names("#e", keys::EVENT_ENDPOINTS)
+        .expression_attribute_values(":bad", AttributeValue::Ss(vec!["not an endpoint id".into()]))
+        .send()
+        .await
+        .expect("corrupt the event item");
+    let (status, answer) = stack.call(Method::GET, "/v1/events/evt_corrupt?tenant_id=acme", None).await;
+    assert_eq!((status, answer["error"]["code"].as_str()), (500, Some("internal")), "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("evt_corrupt") && message.contains("endpoint_ids"), "{answer}");
+    let (status, sound) = stack.call(Method::GET, "/v1/events/evt_sound?tenant_id=acme", None).await;
+    assert_eq!(status, 200, "{sound}");
+    stack.stop().await;
+}

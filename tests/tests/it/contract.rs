@@ -981,3 +981,89 @@ async fn the_local_runtime_refuses_a_request_addressed_to_another_host() {
     assert_eq!(status, 200, "its own address");
     stack.stop().await;
 }
+
+/// `levels` objects nested one in another around `1`: `{"a":{"a":...1...}}`.
+fn nested(levels: usize) -> Value {
+    (0..levels).fold(json!(1), |inner, _| json!({ "a": inner }))
+}
+
+/// Issue #54, item 16: a payload nested deeper than the parser's limit was accepted and then
+/// taken as `null` by every payload filter: `{"kind": "invoice"}` got nothing (a lone such
+/// endpoint answered 202 with no delivery and nothing stored) while `{"kind": {"$neq":
+/// "invoice"}}` got the event. Now the payload is parsed once at the door with a stated limit
+/// (64 levels): deeper is 422 `payload_too_deep`, on the IAM route and with an API key, and
+/// nothing is stored or sent; a payload at the limit reaches the endpoint whose filter it
+/// passes, and only that one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_payload_nested_past_the_limit_is_refused_at_the_door_and_one_at_it_is_filtered_as_sent() {
+    let stack = Stack::start(|_| {}).await;
+    let invoices = Receiver::start(Reply::Status(200)).await;
+    let others = Receiver::start(Reply::Status(200)).await;
+    for (url, filter) in
+        [(&invoices.url, json!({"kind": "invoice"})), (&others.url, json!({"kind": {"$neq": "invoice"}}))]
+    {
+        let body = json!({"tenant_id": "deep", "url": url, "filter": filter});
+        let (status, ep) = stack.call(Method::POST, "/v1/endpoints", Some(body)).await;
+        assert_eq!(status, 201, "{ep}");
+    }
+    let limit = webhooks::domain::payload::MAX_PAYLOAD_DEPTH;
+    let event = |id: &str, deep: usize| {
+        // The payload object is one level, so `deep` levels under "x" make deep + 1 in all.
+        json!({"tenant_id": "deep", "event_type": "invoice.paid", "id": id,
+               "payload": {"kind": "invoice", "x": nested(deep)}})
+    };
+    let key = {
+        let (status, created) = stack.call(Method::POST, "/v1/api-keys", Some(json!({"tenant_ids": ["deep"]}))).await;
+        assert_eq!(status, 201, "{created}");
+        created["key"].as_str().unwrap().to_string()
+    };
+    for (id, deep) in [("evt_deep_130", 130), ("evt_deep_65", limit)] {
+        let (status, refused) = stack.call(Method::POST, "/v1/events", Some(event(id, deep))).await;
+        assert_eq!((status, code(&refused)), (422, "payload_too_deep"), "{id}: {refused}");
+        assert!(message(&refused).contains(&format!("deeper than {limit} levels")), "{refused}");
+        let resp = stack
+            .http
+            .post(format!("{}/v1/events", stack.base))
+            .bearer_auth(&key)
+            .json(&event(id, deep))
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        let refused: Value = resp.json().await.unwrap_or(Value::Null);
+        assert_eq!((status, code(&refused)), (422, "payload_too_deep"), "with an API key, {id}: {refused}");
+        let (status, _) = stack.call(Method::GET, &format!("/v1/events/{id}?tenant_id=deep"), None).await;
+        assert_eq!(status, 404, "nothing stored for {id}");
+    }
+    // At the limit (64 levels in all): accepted, and the filters see the payload as sent.
+    let (status, accepted) = stack.call(Method::POST, "/v1/events", Some(event("evt_deep_64", limit - 1))).await;
+    assert_eq!(status, 202, "{accepted}");
+    let deliveries = accepted["deliveries"].as_array().cloned().unwrap_or_default();
+    assert_eq!(deliveries.len(), 1, "only the invoice endpoint takes it: {accepted}");
+    stack.wait_status(deliveries[0]["id"].as_str().unwrap(), "delivered", WAIT).await;
+    assert_eq!((invoices.count(), others.count()), (1, 0));
+    let sent: Value = serde_json::from_slice(&invoices.hits()[0].body).unwrap();
+    assert_eq!(webhooks::domain::payload::depth(&sent), limit, "sent as it came");
+    stack.stop().await;
+}
+
+/// Issue #54, item 16: a payload no filter could read (a number past `f64`, which the
+/// request's JSON takes but a value parse does not) was taken as `null` by the filters too.
+/// Now it is refused at the door, naming the payload, and no filter ever sees a stand-in.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_payload_that_does_not_parse_as_a_value_is_refused_not_filtered_as_null() {
+    let stack = Stack::start(|_| {}).await;
+    let others = Receiver::start(Reply::Status(200)).await;
+    let body = json!({"tenant_id": "num", "url": others.url, "filter": {"kind": {"$neq": "invoice"}}});
+    let (status, ep) = stack.call(Method::POST, "/v1/endpoints", Some(body)).await;
+    assert_eq!(status, 201, "{ep}");
+    let raw = r#"{"tenant_id": "num", "event_type": "invoice.paid", "id": "evt_huge",
+                  "payload": {"kind": "invoice", "n": 1e400}}"#;
+    let (status, refused) = stack.post_raw("/v1/events", raw).await;
+    assert_eq!((status, code(&refused)), (422, "validation_error"), "{refused}");
+    assert!(message(&refused).starts_with("payload: "), "{refused}");
+    let (status, _) = stack.call(Method::GET, "/v1/events/evt_huge?tenant_id=num", None).await;
+    assert_eq!(status, 404, "nothing stored");
+    assert_eq!(others.count(), 0, "the $neq endpoint did not get it as a null payload");
+    stack.stop().await;
+}

@@ -443,3 +443,90 @@ async fn registered_mode_refuses_a_subscription_that_matches_no_catalog_type() {
     assert!(shown.contains("Please check the form") && shown.contains("order.shipped"), "{shown}");
     stack.stop().await;
 }
+
+fn nested(levels: usize) -> Value {
+    (0..levels).fold(json!(1), |inner, _| json!({ "a": inner }))
+}
+
+/// Issue #54, item 16: a catalog type's schema check answered 422 "not JSON: recursion limit
+/// exceeded" for a payload an untyped event was accepted with. Now both are the one
+/// `payload_too_deep` at the door, and the EventBridge path refuses it the same way, to the
+/// events dead-letter queue with that code; nothing is stored.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_payload_past_the_depth_limit_is_payload_too_deep_for_typed_untyped_and_eventbridge_events() {
+    let stack = Stack::start(|_| {}).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    stack.endpoint("acme", &rx.url, Value::Null).await;
+    create_type(&stack, json!({"name": "order.paid", "schema": {"type": "object"}})).await;
+    let limit = webhooks::domain::payload::MAX_PAYLOAD_DEPTH;
+    for (event_type, id) in [("order.paid", "evt_typed_deep"), ("order.untyped", "evt_untyped_deep")] {
+        for levels in [limit + 1, 200] {
+            let (status, e) =
+                stack.call(Method::POST, "/v1/events", Some(event("acme", event_type, id, nested(levels)))).await;
+            assert_eq!((status, e["error"]["code"].as_str()), (422, Some("payload_too_deep")), "{event_type}: {e}");
+        }
+        assert!(!event_exists(&stack, id).await, "nothing stored for {id}");
+    }
+
+    let dlq = webhooks::bootstrap::create_queue(&stack.sqs, &format!("events-dlq-{}", ulid::Ulid::new()), 30)
+        .await
+        .expect("create the events dead-letter queue");
+    let mut detail = json!({"tenant_id": "acme"});
+    detail["x"] = nested(limit);
+    let deep: aws_lambda_events::eventbridge::EventBridgeEvent<Value> = serde_json::from_value(json!({
+        "version": "0", "id": "eb-deep-1", "detail-type": "order.paid", "source": "shop",
+        "account": "123456789012", "time": "2026-12-05T06:00:00Z", "region": "us-east-1", "resources": [],
+        "detail": detail,
+    }))
+    .unwrap();
+    let refused = webhooks_local::eventbridge(&stack.app, &stack.sqs, &dlq, deep).await.unwrap();
+    assert_eq!(refused.as_ref().err().map(|r| r.code), Some("payload_too_deep"), "{refused:?}");
+    let deadline = std::time::Instant::now() + WAIT;
+    let record: Value = loop {
+        let out = stack.sqs.receive_message().queue_url(&dlq).wait_time_seconds(1).send().await.unwrap();
+        if let Some(m) = out.messages.unwrap_or_default().into_iter().next() {
+            break serde_json::from_str(&m.body.unwrap_or_default()).unwrap();
+        }
+        assert!(std::time::Instant::now() < deadline, "the refused event never reached the dead-letter queue");
+    };
+    let reason = record["responsePayload"]["errorMessage"].as_str().unwrap_or_default();
+    assert!(reason.starts_with("payload_too_deep: "), "{reason}");
+    assert!(!event_exists(&stack, "eb-deep-1").await, "nothing written");
+    assert_eq!(rx.count(), 0);
+    let _ = stack.sqs.delete_queue().queue_url(&dlq).send().await;
+    stack.stop().await;
+}
+
+/// Issue #54, item 15: send-example ignored the endpoint's payload filter, so it sent an
+/// example no real event like it would ever bring. Now an example the filter rejects is
+/// refused, naming `event_type` and the filter, and nothing is sent.
+#[tokio::test(flavor = "multi_thread")]
+async fn send_example_holds_the_example_to_the_endpoints_payload_filter() {
+    let stack = Stack::start(|_| {}).await;
+    create_type(&stack, json!({"name": "order.shipped", "examples": [{"order": "o_9", "amount": 4200}]})).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let (status, ep) = stack
+        .call(
+            Method::POST,
+            "/v1/endpoints",
+            Some(json!({"tenant_id": "ex", "url": rx.url, "filter": {"amount": {"$lt": 100}}})),
+        )
+        .await;
+    assert_eq!(status, 201, "{ep}");
+    let id = ep["id"].as_str().unwrap();
+    let path = format!("/v1/endpoints/{id}/send-example");
+    let (status, answer) = stack.call(Method::POST, &path, Some(json!({"event_type": "order.shipped"}))).await;
+    assert_eq!((status, answer["error"]["code"].as_str()), (422, Some("validation_error")), "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("event_type: ") && message.contains("filter"), "{answer}");
+    assert_eq!(rx.count(), 0, "nothing sent");
+    // A filter the example passes: sent.
+    let (status, _) = stack
+        .call(Method::PATCH, &format!("/v1/endpoints/{id}"), Some(json!({"filter": {"amount": {"$gte": 100}}})))
+        .await;
+    assert_eq!(status, 200);
+    let (status, sent) = stack.call(Method::POST, &path, Some(json!({"event_type": "order.shipped"}))).await;
+    assert_eq!((status, sent["attempt"]["status_code"].as_u64()), (200, Some(200)), "{sent}");
+    assert_eq!(rx.count(), 1);
+    stack.stop().await;
+}
