@@ -1033,7 +1033,7 @@ def run(fns, ddb, sqs, table, queue_url, queue_arn, dlq_url, receiver, stack_nam
                                             route_key="$default"))
     status, made = http_answer(kind, resp)
     check("admin POST /v1/api-keys answers 201 with the key", status == 201 and "key" in (made or {}), f"{kind} {resp}")
-    kind, resp, _ = admin.invoke(http_event("POST", "/v1/api-keys", {}, route_key="$default"))
+    kind, resp, _ = admin.invoke(http_event("POST", "/v1/api-keys", {"all_tenants": True}, route_key="$default"))
     status, every = http_answer(kind, resp)
 
     def keyed(body, key=None):

@@ -237,9 +237,13 @@ enum ApiKeyCmd {
         /// What it is for.
         #[arg(long)]
         name: Option<String>,
-        /// A tenant it may post for (repeatable); none: every tenant.
-        #[arg(long = "tenant")]
+        /// A tenant it may post for (repeatable); give at least one, or --all-tenants.
+        #[arg(long = "tenant", required_unless_present = "all_tenants")]
         tenants: Vec<String>,
+        /// A key that may post for every tenant (instead of --tenant): asked for, never a
+        /// default.
+        #[arg(long, conflicts_with = "tenants")]
+        all_tenants: bool,
         /// When it stops being accepted, RFC 3339 (default: never).
         #[arg(long)]
         expires_at: Option<String>,
@@ -822,13 +826,16 @@ fn event_type_request(cmd: &EventTypeCmd) -> Result<(http::Method, String, Optio
 fn api_key_request(cmd: &ApiKeyCmd) -> (http::Method, String, Option<Value>) {
     use http::Method as M;
     match cmd {
-        ApiKeyCmd::Create { name, tenants, expires_at } => {
+        ApiKeyCmd::Create { name, tenants, all_tenants, expires_at } => {
             let mut body = json!({});
             if let Some(n) = name {
                 body["name"] = json!(n);
             }
             if !tenants.is_empty() {
                 body["tenant_ids"] = json!(tenants);
+            }
+            if *all_tenants {
+                body["all_tenants"] = json!(true);
             }
             if let Some(at) = expires_at {
                 body["expires_at"] = json!(at);

@@ -343,8 +343,13 @@ async fn the_cli_makes_lists_and_revokes_api_keys() {
     let key =
         out.lines().find_map(|l| l.strip_prefix("key (shown once, stored nowhere): ")).expect("the key").to_string();
     assert!(key.starts_with("whk_") && out.contains("acme"), "{out}");
-    let made = admin_json(&stack, &["api-keys", "create", "--expires-at", "2099-01-01T00:00:00Z"]).await;
+    // Issue #54, item 6: a key for every tenant is asked for; forgetting --tenant is refused.
+    let (ok, _, err) = admin(&stack, &["api-keys", "create", "--expires-at", "2099-01-01T00:00:00Z"]).await;
+    assert!(!ok && err.contains("--all-tenants"), "{err}");
+    let made =
+        admin_json(&stack, &["api-keys", "create", "--all-tenants", "--expires-at", "2099-01-01T00:00:00Z"]).await;
     assert_eq!((made["tenant_ids"].is_null(), made["expires_at"].as_str()), (true, Some("2099-01-01T00:00:00Z")));
+    assert_eq!(made["all_tenants"], true, "{made}");
     let (ok, list, _) = admin(&stack, &["api-keys", "list"]).await;
     assert!(ok && list.contains("every tenant") && list.contains("acme") && !list.contains(&key), "{list}");
     // The key posts for its tenant; revoked, it is refused.

@@ -107,6 +107,11 @@ pub struct Config {
     /// (`WEBHOOKS_EGRESS_IPS`, comma separated; empty: Lambda's own, not fixed), shown on the
     /// portal's endpoint page so receivers can allow-list them.
     pub egress_ips: Vec<String>,
+    /// The origins that may embed the portal in a frame (`WEBHOOKS_PORTAL_FRAME_ANCESTORS`,
+    /// space separated, each `https://host[:port]`, `http://...` or `'self'`; default empty:
+    /// none, `frame-ancestors 'none'` and `X-Frame-Options: DENY`). See
+    /// [`crate::http::ui::portal`].
+    pub portal_frame_ancestors: Vec<String>,
     /// The EventBridge bus operational events are put on (`WEBHOOKS_OPERATIONAL_EVENT_BUS`;
     /// unset: they are log lines only). See [`crate::domain::operational`].
     pub operational_event_bus: Option<String>,
@@ -263,6 +268,7 @@ impl Config {
             max_endpoints_per_tenant: DEFAULT_MAX_ENDPOINTS_PER_TENANT,
             reject_unknown_tenants: false,
             egress_ips: Vec::new(),
+            portal_frame_ancestors: Vec::new(),
             operational_event_bus: None,
             wait_scale: 1.0,
             secret_rotation: Duration::from_secs(24 * 3600),
@@ -369,6 +375,7 @@ impl Config {
             .filter(|ip| !ip.is_empty())
             .map(String::from)
             .collect();
+        c.portal_frame_ancestors = frame_ancestors(&get("WEBHOOKS_PORTAL_FRAME_ANCESTORS").unwrap_or_default())?;
         c.wait_scale = parse(&get, "WEBHOOKS_WAIT_SCALE", 1.0)?;
         if !(c.wait_scale > 0.0 && c.wait_scale <= 1.0) {
             return Err(ConfigError { name: "WEBHOOKS_WAIT_SCALE", problem: "must be above 0 and at most 1".into() });
@@ -446,6 +453,34 @@ where
 /// (`arn:aws:sqs:{region}:{account}:{name}`).
 pub fn queue_name(url_or_arn: &str) -> &str {
     url_or_arn.rsplit(['/', ':']).next().unwrap_or(url_or_arn)
+}
+
+/// `WEBHOOKS_PORTAL_FRAME_ANCESTORS`: space-separated origins (`https://host[:port]`,
+/// `http://...`) or `'self'`, each as the `frame-ancestors` directive takes it (a trailing
+/// `/` is dropped).
+///
+/// # Errors
+/// [`ConfigError`] naming an entry that is neither (a path, a query, a wildcard or a
+/// character that would end the directive, such as `;`, is refused: the value goes into a
+/// response header).
+fn frame_ancestors(value: &str) -> Result<Vec<String>, ConfigError> {
+    value
+        .split_whitespace()
+        .map(|entry| {
+            if entry == "'self'" {
+                return Ok(entry.to_string());
+            }
+            let origin = url::Url::parse(entry)
+                .ok()
+                .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+                .map(|u| u.origin().ascii_serialization())
+                .filter(|o| o == entry.trim_end_matches('/'));
+            origin.ok_or_else(|| ConfigError {
+                name: "WEBHOOKS_PORTAL_FRAME_ANCESTORS",
+                problem: format!("{entry:?} is not an origin (https://host[:port]) or 'self'"),
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -549,5 +584,14 @@ mod tests {
         ]))
         .unwrap_err();
         assert_eq!(e.name, "WEBHOOKS_SLOW_QUEUE_URL");
+    }
+
+    #[test]
+    fn portal_frame_ancestors_are_origins_or_self() {
+        let ok = frame_ancestors(" https://app.example.com  'self' http://127.0.0.1:3000/ ").unwrap();
+        assert_eq!(ok, ["https://app.example.com", "'self'", "http://127.0.0.1:3000"]);
+        for bad in ["https://a.example/path", "https://a.example?x", "a.example", "'none'; script-src *"] {
+            assert!(frame_ancestors(bad).is_err(), "{bad}");
+        }
     }
 }

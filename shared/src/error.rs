@@ -76,6 +76,11 @@ pub enum ServiceError {
     /// their history but cannot be replayed (410 `payload_expunged`).
     #[error("{0}")]
     PayloadExpunged(String),
+    /// A request body that is not declared `application/json` (415 `unsupported_media_type`):
+    /// a browser page of another site can send `text/plain` or a form without asking, never
+    /// `application/json`. Nothing was read or stored.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
     /// The tenant is being purged (`DELETE /v1/tenants/{id}`): its events, endpoints and
     /// settings are refused until the purge ends (409 `tenant_purging`). Nothing was stored.
     #[error("{0}")]
@@ -100,6 +105,7 @@ impl ServiceError {
             Self::ApiKeyRequired(_) | Self::InvalidApiKey(_) => 401,
             Self::PayloadExpunged(_) => 410,
             Self::TenantPurging(_) => 409,
+            Self::UnsupportedMediaType(_) => 415,
         }
     }
 
@@ -126,6 +132,7 @@ impl ServiceError {
             Self::TenantNotAllowed(_) => "tenant_not_allowed",
             Self::PayloadExpunged(_) => "payload_expunged",
             Self::TenantPurging(_) => "tenant_purging",
+            Self::UnsupportedMediaType(_) => "unsupported_media_type",
         }
     }
 

@@ -115,14 +115,26 @@ pub async fn start_with(app: App, inbox: Arc<dyn Inbox>, options: Options) -> Re
 
     // The API, and the two screens (`/portal`, `/dashboard`) on the same port, answering only
     // requests addressed to this server by a loopback name: the local API has no auth, so a
-    // page of another site that rebinds its DNS name to 127.0.0.1 must not reach it.
+    // page of another site that rebinds its DNS name to 127.0.0.1 must not reach it; and
+    // taking requests other than GET only from its own pages' origin (a cross-site POST
+    // carries an allowed Host).
     let router = webhooks::http::api::router(app.clone())
         .merge(webhooks::http::ui::routes(app.clone()))
         .layer(axum::middleware::map_response(close_after_413))
         .layer(axum::middleware::from_fn(move |request: axum::extract::Request, next: axum::middleware::Next| {
-            let host = request.headers().get(axum::http::header::HOST).and_then(|h| h.to_str().ok());
-            let local = webhooks::http::local_host::is_local_host(host, addr);
-            async move { if local { next.run(request).await } else { webhooks::http::local_host::misdirected(addr) } }
+            use webhooks::http::local_host::{cross_origin, is_local_host, is_local_origin, misdirected};
+            let header = |name| request.headers().get(name).map(|h| h.to_str().unwrap_or("?"));
+            let local = is_local_host(header(axum::http::header::HOST), addr);
+            // A page of another site may not POST here (its requests carry its Origin).
+            let reading = matches!(*request.method(), axum::http::Method::GET | axum::http::Method::HEAD);
+            let same_origin = reading || is_local_origin(header(axum::http::header::ORIGIN), addr);
+            async move {
+                match (local, same_origin) {
+                    (false, _) => misdirected(addr),
+                    (true, false) => cross_origin(addr),
+                    (true, true) => next.run(request).await,
+                }
+            }
         }));
     let mut rx = stopped.clone();
     tasks.push(tokio::spawn(async move {

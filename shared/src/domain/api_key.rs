@@ -29,8 +29,9 @@ pub const MAX_TENANTS: usize = 100;
 pub const MAX_NAME_CHARS: usize = 200;
 
 /// An API key as stored and shown (never with the key itself; `Debug` leaves out its
-/// digest).
-#[derive(Clone, PartialEq, Serialize)]
+/// digest). Shown as its fields without `secret_sha256`, plus `all_tenants` (`true` when
+/// `tenant_ids` is `None`: a key for every tenant).
+#[derive(Clone, PartialEq)]
 pub struct ApiKey {
     /// `key_{ulid}`.
     pub id: String,
@@ -50,8 +51,37 @@ pub struct ApiKey {
     /// `WEBHOOKS_API_KEY_CACHE_SECONDS`, so it is that many seconds coarse.
     pub last_used_at: Option<DateTime<Utc>>,
     /// Base64 (standard) SHA-256 of the whole key: all that is stored of it.
-    #[serde(skip)]
     pub secret_sha256: String,
+}
+
+impl Serialize for ApiKey {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        /// The answer's shape: the record without its digest, with `all_tenants` said.
+        #[derive(Serialize)]
+        struct Shown<'a> {
+            id: &'a str,
+            prefix: &'a str,
+            name: &'a str,
+            tenant_ids: &'a Option<Vec<String>>,
+            all_tenants: bool,
+            created_at: &'a DateTime<Utc>,
+            expires_at: &'a Option<DateTime<Utc>>,
+            revoked_at: &'a Option<DateTime<Utc>>,
+            last_used_at: &'a Option<DateTime<Utc>>,
+        }
+        Shown {
+            id: &self.id,
+            prefix: &self.prefix,
+            name: &self.name,
+            tenant_ids: &self.tenant_ids,
+            all_tenants: self.tenant_ids.is_none(),
+            created_at: &self.created_at,
+            expires_at: &self.expires_at,
+            revoked_at: &self.revoked_at,
+            last_used_at: &self.last_used_at,
+        }
+        .serialize(serializer)
+    }
 }
 
 impl std::fmt::Debug for ApiKey {
@@ -73,8 +103,11 @@ impl std::fmt::Debug for ApiKey {
 pub struct Draft {
     /// What the key is for.
     pub name: Option<String>,
-    /// The tenants it may post for; `None`: every tenant.
+    /// The tenants it may post for (1 to [`MAX_TENANTS`]); give these or `all_tenants`.
     pub tenant_ids: Option<Vec<String>>,
+    /// A key for every tenant, asked for explicitly (issue #54: forgetting `tenant_ids` must
+    /// not widen a key); give this or `tenant_ids`.
+    pub all_tenants: bool,
     /// When it stops being accepted; `None`: never.
     pub expires_at: Option<DateTime<Utc>>,
 }
@@ -95,8 +128,9 @@ pub enum Refusal {
 ///
 /// # Errors
 /// [`ServiceError::Validation`] naming the field: a `name` over [`MAX_NAME_CHARS`] characters
-/// or with control characters, `tenant_ids` empty, over [`MAX_TENANTS`], repeated, or with an
-/// id outside the id rule ([`ids::client_id`]), `expires_at` not after `now`.
+/// or with control characters, neither `tenant_ids` nor `all_tenants` given, or both,
+/// `tenant_ids` empty, over [`MAX_TENANTS`], repeated, or with an id outside the id rule
+/// ([`ids::client_id`]), `expires_at` not after `now`.
 pub fn create(
     draft: Draft,
     now: DateTime<Utc>,
@@ -109,10 +143,23 @@ pub fn create(
             "name: at most {MAX_NAME_CHARS} characters, no control characters"
         )));
     }
+    match (&draft.tenant_ids, draft.all_tenants) {
+        (None, false) => {
+            return Err(ServiceError::Validation(
+                "tenant_ids, all_tenants: a key names the tenants it may post for (tenant_ids), or is for every tenant only when asked (\"all_tenants\": true)".into(),
+            ));
+        }
+        (Some(_), true) => {
+            return Err(ServiceError::Validation(
+                "tenant_ids, all_tenants: give one: tenant_ids for some tenants, or \"all_tenants\": true for every tenant".into(),
+            ));
+        }
+        _ => {}
+    }
     if let Some(tenants) = &draft.tenant_ids {
         if tenants.is_empty() || tenants.len() > MAX_TENANTS {
             return Err(ServiceError::Validation(format!(
-                "tenant_ids: 1 to {MAX_TENANTS} tenant ids; leave it out for a key that may post for every tenant"
+                "tenant_ids: 1 to {MAX_TENANTS} tenant ids; for a key that may post for every tenant, give \"all_tenants\": true instead"
             )));
         }
         for (i, t) in tenants.iter().enumerate() {
@@ -236,7 +283,7 @@ mod tests {
     fn a_key_names_its_id_and_only_its_digest_is_kept() {
         let now = at("2026-12-05T12:00:00Z");
         let ulid = "01JEXAMPLE0000000000000000";
-        let (rec, key) = create(Draft::default(), now, ulid, &[7u8; 32]).unwrap();
+        let (rec, key) = create(Draft { all_tenants: true, ..Draft::default() }, now, ulid, &[7u8; 32]).unwrap();
         assert!(key.starts_with("whk_01JEXAMPLE0000000000000000_"), "{key}");
         assert_eq!(key.len(), 4 + 26 + 1 + 43);
         assert_eq!(
@@ -269,6 +316,7 @@ mod tests {
         let draft = Draft {
             name: Some("billing".into()),
             tenant_ids: Some(vec!["acme".into()]),
+            all_tenants: false,
             expires_at: Some(at("2026-12-05T13:00:00Z")),
         };
         let (mut rec, key) = create(draft, now, "01JEXAMPLE0000000000000000", &[1u8; 32]).unwrap();
@@ -276,7 +324,8 @@ mod tests {
         assert_eq!(rec.check(&key, at("2026-12-05T13:00:00Z")), Err(Refusal::Expired));
         rec.revoked_at = Some(now);
         assert_eq!(rec.check(&key, now), Err(Refusal::Revoked));
-        let (all, _) = create(Draft::default(), now, "01JEXAMPLE0000000000000001", &[2u8; 32]).unwrap();
+        let every = Draft { all_tenants: true, ..Draft::default() };
+        let (all, _) = create(every, now, "01JEXAMPLE0000000000000001", &[2u8; 32]).unwrap();
         assert!(all.allows("acme") && all.allows("globex"));
     }
 
@@ -289,7 +338,11 @@ mod tests {
         assert_eq!(refused(twice), "tenant_ids[1]: a is named twice");
         let bad = Draft { tenant_ids: Some(vec!["a b".into()]), ..Draft::default() };
         assert!(refused(bad).starts_with("tenant_ids[0]: "));
-        let past = Draft { expires_at: Some(now), ..Draft::default() };
+        // Issue #54, item 6: "every tenant" is asked for, never what a forgotten field means.
+        assert!(refused(Draft::default()).starts_with("tenant_ids, all_tenants: "));
+        let both = Draft { tenant_ids: Some(vec!["a".into()]), all_tenants: true, ..Draft::default() };
+        assert!(refused(both).starts_with("tenant_ids, all_tenants: give one"));
+        let past = Draft { expires_at: Some(now), all_tenants: true, ..Draft::default() };
         assert_eq!(refused(past), "expires_at: 2026-12-05T12:00:00Z is not in the future");
         assert!(refused(Draft { name: Some("a\nb".into()), ..Draft::default() }).starts_with("name: "));
     }

@@ -26,6 +26,9 @@
 //! | `POST /v1/tenants/{tenant_id}/portal-sessions` `{"ttl_seconds"?}` | 201 [`crate::http::ui::token::PortalSession`]: a signed portal URL for one tenant |
 //!
 //! Every error is `{"error": {"code", "message"}}` with the status of [`ServiceError`]. A
+//! request body must be declared `Content-Type: application/json` (415
+//! `unsupported_media_type` otherwise: the guard against cross-site browser POSTs, see
+//! `http::extract::require_json`). A
 //! route takes only the query parameters listed above (most take none): any other, such as a
 //! misspelt one, is 422 `validation_error` naming it, as an unknown body field is. Every
 //! parameter is checked before any AWS call: ids by the rule of [`crate::domain::ids`], a cursor
@@ -368,6 +371,7 @@ fn finish(router: Router<App>, app: App) -> Router {
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(super::extract::require_json))
         .with_state(app)
 }
 

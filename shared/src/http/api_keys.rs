@@ -3,13 +3,15 @@
 //!
 //! | route | answer |
 //! |---|---|
-//! | `POST /v1/api-keys` `{"name"?, "tenant_ids"?, "expires_at"?}` | 201 [`crate::service::api_keys::Created`]: the record and `key`, shown this once |
+//! | `POST /v1/api-keys` `{"name"?, "tenant_ids" \| "all_tenants": true, "expires_at"?}` | 201 [`crate::service::api_keys::Created`]: the record and `key`, shown this once |
 //! | `GET /v1/api-keys?limit=&cursor=` | 200 `{"data", "next_cursor"}`, oldest first, never a key |
 //! | `GET /v1/api-keys/{id}` | 200 [`ApiKey`] |
 //! | `DELETE /v1/api-keys/{id}` | 200 [`ApiKey`] with `revoked_at`: refused by every ingest process within `WEBHOOKS_API_KEY_CACHE_SECONDS` |
 //!
-//! `tenant_ids` absent: the key may post for every tenant. `expires_at` is an RFC 3339 time
-//! in the future; absent: the key does not expire.
+//! A key names its tenants (`tenant_ids`, 1 to 100) or is for every tenant only when asked
+//! (`"all_tenants": true`): neither, or both, is 422 naming both fields. Keys stored before
+//! this rule with no `tenant_ids` keep their meaning and answer `"all_tenants": true`.
+//! `expires_at` is an RFC 3339 time in the future; absent: the key does not expire.
 
 use super::api::check_limit;
 use super::extract::{NoBody, NoParams, Params, PathParam, parse_body};
@@ -31,6 +33,7 @@ use serde::Deserialize;
 struct CreateBody {
     name: Option<String>,
     tenant_ids: Option<Vec<String>>,
+    all_tenants: Option<bool>,
     expires_at: Option<String>,
 }
 
@@ -49,12 +52,13 @@ async fn create(
 ) -> Result<Response, ServiceError> {
     let b: CreateBody = match &body {
         Ok(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => {
-            CreateBody { name: None, tenant_ids: None, expires_at: None }
+            CreateBody { name: None, tenant_ids: None, all_tenants: None, expires_at: None }
         }
         _ => parse_body(body)?,
     };
     let expires_at = super::api::time_param("expires_at", b.expires_at)?;
-    let draft = Draft { name: b.name, tenant_ids: b.tenant_ids, expires_at };
+    let draft =
+        Draft { name: b.name, tenant_ids: b.tenant_ids, all_tenants: b.all_tenants.unwrap_or(false), expires_at };
     Ok((StatusCode::CREATED, Json(api_keys::create(&app, draft).await?)).into_response())
 }
 

@@ -25,6 +25,52 @@ impl IntoResponse for ServiceError {
     }
 }
 
+/// Whether a `Content-Type` value declares JSON: `application/json`, any letter case, with or
+/// without parameters (`; charset=utf-8`).
+fn is_json(content_type: &str) -> bool {
+    content_type.split(';').next().is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// The API's guard against cross-site requests (issue #54, item 7), a layer on every API
+/// route (the Lambda functions' and the local runtime's): a request that declares a
+/// `Content-Type` other than `application/json` (parameters allowed) is refused unless it is a
+/// `GET` or `HEAD`, and one that declares none must have no body (blank). A page of another
+/// site can make a browser send a POST without asking the server first (no CORS preflight)
+/// only as `text/plain`, a form, or `multipart/form-data` (or a body of no declared type),
+/// never as `application/json`; such a POST reaches the local runtime with an allowed `Host`.
+///
+/// # Errors
+/// 415 `unsupported_media_type` naming the type received; 413 `payload_too_large` for a body
+/// of no declared type over [`MAX_BODY_BYTES`].
+pub(super) async fn require_json(request: Request, next: axum::middleware::Next) -> Response {
+    use axum::http::{Method, header};
+    let declared = request.headers().get(header::CONTENT_TYPE).map(|v| v.to_str().unwrap_or("?").to_string());
+    match declared {
+        Some(t) if is_json(&t) => next.run(request).await,
+        Some(_) if matches!(*request.method(), Method::GET | Method::HEAD) => next.run(request).await,
+        Some(t) => ServiceError::UnsupportedMediaType(format!(
+            "Content-Type {:?} is not accepted: send request bodies as application/json",
+            crate::domain::ids::shown(&t)
+        ))
+        .into_response(),
+        None => {
+            let (parts, body) = request.into_parts();
+            let bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+                Ok(b) => b,
+                Err(_) => {
+                    let m = format!("request body is over the limit of {MAX_BODY_BYTES} bytes");
+                    return ServiceError::TooLarge(m).into_response();
+                }
+            };
+            if !is_blank(&bytes) {
+                let m = "a request body needs Content-Type: application/json";
+                return ServiceError::UnsupportedMediaType(m.into()).into_response();
+            }
+            next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await
+        }
+    }
+}
+
 /// Reads a JSON body: 413 when over [`MAX_BODY_BYTES`], 400 when it is not JSON, 422
 /// `body: must be a JSON object` for any other JSON value, 422 naming the field when it does
 /// not fit `T` (an unknown field included: the bodies deny them).

@@ -120,14 +120,7 @@ pub async fn check_field(cfg: &Config, field: &str, url: &str) -> Result<(), Ser
             let port = parsed.port_or_known_default().unwrap_or(443);
             let lookup = tokio::net::lookup_host((name, port));
             return match tokio::time::timeout(RESOLVE_TIMEOUT, lookup).await {
-                Ok(Ok(addrs)) => {
-                    for a in addrs {
-                        if let Some(range) = refused_range(a.ip()) {
-                            return Err(refused(field, url, format!("{name} resolves to {} ({range})", a.ip())));
-                        }
-                    }
-                    Ok(())
-                }
+                Ok(Ok(addrs)) => refuse_resolved(field, url, name, addrs),
                 // Not resolvable now (not set up yet, or no DNS here): the connect-time check
                 // decides at each attempt.
                 Ok(Err(_)) | Err(_) => Ok(()),
@@ -139,6 +132,26 @@ pub async fn check_field(cfg: &Config, field: &str, url: &str) -> Result<(), Ser
         Some(range) => Err(refused(field, url, format!("{ip} is {range}"))),
         None => Ok(()),
     }
+}
+
+/// The registration answer for a name that resolved to `addrs`: refused when any is in a
+/// refused range. The refusal names the field, the URL (redacted) and the name, never the
+/// address it resolved to nor its range: whoever may register URLs (a portal user) must not
+/// learn what names resolve to inside the service's network (a DNS oracle when deliver runs
+/// in a VPC). The address and range go to the log (info) for operators.
+fn refuse_resolved(
+    field: &str,
+    url: &str,
+    name: &str,
+    addrs: impl IntoIterator<Item = std::net::SocketAddr>,
+) -> Result<(), ServiceError> {
+    for a in addrs {
+        if let Some(range) = refused_range(a.ip()) {
+            tracing::info!(field, host = name, address = %a.ip(), range, "destination refused at registration");
+            return Err(refused(field, url, format!("{name} resolves to a private address")));
+        }
+    }
+    Ok(())
 }
 
 /// Whether the sender refuses `url` before any connection: `http://` under `require_https`,
@@ -248,6 +261,23 @@ mod tests {
         let refused = check_registration(&cfg, "http://127.0.0.1/in?token=s3cret").await;
         let text = refused.err().map(|e| e.to_string()).unwrap_or_default();
         assert!(text.contains("not allowed") && !text.contains("s3cret"), "{text}");
+    }
+
+    /// Issue #54, item 8: a name refused for what it resolves to is refused as resolving to a
+    /// private address, without the address or its range (a DNS oracle for portal users).
+    #[test]
+    fn a_name_refused_for_its_address_does_not_say_which_address() {
+        for ip in ["10.1.2.3", "169.254.169.254", "fd00::7"] {
+            let addr = std::net::SocketAddr::new(ip.parse().unwrap(), 443);
+            let refused = refuse_resolved("url", "https://inside.example/in", "inside.example", [addr]);
+            let text = refused.err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(text.contains("inside.example resolves to a private address"), "{text}");
+            for leaked in [ip, "private)", "link-local", "unique local"] {
+                assert!(!text.contains(leaked), "{leaked} in {text}");
+            }
+        }
+        let public = std::net::SocketAddr::new("93.184.216.34".parse().unwrap(), 443);
+        assert!(refuse_resolved("url", "https://example.com/", "example.com", [public]).is_ok());
     }
 
     #[test]

@@ -117,6 +117,15 @@ pub struct DestinationRefused(pub String);
 
 pub use crate::sender::destination::is_public;
 
+/// The refusal of a connection to `host`, resolved to `addrs`, when any of them is not public.
+/// It names the host only: the attempt record (which portal users read) does not say what the
+/// name resolved to (a DNS oracle inside a VPC); the address goes to the log (warn).
+fn refused_resolution(host: &str, addrs: &[SocketAddr]) -> Option<DestinationRefused> {
+    let bad = addrs.iter().find(|a| !is_public(a.ip()))?;
+    tracing::warn!(host, address = %bad.ip(), "attempt refused: the destination resolves to a non-public address");
+    Some(DestinationRefused(host.to_string()))
+}
+
 struct GuardedResolver {
     allow_private: bool,
 }
@@ -133,9 +142,8 @@ impl reqwest::dns::Resolve for GuardedResolver {
                     return Err(e);
                 }
             };
-            if !allow && let Some(bad) = addrs.iter().find(|a| !is_public(a.ip())) {
-                let e: Box<dyn std::error::Error + Send + Sync> =
-                    Box::new(DestinationRefused(format!("{host} ({})", bad.ip())));
+            if !allow && let Some(refused) = refused_resolution(&host, &addrs) {
+                let e: Box<dyn std::error::Error + Send + Sync> = Box::new(refused);
                 return Err(e);
             }
             let it: reqwest::dns::Addrs = Box::new(addrs.into_iter());
@@ -359,6 +367,16 @@ fn redacted_error(e: reqwest::Error, url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue #54, item 8: an attempt refused at connect time for what the name resolves to
+    /// does not record the address (portal users read attempt records).
+    #[test]
+    fn a_refused_resolution_names_the_host_not_the_address() {
+        let addrs: Vec<SocketAddr> = vec!["93.184.216.34:443".parse().unwrap(), "10.1.2.3:443".parse().unwrap()];
+        let text = refused_resolution("inside.example", &addrs).map(|r| r.to_string()).unwrap_or_default();
+        assert_eq!(text, "destination inside.example is not a public address");
+        assert!(refused_resolution("example.com", &addrs[..1]).is_none());
+    }
 
     #[test]
     fn retry_after_in_seconds_and_as_a_date() {

@@ -165,10 +165,12 @@ pub(crate) fn validate_url(url: &str) -> Result<(), ServiceError> {
 /// endpoint at another origin (scheme, host, port) must give each credential setting the
 /// endpoint has (`auth`, `secret_headers`) again, or `null`, in the same request. Otherwise
 /// whoever may change the URL could have them sent to an address of theirs.
+///
+/// [`crate::service::endpoints::update_endpoint`] runs it on the endpoint as each try of its
+/// versioned write reads it, not only as first read.
 pub(crate) fn refuse_credentials_moving(ep: &Endpoint, body: &Map<String, Value>) -> Result<(), ServiceError> {
     let Some(url) = body.get("url").and_then(Value::as_str) else { return Ok(()) };
-    let origin = |u: &str| url::Url::parse(u).map(|u| u.origin().ascii_serialization()).ok();
-    if origin(url) == origin(&ep.url) {
+    if origin_of(url) == origin_of(&ep.url) {
         return Ok(());
     }
     let held: Vec<&str> = [("auth", ep.auth.is_some()), ("secret_headers", !ep.secret_headers.is_empty())]
@@ -186,4 +188,15 @@ pub(crate) fn refuse_credentials_moving(ep: &Endpoint, body: &Map<String, Value>
             held.join(", ")
         ),
     ))
+}
+
+/// A URL's origin (scheme, host, port) as text; `None` when it does not parse.
+pub(crate) fn origin_of(url: &str) -> Option<String> {
+    url::Url::parse(url).map(|u| u.origin().ascii_serialization()).ok()
+}
+
+/// Whether a PATCH body gives receiver credentials (`auth` or `secret_headers` other than
+/// `null`).
+pub(crate) fn gives_credentials(body: &Map<String, Value>) -> bool {
+    ["auth", "secret_headers"].iter().any(|f| body.get(*f).is_some_and(|v| !v.is_null()))
 }

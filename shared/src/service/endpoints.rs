@@ -10,7 +10,9 @@ use crate::domain::signing;
 use crate::domain::tenant::TenantSettings;
 use crate::error::ServiceError;
 use crate::sender::destination;
-use crate::service::endpoint_settings::{apply_settings, destinations, invalid, refuse_credentials_moving};
+use crate::service::endpoint_settings::{
+    apply_settings, destinations, gives_credentials, invalid, origin_of, refuse_credentials_moving,
+};
 use crate::service::endpoint_state;
 use crate::store::{DeletedEndpoint, DeliveryQuery, DeliverySummary, Page, StoreError, collect_deliveries};
 use chrono::{DateTime, Utc};
@@ -286,8 +288,19 @@ pub async fn update_endpoint(
             destination::check_field(&app.config, field, url).await?;
         }
     }
-    let (ep, _) = endpoint_state::change_endpoint(app, &ep.tenant_id, id, |ep| {
-        endpoint_lifecycle::configure(ep, app.clock.now(), &app.random, |e| apply_settings(e, body, &[])).map(Some)
+    // The credential guard runs again on the endpoint as each try of the write reads it: a
+    // PATCH that added `auth` or `secret_headers` between the first read and this write must
+    // not be carried to this PATCH's new origin, and credentials this PATCH gives without a
+    // URL are for the origin the caller saw, not one another PATCH moved the endpoint to.
+    let seen = origin_of(&ep.url);
+    let (ep, _) = endpoint_state::change_endpoint(app, &ep.tenant_id, id, |now| {
+        refuse_credentials_moving(now, body)?;
+        if !body.contains_key("url") && gives_credentials(body) && origin_of(&now.url) != seen {
+            return Err(ServiceError::Conflict(format!(
+                "endpoint {id} was moved to another host while this request was applied; read it again and give its credentials for the new URL"
+            )));
+        }
+        endpoint_lifecycle::configure(now, app.clock.now(), &app.random, |e| apply_settings(e, body, &[])).map(Some)
     })
     .await?;
     Ok(EndpointView::shown(app, ep, false).await)

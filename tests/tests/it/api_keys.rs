@@ -170,9 +170,19 @@ async fn a_key_posts_for_its_tenants_only_and_is_never_stored_or_logged() {
     let (status, e) = post_with(&stack, &wrong, &event("acme", "evt_k6")).await;
     assert_eq!((status, e["error"]["code"].as_str()), (401, Some("invalid_api_key")), "local runtime: {e}");
 
-    // A key for every tenant posts for any.
-    let all = create_key(&stack, json!({})).await;
-    assert!(all["tenant_ids"].is_null(), "{all}");
+    // A key for every tenant is asked for (issue #54, item 6) and posts for any; a key that
+    // forgot its tenants is refused, naming both fields.
+    let (status, e) = stack.call(Method::POST, "/v1/api-keys", Some(json!({"name": "forgot"}))).await;
+    assert_eq!((status, e["error"]["code"].as_str()), (422, Some("validation_error")), "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().starts_with("tenant_ids, all_tenants: "), "{e}");
+    let (status, e) = stack.call(Method::POST, "/v1/api-keys", None).await;
+    assert_eq!(status, 422, "no body at all is no widening either: {e}");
+    let (status, e) =
+        stack.call(Method::POST, "/v1/api-keys", Some(json!({"tenant_ids": ["acme"], "all_tenants": true}))).await;
+    assert_eq!(status, 422, "both: {e}");
+    assert_eq!(created["all_tenants"], false, "{created}");
+    let all = create_key(&stack, json!({"all_tenants": true})).await;
+    assert!(all["tenant_ids"].is_null() && all["all_tenants"] == true, "{all}");
     let (status, body) = post_with(&stack, all["key"].as_str().unwrap(), &event("globex", "evt_k7")).await;
     assert_eq!(status, 202, "{body}");
 
@@ -245,8 +255,8 @@ async fn a_revoked_or_expired_key_is_refused_within_the_cache_period() {
     for (body, field) in [
         (json!({"tenant_ids": []}), "tenant_ids"),
         (json!({"tenant_ids": ["a b"]}), "tenant_ids[0]"),
-        (json!({"expires_at": "2020-01-01T00:00:00Z"}), "expires_at"),
-        (json!({"expires_at": "tomorrow"}), "expires_at"),
+        (json!({"all_tenants": true, "expires_at": "2020-01-01T00:00:00Z"}), "expires_at"),
+        (json!({"all_tenants": true, "expires_at": "tomorrow"}), "expires_at"),
         (json!({"scope": "all"}), "scope"),
     ] {
         let (status, e) = stack.call(Method::POST, "/v1/api-keys", Some(body.clone())).await;

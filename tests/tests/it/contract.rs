@@ -1067,3 +1067,54 @@ async fn a_payload_that_does_not_parse_as_a_value_is_refused_not_filtered_as_nul
     assert_eq!(others.count(), 0, "the $neq endpoint did not get it as a null payload");
     stack.stop().await;
 }
+
+/// Issue #54, item 7: the local API parsed JSON whatever the `Content-Type`, so a page of
+/// another site could POST to it from the user's browser (`text/plain`, a form, or a body of
+/// no declared type: no CORS preflight; the Host is an allowed loopback name). A body must be
+/// declared `application/json`, and a POST from another origin is refused even without one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cross_site_post_is_refused_and_json_bodies_must_say_so() {
+    let stack = Stack::start(|_| {}).await;
+    let body = json!({"tenant_id": "acme", "url": "http://127.0.0.1:9/in"}).to_string();
+    let url = format!("{}/v1/endpoints", stack.base);
+    for content_type in
+        [Some("text/plain"), Some("application/x-www-form-urlencoded"), Some("multipart/form-data; boundary=x"), None]
+    {
+        let mut req = stack.http.post(&url).body(body.clone());
+        if let Some(t) = content_type {
+            req = req.header("content-type", t);
+        }
+        let answer = req.send().await.unwrap();
+        let status = answer.status().as_u16();
+        let answer: Value = answer.json().await.unwrap_or(Value::Null);
+        assert_eq!((status, code(&answer)), (415, "unsupported_media_type"), "{content_type:?}: {answer}");
+        assert!(message(&answer).contains("application/json"), "{answer}");
+    }
+    let (status, list) = stack.call(Method::GET, "/v1/endpoints?tenant_id=acme", None).await;
+    assert_eq!((status, list["data"].as_array().map(Vec::len)), (200, Some(0)), "nothing was created: {list}");
+
+    // JSON with parameters is JSON.
+    let answer = stack
+        .http
+        .post(&url)
+        .header("content-type", "Application/JSON; charset=utf-8")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 201);
+    let ep: Value = answer.json().await.unwrap();
+    let disable = format!("{}/v1/endpoints/{}/disable", stack.base, ep["id"].as_str().unwrap());
+
+    // A bodiless POST from another site's page (it carries that page's Origin) is refused; the
+    // local server's own pages, and clients that send no Origin, are not.
+    let answer = stack.http.post(&disable).header("origin", "https://attacker.example").send().await.unwrap();
+    assert_eq!(answer.status().as_u16(), 403);
+    let answer: Value = answer.json().await.unwrap();
+    assert_eq!(code(&answer), "cross_origin_request", "{answer}");
+    let (_, now) = stack.call(Method::GET, &format!("/v1/endpoints/{}", ep["id"].as_str().unwrap()), None).await;
+    assert_eq!(now["enabled"], true, "the cross-site POST did nothing: {now}");
+    let answer = stack.http.post(&disable).header("origin", stack.base.as_str()).send().await.unwrap();
+    assert_eq!(answer.status().as_u16(), 200, "the local server's own origin");
+    stack.stop().await;
+}

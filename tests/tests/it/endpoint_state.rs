@@ -208,6 +208,73 @@ async fn a_breaker_that_opens_while_a_patch_is_in_flight_is_not_lost_and_its_pro
     stack.stop().await;
 }
 
+/// Runs `first` as a PATCH of a new endpoint at `http://127.0.0.1:9/a` that reads it, then
+/// holds its conditional write until `second` (another PATCH) has landed; answers the first
+/// PATCH's status and body, and the endpoint as it is after both.
+async fn racing_patches(first: Value, second: Value) -> (u16, Value, Value) {
+    let gate = Arc::new(Gate {
+        armed: AtomicBool::new(false),
+        reached: AtomicBool::new(false),
+        release: tokio::sync::Notify::new(),
+    });
+    let g = gate.clone();
+    let hook: Hook = Arc::new(move |call| {
+        let g = g.clone();
+        Box::pin(async move {
+            if call == "commit" && g.armed.swap(false, Ordering::SeqCst) {
+                g.reached.store(true, Ordering::SeqCst);
+                g.release.notified().await;
+            }
+            Ok(())
+        }) as BoxFuture<Result<(), StoreError>>
+    });
+    let stack = Stack::start_wrapped(|_| {}, no_pollers(), |app| Serialized::hooked(&app, Some(hook))).await;
+    let ep = endpoint(&stack, "http://127.0.0.1:9/a", json!({})).await;
+    let path = format!("/v1/endpoints/{}", ep["id"].as_str().unwrap());
+    gate.armed.store(true, Ordering::SeqCst);
+    let held = {
+        let (http, url) = (stack.http.clone(), format!("{}{path}", stack.base));
+        tokio::spawn(async move {
+            let r = http.patch(url).json(&first).send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        })
+    };
+    eventually("the first PATCH at its write", WITHIN, || async { gate.reached.load(Ordering::SeqCst) }).await;
+    let (status, body) = stack.call(Method::PATCH, &path, Some(second)).await;
+    assert_eq!(status, 200, "the second PATCH lands first: {body}");
+    gate.release.notify_one();
+    let (status, body) = held.await.unwrap();
+    let after = stack.call(Method::GET, &path, None).await.1;
+    stack.stop().await;
+    (status, body, after)
+}
+
+/// Issue #54, item 4: a URL-only PATCH read the endpoint without credentials; a PATCH adding
+/// `auth` landed before its write. Re-applied on the endpoint as re-read, the URL change must
+/// meet the credential guard again, not carry the new token to the new origin.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_url_patch_racing_one_that_adds_credentials_does_not_move_them() {
+    let auth = json!({"type": "bearer", "token": "t0ken-for-a"});
+    let (status, body, after) =
+        racing_patches(json!({"url": "http://127.0.0.1:10/elsewhere"}), json!({"auth": auth})).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (422, Some("validation_error")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("auth"), "{body}");
+    assert_eq!(after["url"], "http://127.0.0.1:9/a", "the credentials stay with their origin: {after:#}");
+    assert_eq!(after["auth"], json!({"type": "bearer"}), "{after:#}");
+}
+
+/// The other order: a PATCH giving `auth` (for the URL its caller saw) read the endpoint; a
+/// URL-only PATCH moved it meanwhile. The credentials are not applied to the new origin.
+#[tokio::test(flavor = "multi_thread")]
+async fn credentials_given_for_one_url_are_not_applied_after_another_patch_moved_it() {
+    let auth = json!({"type": "bearer", "token": "t0ken-for-a"});
+    let (status, body, after) =
+        racing_patches(json!({"auth": auth}), json!({"url": "http://127.0.0.1:10/elsewhere"})).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (409, Some("conflict")), "{body}");
+    assert_eq!(after["url"], "http://127.0.0.1:10/elsewhere", "{after:#}");
+    assert!(after.get("auth").is_none(), "no credentials went to the new origin: {after:#}");
+}
+
 async fn paused_endpoint(stack: &Stack, rx: &Receiver, policy: Value) -> (String, String) {
     let extra = json!({"retry_policy": policy, "circuit_breaker_threshold": 1, "auto_resume": true,
         "auto_resume_after_seconds": 1});

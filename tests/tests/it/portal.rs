@@ -85,7 +85,7 @@ async fn the_portal_function_serves_the_portal_only_and_checks_tokens_with_the_k
     let r = client.get(format!("{portal}/portal?token={token}")).send().await.unwrap();
     assert_eq!(r.status(), 303);
     let set_cookie = r.headers()["set-cookie"].to_str().unwrap().to_string();
-    for attr in ["HttpOnly", "SameSite=Strict", "Path=/portal"] {
+    for attr in ["HttpOnly", "SameSite=Lax", "Path=/portal"] {
         assert!(set_cookie.contains(attr), "{set_cookie}");
     }
     let cookie = set_cookie.split(';').next().unwrap().to_string();
@@ -236,4 +236,91 @@ async fn an_unreadable_portal_key_answers_503_naming_no_secret_and_is_read_again
     assert_eq!(open(&portal, &token).await, 303);
     stack.stop().await;
     forget(&name).await;
+}
+
+/// A portal token for `tenant`, minted by the admin API.
+async fn mint_for(stack: &Stack, tenant: &str) -> String {
+    let path = format!("/v1/tenants/{tenant}/portal-sessions");
+    let (status, session) = stack.call(reqwest::Method::POST, &path, Some(json!({"ttl_seconds": 600}))).await;
+    assert_eq!(status, 201, "{session}");
+    session["token"].as_str().unwrap().to_string()
+}
+
+/// `GET /portal?token=` in a browser holding the session cookie `cookie` (if any): the status,
+/// the session cookie it sets (`name=value`, if any) with its attributes, and the page.
+async fn open_with(base: &str, token: &str, cookie: Option<&str>) -> (u16, Option<String>, String) {
+    let mut req = client().get(format!("{base}/portal?token={token}"));
+    if let Some(c) = cookie {
+        req = req.header("cookie", c);
+    }
+    let answer = req.send().await.unwrap();
+    let set = answer.headers().get("set-cookie").map(|v| v.to_str().unwrap().to_string());
+    (answer.status().as_u16(), set, answer.text().await.unwrap())
+}
+
+fn cookie_of(set_cookie: &str) -> String {
+    set_cookie.split(';').next().unwrap().to_string()
+}
+
+/// Issue #54, item 10: `GET /portal?token=` replaced a live session with any valid token, so
+/// a link from another site (with a token of the sender's own tenant) could swap a user into
+/// the sender's portal unnoticed. Another tenant's link now asks first; the same tenant's
+/// refreshes the session.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_portal_link_for_another_tenant_does_not_replace_an_open_session_without_asking() {
+    let stack = Stack::start(|_| {}).await;
+    let (status, set, _) = open_with(&stack.base, &mint_for(&stack, "acme").await, None).await;
+    let set = set.expect("a session cookie");
+    assert_eq!(status, 303);
+    assert!(set.contains("SameSite=Lax") && set.contains("HttpOnly"), "{set}");
+    let acme = cookie_of(&set);
+
+    // Another tenant's link: a page that asks, and the session stays acme's.
+    let globex_token = mint_for(&stack, "globex").await;
+    let (status, set, page) = open_with(&stack.base, &globex_token, Some(&acme)).await;
+    assert_eq!((status, set), (409, None), "{page}");
+    assert!(page.contains("acme") && page.contains("globex"), "{page}");
+    let home = client().get(format!("{}/portal", stack.base)).header("cookie", &acme).send().await.unwrap();
+    assert!(home.text().await.unwrap().contains("acme ·"), "still acme's session");
+
+    // The same tenant's new link refreshes the session.
+    let (status, set, _) = open_with(&stack.base, &mint_for(&stack, "acme").await, Some(&acme)).await;
+    assert_eq!(status, 303);
+    assert!(set.is_some(), "the same tenant's link refreshes the cookie");
+
+    // The switch happens only by the page's button: a POST with the open session's form token.
+    let form = |csrf: &str| vec![("csrf", csrf.to_string()), ("token", globex_token.clone())];
+    let switch = format!("{}/portal/session", stack.base);
+    let refused = client().post(&switch).header("cookie", &acme).form(&form("forged")).send().await.unwrap();
+    assert_eq!(refused.status().as_u16(), 403);
+    let csrf = page.split("name=\"csrf\" value=\"").nth(1).and_then(|r| r.split('"').next()).expect("the form token");
+    let switched = client().post(&switch).header("cookie", &acme).form(&form(csrf)).send().await.unwrap();
+    assert_eq!(switched.status().as_u16(), 303);
+    let globex = cookie_of(switched.headers().get("set-cookie").unwrap().to_str().unwrap());
+    let home = client().get(format!("{}/portal", stack.base)).header("cookie", &globex).send().await.unwrap();
+    assert!(home.text().await.unwrap().contains("globex ·"), "now globex's session");
+    stack.stop().await;
+}
+
+/// Issue #54, item 9: the portal sent no `frame-ancestors` nor `X-Frame-Options`, so any site
+/// could frame it (clickjacking). No site may by default; `WEBHOOKS_PORTAL_FRAME_ANCESTORS`
+/// names those that may.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_portal_may_be_framed_only_by_the_configured_origins() {
+    for (allowed, csp, xfo) in [
+        (vec![], "frame-ancestors 'none'", Some("DENY")),
+        (vec!["https://app.example.com".to_string()], "frame-ancestors https://app.example.com", None),
+    ] {
+        let stack = Stack::start(|c| c.portal_frame_ancestors = allowed.clone()).await;
+        let (_, set, _) = open_with(&stack.base, &mint_for(&stack, "acme").await, None).await;
+        let cookie = cookie_of(&set.expect("a session cookie"));
+        for path in ["/portal", "/portal/event-types"] {
+            let page = client().get(format!("{}{path}", stack.base)).header("cookie", &cookie).send().await.unwrap();
+            assert_eq!(page.status().as_u16(), 200, "{path}");
+            let header = |name: &str| page.headers().get(name).map(|v| v.to_str().unwrap().to_string());
+            assert_eq!(header("content-security-policy").as_deref(), Some(csp), "{path}");
+            assert_eq!(header("x-frame-options").as_deref(), xfo, "{path}");
+        }
+        stack.stop().await;
+    }
 }

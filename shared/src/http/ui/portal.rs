@@ -3,7 +3,8 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `GET /portal?token=` | checks the token, sets it as the session cookie (`HttpOnly; SameSite=Strict; Path=/portal`), 303 to `/portal` |
+//! | `GET /portal?token=` | checks the token, sets it as the session cookie (`HttpOnly; SameSite=Lax; Path=/portal`), 303 to `/portal`; while a session of another tenant is open, 409: a page that asks first |
+//! | `POST /portal/session` | `token`, with the open session's form token: replaces that session by the token's (the page above's button); 303 to `/portal` |
 //! | `GET /portal` | the tenant's endpoints, a create form, recent deliveries |
 //! | `POST /portal/endpoints` | create (`url`, `event_types`, `retry_preset`); the page shows the secret once |
 //! | `GET /portal/endpoints/{id}` | the endpoint, its edit form, actions and deliveries |
@@ -18,6 +19,9 @@
 //! | `GET /portal/event-types` | the event-type catalog: descriptions, the schemas' fields, examples |
 //! | `GET /portal/deliveries/{id}` | a delivery's attempt timeline (refreshed while in flight) |
 //! | `POST /portal/deliveries/{id}/resend` | replays an exhausted or held delivery; 303 back |
+//!
+//! Every page says who may frame it: `frame-ancestors` from `WEBHOOKS_PORTAL_FRAME_ANCESTORS`
+//! (default none: `'none'` and `X-Frame-Options: DENY`).
 //!
 //! Every handler takes the tenant from the verified session token only, and every endpoint or
 //! delivery id it is given must belong to that tenant: another tenant's id answers the same
@@ -59,6 +63,7 @@ pub fn router(app: App) -> Router {
     Router::new()
         .route("/portal", get(home))
         .route("/portal/", get(home))
+        .route("/portal/session", post(switch_session))
         .route("/portal/endpoints", post(create))
         .route("/portal/endpoints/{id}", get(endpoint_page).post(edit))
         .route("/portal/endpoints/{id}/disable", post(disable))
@@ -72,7 +77,25 @@ pub fn router(app: App) -> Router {
         .route("/portal/event-types", get(catalog_pages::catalog_page))
         .route("/portal/deliveries/{id}", get(delivery_page))
         .route("/portal/deliveries/{id}/resend", post(resend))
+        .layer(axum::middleware::map_response_with_state(app.clone(), framing))
         .with_state(app)
+}
+
+/// Who may frame the portal's pages (clickjacking): `Content-Security-Policy:
+/// frame-ancestors` with `WEBHOOKS_PORTAL_FRAME_ANCESTORS`'s origins, or, by default (none
+/// set), `frame-ancestors 'none'` and `X-Frame-Options: DENY` (for browsers without CSP; it
+/// cannot name a list, so it is left out when origins are allowed).
+async fn framing(State(app): State<App>, mut response: Response) -> Response {
+    let allowed = &app.config.portal_frame_ancestors;
+    let policy = if allowed.is_empty() { "'none'".to_string() } else { allowed.join(" ") };
+    let h = response.headers_mut();
+    if let Ok(v) = format!("frame-ancestors {policy}").parse() {
+        h.insert(header::CONTENT_SECURITY_POLICY, v);
+    }
+    if allowed.is_empty() {
+        h.insert(header::X_FRAME_OPTIONS, axum::http::HeaderValue::from_static("DENY"));
+    }
+    response
 }
 
 /// The portal alone, with an HTML 404 page for any other path: what the portal function
@@ -244,24 +267,18 @@ async fn home(
             Ok(k) => k,
             Err(r) => return *r,
         };
-        return match token::verify_with(&keys, &t, app.clock.now()) {
-            Ok(claims) => {
-                let max_age = (claims.expires_at - app.clock.now()).num_seconds().max(0);
-                let c = cookie::Cookie::build((COOKIE, t))
-                    .http_only(true)
-                    .same_site(cookie::SameSite::Strict)
-                    .secure(app.config.require_https)
-                    .path("/portal")
-                    .max_age(cookie::time::Duration::seconds(max_age))
-                    .build();
-                let mut r = see_other("/portal");
-                if let Ok(v) = c.to_string().parse() {
-                    r.headers_mut().insert(header::SET_COOKIE, v);
-                }
-                r
-            }
-            Err(e) => unauthorized(e),
+        let claims = match token::verify_with(&keys, &t, app.clock.now()) {
+            Ok(claims) => claims,
+            Err(e) => return unauthorized(e),
         };
+        // A session of another tenant is open in this browser: a link (perhaps another
+        // site's, with a token of the sender's own tenant) does not silently replace it.
+        if let Ok(open) = session(&app, &headers).await
+            && open.claims.tenant_id != claims.tenant_id
+        {
+            return switch_page(&open, &t, &claims);
+        }
+        return start_session(&app, t, &claims);
     }
     let s = match session(&app, &headers).await {
         Ok(s) => s,
@@ -270,6 +287,75 @@ async fn home(
     match home_page(&app, &s).await {
         Ok(r) => r,
         Err(e) => problem(&e),
+    }
+}
+
+/// Sets `token` as the session cookie and redirects to the portal's home page. The cookie is
+/// `SameSite=Lax`, not `Strict`: a portal link opened from another site (a cross-site
+/// navigation) then carries the session already open, so [`home`] can see it and ask before
+/// replacing it; a cross-site POST still carries no cookie, and every POST needs the
+/// session's form token besides.
+fn start_session(app: &App, token: String, claims: &Claims) -> Response {
+    let max_age = (claims.expires_at - app.clock.now()).num_seconds().max(0);
+    let c = cookie::Cookie::build((COOKIE, token))
+        .http_only(true)
+        .same_site(cookie::SameSite::Lax)
+        .secure(app.config.require_https)
+        .path("/portal")
+        .max_age(cookie::time::Duration::seconds(max_age))
+        .build();
+    let mut r = see_other("/portal");
+    if let Ok(v) = c.to_string().parse() {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    r
+}
+
+/// The page a portal link for another tenant gets while a session is open (409): it names
+/// both tenants and replaces the session only when its button is pressed (a POST with the
+/// open session's form token, which another site cannot make).
+fn switch_page(open: &Session, token: &str, claims: &Claims) -> Response {
+    let body = html! {
+        h1 { "Another account's portal is open" }
+        p.flash.bad role="alert" {
+            "You are signed in to the portal of " strong { (open.claims.tenant_id) } ". This link opens the portal of "
+            strong { (claims.tenant_id) } " instead. If you did not expect that, stay where you are."
+        }
+        form.inline method="post" action="/portal/session" {
+            (csrf_field(open))
+            input type="hidden" name="token" value=(token);
+            button type="submit" { "Sign out of " (open.claims.tenant_id) " and open " (claims.tenant_id) }
+        }
+        p { a href="/portal" { "Stay in " (open.claims.tenant_id) } }
+    };
+    let mut r = render(open, "Switch portal account?", body);
+    *r.status_mut() = StatusCode::CONFLICT;
+    r
+}
+
+#[derive(Deserialize)]
+struct SwitchForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    token: String,
+}
+
+/// `POST /portal/session`: the switch page's button. The open session and its form token are
+/// checked, then the new token; the session becomes the new token's.
+async fn switch_session(
+    State(app): State<App>,
+    headers: HeaderMap,
+    form: Result<Form<SwitchForm>, FormRejection>,
+) -> Response {
+    let Ok(Form(f)) = form else { return unauthorized(TokenError::Invalid) };
+    let s = match posted(&app, &headers, &f.csrf).await {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    match token::verify_with(&s.keys, &f.token, app.clock.now()) {
+        Ok(claims) => start_session(&app, f.token, &claims),
+        Err(e) => unauthorized(e),
     }
 }
 

@@ -8,7 +8,8 @@
 //!
 //! Forms in the portal carry a CSRF field: [`form_token`], an HMAC of the session token
 //! under the same key with another label, so a page of another site can neither read nor
-//! guess it (the session cookie is also `HttpOnly; SameSite=Strict`).
+//! guess it (the session cookie is also `HttpOnly; SameSite=Lax`: a cross-site POST carries
+//! none).
 //!
 //! The key comes from [`crate::token_keys`]: a Secrets Manager secret read at cold start and
 //! again every 300 s, so a rotation takes effect without a redeploy; around one, tokens and
