@@ -125,9 +125,12 @@ pub async fn start_with(app: App, inbox: Arc<dyn Inbox>, options: Options) -> Re
             use webhooks::http::local_host::{cross_origin, is_local_host, is_local_origin, misdirected};
             let header = |name| request.headers().get(name).map(|h| h.to_str().unwrap_or("?"));
             let local = is_local_host(header(axum::http::header::HOST), addr);
-            // A page of another site may not POST here (its requests carry its Origin).
+            // A page of another site may not POST to the API here (its requests carry its
+            // Origin). The screens' forms are not checked by Origin: their pages send
+            // `Origin: null` (no-referrer), and every form of theirs carries a form token.
             let reading = matches!(*request.method(), axum::http::Method::GET | axum::http::Method::HEAD);
-            let same_origin = reading || is_local_origin(header(axum::http::header::ORIGIN), addr);
+            let api = request.uri().path().starts_with("/v1/");
+            let same_origin = reading || !api || is_local_origin(header(axum::http::header::ORIGIN), addr);
             async move {
                 match (local, same_origin) {
                     (false, _) => misdirected(addr),

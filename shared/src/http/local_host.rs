@@ -21,7 +21,10 @@ pub fn is_local_host(host: Option<&str>, addr: std::net::SocketAddr) -> bool {
 /// origins (`http://` + a name [`is_local_host`] takes). A browser sends `Origin` with every
 /// cross-origin POST, so a page of another site cannot make it act on the unauthenticated
 /// local API even with a bodiless POST (enable, disable, replay), which no `Content-Type`
-/// rule catches. (`Origin: null`, from sandboxed frames and local files, is refused.)
+/// rule catches. (`Origin: null`, from sandboxed frames and local files, is refused.) The
+/// local runtime checks it on the API's routes (`/v1/...`); the portal's and dashboard's forms
+/// carry form tokens instead (their pages are `no-referrer`, so browsers send `Origin: null`
+/// with their POSTs).
 pub fn is_local_origin(origin: Option<&str>, addr: std::net::SocketAddr) -> bool {
     match origin {
         None => true,
