@@ -252,10 +252,11 @@ async fn a_worker_that_dies_after_its_claim_is_recovered_when_the_lease_expires(
     // still send (a live worker whose record failed on every try).
     let redrive = WAIT + Duration::from_secs(delivery_lifecycle::OUTCOME_WAIT_SECONDS as u64);
     eventually("the re-driven attempt", redrive, || async {
-        webhooks_local::poll_once(&stack.app, &stack.sqs, 1).await.unwrap() > 0
+        webhooks_local::poll_once(&stack.app, &stack.sqs, 1).await.unwrap();
+        stack.delivery(&id).await["status"] == "delivered"
     })
     .await;
-    let d = stack.wait_status(&id, "delivered", WAIT).await;
+    let d = stack.delivery(&id).await;
     assert!(
         chrono::Utc::now() >= lease_until + chrono::Duration::seconds(delivery_lifecycle::OUTCOME_WAIT_SECONDS),
         "re-driven before the outcome wait was over"
