@@ -39,15 +39,21 @@ impl SqsQueue {
 /// SQS's largest message, and largest SendMessageBatch, in bytes (256 KiB).
 pub const MAX_MESSAGE_BYTES: usize = 262_144;
 
-/// The body of an attempt message (JSON). What rides along (payload, endpoint) is left out
-/// when the message would not fit [`MAX_MESSAGE_BYTES`], or holds U+FFFE or U+FFFF (JSON
-/// leaves them unescaped and SQS refuses them); deliver then reads it.
+/// The body of an attempt message (JSON). What rides along (the payload) is left out when
+/// the message would not fit [`MAX_MESSAGE_BYTES`], or holds U+FFFE or U+FFFF (JSON leaves
+/// them unescaped and SQS refuses them); deliver then reads it. An observed outcome and an
+/// owed count are kept (small: a response excerpt is at most 1 KiB, an owed count at most 10
+/// ids), the excerpt's U+FFFE and U+FFFF replaced by U+FFFD.
 pub fn encode(message: &AttemptMessage) -> String {
     let body = serde_json::to_string(message).unwrap_or_default();
     if body.len() <= MAX_MESSAGE_BYTES && !body.contains(['\u{FFFE}', '\u{FFFF}']) {
         return body;
     }
-    serde_json::to_string(&AttemptMessage::new(message.delivery_id.clone(), message.attempt)).unwrap_or_default()
+    let mut lean = AttemptMessage { payload: None, ..message.clone() };
+    if let Some(body) = lean.observed.as_mut().and_then(|a| a.response_body.as_mut()) {
+        *body = body.replace(['\u{FFFE}', '\u{FFFF}'], "\u{FFFD}");
+    }
+    serde_json::to_string(&lean).unwrap_or_default()
 }
 
 /// Groups message bodies into SendMessageBatch calls: at most 10 entries and
@@ -148,5 +154,27 @@ mod tests {
         assert_eq!(sent, Some(AttemptMessage::new(id("dlv_1"), 2)));
         m.payload = Some("{\"s\": \"\u{FFFF}\"}".into());
         assert_eq!(decode(&encode(&m)).ok(), Some(AttemptMessage::new(id("dlv_1"), 2)), "SQS refuses U+FFFF");
+    }
+
+    #[test]
+    fn an_observed_outcome_survives_a_message_too_big_and_old_messages_still_decode() {
+        let mut m = AttemptMessage::new(id("dlv_1"), 3);
+        m.payload = Some("y".repeat(MAX_MESSAGE_BYTES));
+        let seen = crate::domain::model::Attempt {
+            attempt: 3,
+            status_code: Some(200),
+            response_body: Some("ok \u{FFFF}".into()),
+            ..Default::default()
+        };
+        m.observed = Some(Box::new(seen));
+        let sent = decode(&encode(&m)).expect("decodes");
+        assert_eq!(sent.payload, None);
+        let kept = sent.observed.expect("the outcome is kept");
+        assert_eq!((kept.attempt, kept.status_code), (3, Some(200)));
+        assert_eq!(kept.response_body.as_deref(), Some("ok \u{FFFD}"));
+        // A message from before `observed` and `owed` existed.
+        let old = decode(r#"{"delivery_id":"dlv_1","attempt":2}"#).expect("decodes");
+        assert_eq!(old, AttemptMessage::new(id("dlv_1"), 2));
+        assert!(!encode(&old).contains("observed"), "nothing new on the wire for a plain message");
     }
 }

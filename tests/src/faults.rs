@@ -74,6 +74,8 @@ struct State {
     struck: Option<(usize, &'static str, Strike)>,
     stall: Option<(&'static str, std::time::Duration)>,
     stalled: bool,
+    /// Record writes and delivered-counter writes still to fail ([`Faults::outlasting`]).
+    outlast: (usize, usize),
 }
 
 /// Numbers the calls of the store, queue and notifier it wraps once armed, and fails the one
@@ -100,6 +102,29 @@ impl Faults {
         let f = Self::default();
         f.lock().stall = Some((name, by));
         f
+    }
+
+    /// Once armed, fails the next `records` writes of an attempt's record (an `apply` or
+    /// `commit` whose transition records an attempt) and the next `counts` delivered-counter
+    /// writes (`count_delivered`), before they are made: as a call whose every SDK try failed.
+    /// Nothing else fails.
+    pub fn outlasting(records: usize, counts: usize) -> Self {
+        let f = Self::default();
+        f.lock().outlast = (records, counts);
+        f
+    }
+
+    /// Whether this call (`records`: a record write, else a counter write) is one
+    /// [`Faults::outlasting`] fails; counts it down.
+    fn outlasts(&self, record: bool) -> bool {
+        let mut s = self.lock();
+        if !s.armed {
+            return false;
+        }
+        let left = if record { &mut s.outlast.0 } else { &mut s.outlast.1 };
+        let hit = *left > 0;
+        *left = left.saturating_sub(1);
+        hit
     }
 
     /// Whether the stalled call has answered.
@@ -233,6 +258,14 @@ impl Faults {
     }
 }
 
+/// Whether `t` records an attempt's outcome (deliver's record; not a claim, not the sweeper's
+/// record of a lapse).
+fn records_attempt(t: &Transition) -> bool {
+    matches!(t.attempts, webhooks::domain::delivery_lifecycle::Field::Set(_))
+        && t.status != webhooks::domain::model::DeliveryStatus::Sending
+        && !t.forgive_attempt
+}
+
 fn aws(message: String) -> StoreError {
     StoreError::Aws(message)
 }
@@ -286,6 +319,9 @@ impl EndpointStore for FaultyStore {
         endpoint: EndpointWrite<'_>,
         delivery: Option<(&DeliveryId, &Transition)>,
     ) -> Result<Committed, StoreError> {
+        if delivery.is_some_and(|(_, t)| records_attempt(t)) && self.faults.outlasts(true) {
+            return Err(aws("injected: the record failed on every try".into()));
+        }
         self.faults.run("commit", self.inner.commit(endpoint, delivery), any, aws).await
     }
 
@@ -338,6 +374,9 @@ impl CounterStore for FaultyStore {
         at: chrono::DateTime<chrono::Utc>,
         expires_at: i64,
     ) -> Result<(), StoreError> {
+        if self.faults.outlasts(false) {
+            return Err(aws("injected: the count failed on every try".into()));
+        }
         let call = self.inner.count_delivered(endpoint_id, delivery_ids, at, expires_at);
         self.faults.run("count_delivered", call, any, aws).await
     }
@@ -402,6 +441,9 @@ impl DeliveryStore for FaultyStore {
     }
 
     async fn apply(&self, id: &DeliveryId, transition: &Transition, return_new: bool) -> Result<Applied, StoreError> {
+        if records_attempt(transition) && self.faults.outlasts(true) {
+            return Err(aws("injected: the record failed on every try".into()));
+        }
         self.faults.run("apply", self.inner.apply(id, transition, return_new), any, aws).await
     }
 
@@ -620,5 +662,134 @@ struct FaultyNotifier {
 impl webhooks::notify::Notifier for FaultyNotifier {
     async fn endpoint_disabled(&self, endpoint: &Endpoint, disabled: &Disabled) -> Result<(), String> {
         self.faults.run("publish", self.inner.endpoint_disabled(endpoint, disabled), any, |e| e).await
+    }
+}
+
+/// An SDK interceptor for the app's DynamoDB client that, while switched on, dooms a share of
+/// the writes of an attempt's record (an UpdateItem or TransactWriteItems that sets
+/// `attempts` on a delivery other than to `sending`) and of the delivered-counter writes (an
+/// UpdateItem that `ADD`s `delivered`): every try of a doomed call is throttled before it
+/// reaches the emulator, so the call fails after all the SDK's retries (10 for a record, with
+/// their backoffs, as in a real outage). Clones share the switch, the random source and the
+/// tally ([`Outlasting::doomed`]).
+#[derive(Debug, Clone)]
+pub struct Outlasting {
+    share: f64,
+    on: Arc<std::sync::atomic::AtomicBool>,
+    rng: Arc<Mutex<rand::rngs::StdRng>>,
+    doomed: Arc<Mutex<(usize, usize)>>,
+}
+
+/// The mark of a doomed call, kept across its tries.
+#[derive(Debug, Clone, Copy)]
+struct Doomed;
+
+impl aws_smithy_types::config_bag::Storable for Doomed {
+    type Storer = aws_smithy_types::config_bag::StoreReplace<Self>;
+}
+
+impl Outlasting {
+    /// Dooms each record or counter write with probability `share` (0 to 1) once switched on;
+    /// `seed` makes the choices repeatable for one order of calls.
+    pub fn new(share: f64, seed: u64) -> Self {
+        use rand::SeedableRng as _;
+        Self {
+            share,
+            on: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            rng: Arc::new(Mutex::new(rand::rngs::StdRng::seed_from_u64(seed))),
+            doomed: Arc::default(),
+        }
+    }
+
+    /// Switches it on or off.
+    pub fn set(&self, on: bool) {
+        self.on.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// How many record writes and counter writes were doomed so far.
+    pub fn doomed(&self) -> (usize, usize) {
+        *self.doomed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// What a DynamoDB call's input is to [`Outlasting`]: `Some(true)` a record write,
+/// `Some(false)` a delivered-counter write, `None` anything else.
+fn write_kind(input: &aws_smithy_runtime_api::client::interceptors::context::Input) -> Option<bool> {
+    use aws_sdk_dynamodb::operation::{transact_write_items::TransactWriteItemsInput, update_item::UpdateItemInput};
+    let records = |expression: &str, values: Option<&std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>| {
+        let sending = values
+            .and_then(|v| v.get(":status"))
+            .and_then(|v| v.as_s().ok())
+            .is_some_and(|s| s == "sending");
+        expression.contains("attempts =") && !sending
+    };
+    if let Some(u) = input.downcast_ref::<UpdateItemInput>() {
+        let expression = u.update_expression().unwrap_or("");
+        if expression.starts_with("ADD delivered") {
+            return Some(false);
+        }
+        return records(expression, u.expression_attribute_values()).then_some(true);
+    }
+    let t = input.downcast_ref::<TransactWriteItemsInput>()?;
+    t.transact_items()
+        .iter()
+        .filter_map(|i| i.update())
+        .any(|u| records(u.update_expression(), u.expression_attribute_values()))
+        .then_some(true)
+}
+
+impl aws_smithy_runtime_api::client::interceptors::Intercept for Outlasting {
+    fn name(&self) -> &'static str {
+        "outlasting faults"
+    }
+
+    fn read_before_execution(
+        &self,
+        context: &aws_smithy_runtime_api::client::interceptors::context::BeforeSerializationInterceptorContextRef<'_>,
+        cfg: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        use rand::Rng as _;
+        cfg.interceptor_state().unset::<Doomed>();
+        if !self.on.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(());
+        }
+        let Some(record) = write_kind(context.input()) else { return Ok(()) };
+        if !self.rng.lock().unwrap_or_else(|e| e.into_inner()).random_bool(self.share) {
+            return Ok(());
+        }
+        let mut doomed = self.doomed.lock().unwrap_or_else(|e| e.into_inner());
+        if record {
+            doomed.0 += 1;
+        } else {
+            doomed.1 += 1;
+        }
+        cfg.interceptor_state().store_put(Doomed);
+        Ok(())
+    }
+
+    fn modify_before_transmit(
+        &self,
+        context: &mut aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextMut<'_>,
+        _rc: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        cfg: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        if cfg.load::<Doomed>().is_some() {
+            crate::neutralize(context.request_mut(), "DynamoDB");
+        }
+        Ok(())
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        context: &mut aws_smithy_runtime_api::client::interceptors::context::BeforeDeserializationInterceptorContextMut<
+            '_,
+        >,
+        _rc: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        cfg: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        if cfg.load::<Doomed>().is_some() {
+            *context.response_mut() = crate::injected_answer(400, "ThrottlingException", "injected: outlasting")?;
+        }
+        Ok(())
     }
 }

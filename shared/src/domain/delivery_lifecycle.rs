@@ -37,7 +37,20 @@ use crate::domain::model::{Attempt, Delivery, DeliveryStatus};
 use chrono::{DateTime, Duration, Utc};
 
 mod transition;
-pub use transition::{AttemptMessage, CLAIM_CLOCK_ALLOWANCE_SECONDS, EndpointEntry, Enqueue, Field, Guard, Transition};
+pub use transition::{
+    AttemptMessage, CLAIM_CLOCK_ALLOWANCE_SECONDS, EndpointEntry, Enqueue, Field, Guard, OwedCount, Transition,
+};
+
+/// How long after a lapsed lease's end its attempt is re-driven, in seconds: the time a live
+/// worker whose record failed on every try still needs to send its outcome to the queue
+/// ([`AttemptMessage::observed`]), so that outcome is recorded before the re-drive can claim
+/// the next attempt. A record is tried 10 times with backoffs of 0.2 s doubling to at most
+/// 2 s (`RECORD_MAX_ATTEMPTS` and `retry_for_record` in the DynamoDB store): at most 13 s of
+/// waits; the outcome's SendMessage, 3 tries with the SDK's standard backoff (1 s doubling):
+/// at most 3 s more. 20 leaves 4 s for the calls themselves. A worker that dies is re-driven
+/// this much later than before; the sweeper finds a lapsed lease no earlier than the claim's
+/// redrive time anyway (300 s by default).
+pub const OUTCOME_WAIT_SECONDS: i64 = 20;
 
 /// Most attempts kept on a delivery item: the newest 20. Older ones are counted in
 /// `attempts_dropped`. With a response body excerpt of at most 1 KiB an attempt record is
@@ -305,20 +318,50 @@ pub fn sweep(
                 ..Attempt::default()
             };
             let (attempts, attempts_dropped) = record(claimed, lost);
+            // The next attempt waits for an outcome the worker may still send (see
+            // [`OUTCOME_WAIT_SECONDS`]); its claim's guard holds it to that time too.
+            let lapsed = claimed.lease_until.unwrap_or(now);
+            let at = (lapsed + Duration::seconds(OUTCOME_WAIT_SECONDS)).max(now);
             let t = Transition {
                 forgive_attempt: true,
-                next_attempt_at: Field::Set(now),
+                next_attempt_at: Field::Set(at),
                 lease_until: Field::Remove,
-                due_at: Field::Set(redrive_due),
+                due_at: Field::Set(redrive_due.max(ms(at) + i64::from(cfg.redrive_after_seconds) * 1000)),
                 attempts,
                 attempts_dropped,
                 ..kept(guard, DeliveryStatus::Scheduled, now)
             };
             let msg = AttemptMessage::new(item.id.clone(), item.attempt_count + 1);
-            Some((t, Some(Enqueue { message: msg, delay_seconds: 0 })))
+            let delay_seconds = u32::try_from(seconds_until(now, at)).unwrap_or(0);
+            Some((t, Some(Enqueue { message: msg, delay_seconds })))
         }
         DeliveryStatus::Delivered | DeliveryStatus::Exhausted | DeliveryStatus::Held => None,
     }
+}
+
+/// Take back a claim the sweeper recorded as lapsed, to record the outcome its worker observed
+/// ([`AttemptMessage::observed`]) in place of the lapse: `read` is `scheduled` with
+/// `attempt_count` equal to `attempt` and its newest record that attempt's `lease_expired`
+/// (the re-drive not claimed yet). The delivery is `sending` again with a fresh lease, the
+/// lapse taken off its history and counted against the retry policy again (the sweeper had
+/// forgiven it); the caller then records the outcome as any attempt's. `None` from any other
+/// state. Guarded on (`scheduled`, `attempt`): a claim of the next attempt moves the count, and
+/// nothing else changes the history without moving the status or the count.
+pub fn reclaim_lapsed(cfg: &Config, now: DateTime<Utc>, read: &Delivery, attempt: u32) -> Option<Transition> {
+    let lapsed = read.attempts.last().filter(|a| a.attempt == attempt && a.error.as_deref() == Some("lease_expired"));
+    if read.status != DeliveryStatus::Scheduled || read.attempt_count != attempt || lapsed.is_none() {
+        return None;
+    }
+    let mut attempts = read.attempts.clone();
+    attempts.pop();
+    let guard = Guard { status: vec![DeliveryStatus::Scheduled], attempt_count: attempt, due_at: None, next_attempt_by: None };
+    Some(Transition {
+        attempts_base: Field::Set(read.attempts_base.saturating_sub(1)),
+        next_attempt_at: Field::Remove,
+        lease_until: Field::Set(now + Duration::from_std(cfg.lease()).unwrap_or(Duration::seconds(15))),
+        attempts: Field::Set(attempts),
+        ..kept(guard, DeliveryStatus::Sending, now)
+    })
 }
 
 /// Release an exhausted or held delivery (`status`, `attempt_count` as read) for a fresh cycle

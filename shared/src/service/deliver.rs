@@ -33,11 +33,14 @@ use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent
 use bytes::Bytes;
 
 mod counted;
+mod observed;
 pub mod post;
 mod record;
+mod settle;
 mod sync;
 use counted::DeliveredInCall;
 use record::*;
+use settle::{Made, settle};
 pub use sync::attempt_inline;
 
 /// What handling one attempt message came to.
@@ -61,6 +64,11 @@ pub enum Handled {
     /// The endpoint was deleted: the delivery ended as a dead letter with reason
     /// `endpoint_deleted`, no attempt made or recorded.
     Ended,
+    /// The attempt was made but its record failed on every try: its outcome was sent to the
+    /// queue to be recorded on receipt (see [`AttemptMessage::observed`]).
+    Kept,
+    /// Deliveries owed to their endpoint's stats were counted (see [`AttemptMessage::owed`]).
+    Counted,
 }
 
 /// How many attempts this call may make.
@@ -217,6 +225,12 @@ async fn attempt_on(
     tally: &DeliveredInCall,
 ) -> Result<Handled, ServiceError> {
     let cfg = &app.config;
+    if let Some(owed) = &msg.owed {
+        return counted::count_owed(app, owed).await;
+    }
+    if let Some(seen) = &msg.observed {
+        return observed::record_observed(app, msg, seen, tally).await;
+    }
     let claim = delivery_lifecycle::claim(cfg, app.clock.now(), msg);
     let delivery = match app.store.apply(&msg.delivery_id, &claim, true).await? {
         Applied::Done(Some(d)) => *d,
@@ -331,159 +345,18 @@ async fn attempt_on(
             }
         }
     };
-    // Not sent for a reason of ours, not the receiver's: final, and not counted against the
-    // endpoint's health (the circuit breaker counts the receiver's failures).
-    let ours =
-        result.detail.as_deref().filter(|d| matches!(*d, INVALID_SECRET | PAYLOAD_EXPIRED | REASON_UNSUBSCRIBED));
-    let failures = delivery.attempt_count.saturating_sub(delivery.attempts_base);
-    let verdict = match &endpoint {
-        Some(ep) if ours.is_none() => ep.retry_policy.classify(result.outcome),
-        _ => Verdict::Final,
-    };
-    let wait = match (verdict, &endpoint, mode) {
-        (Verdict::Retry, Some(ep), Mode::Policy) => {
-            ep.retry_policy.next_wait(failures, result.outcome, result.retry_after_seconds, &app.random)
-        }
-        _ => None,
-    };
-    let attempt = Attempt {
-        attempt: delivery.attempt_count,
-        at: started,
-        status_code: match result.outcome {
-            Outcome::Status(code) => Some(code),
-            _ => None,
-        },
-        error: match &endpoint {
-            None => Some(REASON_ENDPOINT_DELETED.into()),
-            Some(_) if ours.is_some() => ours.map(String::from),
-            Some(_) => error_class(result.outcome).map(String::from),
-        },
-        cause: result.cause.filter(|_| endpoint.is_some() && ours.is_none()).map(String::from),
-        duration_ms: result.duration_ms,
-        response_body: result.body.clone(),
-        next_wait_seconds: wait.map(|w| w.seconds),
-        retry_after_seconds: result.retry_after_seconds,
-        wait_source: wait.map(|w| w.source),
-        auth: auth_used.map(String::from),
+    let made = Made {
+        delivery,
+        endpoint,
+        payload,
+        result,
+        started,
+        auth_used: auth_used.map(String::from),
         token_fetch_ms,
-    };
-    // Nothing this endpoint will ever be sent for this delivery (its payload is gone, or the
-    // endpoint no longer subscribes to its type).
-    let expired = matches!(ours, Some(PAYLOAD_EXPIRED | REASON_UNSUBSCRIBED));
-    // The endpoint's side: failures in a row (a counter, best effort: the attempt was made, so
-    // nothing may stop its record), and whether this attempt moves the endpoint (a disable
-    // code, the circuit breaker, the probe's outcome).
-    let failed = matches!(verdict, Verdict::Retry | Verdict::Final) && !probe && ours.is_none();
-    let failures = match (&endpoint, failed) {
-        (Some(ep), true) => {
-            match app
-                .store
-                .count_failure(
-                    &ep.tenant_id,
-                    &ep.id,
-                    &delivery.id,
-                    delivery.attempt_count,
-                    ep.circuit_breaker_threshold,
-                    app.clock.now(),
-                )
-                .await
-            {
-                Ok(n) => n.unwrap_or_default(),
-                Err(e) => {
-                    tracing::warn!(endpoint_id = %ep.id, error = %e, "failure not counted; the breaker counts the next one");
-                    FailureCount::default()
-                }
-            }
-        }
-        _ => FailureCount::default(),
-    };
-    let failures_in_a_row = failures.in_a_row;
-    let announced = match (&endpoint, failures.announce_failing) {
-        (Some(ep), true) => announce_failing(app, ep, &delivery.id, &attempt, failures.total).await,
-        _ => None,
-    };
-    let now = app.clock.now();
-    let effect =
-        Effect { verdict, probe, expired, opens_breaker: failures.opens_breaker, status_code: attempt.status_code };
-    // What the retry policy alone makes of the attempt, and the delivery held with it (built
-    // only when used: it copies the attempt history): which one is written depends on the
-    // endpoint as it is when the record is written.
-    let held = || delivery_lifecycle::hold_claimed(now, &delivery, Some(attempt.clone()));
-    let plain = match verdict {
-        // Nothing left to send, ever: a dead letter, even as a probe (held, it would be
-        // picked as the probe again and again).
-        _ if expired => {
-            let next =
-                if ours == Some(REASON_UNSUBSCRIBED) { Next::Ended(REASON_UNSUBSCRIBED) } else { Next::Exhausted };
-            delivery_lifecycle::complete(cfg, now, &delivery, attempt.clone(), next)
-        }
-        Verdict::Success => delivery_lifecycle::complete(cfg, now, &delivery, attempt.clone(), Next::Delivered),
-        Verdict::Retry if !probe => {
-            let scaled = |s: u64| ((s as f64) * cfg.wait_scale).ceil().max(1.0) as u64;
-            let next = wait.map_or(Next::Exhausted, |w| Next::RetryIn(scaled(w.seconds)));
-            delivery_lifecycle::complete(cfg, now, &delivery, attempt.clone(), next)
-        }
-        Verdict::Final => delivery_lifecycle::complete(cfg, now, &delivery, attempt.clone(), Next::Exhausted),
-        // A disable code, or a probe's retryable failure: nothing to retry on its own.
-        Verdict::Disable | Verdict::Retry => (held(), None),
-    };
-    let recorded = match &endpoint {
-        Some(ep) if ours.is_none() || probe => {
-            record_with_health(app, &delivery, &attempt, plain, held, ep, &effect).await?
-        }
-        _ => apply_or_lost(app, &delivery, &plain.0).await?.then_some(plain),
-    };
-    let Some((transition, enqueue)) = recorded else {
-        return Ok(Handled::Duplicate);
-    };
-    // The per-tenant and per-endpoint figures ops group in CloudWatch Logs Insights (the
-    // queries of docs/operations.md): fields of this line, not metric dimensions.
-    tracing::info!(
-        delivery_id = %delivery.id,
-        tenant_id = %delivery.tenant_id,
-        endpoint_id = %delivery.endpoint_id,
-        event_type = %delivery.event_type,
-        attempt = delivery.attempt_count,
-        status_code = attempt.status_code,
-        error = attempt.error.as_deref(),
-        outcome = ?result.outcome,
-        duration_ms = result.duration_ms,
-        status = transition.status.as_str(),
         probe,
-        "attempt made"
-    );
-    let status = transition.status;
-    emit_metrics(app, &transition, result.duration_ms);
-    // A dead letter's notify job (`delivery.exhausted`), written with the record, and an
-    // `endpoint.failing` announced before it: publish now (best effort; the sweeper runs
-    // them if this fails or the process dies first).
-    let notify: Vec<_> = transition.jobs.iter().chain(&announced).cloned().collect();
-    endpoint_state::run_inline(app, &notify).await;
-    if status == DeliveryStatus::Delivered {
-        // The endpoint's stats read a per-day counter, not its history: counted at the end of
-        // the call, for the whole batch (DeliveredInCall::count_noted).
-        tally.note_delivered(&delivery, transition.now, delivery.retention_days(&app.config, true));
-    }
-    // What the attempt says of the endpoint's lane and adaptive rate: writes only when they
-    // change (see crate::domain::lane and crate::domain::rate).
-    let slow = match &endpoint {
-        Some(ep) if ours.is_none() => {
-            throttle::observe(app, ep, result.outcome, result.retry_after_seconds, failures_in_a_row).await;
-            lanes::observe(app, ep, result.duration_ms).await
-        }
-        _ => false,
+        observed: false,
     };
-    if let Some(mut e) = enqueue {
-        // The next attempt takes the payload along (when it fits), so it needs no read.
-        e.message.payload = payload.and_then(|p| String::from_utf8(p.to_vec()).ok());
-        lanes::queue_for(app, slow).send(&[e]).await?;
-    }
-    if let Some(ep) =
-        endpoint.as_ref().filter(|ep| verdict == Verdict::Success && !probe && ep.consecutive_failures > 0)
-    {
-        app.store.reset_failures(&ep.tenant_id, &ep.id, &delivery.id).await?;
-    }
-    Ok(Handled::Attempted(status, Box::new(attempt)))
+    settle(app, made, mode, tally).await
 }
 
 /// A delivery transition and the message to send once it is written.

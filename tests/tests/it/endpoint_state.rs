@@ -731,6 +731,8 @@ async fn a_delivery_whose_worker_keeps_dying_keeps_a_bounded_history() {
         );
         d.advance(lease.max(redrive) + 1);
         assert_eq!(sweep::sweep(app).await.unwrap().recovered_leases, 1, "sweep after claim {n}");
+        // The re-drive is due once the worker's outcome could no longer come.
+        d.advance(delivery_lifecycle::OUTCOME_WAIT_SECONDS);
     }
     let dl = d.stack.delivery(&id).await;
     assert_eq!((dl["status"].clone(), dl["attempt_count"].clone()), (json!("scheduled"), json!(30)));

@@ -248,11 +248,19 @@ async fn a_worker_that_dies_after_its_claim_is_recovered_when_the_lease_expires(
         recovered.load(std::sync::atomic::Ordering::SeqCst) > 0
     })
     .await;
-    eventually("the re-driven attempt", WAIT, || async {
-        webhooks_local::poll_once(&stack.app, &stack.sqs, 1).await.unwrap() > 0
+    // The re-drive waits OUTCOME_WAIT_SECONDS past the lease for an outcome the worker could
+    // still send (a live worker whose record failed on every try).
+    let redrive = WAIT + Duration::from_secs(delivery_lifecycle::OUTCOME_WAIT_SECONDS as u64);
+    eventually("the re-driven attempt", redrive, || async {
+        webhooks_local::poll_once(&stack.app, &stack.sqs, 1).await.unwrap();
+        stack.delivery(&id).await["status"] == "delivered"
     })
     .await;
-    let d = stack.wait_status(&id, "delivered", WAIT).await;
+    let d = stack.delivery(&id).await;
+    assert!(
+        chrono::Utc::now() >= lease_until + chrono::Duration::seconds(delivery_lifecycle::OUTCOME_WAIT_SECONDS),
+        "re-driven before the outcome wait was over"
+    );
     assert_eq!(d["attempts"][0]["attempt"], 1);
     assert_eq!(d["attempts"][0]["error"], "lease_expired");
     assert_eq!(d["attempts"][1]["attempt"], 2);
@@ -930,10 +938,12 @@ async fn a_forced_delete_during_a_post_leaves_the_attempt_to_its_record() {
 async fn under_aws_faults_nothing_is_lost_stuck_doubled_or_misreported() {
     let events: usize = std::env::var("WEBHOOKS_FAULT_EVENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
     let rate: f64 = std::env::var("WEBHOOKS_FAULT_RATE").ok().and_then(|v| v.parse().ok()).unwrap_or(0.05);
+    let outlast: f64 = std::env::var("WEBHOOKS_FAULT_OUTLAST").ok().and_then(|v| v.parse().ok()).unwrap_or(0.03);
     let chaos = webhooks_tests::Chaos::new(rate, 35);
+    let outlasting = webhooks_tests::faults::Outlasting::new(outlast, 36);
     let sdk = webhooks::app::aws_sdk_config().await;
     let ddb = aws_sdk_dynamodb::Client::from_conf(
-        aws_sdk_dynamodb::config::Builder::from(&sdk).interceptor(chaos.clone()).build(),
+        aws_sdk_dynamodb::config::Builder::from(&sdk).interceptor(chaos.clone()).interceptor(outlasting.clone()).build(),
     );
     let sqs =
         aws_sdk_sqs::Client::from_conf(aws_sdk_sqs::config::Builder::from(&sdk).interceptor(chaos.clone()).build());
@@ -966,6 +976,7 @@ async fn under_aws_faults_nothing_is_lost_stuck_doubled_or_misreported() {
     }
 
     chaos.set(true);
+    outlasting.set(true);
     let mut refused = 0;
     for n in 0..events {
         let body = json!({"tenant_id": "acme", "event_type": "order.paid", "id": format!("evt_fault_{n}"),
@@ -982,7 +993,9 @@ async fn under_aws_faults_nothing_is_lost_stuck_doubled_or_misreported() {
     // Faults go on while the first attempts and retries run, then stop.
     tokio::time::sleep(Duration::from_secs(5)).await;
     chaos.set(false);
+    outlasting.set(false);
     let tally = chaos.tally();
+    let doomed = outlasting.doomed();
 
     let ids: Vec<(String, String, usize)> = (0..events)
         .flat_map(|n| {
@@ -1028,11 +1041,26 @@ async fn under_aws_faults_nothing_is_lost_stuck_doubled_or_misreported() {
 
     // Reconcile with what each receiver saw: (webhook-id, webhook-attempt) -> answers seen.
     let mut problems = Vec::new();
-    let mut lease_expired = 0;
+    let (mut lease_expired, mut resent_after_2xx) = (0, 0);
+    // Whether a receiver answered its `i`th request 2xx (its script, then its default).
+    let answered_2xx = |k: usize, i: usize| match k {
+        1 => i >= events * 4 || i % 2 == 1,
+        2 => i >= events,
+        _ => true,
+    };
     for (k, (_, rx)) in endpoints.iter().enumerate() {
         let mut seen: std::collections::HashMap<(String, String), usize> = std::collections::HashMap::new();
-        for hit in rx.hits() {
+        let mut got_2xx: std::collections::HashSet<String> = std::collections::HashSet::new();
+        for (i, hit) in rx.hits().iter().enumerate() {
             *seen.entry((hit.header("webhook-id"), hit.header("webhook-attempt"))).or_default() += 1;
+            let event = hit.header("webhook-id");
+            if got_2xx.contains(&event) {
+                resent_after_2xx += 1;
+                problems.push(format!("endpoint {k}: {event} attempt {} sent after a 2xx", hit.header("webhook-attempt")));
+            }
+            if answered_2xx(k, i) {
+                got_2xx.insert(event);
+            }
         }
         for ((event, attempt), n) in &seen {
             if *n > 1 {
@@ -1059,13 +1087,89 @@ async fn under_aws_faults_nothing_is_lost_stuck_doubled_or_misreported() {
             }
         }
     }
+    // Each endpoint's stats count its delivered deliveries (a count that failed on every try
+    // is sent to the queue and counted a few seconds later: waited for).
+    let mut stats_disagree = 0;
+    for (k, (ep, _)) in endpoints.iter().enumerate() {
+        let delivered = ids.iter().filter(|(id, _, e)| *e == k && finals[id]["status"] == "delivered").count();
+        let path = format!("/v1/endpoints/{ep}/stats");
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let counted = loop {
+            let (status, stats) = stack.call(Method::GET, &path, None).await;
+            assert_eq!(status, 200, "{stats}");
+            let counted = stats["counts"]["delivered"].as_u64().unwrap_or(0) as usize;
+            if counted == delivered || std::time::Instant::now() > deadline {
+                break counted;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        if counted != delivered {
+            stats_disagree += 1;
+            problems.push(format!("endpoint {k}: stats count {counted} delivered, {delivered} were"));
+        }
+    }
     let struck: usize = tally.values().sum();
     println!(
-        "fault harness: {events} events x {} endpoints, {struck} tries struck ({tally:?}), {refused} posts answered 503 and retried, {lease_expired} lease_expired records",
-        endpoints.len()
+        "fault harness: {events} events x {} endpoints, {struck} tries struck ({tally:?}), {} record writes and {} counter writes failed on every try, {refused} posts answered 503 and retried, {lease_expired} lease_expired records, {resent_after_2xx} re-sent after a 2xx, {stats_disagree} endpoints whose stats disagree",
+        endpoints.len(),
+        doomed.0,
+        doomed.1,
     );
+    assert!(doomed.0 > 0 && doomed.1 > 0, "no write outlasted its retries: {doomed:?}");
     assert!(struck > 0, "the harness struck nothing");
     assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
+    stack.stop().await;
+}
+
+/// Issue #54 item 19: an attempt answered 200 whose record fails on every try (the SDK's
+/// retries included), and the sweeper comes first and records it `lease_expired`: the 200 is
+/// what the delivery says in the end, the event is not sent again, and the endpoint's stats
+/// count the delivery although their counter write failed on every try too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_2xx_whose_record_and_count_fail_on_every_try_is_kept_counted_and_not_sent_again() {
+    let faults = webhooks_tests::faults::Faults::outlasting(1, 1);
+    let f = faults.clone();
+    let stack = Stack::start_wrapped(
+        |c| {
+            c.request_timeout = Duration::from_millis(1000);
+            c.lease_margin = Duration::from_millis(1000);
+            c.redrive_after_seconds = 1;
+        },
+        no_pollers(),
+        move |app| f.wrap(app),
+    )
+    .await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let ep = stack.endpoint("acme", &rx.url, Value::Null).await["id"].as_str().unwrap().to_string();
+    let id = delivery_id(&stack.event("acme", "order.paid", json!({"n": 1})).await, 0);
+    faults.arm();
+    // Attempt 1: answered 200, its record fails.
+    eventually("attempt 1 to be made", WAIT, || async {
+        webhooks_local::poll_once(&stack.app, &stack.sqs, 1).await.unwrap();
+        rx.count() > 0
+    })
+    .await;
+    // The lease runs out first: the sweeper records the attempt lapsed.
+    eventually("the sweeper to find the lease lapsed", WAIT, || async {
+        sweep::sweep(&stack.app).await.unwrap().recovered_leases > 0
+    })
+    .await;
+    // Then the queue is worked until the delivery is settled and counted.
+    let stats = format!("/v1/endpoints/{ep}/stats");
+    eventually("the delivery delivered and counted", Duration::from_secs(60), || async {
+        webhooks_local::poll_once(&stack.app, &stack.sqs, 1).await.unwrap();
+        sweep::sweep(&stack.app).await.unwrap();
+        let d = stack.delivery(&id).await;
+        let (_, s) = stack.call(Method::GET, &stats, None).await;
+        d["status"] == "delivered" && s["counts"]["delivered"] == 1
+    })
+    .await;
+    let d = stack.delivery(&id).await;
+    assert_eq!(rx.count(), 1, "the event was sent again after its 200: {d:#}");
+    let attempts = d["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1, "{d:#}");
+    assert_eq!((attempts[0]["attempt"].clone(), attempts[0]["status_code"].clone()), (json!(1), json!(200)), "{d:#}");
+    assert!(attempts[0]["error"].is_null(), "{d:#}");
     stack.stop().await;
 }
 

@@ -105,9 +105,11 @@ pub struct Transition {
     pub now: DateTime<Utc>,
 }
 
-/// The SQS message that asks deliver to make attempt `attempt` of a delivery.
+/// The SQS message that asks deliver to make attempt `attempt` of a delivery, or to finish
+/// what a worker could not write (`observed`, `owed`).
 ///
-/// Shape (JSON): `{"delivery_id", "attempt", "payload"?}`. `payload` is the event's body when
+/// Shape (JSON): `{"delivery_id", "attempt", "payload"?, "observed"?, "owed"?}`; a message
+/// without the optional fields (every message sent before they existed) decodes as before. `payload` is the event's body when
 /// the message still fits SQS's 256 KiB limit with it (ingest and deliver's own retries add
 /// it; the sweeper does not, and deliver then reads the event item), saving deliver a read.
 /// The endpoint never rides along: deliver reads it, strongly consistent, before every
@@ -121,12 +123,39 @@ pub struct AttemptMessage {
     /// The event's payload, byte for byte, when it rides along.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload: Option<String>,
+    /// Attempt `attempt` was made and this is its record as the worker that made it saw it
+    /// (the receiver's answer, or the timeout or connection error), sent because writing it
+    /// failed on every try: deliver records it on receipt, with no POST (see
+    /// [`super::reclaim_lapsed`] for a record that comes after the sweeper's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed: Option<Box<Attempt>>,
+    /// Deliveries recorded delivered whose count in their endpoint's stats failed on every
+    /// try: deliver counts them on receipt. `delivery_id` is then the smallest of them and
+    /// `attempt` 0 (no attempt is asked for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owed: Option<OwedCount>,
+}
+
+/// Deliveries of one endpoint to count in its per-day delivered counter (the arguments of
+/// [`crate::store::CounterStore::count_delivered`], sent again as they were, so a write that
+/// landed on its last try and is sent again is refused by the counter's `last_counted` check
+/// unless another count came between).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct OwedCount {
+    /// The endpoint whose counter is owed.
+    pub endpoint_id: EndpointId,
+    /// The deliveries to count (at most an SQS batch's, 10).
+    pub delivery_ids: Vec<DeliveryId>,
+    /// When the latest of them was recorded delivered: the counter's day.
+    pub at: DateTime<Utc>,
+    /// The counter item's TTL, unix seconds.
+    pub expires_at: i64,
 }
 
 impl AttemptMessage {
     /// A message for attempt `attempt` of delivery `delivery_id`, with nothing riding along.
     pub fn new(delivery_id: DeliveryId, attempt: u32) -> Self {
-        Self { delivery_id, attempt, payload: None }
+        Self { delivery_id, attempt, payload: None, observed: None, owed: None }
     }
 }
 
