@@ -36,6 +36,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use syn::visit::Visit;
 
+mod routes;
+
 /// A function as a call names it: methods (`x.f()`, `Type::f`, `Self::f`, impl and trait
 /// functions) and free functions (`f()`, `module::f`) are told apart, so a local helper does
 /// not reach a store method of the same name.
