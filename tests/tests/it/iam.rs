@@ -36,6 +36,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use syn::visit::Visit;
 
+mod leading_keys;
 mod routes;
 
 /// A function as a call names it: methods (`x.f()`, `Type::f`, `Self::f`, impl and trait
@@ -161,6 +162,9 @@ struct Body {
     actions: BTreeSet<&'static str>,
     /// The arguments of `.index_name(..)`: a constant's name or a string literal.
     indexes: BTreeSet<String>,
+    /// The last segment of every path the body names (`keys::API_KEYS_PK`, `event_type_pk`),
+    /// and every name a format string reads inline (`"{API_KEYS_PK}"`).
+    names: BTreeSet<String>,
 }
 
 impl Body {
@@ -259,6 +263,7 @@ impl<'ast> Visit<'ast> for Body {
 
     fn visit_expr_path(&mut self, p: &'ast syn::ExprPath) {
         let segments: Vec<String> = p.path.segments.iter().map(|s| s.ident.to_string()).collect();
+        self.names.extend(segments.last().cloned());
         if let [.., ty, last] = segments.as_slice()
             && last == "builder"
             && let Some((_, action)) = TRANSACTION_ITEMS.iter().find(|(t, _)| t == ty)
@@ -273,6 +278,13 @@ impl<'ast> Visit<'ast> for Body {
         let args = mac.parse_body_with(syn::punctuated::Punctuated::<syn::Expr, syn::Token![,]>::parse_terminated);
         if let Ok(args) = args {
             for e in &args {
+                if let syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(l), .. }) = e {
+                    let text = l.value();
+                    for inline in text.split('{').skip(1) {
+                        let name: String = inline.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                        self.names.insert(name);
+                    }
+                }
                 self.visit_expr(e);
             }
         }
@@ -457,6 +469,36 @@ impl Functions {
         out
     }
 
+    /// Every name ([`Body::names`], and every callee) a body reachable from `roots` names, as
+    /// [`Functions::actions_from`] reaches them, each with one chain of function names that
+    /// reaches it (for the failure message).
+    fn names_from(&self, roots: &BTreeSet<Def>) -> BTreeMap<String, Vec<String>> {
+        let mut seen: HashMap<Def, Vec<String>> = HashMap::new();
+        let mut queue: std::collections::VecDeque<Def> = roots.iter().cloned().collect();
+        for r in roots {
+            seen.insert(r.clone(), vec![r.0.name().to_string()]);
+        }
+        let mut out = BTreeMap::new();
+        while let Some(def) = queue.pop_front() {
+            let chain = seen[&def].clone();
+            let body = &self.by_name[&def.0][def.1];
+            for name in body.names.iter().cloned().chain(body.calls.iter().map(|c| c.callee.name().to_string())) {
+                out.entry(name).or_insert_with(|| chain.clone());
+            }
+            for call in &body.calls {
+                for target in self.targets(call, &body.module) {
+                    if !seen.contains_key(&target) {
+                        let mut c = chain.clone();
+                        c.push(target.0.name().to_string());
+                        seen.insert(target.clone(), c);
+                        queue.push_back(target);
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Removes from the bodies of `main` in `module` the calls to the free functions `names`.
     fn drop_calls(&mut self, module: &str, names: &[&str]) {
         for body in self.by_name.get_mut(&Callee::Free("main".into())).into_iter().flatten() {
@@ -516,7 +558,12 @@ fn granted(template: &Value, role: &str) -> BTreeMap<String, Vec<String>> {
     let policies = template["Resources"][role]["Properties"]["Policies"].as_sequence().expect("the role has Policies");
     for policy in policies {
         for st in policy["PolicyDocument"]["Statement"].as_sequence().expect("statements") {
-            assert_eq!(st["Effect"].as_str(), Some("Allow"), "{role}: only Allow statements are expected");
+            // A Deny narrows a grant to some partitions (`dynamodb:LeadingKeys`): checked by
+            // `leading_keys`.
+            if st["Effect"].as_str() == Some("Deny") {
+                continue;
+            }
+            assert_eq!(st["Effect"].as_str(), Some("Allow"), "{role}: only Allow and Deny statements are expected");
             let sid = st["Sid"].as_str().unwrap_or("(no Sid)").to_string();
             let resources: Vec<String> = match untag(&st["Resource"]) {
                 Value::Sequence(seq) => seq.iter().flat_map(strings).collect(),
