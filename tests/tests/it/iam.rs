@@ -296,6 +296,36 @@ impl<'ast> Visit<'ast> for Body {
 struct Functions {
     by_name: HashMap<Callee, Vec<Body>>,
     consts: HashMap<String, String>,
+    /// Every module of the tree (`http::ui::portal`).
+    modules: BTreeSet<String>,
+    /// Each module's `use` items.
+    imports: HashMap<String, Vec<Import>>,
+}
+
+/// One name a `use` item binds: the path before the name, the name (`None` for a glob `*`),
+/// and the name it is bound to.
+type Import = (Vec<String>, Option<String>, String);
+
+/// The imports of a `use` tree: (path, name or `None` for `*`, bound name).
+fn use_leaves(tree: &syn::UseTree, prefix: &mut Vec<String>, out: &mut Vec<Import>) {
+    match tree {
+        syn::UseTree::Path(p) => {
+            prefix.push(p.ident.to_string());
+            use_leaves(&p.tree, prefix, out);
+            prefix.pop();
+        }
+        syn::UseTree::Name(n) => {
+            let name = n.ident.to_string();
+            out.push((prefix.clone(), Some(name.clone()), name));
+        }
+        syn::UseTree::Rename(r) => out.push((prefix.clone(), Some(r.ident.to_string()), r.rename.to_string())),
+        syn::UseTree::Glob(_) => out.push((prefix.clone(), None, String::new())),
+        syn::UseTree::Group(g) => {
+            for t in &g.items {
+                use_leaves(t, prefix, out);
+            }
+        }
+    }
 }
 
 fn is_test(attrs: &[syn::Attribute]) -> bool {
@@ -355,13 +385,19 @@ impl Functions {
                     }
                 }
                 syn::Item::Mod(m) if !is_test(&m.attrs) => {
+                    let inner_module = match module {
+                        "" => m.ident.to_string(),
+                        outer => format!("{outer}::{}", m.ident),
+                    };
+                    self.modules.insert(inner_module.clone());
                     if let Some((_, inner)) = &m.content {
-                        let inner_module = match module {
-                            "" => m.ident.to_string(),
-                            outer => format!("{outer}::{}", m.ident),
-                        };
                         self.items(inner, &inner_module, own);
                     }
+                }
+                syn::Item::Use(u) if !is_test(&u.attrs) => {
+                    let mut leaves = Vec::new();
+                    use_leaves(&u.tree, &mut Vec::new(), &mut leaves);
+                    self.imports.entry(module.to_string()).or_default().extend(leaves);
                 }
                 _ => {}
             }
@@ -390,6 +426,7 @@ impl Functions {
                     if module.last().is_some_and(|m| ["mod", "lib", "main"].contains(&m.as_str())) {
                         module.pop();
                     }
+                    self.modules.insert(module.join("::"));
                     self.items(&file.items, &module.join("::"), &mut own);
                 }
             }
@@ -417,7 +454,66 @@ impl Functions {
             })
             .cloned()
             .collect();
-        if named.is_empty() { all } else { named }
+        if !named.is_empty() || call.scope.is_some() {
+            return if named.is_empty() { all } else { named };
+        }
+        // A bare name not defined in its module: what the module's `use` items bind it to. An
+        // explicit import from another crate (`use axum::routing::get`) is no function of the
+        // tree; one from a module of the tree, or a glob import of one, is the definitions of
+        // that name there. Anything else (a re-export, an unknown module) keeps the by-name
+        // rule.
+        let name = call.callee.name();
+        let imports = self.imports.get(module).map(Vec::as_slice).unwrap_or_default();
+        let in_module =
+            |target: &str| -> Vec<Def> { all.iter().filter(|(_, i)| bodies[*i].module == target).cloned().collect() };
+        if let Some((path, _, _)) = imports.iter().find(|(_, n, bound)| n.is_some() && bound == name) {
+            return match self.module_of(module, path) {
+                Some(target) if !in_module(&target).is_empty() => in_module(&target),
+                Some(_) => all,
+                None => Vec::new(),
+            };
+        }
+        let globbed: Vec<Def> = imports
+            .iter()
+            .filter(|(_, n, _)| n.is_none())
+            .filter_map(|(path, _, _)| self.module_of(module, path))
+            .flat_map(|target| in_module(&target))
+            .collect();
+        if globbed.is_empty() { all } else { globbed }
+    }
+
+    /// The module of the tree a `use` path from `module` names (`crate::a::b`, the library's
+    /// `webhooks::a::b`, `super::b`, `self::b`, a child `b`), or `None` when it names another crate (its first segment is
+    /// none of those). `Some` of a module the tree may not have for `crate`/`super`/`self`.
+    fn module_of(&self, module: &str, path: &[String]) -> Option<String> {
+        let mut parts: Vec<String> = module.split("::").filter(|s| !s.is_empty()).map(String::from).collect();
+        let rest = match path.first().map(String::as_str) {
+            // `webhooks::` from a function crate: the library, whose modules are the tree's
+            // root ones.
+            Some("crate" | "webhooks") => {
+                parts.clear();
+                &path[1..]
+            }
+            Some("self") => &path[1..],
+            Some("super") => {
+                let mut rest = path;
+                while rest.first().map(String::as_str) == Some("super") {
+                    parts.pop();
+                    rest = &rest[1..];
+                }
+                rest
+            }
+            Some(first) => {
+                let child = if module.is_empty() { first.to_string() } else { format!("{module}::{first}") };
+                if !self.modules.contains(&child) {
+                    return None;
+                }
+                path
+            }
+            None => return None,
+        };
+        parts.extend(rest.iter().cloned());
+        Some(parts.join("::"))
     }
 
     /// What a body needs: its IAM actions, DynamoDB ones with their resource
@@ -794,6 +890,14 @@ fn free_functions_resolve_to_the_module_their_path_names() {
         }
         mod api {
             fn router() { c.delete_item(); }
+            fn get() { c.scan(); }
+        }
+        mod pages { pub fn create() { c.put_item(); } }
+        mod other { fn create() { c.query(); } }
+        mod web {
+            use axum::routing::get;
+            use super::pages::*;
+            fn router() { get(create); }
         }
     "#;
     let mut code = Functions::default();
@@ -804,7 +908,15 @@ fn free_functions_resolve_to_the_module_their_path_names() {
     };
     assert_eq!(from("standalone"), ["dynamodb:GetItem on table"]);
     assert_eq!(from("routes"), ["dynamodb:DeleteItem on table", "dynamodb:GetItem on table"]);
-    assert_eq!(from("elsewhere"), ["dynamodb:DeleteItem on table", "dynamodb:GetItem on table"]);
+    assert_eq!(
+        from("elsewhere"),
+        ["dynamodb:DeleteItem on table", "dynamodb:GetItem on table", "dynamodb:PutItem on table"]
+    );
+    // A name imported from another crate is none of the tree's functions; a glob import of a
+    // module of the tree binds the names defined there.
+    let web_router = code.by_name[&Callee::Free("router".into())].iter().position(|b| b.module == "web").unwrap();
+    let found = code.actions_from(&BTreeSet::from([(Callee::Free("router".into()), web_router)]));
+    assert_eq!(found.into_keys().collect::<Vec<_>>(), ["dynamodb:PutItem on table"]);
 }
 
 /// Every string under `v`, tags' values included.
