@@ -242,7 +242,7 @@ def check_static_egress(template):
         for lid in posting:
             role = _arn_of(functions[lid]["Properties"]["Role"])
             managed = _resolve(res[role]["Properties"], enabled).get("ManagedPolicyArns", [])
-            vpc_access = any("AWSLambdaVPCAccessExecutionRole" in str(m) for m in managed)
+            vpc_access = {"Ref": "EgressNetworkInterfacesPolicy"} in managed
             check(f"template ({setting}): {role} may manage {lid}'s network interfaces only in the VPC",
                   vpc_access == enabled, f"{managed}")
     subnets = set()
@@ -384,9 +384,16 @@ def check_secure_defaults(template):
             check(f"template: {lid} takes the key", r["Properties"].get(attr) == with_key, f"{r['Properties']}")
     roles = {_arn_of(r["Properties"]["Role"]) for r in res.values() if r["Type"] == "AWS::Serverless::Function"}
     kms = res.get("KmsKeyUsePolicy", {})
-    attached = {x["Ref"] for x in kms.get("Properties", {}).get("Roles", [])}
+    # Attached from each role (so the role, and its function, is created after the policy).
+    with_policy = {"Fn::If": ["WithKmsKey", {"Ref": "KmsKeyUsePolicy"}, {"Ref": "AWS::NoValue"}]}
+    attached = {lid for lid in roles if with_policy in res[lid]["Properties"].get("ManagedPolicyArns", [])}
     check("template: every function's role may use the key", kms.get("Condition") == "WithKmsKey"
-          and attached == roles, f"roles {sorted(roles)}, attached {sorted(attached)}")
+          and "Roles" not in kms.get("Properties", {}) and attached == roles,
+          f"roles {sorted(roles)}, attached {sorted(attached)}")
+    direct = [st for st in kms.get("Properties", {}).get("PolicyDocument", {}).get("Statement", [])
+              if "kms:ViaService" not in str(st.get("Condition", {}))]
+    check("template: the key is used only through the services that encrypt with it (kms:ViaService)",
+          not direct, f"{direct}")
 
 
 # Metrics AWS publishes that the template may alarm on or chart, per namespace (AWS/Lambda:

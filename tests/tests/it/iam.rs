@@ -36,6 +36,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use syn::visit::Visit;
 
+mod leading_keys;
+mod routes;
+
 /// A function as a call names it: methods (`x.f()`, `Type::f`, `Self::f`, impl and trait
 /// functions) and free functions (`f()`, `module::f`) are told apart, so a local helper does
 /// not reach a store method of the same name.
@@ -159,6 +162,9 @@ struct Body {
     actions: BTreeSet<&'static str>,
     /// The arguments of `.index_name(..)`: a constant's name or a string literal.
     indexes: BTreeSet<String>,
+    /// The last segment of every path the body names (`keys::API_KEYS_PK`, `event_type_pk`),
+    /// and every name a format string reads inline (`"{API_KEYS_PK}"`).
+    names: BTreeSet<String>,
 }
 
 impl Body {
@@ -257,6 +263,7 @@ impl<'ast> Visit<'ast> for Body {
 
     fn visit_expr_path(&mut self, p: &'ast syn::ExprPath) {
         let segments: Vec<String> = p.path.segments.iter().map(|s| s.ident.to_string()).collect();
+        self.names.extend(segments.last().cloned());
         if let [.., ty, last] = segments.as_slice()
             && last == "builder"
             && let Some((_, action)) = TRANSACTION_ITEMS.iter().find(|(t, _)| t == ty)
@@ -271,6 +278,13 @@ impl<'ast> Visit<'ast> for Body {
         let args = mac.parse_body_with(syn::punctuated::Punctuated::<syn::Expr, syn::Token![,]>::parse_terminated);
         if let Ok(args) = args {
             for e in &args {
+                if let syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(l), .. }) = e {
+                    let text = l.value();
+                    for inline in text.split('{').skip(1) {
+                        let name: String = inline.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                        self.names.insert(name);
+                    }
+                }
                 self.visit_expr(e);
             }
         }
@@ -282,6 +296,36 @@ impl<'ast> Visit<'ast> for Body {
 struct Functions {
     by_name: HashMap<Callee, Vec<Body>>,
     consts: HashMap<String, String>,
+    /// Every module of the tree (`http::ui::portal`).
+    modules: BTreeSet<String>,
+    /// Each module's `use` items.
+    imports: HashMap<String, Vec<Import>>,
+}
+
+/// One name a `use` item binds: the path before the name, the name (`None` for a glob `*`),
+/// and the name it is bound to.
+type Import = (Vec<String>, Option<String>, String);
+
+/// The imports of a `use` tree: (path, name or `None` for `*`, bound name).
+fn use_leaves(tree: &syn::UseTree, prefix: &mut Vec<String>, out: &mut Vec<Import>) {
+    match tree {
+        syn::UseTree::Path(p) => {
+            prefix.push(p.ident.to_string());
+            use_leaves(&p.tree, prefix, out);
+            prefix.pop();
+        }
+        syn::UseTree::Name(n) => {
+            let name = n.ident.to_string();
+            out.push((prefix.clone(), Some(name.clone()), name));
+        }
+        syn::UseTree::Rename(r) => out.push((prefix.clone(), Some(r.ident.to_string()), r.rename.to_string())),
+        syn::UseTree::Glob(_) => out.push((prefix.clone(), None, String::new())),
+        syn::UseTree::Group(g) => {
+            for t in &g.items {
+                use_leaves(t, prefix, out);
+            }
+        }
+    }
 }
 
 fn is_test(attrs: &[syn::Attribute]) -> bool {
@@ -341,13 +385,19 @@ impl Functions {
                     }
                 }
                 syn::Item::Mod(m) if !is_test(&m.attrs) => {
+                    let inner_module = match module {
+                        "" => m.ident.to_string(),
+                        outer => format!("{outer}::{}", m.ident),
+                    };
+                    self.modules.insert(inner_module.clone());
                     if let Some((_, inner)) = &m.content {
-                        let inner_module = match module {
-                            "" => m.ident.to_string(),
-                            outer => format!("{outer}::{}", m.ident),
-                        };
                         self.items(inner, &inner_module, own);
                     }
+                }
+                syn::Item::Use(u) if !is_test(&u.attrs) => {
+                    let mut leaves = Vec::new();
+                    use_leaves(&u.tree, &mut Vec::new(), &mut leaves);
+                    self.imports.entry(module.to_string()).or_default().extend(leaves);
                 }
                 _ => {}
             }
@@ -376,6 +426,7 @@ impl Functions {
                     if module.last().is_some_and(|m| ["mod", "lib", "main"].contains(&m.as_str())) {
                         module.pop();
                     }
+                    self.modules.insert(module.join("::"));
                     self.items(&file.items, &module.join("::"), &mut own);
                 }
             }
@@ -403,7 +454,66 @@ impl Functions {
             })
             .cloned()
             .collect();
-        if named.is_empty() { all } else { named }
+        if !named.is_empty() || call.scope.is_some() {
+            return if named.is_empty() { all } else { named };
+        }
+        // A bare name not defined in its module: what the module's `use` items bind it to. An
+        // explicit import from another crate (`use axum::routing::get`) is no function of the
+        // tree; one from a module of the tree, or a glob import of one, is the definitions of
+        // that name there. Anything else (a re-export, an unknown module) keeps the by-name
+        // rule.
+        let name = call.callee.name();
+        let imports = self.imports.get(module).map(Vec::as_slice).unwrap_or_default();
+        let in_module =
+            |target: &str| -> Vec<Def> { all.iter().filter(|(_, i)| bodies[*i].module == target).cloned().collect() };
+        if let Some((path, _, _)) = imports.iter().find(|(_, n, bound)| n.is_some() && bound == name) {
+            return match self.module_of(module, path) {
+                Some(target) if !in_module(&target).is_empty() => in_module(&target),
+                Some(_) => all,
+                None => Vec::new(),
+            };
+        }
+        let globbed: Vec<Def> = imports
+            .iter()
+            .filter(|(_, n, _)| n.is_none())
+            .filter_map(|(path, _, _)| self.module_of(module, path))
+            .flat_map(|target| in_module(&target))
+            .collect();
+        if globbed.is_empty() { all } else { globbed }
+    }
+
+    /// The module of the tree a `use` path from `module` names (`crate::a::b`, the library's
+    /// `webhooks::a::b`, `super::b`, `self::b`, a child `b`), or `None` when it names another crate (its first segment is
+    /// none of those). `Some` of a module the tree may not have for `crate`/`super`/`self`.
+    fn module_of(&self, module: &str, path: &[String]) -> Option<String> {
+        let mut parts: Vec<String> = module.split("::").filter(|s| !s.is_empty()).map(String::from).collect();
+        let rest = match path.first().map(String::as_str) {
+            // `webhooks::` from a function crate: the library, whose modules are the tree's
+            // root ones.
+            Some("crate" | "webhooks") => {
+                parts.clear();
+                &path[1..]
+            }
+            Some("self") => &path[1..],
+            Some("super") => {
+                let mut rest = path;
+                while rest.first().map(String::as_str) == Some("super") {
+                    parts.pop();
+                    rest = &rest[1..];
+                }
+                rest
+            }
+            Some(first) => {
+                let child = if module.is_empty() { first.to_string() } else { format!("{module}::{first}") };
+                if !self.modules.contains(&child) {
+                    return None;
+                }
+                path
+            }
+            None => return None,
+        };
+        parts.extend(rest.iter().cloned());
+        Some(parts.join("::"))
     }
 
     /// What a body needs: its IAM actions, DynamoDB ones with their resource
@@ -440,6 +550,36 @@ impl Functions {
             let body = &self.by_name[&def.0][def.1];
             for action in self.needs(body) {
                 out.entry(action).or_insert_with(|| chain.clone());
+            }
+            for call in &body.calls {
+                for target in self.targets(call, &body.module) {
+                    if !seen.contains_key(&target) {
+                        let mut c = chain.clone();
+                        c.push(target.0.name().to_string());
+                        seen.insert(target.clone(), c);
+                        queue.push_back(target);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Every name ([`Body::names`], and every callee) a body reachable from `roots` names, as
+    /// [`Functions::actions_from`] reaches them, each with one chain of function names that
+    /// reaches it (for the failure message).
+    fn names_from(&self, roots: &BTreeSet<Def>) -> BTreeMap<String, Vec<String>> {
+        let mut seen: HashMap<Def, Vec<String>> = HashMap::new();
+        let mut queue: std::collections::VecDeque<Def> = roots.iter().cloned().collect();
+        for r in roots {
+            seen.insert(r.clone(), vec![r.0.name().to_string()]);
+        }
+        let mut out = BTreeMap::new();
+        while let Some(def) = queue.pop_front() {
+            let chain = seen[&def].clone();
+            let body = &self.by_name[&def.0][def.1];
+            for name in body.names.iter().cloned().chain(body.calls.iter().map(|c| c.callee.name().to_string())) {
+                out.entry(name).or_insert_with(|| chain.clone());
             }
             for call in &body.calls {
                 for target in self.targets(call, &body.module) {
@@ -514,7 +654,12 @@ fn granted(template: &Value, role: &str) -> BTreeMap<String, Vec<String>> {
     let policies = template["Resources"][role]["Properties"]["Policies"].as_sequence().expect("the role has Policies");
     for policy in policies {
         for st in policy["PolicyDocument"]["Statement"].as_sequence().expect("statements") {
-            assert_eq!(st["Effect"].as_str(), Some("Allow"), "{role}: only Allow statements are expected");
+            // A Deny narrows a grant to some partitions (`dynamodb:LeadingKeys`): checked by
+            // `leading_keys`.
+            if st["Effect"].as_str() == Some("Deny") {
+                continue;
+            }
+            assert_eq!(st["Effect"].as_str(), Some("Allow"), "{role}: only Allow and Deny statements are expected");
             let sid = st["Sid"].as_str().unwrap_or("(no Sid)").to_string();
             let resources: Vec<String> = match untag(&st["Resource"]) {
                 Value::Sequence(seq) => seq.iter().flat_map(strings).collect(),
@@ -745,6 +890,14 @@ fn free_functions_resolve_to_the_module_their_path_names() {
         }
         mod api {
             fn router() { c.delete_item(); }
+            fn get() { c.scan(); }
+        }
+        mod pages { pub fn create() { c.put_item(); } }
+        mod other { fn create() { c.query(); } }
+        mod web {
+            use axum::routing::get;
+            use super::pages::*;
+            fn router() { get(create); }
         }
     "#;
     let mut code = Functions::default();
@@ -755,7 +908,15 @@ fn free_functions_resolve_to_the_module_their_path_names() {
     };
     assert_eq!(from("standalone"), ["dynamodb:GetItem on table"]);
     assert_eq!(from("routes"), ["dynamodb:DeleteItem on table", "dynamodb:GetItem on table"]);
-    assert_eq!(from("elsewhere"), ["dynamodb:DeleteItem on table", "dynamodb:GetItem on table"]);
+    assert_eq!(
+        from("elsewhere"),
+        ["dynamodb:DeleteItem on table", "dynamodb:GetItem on table", "dynamodb:PutItem on table"]
+    );
+    // A name imported from another crate is none of the tree's functions; a glob import of a
+    // module of the tree binds the names defined there.
+    let web_router = code.by_name[&Callee::Free("router".into())].iter().position(|b| b.module == "web").unwrap();
+    let found = code.actions_from(&BTreeSet::from([(Callee::Free("router".into()), web_router)]));
+    assert_eq!(found.into_keys().collect::<Vec<_>>(), ["dynamodb:PutItem on table"]);
 }
 
 /// Every string under `v`, tags' values included.
