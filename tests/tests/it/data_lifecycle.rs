@@ -594,3 +594,37 @@ async fn a_purge_follows_a_listing_past_an_empty_page_with_a_cursor() {
     assert!(left.iter().all(|k| k.starts_with("JOB#")), "left of acme: {left:?}");
     stack.stop().await;
 }
+
+/// An expunge removes the request's fingerprint (`request_sha256`, kept for an
+/// `Idempotency-Key`) with the payload: the SHA-256 of a short payload can be guessed, so it
+/// would keep the payload in all but name.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_expunge_removes_the_requests_fingerprint_with_the_payload() {
+    use webhooks::store::keys;
+    let stack = Stack::start_with(|_| {}, Options { pollers: 0, sweeper: false, ..Options::default() }).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    stack.endpoint("acme", &rx.url, Value::Null).await;
+    let event = ingest::NewEvent {
+        tenant_id: "acme".into(),
+        event_type: "order.paid".into(),
+        payload: "{\"pin\":\"1234\"}".into(),
+        id: None,
+        sync: false,
+        request_sha256: Some("9f".repeat(32)),
+    };
+    let accepted = ingest::ingest(&stack.app, event).await.unwrap();
+    let event_id = accepted.event_id.to_string();
+    let (pk, sk) = keys::event_key("acme", &event_id);
+    let client = aws_sdk_dynamodb::Client::new(&webhooks::app::aws_sdk_config().await);
+    let item = || async {
+        let read = client.get_item().table_name(&stack.app.config.table).key(keys::PK, AttributeValue::S(pk.clone()));
+        read.key(keys::SK, AttributeValue::S(sk.clone())).consistent_read(true).send().await.unwrap().item.unwrap()
+    };
+    assert!(item().await.contains_key(keys::REQUEST_SHA256), "the fingerprint is stored with the event");
+    let (status, x) = stack.call(Method::POST, &format!("/v1/events/{event_id}/expunge"), None).await;
+    assert_eq!(status, 200, "{x}");
+    let after = item().await;
+    assert!(!after.contains_key(keys::REQUEST_SHA256), "the fingerprint outlived the expunge: {after:?}");
+    assert!(after.contains_key("expunged_at"), "{after:?}");
+    stack.stop().await;
+}
