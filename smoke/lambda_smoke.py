@@ -411,13 +411,13 @@ AWS_METRICS = {
 
 
 def emitted_metrics(root):
-    """Names of the EMF metrics the code emits: every ("Name", value, "Count"|"Milliseconds")
+    """Names of the EMF metrics the code emits: every ("Name", value, "Count"|"Milliseconds"|"Seconds")
     tuple in shared/src (the form metrics::emit takes)."""
     emitted = set()
     for dirpath, _, files in os.walk(os.path.join(root, "shared/src")):
         for f in files:
             if f.endswith(".rs"):
-                emitted |= set(re.findall(r'\("([A-Z][A-Za-z]+)",\s*[^,]+,\s*"(?:Count|Milliseconds)"\)',
+                emitted |= set(re.findall(r'\("([A-Z][A-Za-z]+)",\s*[^,]+,\s*"(?:Count|Milliseconds|Seconds)"\)',
                                           open(os.path.join(dirpath, f)).read()))
     return emitted
 

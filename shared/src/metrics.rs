@@ -15,7 +15,10 @@
 //! - from an endpoint transition, whoever makes it ([`crate::service::endpoint_state::committed`]):
 //!   `EndpointsPaused` (the circuit breaker stopped an endpoint) and `EndpointsDisabled` (a
 //!   receiver's disable code, such as 410, stopped it; an operator's manual disable is not
-//!   counted). Counts, a line only when one happens.
+//!   counted). Counts, a line only when one happens;
+//! - from each step of a tenant's purge ([`crate::service::purge::step`]):
+//!   `PurgeProgressAgeSeconds`, seconds since that purge last saved progress (a line per step;
+//!   `PurgeStalledAlarm` fires on its maximum).
 //!
 //! The SAM template's alarms and dashboard use these names with the `Stack` dimension
 //! (`scripts/lambda-smoke.sh` checks that every alarm's metric is one emitted here or one AWS
@@ -30,7 +33,7 @@ pub const NAMESPACE: &str = "Webhooks";
 /// The one dimension of every metric: the stack's name.
 pub const STACK_DIMENSION: &str = "Stack";
 
-/// A metric value and its CloudWatch unit (`Count` or `Milliseconds`).
+/// A metric value and its CloudWatch unit (`Count`, `Milliseconds` or `Seconds`).
 pub type Metric<'a> = (&'a str, f64, &'a str);
 
 /// The EMF line for `metrics` at `timestamp_ms` (milliseconds since the Unix epoch), with

@@ -229,6 +229,24 @@ fn from_cursor(c: Option<&str>) -> Result<Option<String>, StoreError> {
     c.map(|c| c.strip_prefix("sim:").map(String::from).ok_or(StoreError::InvalidCursor)).transpose()
 }
 
+/// The listing a delivery listing's cursor belongs to (as DynamoStore's: endpoint, status,
+/// direction); a cursor is refused on any other.
+fn listing_of(q: &DeliveryQuery) -> String {
+    let endpoint = q.endpoint_id.as_ref().map_or("", |e| e.as_str());
+    let status = q.status.map_or("any", |st| st.as_str());
+    format!("{endpoint}|{status}|{}", if q.oldest_first { "oldest" } else { "newest" })
+}
+
+/// Where a delivery listing's cursor `c` goes on from, when it is one of `listing`.
+fn listing_cursor(c: Option<&str>, listing: &str) -> Result<Option<String>, StoreError> {
+    let Some(text) = from_cursor(c)? else { return Ok(None) };
+    let json: serde_json::Value = serde_json::from_str(&text).map_err(|_| StoreError::InvalidCursor)?;
+    match (json.get("of").and_then(|v| v.as_str()), json.get("after").and_then(|v| v.as_str())) {
+        (Some(of), Some(after)) if of == listing => Ok(Some(after.to_string())),
+        _ => Err(StoreError::InvalidCursor),
+    }
+}
+
 impl MemStore {
     /// A store over empty tables.
     pub fn new(
@@ -945,7 +963,8 @@ impl DeliveryStore for MemStore {
 
     async fn list_deliveries(&self, q: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError> {
         let limit = q.limit.clamp(1, 100);
-        let after = from_cursor(q.cursor.as_deref())?;
+        let listing = listing_of(q);
+        let after = listing_cursor(q.cursor.as_deref(), &listing)?;
         self.call("store.list_deliveries", |s, t| {
             let rows = s.gsi_deliveries(t);
             let since = q.since.map(|x| time_sk(x, ""));
@@ -986,7 +1005,11 @@ impl DeliveryStore for MemStore {
             }
             let more = keyed.len() > limit;
             keyed.truncate(limit);
-            let next_cursor = if more { keyed.last().map(|(k, _)| cursor_of(k)) } else { None };
+            let next_cursor = if more {
+                keyed.last().map(|(k, _)| cursor_of(&serde_json::json!({"of": listing, "after": k}).to_string()))
+            } else {
+                None
+            };
             Ok(Page { data: keyed.iter().map(|(_, r)| summary(r)).collect(), next_cursor })
         })
         .await
@@ -1238,9 +1261,10 @@ impl LifecycleStore for MemStore {
                 }
             }
             let key = (tenant_id.clone(), event_id.clone());
-            if !t.events.contains_key(&key) {
-                return Ok(false);
-            }
+            let Some(event) = t.events.get_mut(&key) else { return Ok(false) };
+            // The request's fingerprint goes with the payload (a digest of a short payload
+            // can be guessed).
+            event.request_sha256 = None;
             t.expunged.entry(key).or_insert(at);
             Ok(true)
         })

@@ -6,7 +6,7 @@
 //! same create is no conflict), guarded
 //! transitions (the claim, a stale guard), the due index (what is due, and an item that moved
 //! out of it), an event's repeat keeping its first payload, listings (paging with a cursor, a
-//! page shorter than `limit` being the last, status filters), counts, jobs (created once, a
+//! page shorter than `limit` being the last, status filters, a cursor refused on another listing), counts, jobs (created once, a
 //! step's write guarded by its lease), an endpoint's version guard, and the fingerprint an
 //! `Idempotency-Key` binds to its event, a job's last save with its notify job, an endpoint's failing run announced once, and the event-type catalog (a conditional create, a
 //! change guarded on the revision read, version records, the listing). Ids carry `prefix` so that several runs can share a table.
@@ -252,6 +252,21 @@ async fn listings_and_counts(store: &dyn Store, ep: &EndpointId, written: &Writt
     .await
     .unwrap();
     assert!(letters.iter().any(|d| d.id == all[0] && d.endpoint_id == *ep), "conformance: in the dead-letter list");
+    // A cursor goes on only the listing that gave it: the endpoint's, replayed on the
+    // dead-letter listing or on another status of the endpoint, is refused.
+    let first = store.list_deliveries(&query).await.unwrap();
+    let foreign = first.next_cursor.expect("a first page of two with a cursor");
+    for other in [
+        DeliveryQuery { status: Some(DeliveryStatus::Exhausted), limit: 2, ..Default::default() },
+        DeliveryQuery { status: Some(DeliveryStatus::Exhausted), ..query.clone() },
+        DeliveryQuery { oldest_first: false, ..query.clone() },
+    ] {
+        let answer = store.list_deliveries(&DeliveryQuery { cursor: Some(foreign.clone()), ..other.clone() }).await;
+        assert!(
+            matches!(answer, Err(StoreError::InvalidCursor)),
+            "conformance: a cursor of another listing is refused on {other:?}: {answer:?}"
+        );
+    }
     let statuses =
         [DeliveryStatus::Scheduled, DeliveryStatus::Sending, DeliveryStatus::Exhausted, DeliveryStatus::Held];
     let counts: Vec<(u64, bool)> =

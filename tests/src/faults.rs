@@ -13,7 +13,9 @@
 //! The sweeper's `due` read is numbered only when it found something: the reads of an idle
 //! tick are many and fail to no effect.
 //!
-//! [`Faults::stalling`] plays the other way an AWS call goes wrong: its answer comes late.
+//! [`Faults::stalling`] plays the other way an AWS call goes wrong: its answer comes late
+//! ([`Faults::slow`]: every answer of one call). [`Faults::lagging_listings`] plays an index
+//! that lags the table: a listing's first page empty, with a cursor.
 
 use chrono::{DateTime, Utc};
 use std::future::Future;
@@ -76,7 +78,14 @@ struct State {
     stalled: bool,
     /// Record writes and delivered-counter writes still to fail ([`Faults::outlasting`]).
     outlast: (usize, usize),
+    slow: Option<(&'static str, std::time::Duration)>,
+    stall_skip: usize,
+    lagging: bool,
 }
+
+/// The cursor of the empty first page a lagging listing answers ([`Faults::lagging_listings`]):
+/// it leads to the real first page.
+const LAGGING_CURSOR: &str = "lagging-index";
 
 /// Numbers the calls of the store, queue and notifier it wraps once armed, and fails the one
 /// at a given position. Cheap to clone (shared state).
@@ -125,6 +134,31 @@ impl Faults {
         let hit = *left > 0;
         *left = left.saturating_sub(1);
         hit
+    }
+
+    /// As [`Faults::stalling`], for the call named `name` that comes after `skip` others of
+    /// that name.
+    pub fn stalling_after(name: &'static str, skip: usize, by: std::time::Duration) -> Self {
+        let f = Self::stalling(name, by);
+        f.lock().stall_skip = skip;
+        f
+    }
+
+    /// Delays the answer of every call named `name` (once armed) by `by`: a slow table. Fails
+    /// none.
+    pub fn slow(name: &'static str, by: std::time::Duration) -> Self {
+        let f = Self::default();
+        f.lock().slow = Some((name, by));
+        f
+    }
+
+    /// Makes every delivery listing's first page (no cursor) come back empty with a cursor,
+    /// which leads to the real first page: what DynamoStore answers when the entries it read
+    /// were of items gone or moved (the index lags the table). Fails none.
+    pub fn lagging_listings() -> Self {
+        let f = Self::default();
+        f.lock().lagging = true;
+        f
     }
 
     /// Whether the stalled call has answered.
@@ -239,11 +273,24 @@ impl Faults {
         Ok(out)
     }
 
-    /// Waits out the stall when `name` is the call to stall (the first after arming).
+    /// Waits out the stall when `name` is the call to stall (the first after arming), or a
+    /// slow call's delay.
     async fn stall(&self, name: &'static str) {
+        let slow = {
+            let s = self.lock();
+            s.slow.filter(|(n, _)| *n == name && s.armed).map(|(_, by)| by)
+        };
+        if let Some(by) = slow {
+            tokio::time::sleep(by).await;
+            return;
+        }
         let by = {
             let mut s = self.lock();
             match s.stall {
+                Some((n, _)) if n == name && s.armed && s.stall_skip > 0 => {
+                    s.stall_skip -= 1;
+                    None
+                }
                 Some((n, by)) if n == name && s.armed => {
                     s.stall = None;
                     Some(by)
@@ -456,6 +503,17 @@ impl DeliveryStore for FaultyStore {
     }
 
     async fn list_deliveries(&self, query: &DeliveryQuery) -> Result<Page<DeliverySummary>, StoreError> {
+        let lagging = { self.faults.lock().lagging };
+        if lagging {
+            match query.cursor.as_deref() {
+                None => return Ok(Page { data: Vec::new(), next_cursor: Some(LAGGING_CURSOR.into()) }),
+                Some(LAGGING_CURSOR) => {
+                    let q = DeliveryQuery { cursor: None, ..query.clone() };
+                    return self.faults.run("list_deliveries", self.inner.list_deliveries(&q), any, aws).await;
+                }
+                Some(_) => {}
+            }
+        }
         self.faults.run("list_deliveries", self.inner.list_deliveries(query), any, aws).await
     }
 

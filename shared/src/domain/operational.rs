@@ -55,6 +55,23 @@ pub const SOURCE: &str = "webhooks.operational";
 /// letters, replay). Reserved: a producer's event for it is refused (403 `reserved_tenant`).
 pub const TENANT: &str = "webhooks.operational";
 
+/// Refuses [`TENANT`] where only the stack may act for it (403 `reserved_tenant`): a
+/// producer's event, a portal session (its holder could register endpoints that receive every
+/// tenant's operational events), an API key naming it (the key could post nothing there), and
+/// a purge (it would stop the stack's own announcements). `what` names the field or route in
+/// the message. The operator manages the tenant's endpoints through the admin API.
+///
+/// # Errors
+/// [`crate::error::ServiceError::ReservedTenant`] when `tenant_id` is [`TENANT`].
+pub fn refuse_reserved(tenant_id: &str, what: &str) -> Result<(), crate::error::ServiceError> {
+    if tenant_id == TENANT {
+        return Err(crate::error::ServiceError::ReservedTenant(format!(
+            "{what}: {TENANT} is the stack's own tenant for operational events; manage its endpoints through the admin API"
+        )));
+    }
+    Ok(())
+}
+
 /// Every operational event type, the catalog of [`TENANT`]'s endpoints (with
 /// `WEBHOOKS_EVENT_TYPES=registered`, their `event_types` are checked against these, not the
 /// producers' catalog).

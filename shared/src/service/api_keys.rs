@@ -53,8 +53,12 @@ fn not_found(id: &str) -> ServiceError {
 ///
 /// # Errors
 /// [`ServiceError::Validation`] (422) naming the field ([`api_key::create`]);
-/// [`ServiceError::Unavailable`] when DynamoDB failed.
+/// [`ServiceError::ReservedTenant`] (403) for `tenant_ids` naming the operational events'
+/// tenant; [`ServiceError::Unavailable`] when DynamoDB failed.
 pub async fn create(app: &App, draft: Draft) -> Result<Created, ServiceError> {
+    for (i, t) in draft.tenant_ids.iter().flatten().enumerate() {
+        crate::domain::operational::refuse_reserved(t, &format!("tenant_ids[{i}]"))?;
+    }
     let now = app.clock.now();
     let mut secret = [0u8; 32];
     app.random.fill(&mut secret);

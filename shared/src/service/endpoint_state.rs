@@ -197,9 +197,24 @@ pub async fn start_job(
 /// # Errors
 /// [`ServiceError::Unavailable`] when DynamoDB failed; the job runs again after its lease.
 pub async fn run_job_step(app: &App, id: &JobId, due_at: i64) -> Result<Vec<Enqueue>, ServiceError> {
+    run_job_step_until(app, id, due_at, std::time::Instant::now() + app.config.sweep_budget).await
+}
+
+/// [`run_job_step`] for a step that must end by `deadline` (the sweeper's tick budget): a
+/// purge's step starts no piece of work it has no time left for, and saves after each
+/// ([`crate::service::purge::step`]).
+///
+/// # Errors
+/// As [`run_job_step`].
+pub async fn run_job_step_until(
+    app: &App,
+    id: &JobId,
+    due_at: i64,
+    deadline: std::time::Instant,
+) -> Result<Vec<Enqueue>, ServiceError> {
     let Some((job, now, lease)) = take_step(app, id, due_at).await? else { return Ok(Vec::new()) };
     let out = if job.kind == JobKind::Purge {
-        match crate::service::purge::step(app, job, now, lease).await {
+        match crate::service::purge::step(app, job, now, lease, deadline).await {
             Ok(Some(notify)) => {
                 Box::pin(run_inline(app, std::slice::from_ref(&notify))).await;
                 Ok(Vec::new())

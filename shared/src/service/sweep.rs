@@ -270,7 +270,7 @@ pub async fn sweep(app: &App) -> Result<SweepReport, ServiceError> {
         }
         match tokio::time::timeout(
             cfg.sweep_budget.saturating_sub(started.elapsed()),
-            endpoint_state::run_job_step(app, &id, due_at),
+            endpoint_state::run_job_step_until(app, &id, due_at, started + cfg.sweep_budget),
         )
         .await
         {

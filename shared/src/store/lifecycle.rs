@@ -111,8 +111,9 @@ pub trait LifecycleStore: Send + Sync {
     /// Expunges an event's payload: first sets the `payload_sha256` of each of `delivery_ids`
     /// (the event's deliveries) to [`EXPUNGED_DIGEST`] (an UpdateItem each, conditional on the
     /// item existing), so that no payload riding in a queue message matches it any more and
-    /// deliver reads the stored one; then removes the payload from the event's item and marks
-    /// it `expunged_at` (an UpdateItem conditional on the item existing). False when there is
+    /// deliver reads the stored one; then removes the payload and the request's fingerprint
+    /// (`request_sha256`: the SHA-256 of a short payload can be guessed) from the event's item
+    /// and marks it `expunged_at` (an UpdateItem conditional on the item existing). False when there is
     /// no such event item. Idempotent: a second expunge keeps the first time.
     async fn expunge_payload(
         &self,

@@ -846,3 +846,31 @@ async fn an_event_whose_endpoint_ids_are_corrupt_answers_a_named_internal_error(
     assert_eq!(status, 200, "{sound}");
     stack.stop().await;
 }
+
+/// The stack's own tenant for operational events (`webhooks.operational`) is refused
+/// wherever a caller could act as it, not only at ingest: a portal session (its holder could
+/// register endpoints receiving every tenant's operational events), an API key naming it, and
+/// its purge; each 403 `reserved_tenant`, nothing made. Its endpoints stay the admin API's.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_operational_tenant_is_refused_for_portal_sessions_api_keys_and_a_purge() {
+    let stack = Stack::start_with(|_| {}, quiet()).await;
+    let reserved = webhooks::domain::operational::TENANT;
+    let refused = |(status, e): (u16, Value)| {
+        assert_eq!((status, e["error"]["code"].as_str()), (403, Some("reserved_tenant")), "{e}");
+        e["error"]["message"].as_str().unwrap_or_default().to_string()
+    };
+    let said = refused(stack.call(Method::POST, &format!("/v1/tenants/{reserved}/portal-sessions"), None).await);
+    assert!(said.contains(reserved), "{said}");
+    let body = json!({"name": "ops", "tenant_ids": ["acme", reserved]});
+    let said = refused(stack.call(Method::POST, "/v1/api-keys", Some(body)).await);
+    assert!(said.starts_with("tenant_ids[1]: "), "{said}");
+    let (status, keys) = stack.call(Method::GET, "/v1/api-keys", None).await;
+    assert_eq!((status, &keys["data"]), (200, &json!([])), "no key was made: {keys}");
+    refused(stack.call(Method::DELETE, &format!("/v1/tenants/{reserved}"), None).await);
+    // No purge started: the operator still registers its endpoints through the admin API.
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let create = json!({"tenant_id": reserved, "url": rx.url, "event_types": ["endpoint.disabled"]});
+    let (status, ep) = stack.call(Method::POST, "/v1/endpoints", Some(create)).await;
+    assert_eq!(status, 201, "{ep}");
+    stack.stop().await;
+}

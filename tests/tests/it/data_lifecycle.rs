@@ -395,16 +395,17 @@ async fn a_purge_leaves_nothing_of_the_tenant_and_no_other_tenant_touched_also_w
         })
         .unwrap_or_else(|| panic!("the purge job is not due: {due:?}"));
     // claim_job, get_job, get_settings, list_endpoints, deleted_endpoints, list_deliveries, purge,
-    // list_deliveries, purge: the 9th call.
-    let faults = Faults::failing(8, Strike::Before);
+    // save_job (its progress), list_deliveries, purge: the 10th call.
+    let faults = Faults::failing(9, Strike::Before);
     let faulty = faults.wrap(app.clone());
     faults.arm();
     assert!(endpoint_state::run_job_step(&faulty, &job_id, due_at).await.is_err());
-    assert_eq!(faults.struck(), Some((8, "purge", Strike::Before)), "{:?}", faults.calls());
+    assert_eq!(faults.struck(), Some((9, "purge", Strike::Before)), "{:?}", faults.calls());
     let mid = items_of(&scan(&app.config.table).await, "acme", &acme_endpoints);
     assert!(mid.len() < acme_before.len() && mid.len() > 1_000, "{} of {} left", mid.len(), acme_before.len());
     let progress = app.store.get_job(&job_id).await.unwrap().unwrap();
-    assert_eq!((progress.status.as_str(), progress.processed), ("running", 0), "the dead step saved nothing");
+    // The first page (100 deliveries with their events) was saved before the step died.
+    assert_eq!((progress.status.as_str(), progress.processed), ("running", 200), "the dead step's saved piece");
 
     let mut steps = 0;
     loop {
@@ -447,5 +448,183 @@ async fn a_purge_leaves_nothing_of_the_tenant_and_no_other_tenant_touched_also_w
     let ev = json!({"tenant_id": "acme", "event_type": "order.paid", "payload": {}});
     let (status, e) = stack.call(Method::POST, "/v1/events", Some(ev)).await;
     assert_eq!((status, e["warnings"][0]["code"].as_str()), (202, Some("no_subscribed_endpoint")), "{e}");
+    stack.stop().await;
+}
+
+/// A stack on a clock the test moves, with no poller and no sweeper, whose tick budget
+/// (`WEBHOOKS_SWEEP_BUDGET_SECONDS`) is `budget`; tenant `acme` with two endpoints and `events`
+/// events to both. Returns the stack, the clock and the endpoints.
+async fn purge_stack(budget: Duration, events: usize) -> (Stack, Arc<ManualClock>, Vec<String>) {
+    let clock = Arc::new(ManualClock(Mutex::new(Utc::now())));
+    let c = clock.clone();
+    let options = Options { pollers: 0, sweeper: false, ..Options::default() };
+    let stack = Stack::start_wrapped(
+        move |cfg| cfg.sweep_budget = budget,
+        options,
+        move |mut app| {
+            app.clock = c;
+            app
+        },
+    )
+    .await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    let mut endpoints = Vec::new();
+    for _ in 0..2 {
+        let body = json!({"tenant_id": "acme", "url": rx.url, "event_types": ["order.paid"]});
+        let (status, ep) = stack.call(Method::POST, "/v1/endpoints", Some(body)).await;
+        assert_eq!(status, 201, "{ep}");
+        endpoints.push(ep["id"].as_str().unwrap().to_string());
+    }
+    let app = stack.app.clone();
+    let posted: Vec<_> = futures::stream::iter((0..events).map(|n| {
+        let app = app.clone();
+        async move {
+            let event = ingest::NewEvent {
+                tenant_id: "acme".into(),
+                event_type: "order.paid".into(),
+                payload: format!("{{\"n\":{n}}}"),
+                id: None,
+                sync: false,
+                request_sha256: None,
+            };
+            ingest::ingest(&app, event).await
+        }
+    }))
+    .buffer_unordered(16)
+    .collect()
+    .await;
+    assert!(posted.iter().all(Result::is_ok), "{:?}", posted.iter().find(|r| r.is_err()));
+    (stack, clock, endpoints)
+}
+
+/// The job item's TTL attribute (unix seconds) as stored; `None`: it never expires.
+async fn job_ttl(table: &str, job_id: &str) -> Option<i64> {
+    use webhooks::store::keys;
+    let client = aws_sdk_dynamodb::Client::new(&webhooks::app::aws_sdk_config().await);
+    let read = client.get_item().table_name(table).key(keys::PK, AttributeValue::S(keys::job_pk(job_id)));
+    let item = read.key(keys::SK, AttributeValue::S(keys::JOB_SK.into())).consistent_read(true).send().await;
+    let item = item.unwrap().item.expect("the job item");
+    item.get(keys::TTL).map(|v| v.as_n().unwrap().parse().unwrap())
+}
+
+/// A purge step the sweeper's tick budget cuts off keeps what it did: it saves its progress
+/// after each piece of work (and starts none it has no time left for), so the job shows the
+/// items it removed and the next tick goes on from there (before, a step cut off by the
+/// tick's timeout saved nothing, and one that never fitted the budget never moved). A running
+/// purge never expires (its mark refuses the tenant until it ends); a finished one does, 14
+/// days after.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_purge_step_cut_off_by_the_tick_budget_keeps_its_progress_and_a_running_purge_never_expires() {
+    let (stack, clock, endpoints) = purge_stack(Duration::from_secs(10), 75).await;
+    let table = stack.app.config.table.clone();
+    let (status, job) = stack.call(Method::DELETE, "/v1/tenants/acme", None).await;
+    assert_eq!(status, 202, "{job}");
+    let job_id = job["id"].as_str().unwrap().to_string();
+    assert_eq!(job_ttl(&table, &job_id).await, None, "a running purge carries no expiry");
+    // The step's second delete answers late, past the tick's budget (the deletes land; the
+    // tick's timeout cuts the step off while it waits).
+    let faults = Faults::stalling_after("purge", 1, Duration::from_secs(60));
+    let slow = faults.wrap(stack.app.clone());
+    faults.arm();
+    let tick = webhooks::service::sweep::sweep(&slow).await;
+    assert!(tick.is_ok(), "{tick:?}");
+    assert_eq!(tick.as_ref().map(|r| r.jobs_run).ok(), Some(0), "the step was cut off: {tick:?}");
+    let (_, after) = stack.call(Method::GET, &format!("/v1/jobs/{job_id}"), None).await;
+    assert_eq!(after["status"], "running", "{after}");
+    // The 75 deliveries of one endpoint and their 75 events: the piece before the cut.
+    assert!(faults.calls().iter().filter(|c| **c == "purge").count() == 2, "{:?}", faults.calls());
+    assert_eq!(after["processed"], 150, "the step cut short saved what it removed: {after} {tick:?}");
+    assert!(time(&after["updated_at"]) >= time(&job["updated_at"]), "{after}");
+    assert_eq!(job_ttl(&table, &job_id).await, None, "a running purge carries no expiry");
+    // Tick after tick (a tick a minute), each moving it on, to its end.
+    let mut ticks = 1;
+    let mut processed = 150;
+    loop {
+        *clock.0.lock().unwrap() += chrono::Duration::seconds(60);
+        let tick = webhooks::service::sweep::sweep(&slow).await;
+        assert!(tick.is_ok(), "{tick:?}");
+        ticks += 1;
+        let (_, now) = stack.call(Method::GET, &format!("/v1/jobs/{job_id}"), None).await;
+        let p = now["processed"].as_u64().unwrap();
+        assert!(p >= processed, "{now}");
+        processed = p;
+        if now["status"] != "running" {
+            assert_eq!(now["status"], "done", "{now}");
+            let ttl = job_ttl(&table, &job_id).await.expect("a finished purge expires");
+            assert_eq!(ttl, time(&now["updated_at"]).timestamp() + 14 * DAY, "14 days after it ended");
+            break;
+        }
+        assert!(ticks < 20, "not done after {ticks} ticks: {now}");
+    }
+    // Nothing of acme left but its jobs (the deletes of the step cut off landed, uncounted:
+    // `processed` is a lower bound).
+    let left = items_of(&scan(&table).await, "acme", &endpoints);
+    assert!(left.iter().all(|k| k.starts_with("JOB#")), "left of acme: {left:?}");
+    assert!(processed > 150, "{processed}");
+    let ev = json!({"tenant_id": "acme", "event_type": "order.paid", "payload": {}});
+    let (status, e) = stack.call(Method::POST, "/v1/events", Some(ev)).await;
+    assert_eq!((status, e["warnings"][0]["code"].as_str()), (202, Some("no_subscribed_endpoint")), "{e}");
+    stack.stop().await;
+}
+
+/// A purge follows a delivery listing's cursor past a page that came back empty (the index
+/// lagging the table answers one): before, the empty page ended the endpoint's deliveries for
+/// the step, and a listing that always began so kept the purge from ever ending.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_purge_follows_a_listing_past_an_empty_page_with_a_cursor() {
+    let (stack, clock, endpoints) = purge_stack(Duration::from_secs(5), 10).await;
+    let (status, job) = stack.call(Method::DELETE, "/v1/tenants/acme", None).await;
+    assert_eq!(status, 202, "{job}");
+    let job_id: webhooks::domain::ids::JobId = webhooks_tests::id(job["id"].as_str().unwrap());
+    let lagging = Faults::lagging_listings().wrap(stack.app.clone());
+    let mut steps = 0;
+    loop {
+        let errors = run_due_steps(&lagging).await;
+        assert!(errors.is_empty(), "{errors:?}");
+        let job = stack.app.store.get_job(&job_id).await.unwrap().unwrap();
+        if job.status != "running" {
+            assert_eq!(job.status, "done");
+            break;
+        }
+        steps += 1;
+        assert!(steps < 20, "not done after {steps} steps: {job:?}");
+        *clock.0.lock().unwrap() += chrono::Duration::seconds(30);
+    }
+    let left = items_of(&scan(&stack.app.config.table).await, "acme", &endpoints);
+    assert!(left.iter().all(|k| k.starts_with("JOB#")), "left of acme: {left:?}");
+    stack.stop().await;
+}
+
+/// An expunge removes the request's fingerprint (`request_sha256`, kept for an
+/// `Idempotency-Key`) with the payload: the SHA-256 of a short payload can be guessed, so it
+/// would keep the payload in all but name.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_expunge_removes_the_requests_fingerprint_with_the_payload() {
+    use webhooks::store::keys;
+    let stack = Stack::start_with(|_| {}, Options { pollers: 0, sweeper: false, ..Options::default() }).await;
+    let rx = Receiver::start(Reply::Status(200)).await;
+    stack.endpoint("acme", &rx.url, Value::Null).await;
+    let event = ingest::NewEvent {
+        tenant_id: "acme".into(),
+        event_type: "order.paid".into(),
+        payload: "{\"pin\":\"1234\"}".into(),
+        id: None,
+        sync: false,
+        request_sha256: Some("9f".repeat(32)),
+    };
+    let accepted = ingest::ingest(&stack.app, event).await.unwrap();
+    let event_id = accepted.event_id.to_string();
+    let (pk, sk) = keys::event_key("acme", &event_id);
+    let client = aws_sdk_dynamodb::Client::new(&webhooks::app::aws_sdk_config().await);
+    let item = || async {
+        let read = client.get_item().table_name(&stack.app.config.table).key(keys::PK, AttributeValue::S(pk.clone()));
+        read.key(keys::SK, AttributeValue::S(sk.clone())).consistent_read(true).send().await.unwrap().item.unwrap()
+    };
+    assert!(item().await.contains_key(keys::REQUEST_SHA256), "the fingerprint is stored with the event");
+    let (status, x) = stack.call(Method::POST, &format!("/v1/events/{event_id}/expunge"), None).await;
+    assert_eq!(status, 200, "{x}");
+    let after = item().await;
+    assert!(!after.contains_key(keys::REQUEST_SHA256), "the fingerprint outlived the expunge: {after:?}");
+    assert!(after.contains_key("expunged_at"), "{after:?}");
     stack.stop().await;
 }

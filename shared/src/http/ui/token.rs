@@ -97,6 +97,10 @@ pub fn verify(key: &[u8], token: &str, now: DateTime<Utc>) -> Result<Claims, Tok
     };
     let expires_at = exp.parse::<i64>().ok().and_then(|s| DateTime::from_timestamp(s, 0)).ok_or(TokenError::Invalid)?;
     let tenant_id = TenantId::try_from(tenant.to_string()).map_err(|_| TokenError::Invalid)?;
+    // The operational events' tenant has no portal (a token for it is never minted).
+    if tenant_id == crate::domain::operational::TENANT {
+        return Err(TokenError::Invalid);
+    }
     if now >= expires_at {
         return Err(TokenError::Expired);
     }
@@ -157,14 +161,16 @@ pub struct PortalSession {
 ///
 /// # Errors
 /// [`ServiceError::Validation`] for a `ttl_seconds`
-/// outside [`MIN_TTL_SECONDS`]..=[`MAX_TTL_SECONDS`]; [`ServiceError::Unavailable`] when the
-/// key's secret must be read and cannot be.
+/// outside [`MIN_TTL_SECONDS`]..=[`MAX_TTL_SECONDS`]; [`ServiceError::ReservedTenant`] (403)
+/// for the operational events' tenant ([`crate::domain::operational::TENANT`]);
+/// [`ServiceError::Unavailable`] when the key's secret must be read and cannot be.
 pub async fn create_session(
     app: &App,
     tenant_id: &TenantId,
     ttl_seconds: Option<i64>,
     base: &str,
 ) -> Result<PortalSession, ServiceError> {
+    crate::domain::operational::refuse_reserved(tenant_id, "tenant_id")?;
     let ttl = ttl_seconds.unwrap_or(DEFAULT_TTL_SECONDS);
     if !(MIN_TTL_SECONDS..=MAX_TTL_SECONDS).contains(&ttl) {
         return Err(ServiceError::Validation(format!(

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::domain::ids::JobId;
+use crate::domain::model::JobKind;
 
 impl DynamoStore {
     /// A job as an item, in the due index at `run_at` while it is running.
@@ -17,8 +18,11 @@ impl DynamoStore {
         // Every job item expires (DynamoDB TTL): a finished one after the retention of a dead
         // letter's record; a running one that long after its next step is due, a date each
         // step's write moves on, so only a job nobody has stepped for that long (no sweeper
-        // running, or a shard no longer queried) leaves the table without finishing.
+        // running, or a shard no longer queried) leaves the table without finishing. But a
+        // running purge: its tenant's mark names it, and refuses the tenant until the purge
+        // ends, so it is kept however long it takes (a stalled one raises PurgeStalledAlarm).
         let from = match (job.status.as_str(), job.run_at) {
+            ("running", _) if job.kind == JobKind::Purge => return Ok(item),
             ("running", Some(at)) => at.max(job.updated_at),
             _ => job.updated_at,
         };

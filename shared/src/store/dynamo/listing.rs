@@ -317,6 +317,11 @@ impl DynamoStore {
             let json: serde_json::Value =
                 serde_json::from_slice(&B64URL.decode(c).map_err(|_| StoreError::InvalidCursor)?)
                     .map_err(|_| StoreError::InvalidCursor)?;
+            // A cursor names the listing it came from; a cursor without a name is one written
+            // before it did (a running job's), taken as before.
+            if json.get("of").is_some_and(|of| of.as_str() != Some(listing_of(q).as_str())) {
+                return Err(StoreError::InvalidCursor);
+            }
             let named = json.get("buckets").and_then(|b| b.as_object()).ok_or(StoreError::InvalidCursor)?;
             for (i, src) in sources.iter().enumerate() {
                 positions[i] = match named.get(&src.name) {
@@ -435,9 +440,22 @@ impl DynamoStore {
             cursor.insert(src.name.clone(), value);
         }
         let open = cursor.values().any(|v| !v.is_null());
-        let next_cursor = open.then(|| B64URL.encode(serde_json::json!({ "buckets": cursor }).to_string()));
+        let next_cursor =
+            open.then(|| B64URL.encode(serde_json::json!({ "of": listing_of(q), "buckets": cursor }).to_string()));
         Ok(Page { data, next_cursor })
     }
+}
+
+/// The listing a cursor of `q` belongs to, named in the cursor (`of`): the endpoint (or none:
+/// the dead-letter listing by status), the status asked for, and the direction. A cursor is
+/// refused on any other listing (422 `validation_error`): the source names of two listings can
+/// coincide (an endpoint's `exhausted` bucket and the dead-letter listing's `exhausted`
+/// partition), and a position of one read on the other would list nothing, or the wrong things.
+fn listing_of(q: &DeliveryQuery) -> String {
+    let endpoint = q.endpoint_id.as_ref().map_or("", |e| e.as_str());
+    let status = q.status.map_or("any", |st| st.as_str());
+    let order = if q.oldest_first { "oldest" } else { "newest" };
+    format!("{endpoint}|{status}|{order}")
 }
 
 /// Longest sort key value DynamoDB takes, in bytes; a longer one in an `ExclusiveStartKey` is
