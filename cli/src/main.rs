@@ -233,16 +233,17 @@ enum EndpointCmd {
 #[derive(Subcommand, Debug)]
 enum ApiKeyCmd {
     /// Make a key; it is printed this once and stored nowhere (only its SHA-256 is).
+    #[command(group(clap::ArgGroup::new("scope").required(true).args(["tenants", "all_tenants"])))]
     Create {
         /// What it is for.
         #[arg(long)]
         name: Option<String>,
         /// A tenant it may post for (repeatable); give at least one, or --all-tenants.
-        #[arg(long = "tenant", required_unless_present = "all_tenants")]
+        #[arg(long = "tenant")]
         tenants: Vec<String>,
         /// A key that may post for every tenant (instead of --tenant): asked for, never a
         /// default.
-        #[arg(long, conflicts_with = "tenants")]
+        #[arg(long)]
         all_tenants: bool,
         /// When it stops being accepted, RFC 3339 (default: never).
         #[arg(long)]
