@@ -82,12 +82,19 @@ fn sending_due(now: DateTime<Utc>, attempt_count: u32, lease_until: DateTime<Utc
 }
 
 #[test]
-fn expired_lease_is_recorded_lost_and_redriven_now() {
+fn expired_lease_is_recorded_lost_and_redriven_once_its_outcome_wait_is_over() {
     let now = Utc::now();
     let item = sending_due(now, 3, now);
     let mut read = claimed(now);
     read.attempt_count = 3;
     read.attempts = vec![attempt(now), Attempt { attempt: 2, ..attempt(now) }];
+    // A lease that ended just now: the re-drive waits for an outcome its worker may still send.
+    read.lease_until = Some(now);
+    let (t, e) = sweep(&cfg(), now, &item, Some(&read)).unwrap();
+    assert_eq!(e.unwrap().delay_seconds, u32::try_from(OUTCOME_WAIT_SECONDS).unwrap());
+    assert_eq!(t.next_attempt_at, Field::Set(now + Duration::seconds(OUTCOME_WAIT_SECONDS)), "the claim is held to it");
+    // A lease long over: re-driven now.
+    read.lease_until = Some(now - Duration::seconds(OUTCOME_WAIT_SECONDS + 60));
     assert!(sweep(&cfg(), now, &item, None).is_none(), "an expired lease is recorded on the item as read");
     let moved_on = Delivery { status: DeliveryStatus::Scheduled, ..read.clone() };
     assert!(sweep(&cfg(), now, &item, Some(&moved_on)).is_none(), "no longer the claim the index showed");
