@@ -716,13 +716,13 @@ impl Outlasting {
 /// `Some(false)` a delivered-counter write, `None` anything else.
 fn write_kind(input: &aws_smithy_runtime_api::client::interceptors::context::Input) -> Option<bool> {
     use aws_sdk_dynamodb::operation::{transact_write_items::TransactWriteItemsInput, update_item::UpdateItemInput};
-    let records = |expression: &str, values: Option<&std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>| {
-        let sending = values
-            .and_then(|v| v.get(":status"))
-            .and_then(|v| v.as_s().ok())
-            .is_some_and(|s| s == "sending");
-        expression.contains("attempts =") && !sending
-    };
+    let records =
+        |expression: &str,
+         values: Option<&std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>| {
+            let sending =
+                values.and_then(|v| v.get(":status")).and_then(|v| v.as_s().ok()).is_some_and(|s| s == "sending");
+            expression.contains("attempts =") && !sending
+        };
     if let Some(u) = input.downcast_ref::<UpdateItemInput>() {
         let expression = u.update_expression().unwrap_or("");
         if expression.starts_with("ADD delivered") {

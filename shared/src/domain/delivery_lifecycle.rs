@@ -354,7 +354,8 @@ pub fn reclaim_lapsed(cfg: &Config, now: DateTime<Utc>, read: &Delivery, attempt
     }
     let mut attempts = read.attempts.clone();
     attempts.pop();
-    let guard = Guard { status: vec![DeliveryStatus::Scheduled], attempt_count: attempt, due_at: None, next_attempt_by: None };
+    let guard =
+        Guard { status: vec![DeliveryStatus::Scheduled], attempt_count: attempt, due_at: None, next_attempt_by: None };
     Some(Transition {
         attempts_base: Field::Set(read.attempts_base.saturating_sub(1)),
         next_attempt_at: Field::Remove,

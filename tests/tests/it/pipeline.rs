@@ -943,7 +943,10 @@ async fn under_aws_faults_nothing_is_lost_stuck_doubled_or_misreported() {
     let outlasting = webhooks_tests::faults::Outlasting::new(outlast, 36);
     let sdk = webhooks::app::aws_sdk_config().await;
     let ddb = aws_sdk_dynamodb::Client::from_conf(
-        aws_sdk_dynamodb::config::Builder::from(&sdk).interceptor(chaos.clone()).interceptor(outlasting.clone()).build(),
+        aws_sdk_dynamodb::config::Builder::from(&sdk)
+            .interceptor(chaos.clone())
+            .interceptor(outlasting.clone())
+            .build(),
     );
     let sqs =
         aws_sdk_sqs::Client::from_conf(aws_sdk_sqs::config::Builder::from(&sdk).interceptor(chaos.clone()).build());
@@ -1056,7 +1059,8 @@ async fn under_aws_faults_nothing_is_lost_stuck_doubled_or_misreported() {
             let event = hit.header("webhook-id");
             if got_2xx.contains(&event) {
                 resent_after_2xx += 1;
-                problems.push(format!("endpoint {k}: {event} attempt {} sent after a 2xx", hit.header("webhook-attempt")));
+                problems
+                    .push(format!("endpoint {k}: {event} attempt {} sent after a 2xx", hit.header("webhook-attempt")));
             }
             if answered_2xx(k, i) {
                 got_2xx.insert(event);

@@ -35,7 +35,12 @@ pub(super) struct Made {
 /// # Errors
 /// [`ServiceError::Unavailable`] when a DynamoDB or SQS call failed (after
 /// [`keep_outcome`] for a record that failed).
-pub(super) async fn settle(app: &App, made: Made, mode: Mode, tally: &DeliveredInCall) -> Result<Handled, ServiceError> {
+pub(super) async fn settle(
+    app: &App,
+    made: Made,
+    mode: Mode,
+    tally: &DeliveredInCall,
+) -> Result<Handled, ServiceError> {
     let cfg = &app.config;
     let Made { delivery, endpoint, payload, result, started, auth_used, token_fetch_ms, probe, observed } = made;
     // Not sent for a reason of ours, not the receiver's: final, and not counted against the
