@@ -1183,6 +1183,16 @@ impl ApiKeyStore for MemStore {
         }))
     }
 
+    async fn remove_api_key_tenant(&self, id: &str, tenant_id: &str) -> Result<Option<ApiKey>, StoreError> {
+        let mut t = self.tables();
+        Ok(t.api_keys.get_mut(id).map(|k| {
+            if let Some(tenants) = k.tenant_ids.as_mut().filter(|t| t.len() > 1) {
+                tenants.retain(|x| x != tenant_id);
+            }
+            k.clone()
+        }))
+    }
+
     async fn touch_api_key(&self, id: &str, at: DateTime<Utc>) -> Result<(), StoreError> {
         if let Some(k) = self.tables().api_keys.get_mut(id) {
             k.last_used_at = Some(at);

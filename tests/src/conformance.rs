@@ -39,6 +39,7 @@ pub async fn run(store: &dyn Store, config: &Config, prefix: &str) {
     jobs(store, prefix, now).await;
     idempotency(store, config, prefix, now).await;
     event_types(store, prefix, now).await;
+    api_keys(store, prefix, now).await;
 }
 
 /// Creates are conditional; reads by tenant and id, by id alone, and a tenant's list; an
@@ -422,4 +423,41 @@ async fn event_types(store: &dyn Store, prefix: &str, now: DateTime<Utc>) {
     }
     assert_eq!(seen, [name, format!("{prefix}order.sent")], "conformance: the catalog listed by name, once each");
     assert!(matches!(store.list_event_types(10, Some("not-a-cursor")).await, Err(StoreError::InvalidCursor)));
+}
+
+/// An API key's tenants narrowed by a purge: the tenant removed from a key naming others (its
+/// place wherever it is), nothing changed for a key naming it alone, not naming it, or for
+/// every tenant, and a key that does not exist is `None`.
+async fn api_keys(store: &dyn Store, prefix: &str, now: DateTime<Utc>) {
+    use webhooks::domain::api_key::ApiKey;
+    let key = |name: &str, tenants: Option<&[&str]>| ApiKey {
+        id: format!("key_{prefix}{name}"),
+        prefix: format!("whk_{prefix}{name}"),
+        name: name.into(),
+        tenant_ids: tenants.map(|t| t.iter().map(|x| format!("{prefix}{x}")).collect()),
+        created_at: now,
+        expires_at: None,
+        revoked_at: None,
+        last_used_at: None,
+        secret_sha256: "c2VjcmV0".into(),
+    };
+    let t = |x: &str| format!("{prefix}{x}");
+    let shared = key("shared", Some(&["a", "b", "c"]));
+    let alone = key("alone", Some(&["b"]));
+    let every = key("every", None);
+    for k in [&shared, &alone, &every] {
+        store.create_api_key(k).await.expect("create API key");
+    }
+    let narrowed = store.remove_api_key_tenant(&shared.id, &t("b")).await.expect("remove").expect("the key");
+    assert_eq!(narrowed.tenant_ids, Some(vec![t("a"), t("c")]), "conformance: the tenant removed, the others kept");
+    let again = store.remove_api_key_tenant(&shared.id, &t("b")).await.expect("remove again").expect("the key");
+    assert_eq!(again.tenant_ids, Some(vec![t("a"), t("c")]), "conformance: a tenant not named changes nothing");
+    let read = store.get_api_key(&shared.id).await.expect("get").expect("the key");
+    assert_eq!(read.tenant_ids, narrowed.tenant_ids, "conformance: the removal is stored");
+    let kept = store.remove_api_key_tenant(&alone.id, &t("b")).await.expect("remove").expect("the key");
+    assert_eq!(kept.tenant_ids, Some(vec![t("b")]), "conformance: a key naming the tenant alone is left to revoke");
+    let kept = store.remove_api_key_tenant(&every.id, &t("b")).await.expect("remove").expect("the key");
+    assert_eq!(kept.tenant_ids, None, "conformance: a key for every tenant is untouched");
+    let missing = store.remove_api_key_tenant(&format!("key_{prefix}nope"), &t("b")).await.expect("remove");
+    assert!(missing.is_none(), "conformance: no such key");
 }

@@ -581,6 +581,10 @@ impl ApiKeyStore for FaultyStore {
         self.faults.run("revoke_api_key", self.inner.revoke_api_key(id, at), any, aws).await
     }
 
+    async fn remove_api_key_tenant(&self, id: &str, tenant_id: &str) -> Result<Option<ApiKey>, StoreError> {
+        self.faults.run("remove_api_key_tenant", self.inner.remove_api_key_tenant(id, tenant_id), any, aws).await
+    }
+
     async fn touch_api_key(&self, id: &str, at: DateTime<Utc>) -> Result<(), StoreError> {
         self.faults.run("touch_api_key", self.inner.touch_api_key(id, at), any, aws).await
     }

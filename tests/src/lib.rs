@@ -1254,6 +1254,12 @@ impl ApiKeyStore for Serialized {
         self.inner.revoke_api_key(id, at).await
     }
 
+    async fn remove_api_key_tenant(&self, id: &str, tenant_id: &str) -> Result<Option<ApiKey>, StoreError> {
+        self.before("remove_api_key_tenant").await?;
+        let _one = self.one().await;
+        self.inner.remove_api_key_tenant(id, tenant_id).await
+    }
+
     async fn touch_api_key(&self, id: &str, at: DateTime<Utc>) -> Result<(), StoreError> {
         self.before("touch_api_key").await?;
         let _one = self.one().await;

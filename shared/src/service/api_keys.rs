@@ -104,6 +104,53 @@ pub async fn revoke(app: &App, id: &str) -> Result<ApiKey, ServiceError> {
     Ok(key)
 }
 
+/// Takes a purged tenant out of the API keys (a step of its purge, [`crate::service::purge`]):
+/// a live key naming it alone is revoked, a key naming it with others no longer names it; a
+/// key for every tenant (`tenant_ids: null`) is untouched. Running it again changes nothing.
+/// This process refuses the keys at once, every other within
+/// `WEBHOOKS_API_KEY_CACHE_SECONDS`. Returns how many keys it changed.
+///
+/// # Errors
+/// [`ServiceError::Unavailable`] when DynamoDB failed (the purge's next step runs it again).
+pub async fn forget_tenant(app: &App, tenant_id: &str) -> Result<usize, ServiceError> {
+    let now = app.clock.now();
+    let mut changed = 0;
+    let mut cursor = None;
+    loop {
+        let page = app.store.list_api_keys(100, cursor.as_deref()).await?;
+        for key in page.data {
+            let Some(tenants) = &key.tenant_ids else { continue };
+            if !tenants.iter().any(|t| t == tenant_id) {
+                continue;
+            }
+            // Named with others: removed from the list (which may leave it alone, when another
+            // purge removed the others meanwhile: then revoked like a key naming it alone).
+            let now_named = match tenants.len() {
+                1 => tenants.clone(),
+                _ => match app.store.remove_api_key_tenant(&key.id, tenant_id).await? {
+                    Some(k) => k.tenant_ids.unwrap_or_default(),
+                    None => continue,
+                },
+            };
+            if now_named.iter().any(|t| t == tenant_id) {
+                if key.revoked_at.is_none() {
+                    app.store.revoke_api_key(&key.id, now).await?;
+                    tracing::warn!(api_key = %key.prefix, %tenant_id, "API key revoked: its only tenant is purged");
+                    changed += 1;
+                }
+            } else {
+                tracing::warn!(api_key = %key.prefix, %tenant_id, "purged tenant removed from the API key");
+                changed += 1;
+            }
+            app.api_keys.forget(&key.id);
+        }
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => return Ok(changed),
+        }
+    }
+}
+
 /// The key `authorization` (an `Authorization` header's value) presents, checked, if the
 /// request presents one: `None` when it presents none and `caller` needs none.
 ///

@@ -41,6 +41,9 @@
 //!   event and its deliveries. The figure it buys: a purge that leaves nothing of the tenant
 //!   whatever crashed before it, for one read of the table per purge (purges are rare; the
 //!   alternative, an index of events by tenant, would cost every event a write).
+//! - **API keys.** Each step first takes the tenant out of the API keys
+//!   ([`crate::service::api_keys::forget_tenant`]): a key naming it alone is revoked, one
+//!   naming it with others no longer names it; a key for every tenant is untouched.
 //! - **Left behind.** The tenant's jobs (`JOB#`, 14 days' TTL) and the purge job itself, the
 //!   record that the purge happened.
 
@@ -230,6 +233,9 @@ impl Run<'_> {
     async fn work(&mut self, now: DateTime<Utc>) -> Result<Option<()>, ServiceError> {
         let app = self.app;
         let tenant = self.job.tenant_id.clone();
+        // The API keys first, every step (a key made for the tenant during the purge is
+        // caught by the next): none may post for the tenant once the purge is done.
+        crate::service::api_keys::forget_tenant(app, tenant.as_str()).await?;
         // The tenant's endpoints, live and deleted (their tombstones): (id, rate limit, item).
         let mut owners = Vec::new();
         let mut cursor = None;

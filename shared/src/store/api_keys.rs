@@ -30,6 +30,11 @@ pub trait ApiKeyStore: Send + Sync {
     /// conditional on it existing and not being revoked. Returns the key as it is now; `None`
     /// when it does not exist. A key already revoked comes back unchanged.
     async fn revoke_api_key(&self, id: &str, at: DateTime<Utc>) -> Result<Option<ApiKey>, StoreError>;
+    /// Removes `tenant_id` from a key's `tenant_ids` (a purge of the tenant), conditional on
+    /// the key naming it and at least one other tenant. Returns the key as it is now; `None`
+    /// when it does not exist. A key that does not name the tenant, names it alone (the caller
+    /// revokes such a key instead), or is for every tenant comes back unchanged.
+    async fn remove_api_key_tenant(&self, id: &str, tenant_id: &str) -> Result<Option<ApiKey>, StoreError>;
     /// Sets a key's `last_used_at`, if the key exists (the last writer's time stands: two
     /// processes' times differ by at most their cache period).
     async fn touch_api_key(&self, id: &str, at: DateTime<Utc>) -> Result<(), StoreError>;

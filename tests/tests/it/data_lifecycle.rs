@@ -394,13 +394,13 @@ async fn a_purge_leaves_nothing_of_the_tenant_and_no_other_tenant_touched_also_w
             _ => None,
         })
         .unwrap_or_else(|| panic!("the purge job is not due: {due:?}"));
-    // claim_job, get_job, get_settings, list_endpoints, deleted_endpoints, list_deliveries, purge,
-    // save_job (its progress), list_deliveries, purge: the 10th call.
-    let faults = Faults::failing(9, Strike::Before);
+    // claim_job, get_job, get_settings, list_api_keys, list_endpoints, deleted_endpoints,
+    // list_deliveries, purge, save_job (its progress), list_deliveries, purge: the 11th call.
+    let faults = Faults::failing(10, Strike::Before);
     let faulty = faults.wrap(app.clone());
     faults.arm();
     assert!(endpoint_state::run_job_step(&faulty, &job_id, due_at).await.is_err());
-    assert_eq!(faults.struck(), Some((9, "purge", Strike::Before)), "{:?}", faults.calls());
+    assert_eq!(faults.struck(), Some((10, "purge", Strike::Before)), "{:?}", faults.calls());
     let mid = items_of(&scan(&app.config.table).await, "acme", &acme_endpoints);
     assert!(mid.len() < acme_before.len() && mid.len() > 1_000, "{} of {} left", mid.len(), acme_before.len());
     let progress = app.store.get_job(&job_id).await.unwrap().unwrap();
@@ -626,5 +626,69 @@ async fn an_expunge_removes_the_requests_fingerprint_with_the_payload() {
     let after = item().await;
     assert!(!after.contains_key(keys::REQUEST_SHA256), "the fingerprint outlived the expunge: {after:?}");
     assert!(after.contains_key("expunged_at"), "{after:?}");
+    stack.stop().await;
+}
+
+/// `POST /v1/events` on the local runtime with API key `key` (a Bearer token) for `tenant`.
+async fn post_with_key(stack: &Stack, key: &Value, tenant: &str) -> (u16, Value) {
+    let body = json!({"tenant_id": tenant, "event_type": "order.paid", "payload": {}});
+    let resp = stack
+        .http
+        .post(format!("{}/v1/events", stack.base))
+        .bearer_auth(key["key"].as_str().unwrap())
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// A purge takes the tenant out of the API keys (issue #54): a key naming it alone is revoked,
+/// a key naming it with others no longer names it (and still posts for the others), a key for
+/// every tenant is untouched; taking it out again changes nothing. Before, every such key
+/// still posted for the purged tenant.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_purge_revokes_the_tenants_own_api_keys_and_removes_it_from_shared_ones() {
+    let (stack, clock, _) = purge_stack(Duration::from_secs(5), 3).await;
+    let mut keys = Vec::new();
+    for body in [
+        json!({"name": "acme's", "tenant_ids": ["acme"]}),
+        json!({"name": "shared", "tenant_ids": ["other", "acme", "third"]}),
+        json!({"name": "every", "all_tenants": true}),
+    ] {
+        let (status, created) = stack.call(Method::POST, "/v1/api-keys", Some(body)).await;
+        assert_eq!(status, 201, "{created}");
+        keys.push(created);
+    }
+    let (status, job) = stack.call(Method::DELETE, "/v1/tenants/acme", None).await;
+    assert_eq!(status, 202, "{job}");
+    let job_id: webhooks::domain::ids::JobId = webhooks_tests::id(job["id"].as_str().unwrap());
+    let mut steps = 0;
+    while stack.app.store.get_job(&job_id).await.unwrap().unwrap().status == "running" {
+        let errors = run_due_steps(&stack.app).await;
+        assert!(errors.is_empty(), "{errors:?}");
+        steps += 1;
+        assert!(steps < 20, "not done after {steps} steps");
+        *clock.0.lock().unwrap() += chrono::Duration::seconds(30);
+    }
+    let get = |k: &Value| format!("/v1/api-keys/{}", k["id"].as_str().unwrap());
+    let (own, shared, every) = (&keys[0], &keys[1], &keys[2]);
+    let (_, got) = stack.call(Method::GET, &get(own), None).await;
+    assert!(got["revoked_at"].is_string(), "the key of the purged tenant alone: {got}");
+    let (status, e) = post_with_key(&stack, own, "acme").await;
+    assert_eq!((status, e["error"]["code"].as_str()), (401, Some("invalid_api_key")), "{e}");
+    let (_, got) = stack.call(Method::GET, &get(shared), None).await;
+    assert_eq!((got["tenant_ids"].clone(), got["revoked_at"].clone()), (json!(["other", "third"]), Value::Null));
+    let (status, e) = post_with_key(&stack, shared, "acme").await;
+    assert_eq!((status, e["error"]["code"].as_str()), (403, Some("tenant_not_allowed")), "{e}");
+    assert_eq!(post_with_key(&stack, shared, "third").await.0, 202);
+    let (_, got) = stack.call(Method::GET, &get(every), None).await;
+    assert_eq!((got["all_tenants"].clone(), got["revoked_at"].clone()), (json!(true), Value::Null), "{got}");
+    assert_eq!(post_with_key(&stack, every, "acme").await.0, 202);
+    // Again (a step that runs twice): nothing changes, nothing fails.
+    assert_eq!(webhooks::service::api_keys::forget_tenant(&stack.app, "acme").await.unwrap(), 0);
+    let (_, got) = stack.call(Method::GET, &get(shared), None).await;
+    assert_eq!(got["tenant_ids"], json!(["other", "third"]), "{got}");
     stack.stop().await;
 }

@@ -43,6 +43,10 @@ fn from_row(row: Row) -> ApiKey {
     }
 }
 
+/// How many times [`ApiKeyStore::remove_api_key_tenant`] reads the key again after its
+/// tenants changed under it.
+const REMOVE_TRIES: usize = 5;
+
 fn kept_until(end: DateTime<Utc>) -> i64 {
     end.timestamp() + KEPT_AFTER_END_DAYS * 86_400
 }
@@ -101,6 +105,36 @@ impl ApiKeyStore for DynamoStore {
             }
             Err(e) => Err(aws(e)),
         }
+    }
+
+    async fn remove_api_key_tenant(&self, id: &str, tenant_id: &str) -> Result<Option<ApiKey>, StoreError> {
+        // The tenant's place in the list, read then removed on the condition that it is still
+        // there and not alone: a concurrent removal moves it, and the next try reads it again.
+        for _ in 0..REMOVE_TRIES {
+            let Some(key) = self.get_api_key(id).await? else { return Ok(None) };
+            let place =
+                key.tenant_ids.as_ref().filter(|t| t.len() > 1).and_then(|t| t.iter().position(|x| x == tenant_id));
+            let Some(place) = place else { return Ok(Some(key)) };
+            let result = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .key(PK, s(API_KEYS_PK))
+                .key(SK, s(id))
+                .update_expression(format!("REMOVE tenant_ids[{place}]"))
+                .condition_expression(format!("tenant_ids[{place}] = :t AND size(tenant_ids) > :one"))
+                .expression_attribute_values(":t", s(tenant_id))
+                .expression_attribute_values(":one", n(1))
+                .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
+                .send()
+                .await;
+            match result {
+                Ok(out) => return out.attributes.map(|item| from_item::<Row>(item).map(from_row)).transpose(),
+                Err(e) if e.as_service_error().is_some_and(|se| se.is_conditional_check_failed_exception()) => {}
+                Err(e) => return Err(aws(e)),
+            }
+        }
+        Err(StoreError::Aws(format!("API key {}: its tenants kept changing", prefix_of(id))))
     }
 
     async fn touch_api_key(&self, id: &str, at: DateTime<Utc>) -> Result<(), StoreError> {
