@@ -10,11 +10,13 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 # Seeds each mutant must be caught within: about 4 times the seeds it took when last measured
-# (2026-12-07: 343, 2, 2 and 48 seeds; docs/development.md), at least 100. With --first-failure
+# (2026-12-07: 2235, 15, 2 and 69 seeds; docs/development.md), at least 100. breaker-lost-update
+# took 343 before deliver's lapsed leases began waiting 20 s for an observed outcome (issue #54,
+# item 19), which changed the seeds' interleavings; CI caught it missing its old budget of 1500. With --first-failure
 # a caught mutant stops at its first failing seed, so a budget costs only when it is exceeded
 # (about 10 ms a seed). A mutant without a budget fails.
 declare -A BUDGETS=(
-  [breaker-lost-update]=1500
+  [breaker-lost-update]=9000
   [live-lease-redriven]=100
   [no-release-job]=100
   [stale-endpoint]=200
