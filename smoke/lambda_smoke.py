@@ -1231,8 +1231,8 @@ def run_portal(admin, portal):
 
     status, headers, set_cookies, _ = portal_get("/portal", query=f"token={token}")
     session = [c.split(";", 1)[0] for c in set_cookies if c.startswith("webhooks_portal=")]
-    check("portal: the token opens a session (303, an HttpOnly, SameSite=Strict, Secure cookie)",
-          status == 303 and session and all(a in set_cookies[0] for a in ("HttpOnly", "SameSite=Strict", "Secure")),
+    check("portal: the token opens a session (303, an HttpOnly, SameSite=Lax, Secure cookie; Lax: docs/security.md)",
+          status == 303 and session and all(a in set_cookies[0] for a in ("HttpOnly", "SameSite=Lax", "Secure")),
           f"{status} {headers} {set_cookies}")
     status, _, _, text = portal_get("/portal", cookies=session)
     check("portal: the session shows the tenant's page", status == 200 and "Your webhook endpoints" in text,
