@@ -320,8 +320,12 @@ pub fn sweep(
             let (attempts, attempts_dropped) = record(claimed, lost);
             // The next attempt waits for an outcome the worker may still send (see
             // [`OUTCOME_WAIT_SECONDS`]); its claim's guard holds it to that time too.
+            // The message carries the whole wait, so it is held to SQS's delay limit
+            // (`sqs_max_delay_seconds`: 900 on AWS, far over the wait; less only where tests
+            // compress time).
             let lapsed = claimed.lease_until.unwrap_or(now);
-            let at = (lapsed + Duration::seconds(OUTCOME_WAIT_SECONDS)).max(now);
+            let most = now + Duration::seconds(i64::from(cfg.sqs_max_delay_seconds));
+            let at = (lapsed + Duration::seconds(OUTCOME_WAIT_SECONDS)).max(now).min(most);
             let t = Transition {
                 forgive_attempt: true,
                 next_attempt_at: Field::Set(at),
